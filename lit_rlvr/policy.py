@@ -1,0 +1,58 @@
+"""Scoring completions with a causal LM: the one place that lines up logits with completion tokens.
+
+Used by the trainer (current log-probs), the reference cache (stored log π_ref), and the rollout
+engines' weight-sync fingerprint, so all three agree on positions, padding and temperature.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lit_rlvr.functional.logprobs import token_entropy, token_logprobs
+
+
+def completion_logprobs(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    response_len: int,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Per-token log-probs (and optionally entropies) of the last ``response_len`` columns.
+
+    The layout is :meth:`lit_rlvr.rollout.types.Rollouts.to_padded`'s: prompts left-padded,
+    completions right-padded, so the completion occupies the last T = ``response_len`` columns.
+    Position ids are derived from the attention mask, so left padding does not shift positions.
+
+    Args:
+        model: a transformers causal LM (returns ``.logits``).
+        input_ids: ``(B, Lp+T)``.
+        attention_mask: ``(B, Lp+T)``.
+        response_len: T.
+        temperature: the sampling temperature the log-probs should describe.
+        with_entropy: also return token entropies (for entropy-adaptive Pass@k and logging).
+
+    Returns:
+        ``logprobs (B, T)`` float32 and ``entropy (B, T)`` or None. Values on padded completion
+        positions are meaningless and must be masked with ``response_mask``.
+    """
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    T = response_len
+    logits = logits[:, -T - 1 : -1]  # (B, T, V): position t predicts token t+1
+    labels = input_ids[:, -T:]  # (B, T)
+    logprobs = token_logprobs(logits, labels, temperature)
+    entropy = token_entropy(logits.detach(), temperature) if with_entropy else None
+    return logprobs, entropy
+
+
+@torch.no_grad()
+def sequence_logprob(model: nn.Module, prompt_ids: list[int], completion_ids: list[int]) -> Tensor:
+    """Per-token log-probs ``(T,)`` of one completion given its prompt, at temperature 1."""
+    ids = torch.tensor([list(prompt_ids) + list(completion_ids)], dtype=torch.long)
+    device = next(model.parameters()).device
+    ids = ids.to(device)
+    logprobs, _ = completion_logprobs(model, ids, torch.ones_like(ids), len(completion_ids))
+    return logprobs[0]

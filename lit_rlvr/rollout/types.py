@@ -1,0 +1,120 @@
+"""Data types shared by every rollout engine and by what consumes rollouts.
+
+Row order is prompt-major everywhere: for P prompts with n samples each, row ``b`` of a
+:class:`Rollouts` belongs to prompt ``b // n`` and ``group_ids[b] == b // n`` (B = P·n).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What to sample: the knobs every engine honours identically.
+
+    Args:
+        n: completions per prompt (the group size G).
+        temperature: softmax temperature; the sampler's log-probs are of the tempered distribution.
+        top_p: nucleus mass (1.0 = off).
+        top_k: keep the k most likely tokens (0 = off).
+        max_new_tokens: cap on completion length.
+        stop: strings that end a completion (the stop string is kept in the text).
+        seed: makes sampling reproducible when given.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"SamplingParams.n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class Rollouts:
+    """P prompts × n completions, ragged, as an engine returns them.
+
+    Attributes:
+        prompt_ids: P lists of prompt token ids.
+        completion_ids: B lists of completion token ids (B = P·n, prompt-major).
+        sampler_logprobs: B lists, the sampler's log-prob of each completion token (same lengths
+            as ``completion_ids``).
+        finish_reasons: B strings, ``"stop"`` (EOS or stop string) or ``"length"``.
+        n: samples per prompt.
+        texts: B decoded completions (filled by the engine when it has a tokenizer).
+    """
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    sampler_logprobs: list[list[float]]
+    finish_reasons: list[str]
+    n: int
+    texts: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        B = len(self.prompt_ids) * self.n
+        if not (len(self.completion_ids) == len(self.sampler_logprobs) == len(self.finish_reasons) == B):
+            raise ValueError(
+                f"Rollouts: expected {B} rows (P={len(self.prompt_ids)} × n={self.n}), got "
+                f"{len(self.completion_ids)} completions, {len(self.sampler_logprobs)} log-prob rows, "
+                f"{len(self.finish_reasons)} finish reasons"
+            )
+
+    @property
+    def group_ids(self) -> Tensor:
+        """``(B,)`` long: the prompt index of each row."""
+        return torch.arange(len(self.prompt_ids)).repeat_interleave(self.n)
+
+    def num_tokens(self) -> int:
+        """Total completion tokens (for throughput)."""
+        return sum(len(c) for c in self.completion_ids)
+
+    def to_padded(self, pad_id: int) -> dict[str, Tensor]:
+        """Pad into the tensors a policy forward pass consumes.
+
+        Prompts are left-padded to the longest prompt (Lp) and completions right-padded to the
+        longest completion (T), so every completion starts at column Lp.
+
+        Returns:
+            ``input_ids (B, Lp+T)``, ``attention_mask (B, Lp+T)``, ``response_mask (B, T)``
+            (1 on real completion tokens), ``old_logprobs (B, T)`` (sampler log-probs, 0 on
+            padding), ``group_ids (B,)``.
+        """
+        prompts = [self.prompt_ids[b // self.n] for b in range(len(self.completion_ids))]
+        Lp = max(len(p) for p in prompts)
+        T = max(1, max(len(c) for c in self.completion_ids))
+        B = len(prompts)
+        input_ids = torch.full((B, Lp + T), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((B, Lp + T), dtype=torch.long)
+        old_logprobs = torch.zeros((B, T), dtype=torch.float32)
+        for b, (p, c, lp) in enumerate(zip(prompts, self.completion_ids, self.sampler_logprobs)):
+            input_ids[b, Lp - len(p) : Lp] = torch.tensor(p, dtype=torch.long)
+            attention_mask[b, Lp - len(p) : Lp + len(c)] = 1
+            if c:
+                input_ids[b, Lp : Lp + len(c)] = torch.tensor(c, dtype=torch.long)
+                old_logprobs[b, : len(c)] = torch.tensor(lp, dtype=torch.float32)
+        response_mask = attention_mask[:, Lp:].clone()
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "response_mask": response_mask,
+            "old_logprobs": old_logprobs,
+            "group_ids": self.group_ids,
+        }
