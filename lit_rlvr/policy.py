@@ -6,8 +6,12 @@ engines' weight-sync fingerprint, so all three agree on positions, padding and t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import torch
 from torch import Tensor, nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from lit_rlvr.functional.logprobs import token_entropy, token_logprobs
 
@@ -56,3 +60,65 @@ def sequence_logprob(model: nn.Module, prompt_ids: list[int], completion_ids: li
     ids = ids.to(device)
     logprobs, _ = completion_logprobs(model, ids, torch.ones_like(ids), len(completion_ids))
     return logprobs[0]
+
+
+@dataclass
+class LoraOptions:
+    """peft LoRA settings (``peft.LoraConfig`` names).
+
+    Args:
+        r: rank.
+        alpha: scaling numerator (``lora_alpha``).
+        dropout: ``lora_dropout``.
+        target_modules: module names, or ``"all-linear"``.
+    """
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] | str = "all-linear"
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_policy(
+    model: str,
+    dtype: str = "float32",
+    attn_implementation: str | None = None,
+    gradient_checkpointing: bool = False,
+    lora: LoraOptions | None = None,
+) -> tuple[nn.Module, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer from a local path or hub name, optionally with LoRA.
+
+    Raises:
+        ValueError: for an unknown dtype, or a name that cannot be loaded (naming it).
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"model.dtype: unknown dtype {dtype!r}; valid: {sorted(_DTYPES)}")
+    kwargs = {"dtype": _DTYPES[dtype]}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        policy = AutoModelForCausalLM.from_pretrained(model, **kwargs)
+    except OSError as err:
+        what = "a directory without a loadable model" if Path(model).exists() else "no local directory and not loadable from the hub"
+        raise ValueError(f"model: cannot load {model!r}: {what} ({err})") from err
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if gradient_checkpointing:
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.config.use_cache = False
+    if lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=lora.target_modules,
+            task_type="CAUSAL_LM",
+        )
+        policy = get_peft_model(policy, config)
+    return policy, tokenizer
