@@ -1,0 +1,109 @@
+"""Countdown-3 and fixed-width addition: tiny verifiable tasks on which diversity collapse shows on CPU.
+
+Countdown-3 (``shared/docs/DEMO_RECIPE.md``): the prompt gives three digits 1–9 and a target
+0–999, e.g. ``C375=026:``; a correct answer is an expression that uses each digit exactly once
+with ``+ - *`` (normal precedence) and evaluates to the target, ending with ``;`` (``3*7+5;``).
+Many targets have several valid expressions, which is what makes diversity measurable.
+
+Addition (the out-of-domain companion, never trained on with RL): ``A374+458=`` → ``0832;``.
+
+Everything is deterministic given a seed; no file or network access.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from functools import lru_cache
+
+OPS = "+-*"
+_COUNTDOWN_PROMPT = re.compile(r"^C([1-9]{3})=(\d{3}):$")
+_EXPRESSION = re.compile(r"^([1-9])([+\-*])([1-9])([+\-*])([1-9])$")
+
+
+def evaluate(expr: str) -> int | None:
+    """Value of a ``d op d op d`` expression with normal precedence, or None if malformed.
+
+    Example:
+        >>> evaluate("3*7+5"), evaluate("3+7*5"), evaluate("3+7"), evaluate("3/7+5")
+        (26, 38, None, None)
+    """
+    m = _EXPRESSION.match(expr)
+    if m is None:
+        return None
+    a, op1, b, op2, c = int(m[1]), m[2], int(m[3]), m[4], int(m[5])
+    if op2 == "*" and op1 != "*":  # b*c binds first
+        return _apply(a, op1, b * c)
+    return _apply(_apply(a, op1, b), op2, c)
+
+
+def _apply(x: int, op: str, y: int) -> int:
+    return x + y if op == "+" else x - y if op == "-" else x * y
+
+
+@lru_cache(maxsize=1)
+def solutions() -> dict[tuple[str, int], tuple[str, ...]]:
+    """Every reachable (sorted digits, target 0–999) pair and all its valid expressions."""
+    table: dict[tuple[str, int], set[str]] = {}
+    for digits in itertools.combinations_with_replacement("123456789", 3):
+        for perm in set(itertools.permutations(digits)):
+            for op1, op2 in itertools.product(OPS, repeat=2):
+                expr = f"{perm[0]}{op1}{perm[1]}{op2}{perm[2]}"
+                value = evaluate(expr)
+                if 0 <= value <= 999:
+                    table.setdefault(("".join(digits), value), set()).add(expr)
+    return {key: tuple(sorted(v)) for key, v in sorted(table.items())}
+
+
+def countdown_prompt(digits: str, target: int) -> str:
+    """``C{digits}={target:03d}:`` (digits in the given order)."""
+    return f"C{digits}={target:03d}:"
+
+
+def countdown_reward(completion: str, answer: str, **row) -> float:
+    """1.0 if the completion's expression (up to the first ``;``) uses the row's digits once each
+    and evaluates to the target ``answer``; else 0.0.
+
+    Args:
+        completion: model output, e.g. ``"3*7+5;"``.
+        answer: the target as a string (``"26"`` or ``"026"``).
+        row: must carry ``digits`` (the three digits, any order).
+
+    Raises:
+        ValueError: if the gold row is malformed (data error), naming the row id.
+
+    Example:
+        >>> countdown_reward("3*7+5;", "26", digits="375"), countdown_reward("3*7+5;", "27", digits="375")
+        (1.0, 0.0)
+        >>> countdown_reward("5+3*7;junk", "26", digits="735"), countdown_reward("3*7+5", "26", digits="375")
+        (1.0, 0.0)
+    """
+    digits = str(row.get("digits", ""))
+    if not re.fullmatch(r"[1-9]{3}", digits) or not answer.strip().isdigit():
+        raise ValueError(f"countdown row {row.get('id')!r}: malformed gold (digits={digits!r}, answer={answer!r})")
+    expr, sep, _ = completion.strip().partition(";")
+    if not sep:
+        return 0.0
+    value = evaluate(expr)
+    if value is None or sorted(expr[::2]) != sorted(digits):
+        return 0.0
+    return float(value == int(answer))
+
+
+def addition_prompt(a: int, b: int, width: int = 3) -> str:
+    """``A{a}+{b}=`` with zero-padded operands."""
+    return f"A{a:0{width}d}+{b:0{width}d}="
+
+
+def addition_answer(a: int, b: int, width: int = 3) -> str:
+    """The sum, zero-padded to ``width + 1`` digits, ending with ``;``."""
+    return f"{a + b:0{width + 1}d};"
+
+
+def split_countdown(seed: int = 0, holdout: float = 0.1) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Deterministic train / held-out split of the reachable (digits, target) pairs."""
+    pairs = list(solutions())
+    random.Random(seed).shuffle(pairs)
+    n_hold = max(1, round(holdout * len(pairs)))
+    return sorted(pairs[n_hold:]), sorted(pairs[:n_hold])
