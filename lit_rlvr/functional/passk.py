@@ -25,17 +25,17 @@ def _check(n: Tensor, c: Tensor, k: Tensor) -> None:
         )
 
 
-def _log_prod_table(n: int, k: float) -> Tensor:
+def _log_prod_table(n: int, k: float, device: torch.device) -> Tensor:
     """``table[c] = Σ_{i=n−c+1}^{n} log(1 − k/i)`` for c = 0..n, by one cumulative sum: (n+1,)."""
-    i = torch.arange(n, 0, -1, dtype=torch.float64)  # n, n−1, …, 1
+    i = torch.arange(n, 0, -1, dtype=torch.float64, device=device)  # n, n−1, …, 1
     terms = torch.log1p(-k / i)  # −inf or nan once i <= k: those c are set to 1 by the caller
-    return torch.cat([torch.zeros(1, dtype=torch.float64), terms.cumsum(0)])
+    return torch.cat([torch.zeros(1, dtype=torch.float64, device=device), terms.cumsum(0)])
 
 
 def _log_prod_grid(n: Tensor, c: Tensor, k: Tensor) -> Tensor:
     """The same sum for broadcast (n, c, k) of any shape, over a (…, max c) grid."""
     c_max = int(c.max().item()) if c.numel() else 0
-    j = torch.arange(c_max, dtype=torch.float64)
+    j = torch.arange(c_max, dtype=torch.float64, device=c.device)
     i = (n.unsqueeze(-1) - j).clamp(min=1.0)  # (..., c_max), i = n, n−1, …
     terms = torch.where(j < c.unsqueeze(-1), torch.log1p(-k.unsqueeze(-1) / i), 0.0)
     return terms.sum(-1)
@@ -65,7 +65,7 @@ def pass_at_k(n: int | Tensor, c: int | Tensor, k: int | Tensor) -> float | Tens
     n_t, c_t, k_t = (torch.as_tensor(x, dtype=torch.float64) for x in (n, c, k))
     _check(n_t, c_t, k_t)
     if n_t.dim() == 0 and k_t.dim() == 0:
-        log_prod = _log_prod_table(int(n_t), float(k_t))[c_t.long()]  # fast path: one (n, k)
+        log_prod = _log_prod_table(int(n_t), float(k_t), c_t.device)[c_t.long()]  # fast path: one (n, k)
     else:
         log_prod = _log_prod_grid(*torch.broadcast_tensors(n_t, c_t, k_t))
     n_t, c_t, k_t = torch.broadcast_tensors(n_t, c_t, k_t)

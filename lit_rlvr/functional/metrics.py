@@ -1,0 +1,368 @@
+"""Evaluation metrics as pure functions: pass@k ladders, maj@k, and diversity-collapse signals.
+
+The :mod:`lit_rlvr.metrics` classes are thin ``torchmetrics.Metric`` shells over these (STYLE.md §2):
+each function below returns per-prompt (or per-group) values whose sums are the metric states, so
+distributed reduction is a plain sum.
+
+- pass@k: unbiased per-prompt estimate of Chen et al. 2021 ("Evaluating Large Language Models
+  Trained on Code", Eq. 1), averaged over prompts; see :func:`lit_rlvr.functional.pass_at_k`.
+- maj@k: majority vote over final answers (Wang et al. 2023, "Self-Consistency Improves Chain of
+  Thought Reasoning", arXiv 2203.11171) on the first k samples of each prompt. Samples are i.i.d.,
+  so the first k are a uniform draw of k, and the per-prompt value is an unbiased (if noisier than
+  an all-subsets average) estimate of maj@k.
+- Diversity signals (METHODS.md §4): distinct final answers, distinct correct answers and distinct
+  completions per group; share of zero-variance groups; mean token entropy.
+
+Answers are canonical keys (strings already normalised by the reward's own equivalence);
+``None`` means the completion had no extractable answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from lit_rlvr.functional.passk import pass_at_k
+
+Answers = Sequence[Sequence["str | None"]]
+
+
+def check_ks(k: Sequence[int], name: str) -> tuple[int, ...]:
+    """Validate a ladder of budgets: positive ints, no duplicates. Returns it as a tuple.
+
+    Example:
+        >>> check_ks([1, 4], "PassAtK")
+        (1, 4)
+    """
+    ks = tuple(k)
+    if not ks or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in ks):
+        raise ValueError(f"{name}: k must be a non-empty sequence of ints >= 1, got {k!r}")
+    if len(set(ks)) != len(ks):
+        raise ValueError(f"{name}: k has duplicate budgets, got {k!r}")
+    return ks
+
+
+def _check_k_le_n(ks: tuple[int, ...], n_min: int, name: str) -> None:
+    if max(ks) > n_min:
+        raise ValueError(
+            f"{name}: k={max(ks)} exceeds n={n_min} samples per prompt; every k must be <= n "
+            f"(got k={ks}). Draw more samples or drop the larger budgets."
+        )
+
+
+def _binary(correct: Tensor, name: str) -> Tensor:
+    """``correct (P, n)`` bool or 0/1 → bool, with a specific error otherwise."""
+    if not isinstance(correct, Tensor) or correct.dim() != 2:
+        shape = tuple(correct.shape) if isinstance(correct, Tensor) else type(correct).__name__
+        raise ValueError(f"{name}: correct must be a (P, n) tensor, got {shape}")
+    if correct.dtype != torch.bool:
+        if correct.numel() and not ((correct == 0) | (correct == 1)).all():
+            raise ValueError(f"{name}: correct must be bool or 0/1, got values {correct.unique().tolist()[:8]}")
+        correct = correct.bool()
+    return correct
+
+
+def correct_counts(
+    correct: Tensor | None = None, *, num_correct: Tensor | None = None, n: int | Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Normalise the two input forms of pass@k to per-prompt counts.
+
+    Args:
+        correct: ``(P, n)`` bool or 0/1, one row of samples per prompt.
+        num_correct: ``(P,)`` correct samples per prompt (instead of ``correct``).
+        n: samples per prompt with ``num_correct``: an int or an ``(P,)`` tensor.
+
+    Returns:
+        ``(c, n)``, both ``(P,)`` long.
+
+    Example:
+        >>> correct_counts(torch.tensor([[1, 0, 1], [0, 0, 0]]))
+        (tensor([2, 0]), tensor([3, 3]))
+        >>> correct_counts(num_correct=torch.tensor([2, 0]), n=3)
+        (tensor([2, 0]), tensor([3, 3]))
+    """
+    if (correct is None) == (num_correct is None):
+        raise ValueError("pass@k: give exactly one of `correct` (P, n) or `num_correct` (P,) with `n`")
+    if correct is not None:
+        if n is not None:
+            raise ValueError(f"pass@k: `n` is implied by correct's shape; got n={n} as well")
+        correct = _binary(correct, "pass@k")
+        P, N = correct.shape
+        return correct.sum(1, dtype=torch.int32).long(), torch.full((P,), N, dtype=torch.long, device=correct.device)
+    if n is None:
+        raise ValueError("pass@k: `num_correct` needs `n`, the number of samples per prompt")
+    c = torch.as_tensor(num_correct)
+    if c.dim() != 1 or c.is_floating_point() and not (c == c.round()).all():
+        raise ValueError(f"pass@k: num_correct must be a (P,) tensor of integer counts, got {c}")
+    n_t = torch.as_tensor(n, device=c.device).long().expand_as(c)
+    c = c.long()
+    if ((c < 0) | (c > n_t)).any():
+        i = int(((c < 0) | (c > n_t)).nonzero()[0])
+        raise ValueError(f"pass@k: need 0 <= num_correct <= n; got num_correct={int(c[i])}, n={int(n_t[i])}")
+    return c, n_t.contiguous()
+
+
+def per_prompt_pass_at_k(num_correct: Tensor, n: Tensor, k: Sequence[int]) -> Tensor:
+    """Unbiased pass@k of every prompt for a ladder of budgets.
+
+    Prompts are grouped by their n, so each (n, k) pair uses ``pass_at_k``'s scalar fast path
+    (one cumulative-sum table of length n + 1, then a gather).
+
+    Args:
+        num_correct: ``(P,)`` correct samples per prompt.
+        n: ``(P,)`` samples per prompt (may differ between prompts).
+        k: budgets, each <= min(n).
+
+    Returns:
+        ``(P, K)`` float64, column j is pass@k[j].
+
+    Raises:
+        ValueError: when a budget exceeds the smallest n, naming both.
+
+    Example:
+        >>> per_prompt_pass_at_k(torch.tensor([1, 0]), torch.tensor([4, 4]), [1, 2])
+        tensor([[0.2500, 0.5000],
+                [0.0000, 0.0000]], dtype=torch.float64)
+    """
+    ks = check_ks(k, "pass@k")
+    device = num_correct.device
+    num_correct, n = num_correct.cpu(), n.cpu()  # pass_at_k builds its tables on the CPU
+    out = torch.empty(num_correct.shape[0], len(ks), dtype=torch.float64)
+    if num_correct.numel() == 0:
+        return out.to(device)
+    _check_k_le_n(ks, int(n.min()), "pass@k")
+    n_values = n.unique()
+    for n_val in n_values.tolist():
+        rows = None if len(n_values) == 1 else n == n_val
+        c = num_correct if rows is None else num_correct[rows]
+        col = torch.stack([pass_at_k(int(n_val), c, kj) for kj in ks], dim=1)  # (P_n, K)
+        if rows is None:
+            out = col
+        else:
+            out[rows] = col
+    return out.to(device)
+
+
+def pass_at_k_curve(
+    correct: Tensor | None = None,
+    *,
+    num_correct: Tensor | None = None,
+    n: int | Tensor | None = None,
+    k: Sequence[int] = (1, 2, 4, 8, 16),
+) -> dict[str, Tensor]:
+    """Mean over prompts of the unbiased pass@k, for a ladder of budgets.
+
+    Args:
+        correct: ``(P, n)`` bool or 0/1 per sample; or give ``num_correct`` and ``n``.
+        num_correct: ``(P,)`` correct samples per prompt.
+        n: samples per prompt (int or ``(P,)``), only with ``num_correct``.
+        k: budgets, each <= n.
+
+    Returns:
+        ``{"pass@1": tensor, ...}`` float64 scalars.
+
+    Example:
+        >>> pass_at_k_curve(torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0]]), k=(1, 2))
+        {'pass@1': tensor(0.3750, dtype=torch.float64), 'pass@2': tensor(0.6667, dtype=torch.float64)}
+    """
+    ks = check_ks(k, "pass@k")
+    c, n_t = correct_counts(correct, num_correct=num_correct, n=n)
+    mean = per_prompt_pass_at_k(c, n_t, ks).mean(0)
+    return {f"pass@{kj}": mean[j] for j, kj in enumerate(ks)}
+
+
+def _majority_prefix_correct(answers: Sequence[str | None], correct: Sequence[bool], upto: int) -> list[bool]:
+    """Whether the majority answer of the first m samples is correct, for m = 1..upto.
+
+    The leader is the answer with the most votes, ties going to the earliest first occurrence;
+    adding one vote can only promote the voted answer, so the leader is updated in O(1) per sample.
+    """
+    votes: dict[str, int] = {}
+    first: dict[str, int] = {}
+    leader: str | None = None
+    out = []
+    for i in range(upto):
+        a = answers[i]
+        if a is not None:
+            if a not in votes:
+                votes[a], first[a] = 0, i
+            votes[a] += 1
+            if leader is None or votes[a] > votes[leader] or (votes[a] == votes[leader] and first[a] < first[leader]):
+                leader = a
+        out.append(leader is not None and bool(correct[first[leader]]))
+    return out
+
+
+def _check_answers(answers: Answers, correct: Tensor, name: str) -> list[list[bool]]:
+    correct = _binary(correct, name)
+    P, N = correct.shape
+    if len(answers) != P or any(len(row) != N for row in answers):
+        lens = sorted({len(row) for row in answers})
+        raise ValueError(
+            f"{name}: answers must be P={P} lists of n={N} keys like correct; "
+            f"got {len(answers)} lists of lengths {lens}"
+        )
+    return correct.tolist()
+
+
+def per_prompt_majority_at_k(answers: Answers, correct: Tensor, k: Sequence[int]) -> Tensor:
+    """maj@k of every prompt: is the majority answer of its first k samples correct?
+
+    Votes go to final-answer keys; ``None`` (no answer) never votes, so it wins only when all k
+    samples are ``None``, which counts as incorrect. Ties go to the answer seen first. The majority
+    answer's correctness is that of its first sample.
+
+    Args:
+        answers: P lists of n canonical answer keys (``None`` = no answer).
+        correct: ``(P, n)`` bool or 0/1, correctness of each sample.
+        k: budgets, each <= n.
+
+    Returns:
+        ``(P, K)`` float64 of 0/1.
+
+    Example:
+        >>> answers = [["7", "5", "5", None], ["2", "3", "3", "2"]]
+        >>> correct = torch.tensor([[1, 0, 0, 0], [1, 0, 0, 1]])
+        >>> per_prompt_majority_at_k(answers, correct, (1, 3, 4))  # prompt 2 at k=4: "2" ties "3", seen first
+        tensor([[1., 0., 0.],
+                [1., 0., 1.]], dtype=torch.float64)
+    """
+    ks = check_ks(k, "maj@k")
+    rows = _check_answers(answers, correct, "maj@k")
+    if not rows:
+        return torch.empty(0, len(ks), dtype=torch.float64)
+    _check_k_le_n(ks, len(rows[0]), "maj@k")
+    idx = [kj - 1 for kj in ks]
+    table = [_majority_prefix_correct(a, c, max(ks)) for a, c in zip(answers, rows)]
+    return torch.tensor([[t[i] for i in idx] for t in table], dtype=torch.float64)
+
+
+def majority_at_k(answers: Answers, correct: Tensor, k: Sequence[int] = (1, 4, 8, 16)) -> dict[str, Tensor]:
+    """Mean over prompts of maj@k (see :func:`per_prompt_majority_at_k`).
+
+    Example:
+        >>> majority_at_k([["a", "b", "b"], ["c", None, None]], torch.tensor([[0, 1, 1], [1, 0, 0]]), k=(1, 3))
+        {'maj@1': tensor(0.5000, dtype=torch.float64), 'maj@3': tensor(1., dtype=torch.float64)}
+    """
+    ks = check_ks(k, "maj@k")
+    mean = per_prompt_majority_at_k(answers, correct, ks).mean(0)
+    return {f"maj@{kj}": mean[j] for j, kj in enumerate(ks)}
+
+
+def distinct_answers(answers: Answers) -> Tensor:
+    """Distinct final answers in each group (``None`` = no answer is not counted).
+
+    Args:
+        answers: P groups of answer keys (groups may differ in size).
+
+    Returns:
+        ``(P,)`` long.
+
+    Example:
+        >>> distinct_answers([["1", "1", "2", None], [None, None]])
+        tensor([2, 0])
+    """
+    return torch.tensor([len({a for a in row if a is not None}) for row in answers], dtype=torch.long)
+
+
+def distinct_correct_answers(answers: Answers, correct: Tensor) -> Tensor:
+    """Distinct final answers among the correct samples of each group.
+
+    With a strict canonicalisation this is at most 1 for single-answer tasks; it exceeds 1 where
+    several surface forms (e.g. SQL queries with equal results) are all judged correct.
+
+    Args:
+        answers: P lists of n answer keys (``None`` = no answer, never counted).
+        correct: ``(P, n)`` bool or 0/1.
+
+    Returns:
+        ``(P,)`` long.
+
+    Example:
+        >>> distinct_correct_answers([["x", "y", "z"], ["x", "x", None]], torch.tensor([[1, 1, 0], [1, 1, 1]]))
+        tensor([2, 1])
+    """
+    rows = _check_answers(answers, correct, "distinct_correct_answers")
+    return torch.tensor(
+        [len({a for a, c in zip(ans, row) if c and a is not None}) for ans, row in zip(answers, rows)],
+        dtype=torch.long,
+    )
+
+
+def distinct_completions(completions: Sequence[Sequence[str]]) -> Tensor:
+    """Distinct completion texts (exact string match) in each group.
+
+    Args:
+        completions: P groups of completion texts.
+
+    Returns:
+        ``(P,)`` long.
+
+    Example:
+        >>> distinct_completions([["SELECT 1", "SELECT 1", "select 1"], ["a"]])
+        tensor([2, 1])
+    """
+    return torch.tensor([len(set(row)) for row in completions], dtype=torch.long)
+
+
+def zero_variance_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Which groups have all-equal rewards (and so zero group-normalised advantage, DAPO §3.2).
+
+    Args:
+        rewards: ``(B,)`` rewards.
+        group_ids: ``(B,)`` group of each row, any ids, any order, any group sizes.
+
+    Returns:
+        ``(G,)`` bool over the sorted unique group ids; a group of one row counts as zero-variance.
+
+    Example:
+        >>> zero_variance_groups(torch.tensor([1., 1., 0., 1., 0., 0.]), torch.tensor([5, 5, 2, 2, 9, 9]))
+        tensor([False,  True,  True])
+    """
+    if rewards.shape != group_ids.shape or rewards.dim() != 1:
+        raise ValueError(
+            f"rewards and group_ids must both be (B,); got {tuple(rewards.shape)} and {tuple(group_ids.shape)}"
+        )
+    ids, inv = group_ids.unique(return_inverse=True)
+    r = rewards.double()
+    hi = torch.full((len(ids),), -torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amax")
+    lo = torch.full((len(ids),), torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amin")
+    return hi == lo
+
+
+def masked_entropy_sum(entropy: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Sum of per-token entropy over real completion tokens, and their count (the metric states).
+
+    Padding positions are ignored even if they hold non-finite values.
+
+    Args:
+        entropy: ``(B, T)`` per-token entropy of the sampling distribution.
+        response_mask: ``(B, T)`` 1 on real completion tokens.
+
+    Returns:
+        ``(sum, count)``, float64 scalars.
+
+    Example:
+        >>> masked_entropy_sum(torch.tensor([[1.0, 3.0], [2.0, float("nan")]]), torch.tensor([[1, 1], [1, 0]]))
+        (tensor(6., dtype=torch.float64), tensor(3., dtype=torch.float64))
+    """
+    if entropy.shape != response_mask.shape:
+        raise ValueError(
+            "entropy and response_mask must have the same (B, T) shape; "
+            f"got {tuple(entropy.shape)} and {tuple(response_mask.shape)}"
+        )
+    mask = response_mask.bool()
+    return torch.where(mask, entropy.double(), 0.0).sum(), mask.sum().double()
+
+
+def mean_token_entropy(entropy: Tensor, response_mask: Tensor) -> Tensor:
+    """Mean entropy over all real completion tokens of the batch (token-weighted; nan if none).
+
+    Example:
+        >>> mean_token_entropy(torch.tensor([[1.0, 3.0], [2.0, 9.0]]), torch.tensor([[1, 1], [1, 0]]))
+        tensor(2., dtype=torch.float64)
+    """
+    total, count = masked_entropy_sum(entropy, response_mask)
+    return total / count

@@ -1,0 +1,25 @@
+"""torchmetrics ``Metric``s for evaluation: thin shells over :mod:`lit_rlvr.functional.metrics`.
+
+Every state is a sum (``dist_reduce_fx="sum"``), so a multi-process result equals the
+single-process one over the union of the data.
+"""
+
+from lit_rlvr.metrics.diversity import (
+    DistinctAnswers,
+    DistinctCompletions,
+    DistinctCorrectAnswers,
+    MeanTokenEntropy,
+    ZeroVarianceShare,
+)
+from lit_rlvr.metrics.majority import MajorityAtK
+from lit_rlvr.metrics.passk import PassAtK
+
+__all__ = [
+    "DistinctAnswers",
+    "DistinctCompletions",
+    "DistinctCorrectAnswers",
+    "MajorityAtK",
+    "MeanTokenEntropy",
+    "PassAtK",
+    "ZeroVarianceShare",
+]
