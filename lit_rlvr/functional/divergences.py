@@ -1,0 +1,200 @@
+"""f-divergence generators and the DPH-RL preservation loss (METHODS.md §2).
+
+DPH-RL (Li et al. 2025, "The Choice of Divergence: A Neglected Key to Mitigating Diversity
+Collapse in Reinforcement Learning with Verifiable Reward", arXiv 2509.07430) adds
+η · D_f(π_θ‖π_ref) = η · E_{y∼π_ref}[f(π_θ(y)/π_ref(y))] estimated on stored π_ref samples.
+Each generator here takes the log-ratio x = log π_θ − log π_ref and returns f(eˣ), written in x
+(``expm1``, ``softplus``) so that values and gradients stay accurate near u = 1 and finite for
+|x| up to the clamp (20 by default).
+
+Departures from the released reference code, and why:
+
+- ``js`` is the standard Jensen–Shannon generator ½[u log u − (u+1) log((u+1)/2)]; the
+  reference code's JS is 2× ours, so its η is half of ours for the same effect.
+- ``forward_kl`` uses u − log u − 1 instead of −log u: the same expectation under π_ref (since
+  E[u] = 1) with lower variance, and its gradient vanishes at u = 1.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lit_rlvr.functional.losses import aggregate
+from lit_rlvr.registry import Registry
+
+DIVERGENCES = Registry("f-divergence")
+register_divergence = DIVERGENCES.register
+
+LOG2 = math.log(2.0)
+
+
+@register_divergence("forward_kl")
+def forward_kl(log_ratio: Tensor) -> Tensor:
+    """f(u) = u − log u − 1: E_{π_ref}[f] = KL(π_ref‖π_θ) (DPH-F); ∂f/∂x = u − 1.
+
+    Example:
+        >>> forward_kl(torch.tensor([0.0, math.log(2.0)]))
+        tensor([0.0000, 0.3069])
+    """
+    return torch.expm1(log_ratio) - log_ratio
+
+
+@register_divergence("reverse_kl")
+def reverse_kl(log_ratio: Tensor) -> Tensor:
+    """f(u) = u log u − u + 1: E_{π_ref}[f] = KL(π_θ‖π_ref); ∂f/∂x = u log u.
+
+    Example:
+        >>> reverse_kl(torch.tensor([0.0, math.log(2.0)]))
+        tensor([0.0000, 0.3863])
+    """
+    return log_ratio * torch.exp(log_ratio) - torch.expm1(log_ratio)
+
+
+@register_divergence("js")
+def js(log_ratio: Tensor) -> Tensor:
+    """f(u) = ½[u log u − (u+1) log((u+1)/2)]: Jensen–Shannon (DPH-JS); ∂f/∂x = ½ u log(2u/(u+1)).
+
+    This is the standard JS, ½[KL(π_θ‖m) + KL(π_ref‖m)] with m the mixture, bounded by log 2.
+    The released reference code's JS is 2× this, so its η is half of ours for the same effect.
+    Written as ½[u (log 2 − softplus(−x)) + log 2 − softplus(x)] so no two large terms cancel.
+
+    Example:
+        >>> js(torch.tensor([0.0, -50.0]))  # f(0) = ½ log 2
+        tensor([0.0000, 0.3466])
+    """
+    u = torch.exp(log_ratio)
+    return 0.5 * (u * (LOG2 - F.softplus(-log_ratio)) + LOG2 - F.softplus(log_ratio))
+
+
+@register_divergence("alpha")
+def alpha(log_ratio: Tensor, *, alpha: float = 0.5) -> Tensor:
+    """f(u) = (u^{1−α} − (1−α)u − α) / (α(α−1)): the α-divergence; ∂f/∂x = (u − u^{1−α})/α.
+
+    α → 1 gives ``forward_kl``, α → 0 gives ``reverse_kl``; α = 0.5 is 2× ``hellinger``.
+
+    Args:
+        log_ratio: x = log π_θ − log π_ref, any shape.
+        alpha: α in the open interval (0, 1).
+
+    Example:
+        >>> alpha(torch.tensor([0.0, math.log(4.0)]), alpha=0.5)  # 2 (√4 − 1)²
+        tensor([0., 2.])
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha-divergence needs alpha in (0, 1), got {alpha}")
+    num = (1.0 - alpha) * torch.expm1(log_ratio) - torch.expm1((1.0 - alpha) * log_ratio)
+    return num / (alpha * (1.0 - alpha))
+
+
+@register_divergence("tv")
+def tv(log_ratio: Tensor) -> Tensor:
+    """f(u) = ½|u − 1|: total variation ½Σ|π_θ − π_ref|.
+
+    Example:
+        >>> tv(torch.tensor([0.0, math.log(3.0)]))
+        tensor([0., 1.])
+    """
+    return 0.5 * torch.expm1(log_ratio).abs()
+
+
+@register_divergence("hellinger")
+def hellinger(log_ratio: Tensor) -> Tensor:
+    """f(u) = (√u − 1)²: squared Hellinger Σ(√π_θ − √π_ref)².
+
+    Example:
+        >>> hellinger(torch.tensor([0.0, math.log(9.0)]))
+        tensor([0., 4.])
+    """
+    return torch.expm1(0.5 * log_ratio).square()
+
+
+@register_divergence("chi2")
+def chi2(log_ratio: Tensor) -> Tensor:
+    """f(u) = (u − 1)²: Pearson χ² Σ(π_θ − π_ref)²/π_ref.
+
+    Example:
+        >>> chi2(torch.tensor([0.0, math.log(3.0)]))
+        tensor([0., 4.])
+    """
+    return torch.expm1(log_ratio).square()
+
+
+def f_divergence(
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    response_mask: Tensor,
+    name: str = "forward_kl",
+    level: str = "token",
+    clamp: float = 20.0,
+    agg: str = "token_mean",
+    **options,
+) -> Tensor:
+    """The DPH-RL preservation loss L_pef: D_f(π_θ‖π_ref) estimated on samples of π_ref.
+
+    ``level="token"`` (as released): u_t = exp(clamp(logprobs − ref_logprobs, ±clamp)) per token
+    and the loss is ``aggregate(f(u_t), response_mask, agg)``. ``level="sequence"`` (exactness
+    studies): u = exp(clamp(Σ_t masked (logprobs − ref_logprobs), ±clamp)) per row, and the loss
+    is the mean of f(u) over rows with at least one token (``agg`` is not used). Rows or
+    batches without tokens contribute 0. Clamping zeroes the gradient of outlier ratios.
+
+    Args:
+        logprobs: ``(B, T)`` log π_θ of the stored π_ref samples (differentiable).
+        ref_logprobs: ``(B, T)`` the stored log π_ref of the same tokens (temperature 1).
+        response_mask: ``(B, T)`` real completion tokens.
+        name: a key of :data:`DIVERGENCES`.
+        level: ``"token"`` or ``"sequence"``.
+        clamp: bound on the log-ratio (> 0).
+        agg: token-level aggregation mode (see :func:`lit_rlvr.functional.losses.aggregate`).
+        **options: the generator's options, e.g. ``alpha=0.3`` for ``name="alpha"``.
+
+    Returns:
+        A scalar tensor.
+
+    Raises:
+        ValueError: unknown ``name`` or ``level`` (listing the valid ones), an option the
+            generator does not take, ``clamp <= 0`` or differing shapes.
+
+    Example:
+        >>> lp = torch.log(torch.tensor([[0.5, 0.25, 1.0]]))
+        >>> ref = torch.log(torch.tensor([[0.25, 0.25, 0.5]]))
+        >>> mask = torch.tensor([[1, 1, 0]])
+        >>> f_divergence(lp, ref, mask, "forward_kl")  # mean of f(2), f(1) = (1 − log 2) / 2
+        tensor(0.1534)
+        >>> f_divergence(lp, ref, mask, "chi2", level="sequence")  # f(2 · 1) = 1
+        tensor(1.)
+    """
+    fn = _checked_generator(name, options)
+    if logprobs.dim() != 2 or not logprobs.shape == ref_logprobs.shape == response_mask.shape:
+        raise ValueError(
+            "f_divergence needs logprobs, ref_logprobs and response_mask of one (B, T) shape; got "
+            f"{tuple(logprobs.shape)}, {tuple(ref_logprobs.shape)}, {tuple(response_mask.shape)}"
+        )
+    if not clamp > 0:
+        raise ValueError(f"clamp must be > 0, got {clamp}")
+    mask = response_mask.bool()
+    log_ratio = torch.where(mask, logprobs - ref_logprobs, logprobs.new_zeros(()))  # (B, T)
+    if level == "token":
+        return aggregate(fn(log_ratio.clamp(-clamp, clamp), **options), mask, agg)
+    if level == "sequence":
+        seq = fn(log_ratio.sum(-1).clamp(-clamp, clamp), **options)  # (B,)
+        nonempty = mask.any(-1)
+        return torch.where(nonempty, seq, seq.new_zeros(())).sum() / nonempty.sum().clamp(min=1)
+    raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
+
+
+def _checked_generator(name: str, options: dict):
+    """The generator for ``name``, after checking it accepts ``options`` (specific errors)."""
+    fn = DIVERGENCES.get_checked(name, "divergence")
+    params = inspect.signature(fn).parameters
+    accepted = [p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"f-divergence {name!r} got unknown option(s) {unknown}; accepts {accepted}"
+        )
+    return fn
