@@ -1,0 +1,507 @@
+"""Group advantage estimators: GRPO, RLOO, the Pass@k Training family, PKPO and max-minus-second.
+
+Every entry of :data:`ADVANTAGES` has the signature
+
+    fn(rewards (B,), group_ids (B,), *, <keyword-only options>) -> advantages (B,) float32
+
+A group is the set of rows sharing a ``group_id`` (one prompt's completions). Ids are arbitrary
+integers, rows of different groups may be interleaved and groups may differ in size. Within a
+group, "row order" means the order of its rows in the batch (only ``passk_full`` depends on it).
+All arithmetic is float64; the result is cast to float32 at the end.
+
+Sources (formulas in ``METHODS.md`` §1 and §3):
+
+- ``grpo``: Shao et al. 2024 (DeepSeekMath, arXiv 2402.03300), std choices as in verl and
+  Dr. GRPO (arXiv 2503.20783). ``rloo``: Ahmadian et al. 2024 (arXiv 2402.14740).
+- ``passk``, ``passk_full``, ``passk_bootstrap``, ``passk_combined``, ``passk_entropy_adaptive``:
+  Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration and Exploitation"
+  (arXiv 2508.10751), §3-§5, Eq. 18 for the combination.
+- ``pkpo``: Walder & Karkhanis 2025 (arXiv 2505.15201), Eq. 8, 29 and 33.
+- ``max_minus_second``: Tang et al. 2025 (arXiv 2503.19595), leave-one-out control variate for
+  the pass@n objective.
+
+Where this code departs from (or pins down) the papers, and why:
+
+- A group whose normalised values are all equal (all rewards equal, or a group of one row) gets
+  advantage exactly 0, instead of ``(r − mean) / ε`` rounding noise. This is the only case in
+  which the standard deviation is 0, so no other value changes.
+- The Pass@k family normalises without ε (``passk`` has none in the paper's closed form, and
+  ``passk_full`` / ``passk_bootstrap`` must agree with it in expectation). ``passk_combined`` and
+  ``passk_entropy_adaptive`` use ``passk`` at k = 1 as the Pass@1 advantage, which is exactly GRPO
+  with population std and ε = 0.
+- ``passk`` evaluates C(N_neg, k)/C(N, k) as Σ_{i<k} log1p(−N_pos/(N − i)) in float64 (the product
+  form of the binomial ratio) rather than as an lgamma difference: lgamma(1025) ≈ 6079 leaves
+  ~1e-12 absolute error in the log, which becomes ~1e-9 relative error in A when ρ is small.
+- ``pkpo`` returns the paper's PKPO transform ``s^(loo−1)`` (Eq. 33, the one used in all its LLM
+  experiments) by default; see :func:`pkpo` for the reading of the formulas and of k = 1.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from lit_rlvr.registry import Registry
+
+ADVANTAGES = Registry("advantage estimator")
+register_advantage = ADVANTAGES.register
+
+STD_MODES = ("population", "sample", "none")
+PKPO_BASELINES = ("loo_minus_one", "loo", "none")
+
+
+class _Groups(NamedTuple):
+    """Rows gathered by group: ``ids (P,)`` sorted unique ids, ``index (B,)`` each row's position
+    in ``ids``, ``counts (P,)`` rows per group."""
+
+    ids: Tensor
+    index: Tensor
+    counts: Tensor
+
+    def sum(self, values: Tensor) -> Tensor:
+        """Per-group sums of ``values (B,)`` as float64: ``(P,)``."""
+        out = torch.zeros(len(self.ids), dtype=torch.float64, device=values.device)
+        return out.index_add_(0, self.index, values.double())
+
+    def mean(self, values: Tensor) -> Tensor:
+        """Per-group means of ``values (B,)``: ``(P,)``."""
+        return self.sum(values) / self.counts
+
+    def blocks(self) -> list[Tensor]:
+        """Row indices laid out as one ``(P_n, n)`` matrix per distinct group size ``n``, each
+        matrix row one group in row order. Lets the subset-based estimators work on matrices."""
+        order = torch.argsort(self.index, stable=True)  # (B,) grouped, row order kept inside
+        starts = torch.cumsum(self.counts, 0) - self.counts  # (P,)
+        out = []
+        for n in torch.unique(self.counts).tolist():
+            members = (self.counts == n).nonzero().squeeze(1)  # (P_n,)
+            positions = starts[members, None] + torch.arange(n, device=self.counts.device)
+            out.append(order[positions])  # (P_n, n)
+        return out
+
+
+def _grouped(rewards: Tensor, group_ids: Tensor) -> _Groups:
+    """Validate the (B,) shapes and group the rows."""
+    if rewards.dim() != 1 or rewards.shape != group_ids.shape:
+        raise ValueError(
+            "rewards and group_ids must both have shape (B,); got rewards "
+            f"{tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)}"
+        )
+    ids, index, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    return _Groups(ids, index, counts)
+
+
+def _positive_int(value, name: str) -> int:
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer >= 1; got {value!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be an integer >= 1; got {name}={value}")
+    return value
+
+
+def _check_k(k: int, groups: _Groups) -> int:
+    """``k`` must be an integer with 1 <= k <= every group's size; errors name the group."""
+    k = _positive_int(k, "k")
+    too_small = (groups.counts < k).nonzero()
+    if len(too_small):
+        p = int(too_small[0])
+        raise ValueError(
+            f"k={k} exceeds the size of group {int(groups.ids[p])} ({int(groups.counts[p])} rows); "
+            "pass@k needs at least k samples per prompt: lower k or sample more per prompt"
+        )
+    return k
+
+
+def _check_binary(rewards: Tensor, name: str) -> None:
+    bad = ((rewards != 0) & (rewards != 1)).nonzero()
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(
+            f"{name} needs binary rewards in {{0, 1}}; got {rewards[i].item()!r} at row {i}"
+        )
+
+
+def _zscore(x: Tensor, std: str = "population", eps: float = 0.0) -> Tensor:
+    """Normalise each row of ``x (P, M)`` across its M values; rows with one distinct value -> 0."""
+    centred = x - x.mean(-1, keepdim=True)
+    if std == "none":
+        z = centred
+    else:
+        dof = max(x.shape[-1] - (std == "sample"), 1)
+        z = centred / ((centred.square().sum(-1, keepdim=True) / dof).sqrt() + eps)
+    constant = (x == x[..., :1]).all(-1, keepdim=True)
+    return torch.where(constant, 0.0, z)
+
+
+def _log_miss(n: Tensor, c: Tensor, k: int) -> Tensor:
+    """log C(n − c, k)/C(n, k) (the chance that a random k-subset holds none of c correct), as
+    Σ_{i<k} log1p(−c/(n − i)); −inf when n − c < k. ``n``, ``c``: float64 of any shape."""
+    i = torch.arange(k, dtype=torch.float64, device=n.device)
+    feasible = n - c >= k
+    terms = torch.log1p(-c[..., None] / (n[..., None] - i).clamp(min=1.0))
+    total = torch.where(feasible[..., None], terms, 0.0).sum(-1)
+    return torch.where(feasible, total, -torch.inf)
+
+
+def _passk_pos_neg(n: Tensor, n_pos: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Analytical Pass@k advantages (A_pos, A_neg) of groups with ``n (P,)`` rows, ``n_pos (P,)``
+    correct, float64: A_pos = sqrt((1 − ρ)/ρ), A_neg = −(N_pos/N_neg)·A_pos; 0 when ρ ∈ {0, 1}."""
+    n_neg = n - n_pos
+    live = (n_pos > 0) & (n_neg >= k)
+    log_q = torch.where(live, _log_miss(n, n_pos, k), -1.0)  # log(1 − ρ); dummy where not live
+    a_pos = torch.where(live, torch.exp(0.5 * (log_q - torch.log(-torch.expm1(log_q)))), 0.0)
+    return a_pos, -a_pos * n_pos / n_neg.clamp(min=1.0)
+
+
+def _passk(rewards: Tensor, groups: _Groups, k: int) -> Tensor:
+    """Row advantages (B,) float64 of the analytical Pass@k estimator (inputs already checked)."""
+    a_pos, a_neg = _passk_pos_neg(groups.counts.double(), groups.sum(rewards), k)
+    return torch.where(rewards > 0, a_pos[groups.index], a_neg[groups.index])
+
+
+@register_advantage("grpo")
+def grpo(rewards: Tensor, group_ids: Tensor, *, std: str = "population", eps: float = 1e-6) -> Tensor:
+    """GRPO: A_i = (r_i − mean_g) / (std_g + ε) within each group (METHODS.md §1).
+
+    Args:
+        rewards: ``(B,)`` rewards.
+        group_ids: ``(B,)`` integer group (prompt) of each row.
+        std: ``"population"`` (1/G, default, as the Pass@k paper), ``"sample"`` (1/(G − 1), verl)
+            or ``"none"`` (no division, Dr. GRPO).
+        eps: added to the std.
+
+    Returns:
+        ``(B,)`` float32 advantages; exactly 0 for groups whose rewards are all equal (including
+        groups of one row).
+
+    Example:
+        >>> grpo(torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0]), torch.tensor([7, 7, 7, 7, 3]))
+        tensor([ 1.7320, -0.5773, -0.5773, -0.5773,  0.0000])
+        >>> grpo(torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([7, 7, 7, 7]), std="none")
+        tensor([ 0.7500, -0.2500, -0.2500, -0.2500])
+    """
+    if std not in STD_MODES:
+        raise ValueError(f"grpo: std must be one of {STD_MODES}; got {std!r}")
+    if eps < 0:
+        raise ValueError(f"grpo: eps must be >= 0; got {eps}")
+    groups = _grouped(rewards, group_ids)
+    r = rewards.double()
+    out = torch.zeros_like(r)
+    for rows in groups.blocks():  # (P_n, n)
+        out[rows] = _zscore(r[rows], std, eps)
+    return out.float()
+
+
+@register_advantage("rloo")
+def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """RLOO: A_i = r_i − mean of the other G − 1 rewards of the group (METHODS.md §1).
+
+    Args:
+        rewards: ``(B,)`` rewards.
+        group_ids: ``(B,)`` integer group of each row.
+
+    Returns:
+        ``(B,)`` float32 advantages; 0 for a group of one row (no other sample to compare with).
+
+    Example:
+        >>> rloo(torch.tensor([1.0, 0.0, 0.0, 5.0]), torch.tensor([0, 0, 0, 1]))
+        tensor([ 1.0000, -0.5000, -0.5000,  0.0000])
+    """
+    groups = _grouped(rewards, group_ids)
+    r = rewards.double()
+    n = groups.counts[groups.index].double()
+    others = (groups.sum(r)[groups.index] - r) / (n - 1).clamp(min=1.0)
+    return torch.where(n > 1, r - others, 0.0).float()
+
+
+@register_advantage("passk")
+def passk(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
+    """Analytical Pass@k advantage (Pass@k Training, arXiv 2508.10751, §4; METHODS.md §3).
+
+    With ρ = 1 − C(N_neg, k)/C(N, k) and σ = sqrt(ρ(1 − ρ)):
+    A_pos = (1 − ρ)/σ = sqrt((1 − ρ)/ρ) and
+    A_neg = (1 − ρ − C(N_neg − 1, k − 1)/C(N − 1, k − 1))/σ = −(N_pos/N_neg)·A_pos.
+    This is the full-enumeration limit of the bootstrap: over all C(N, k) k-subsets with reward
+    max, ρ and σ are the mean and population std of the subset rewards, and each row gets the
+    average normalised advantage (R_S − ρ)/σ of the subsets S that contain it. At k = 1 it is GRPO
+    with population std and ε = 0. Both values are 0 when N_pos = 0, N_pos = N or N_neg < k (then
+    every subset has the same reward), so k = N gives 0 everywhere.
+
+    Args:
+        rewards: ``(B,)`` binary rewards (0/1).
+        group_ids: ``(B,)`` integer group of each row.
+        k: subset size, 1 <= k <= every group's size.
+
+    Returns:
+        ``(B,)`` float32 advantages, accurate to ~1e-12 relative (before the cast) for N up to
+        thousands.
+
+    Raises:
+        ValueError: non-binary rewards, k < 1, or k larger than some group (names it).
+
+    Example:
+        >>> r = torch.tensor([1.0, 0.0, 0.0, 0.0])
+        >>> passk(r, torch.zeros(4, dtype=torch.long), k=2)  # ρ = 1/2
+        tensor([ 1.0000, -0.3333, -0.3333, -0.3333])
+        >>> passk(r, torch.zeros(4, dtype=torch.long), k=1)  # = grpo population
+        tensor([ 1.7321, -0.5774, -0.5774, -0.5774])
+    """
+    groups = _grouped(rewards, group_ids)
+    k = _check_k(k, groups)
+    _check_binary(rewards, "passk")
+    return _passk(rewards.double(), groups, k).float()
+
+
+@register_advantage("passk_full")
+def passk_full(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
+    """Pass@k "full sampling" advantage (arXiv 2508.10751, §3; METHODS.md §3).
+
+    Each group's rows, in row order, are cut into ⌊N/k⌋ consecutive chunks of k; the rows left
+    over (the last N mod k) get 0. A chunk's reward is its max, chunk rewards are normalised
+    across the group's chunks (mean, population std, no ε; all-equal -> 0), and every row gets
+    its chunk's advantage. Rewards need not be binary.
+
+    Args:
+        rewards: ``(B,)`` rewards.
+        group_ids: ``(B,)`` integer group of each row.
+        k: chunk size, 1 <= k <= every group's size.
+
+    Returns:
+        ``(B,)`` float32 advantages.
+
+    Example:
+        >>> r = torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+        >>> passk_full(r, torch.zeros(7, dtype=torch.long), k=2)  # chunks [0,1] [0,0] [1,1]; row 6 left over
+        tensor([ 0.7071,  0.7071, -1.4142, -1.4142,  0.7071,  0.7071,  0.0000])
+    """
+    groups = _grouped(rewards, group_ids)
+    k = _check_k(k, groups)
+    r = rewards.double()
+    out = torch.zeros_like(r)
+    for rows in groups.blocks():  # (P_n, n)
+        m = rows.shape[1] // k
+        used = rows[:, : m * k]  # (P_n, m·k)
+        chunk_max = r[used].view(len(rows), m, k).amax(-1)  # (P_n, m)
+        out[used] = _zscore(chunk_max).repeat_interleave(k, dim=1)
+    return out.float()
+
+
+@register_advantage("passk_bootstrap")
+def passk_bootstrap(
+    rewards: Tensor,
+    group_ids: Tensor,
+    *,
+    k: int,
+    generator: torch.Generator | None = None,
+    num_groups: int | None = None,
+) -> Tensor:
+    """Pass@k "bootstrap sampling" advantage (arXiv 2508.10751, §3; METHODS.md §3).
+
+    For each prompt group of N rows, draw ``num_groups`` (default N) k-subsets of distinct rows,
+    each uniformly and independently (the same subset may be drawn twice). A subset's reward is
+    its max; subset rewards are normalised across the drawn subsets (mean, population std, no ε;
+    all-equal -> 0); a row's advantage is the SUM of the advantages of the drawn subsets that
+    contain it (0 if none). Rewards need not be binary.
+
+    Args:
+        rewards: ``(B,)`` rewards.
+        group_ids: ``(B,)`` integer group of each row.
+        k: subset size, 1 <= k <= every group's size.
+        generator: source of randomness (``None``: torch's global generator); random numbers are
+            drawn on its device.
+        num_groups: subsets drawn per prompt group (default: that group's size).
+
+    Returns:
+        ``(B,)`` float32 advantages. Within a group they sum to 0.
+
+    Example:
+        >>> r = torch.tensor([1.0, 0.0, 0.0, 0.0])
+        >>> a = passk_bootstrap(r, torch.zeros(4, dtype=torch.long), k=2,
+        ...                     generator=torch.Generator().manual_seed(0))
+        >>> a.shape, round(float(a.sum()), 6)
+        (torch.Size([4]), 0.0)
+    """
+    groups = _grouped(rewards, group_ids)
+    k = _check_k(k, groups)
+    if num_groups is not None:
+        num_groups = _positive_int(num_groups, "num_groups")
+    device = generator.device if generator is not None else rewards.device
+    r = rewards.double()
+    out = torch.zeros_like(r)
+    for rows in groups.blocks():  # (P_n, n)
+        p, n = rows.shape
+        m = n if num_groups is None else num_groups
+        keys = torch.rand(p, m, n, generator=generator, device=device)
+        picked = keys.argsort(-1)[..., :k].to(r.device)  # (P_n, m, k) uniform k-subsets
+        subset_max = r[rows].gather(1, picked.reshape(p, m * k)).view(p, m, k).amax(-1)  # (P_n, m)
+        adv = _zscore(subset_max).repeat_interleave(k, dim=1)  # (P_n, m·k)
+        sums = torch.zeros(p, n, dtype=r.dtype, device=r.device)
+        out[rows] = sums.scatter_add_(1, picked.reshape(p, m * k), adv)
+    return out.float()
+
+
+@register_advantage("passk_combined")
+def passk_combined(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
+    """Pass@k/Pass@1 mix (arXiv 2508.10751, Eq. 18): A = (N_pos/N)·A_passk + (1 − N_pos/N)·A_pass1.
+
+    Easy prompts (many correct) lean on the Pass@k advantage, hard ones on Pass@1. A_pass1 is
+    ``passk`` at k = 1, i.e. GRPO with population std and ε = 0.
+
+    Args:
+        rewards: ``(B,)`` binary rewards.
+        group_ids: ``(B,)`` integer group of each row.
+        k: subset size of the Pass@k term.
+
+    Returns:
+        ``(B,)`` float32 advantages.
+
+    Example:
+        >>> r = torch.tensor([1.0, 0.0, 0.0, 0.0])
+        >>> passk_combined(r, torch.zeros(4, dtype=torch.long), k=2)  # ¼·passk(2) + ¾·passk(1)
+        tensor([ 1.5490, -0.5163, -0.5163, -0.5163])
+    """
+    groups = _grouped(rewards, group_ids)
+    k = _check_k(k, groups)
+    _check_binary(rewards, "passk_combined")
+    r = rewards.double()
+    share = (groups.sum(r) / groups.counts)[groups.index]  # N_pos/N per row
+    return (share * _passk(r, groups, k) + (1 - share) * _passk(r, groups, 1)).float()
+
+
+@register_advantage("passk_entropy_adaptive")
+def passk_entropy_adaptive(rewards: Tensor, group_ids: Tensor, *, k: int, entropies: Tensor) -> Tensor:
+    """Entropy-routed Pass@1/Pass@k advantage (arXiv 2508.10751, §5; METHODS.md §3).
+
+    Prompts are ranked by the mean of their rows' entropies. The ⌊P/2⌋ highest-entropy prompts
+    (already exploring) get the Pass@1 advantage (``passk`` at k = 1 = GRPO, population std, ε = 0);
+    the others get ``passk`` with ``k``. With an odd number of prompts the middle one goes to
+    Pass@k (a batch of one prompt is all Pass@k). Ties in mean entropy are broken by group id: the
+    smaller id ranks as the higher entropy.
+
+    Args:
+        rewards: ``(B,)`` binary rewards.
+        group_ids: ``(B,)`` integer group of each row.
+        k: subset size of the Pass@k branch.
+        entropies: ``(B,)`` mean token entropy of each row's completion.
+
+    Returns:
+        ``(B,)`` float32 advantages.
+
+    Example:
+        >>> r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+        >>> g = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+        >>> h = torch.tensor([0.1, 0.1, 0.1, 0.1, 2.0, 2.0, 2.0, 2.0])  # group 1 explores more
+        >>> passk_entropy_adaptive(r, g, k=2, entropies=h)
+        tensor([ 1.0000, -0.3333, -0.3333, -0.3333,  1.7321, -0.5774, -0.5774, -0.5774])
+    """
+    groups = _grouped(rewards, group_ids)
+    k = _check_k(k, groups)
+    _check_binary(rewards, "passk_entropy_adaptive")
+    if entropies.shape != rewards.shape:
+        raise ValueError(
+            f"entropies must have the shape of rewards {tuple(rewards.shape)}; got {tuple(entropies.shape)}"
+        )
+    r = rewards.double()
+    order = torch.argsort(groups.mean(entropies), descending=True, stable=True)  # ids ascending on ties
+    high = torch.zeros(len(groups.ids), dtype=torch.bool, device=r.device)
+    high[order[: len(groups.ids) // 2]] = True
+    return torch.where(high[groups.index], _passk(r, groups, 1), _passk(r, groups, k)).float()
+
+
+@register_advantage("pkpo")
+def pkpo(rewards: Tensor, group_ids: Tensor, *, k: int, baseline: str = "loo_minus_one") -> Tensor:
+    """Pass@k Policy Optimization reward transform (Walder & Karkhanis, arXiv 2505.15201).
+
+    With N rows, c = N_pos correct, and ρ(n, c, k) = 1 − C(n − c, k)/C(n, k) (unbiased pass@k):
+
+    - ``"none"`` (Eq. 8): r_i = k/N if correct else (k/N)·ρ(N − 1, c, k − 1). This is
+      s_i = (1/C(N, k))·Σ_{|I|=k, i∈I} max_{j∈I} r_j, and Σ_i r_i ∇log π(y_i) is unbiased for
+      ∇pass@k. Note Σ_i r_i = k·ρ(N, c, k): the mean of the r_i is (k/N)·pass@k (the mean of
+      (N/k)·r_i is the unbiased pass@k estimate), since each k-subset is counted once per member.
+    - ``"loo"`` (Eq. 29): s_i − (1/(N − 1))·Σ_{j≠i} S(j, k, rows∖i) = s_i − (k/(N − 1))·ρ(N − 1,
+      c − r_i, k), the same estimator on the other N − 1 rows as baseline. Needs k <= N − 1.
+    - ``"loo_minus_one"`` (Eq. 33, default; the variant the paper calls PKPO in its LLM runs):
+      (1/C(N, k))·Σ_{|I|=k, i∈I} (max_I r − max_{I∖i} r). For binary rewards this is
+      C(N − c, k − 1)/C(N, k) for a correct row (the subsets where it is the only success) and 0 for
+      an incorrect one. At k = 1 the baseline subset is empty; the paper then uses plain LOO mean
+      centring (its Eq. 26); we use it scaled by 1/N, (r_i − mean_{j≠i} r_j)/N, so that
+      Σ_i A_i ∇log π(y_i) stays an unbiased estimate of ∇pass@k on one scale for every k (the
+      paper's unscaled form is N times larger).
+
+    No std normalisation is applied: magnitudes are those of the paper (order k/N).
+
+    Args:
+        rewards: ``(B,)`` binary rewards.
+        group_ids: ``(B,)`` integer group of each row.
+        k: the pass@k being optimised.
+        baseline: ``"loo_minus_one"`` (default), ``"loo"`` or ``"none"``.
+
+    Returns:
+        ``(B,)`` float32 advantages.
+
+    Example:
+        >>> r, g = torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.zeros(4, dtype=torch.long)
+        >>> pkpo(r, g, k=2, baseline="none")  # 2/4 and (2/4)·ρ(3, 2, 1) = 1/2 · 2/3
+        tensor([0.5000, 0.5000, 0.3333, 0.3333])
+        >>> pkpo(r, g, k=2)  # C(2, 1)/C(4, 2) = 1/3 for each success, 0 otherwise
+        tensor([0.3333, 0.3333, 0.0000, 0.0000])
+    """
+    if baseline not in PKPO_BASELINES:
+        raise ValueError(f"pkpo: baseline must be one of {PKPO_BASELINES}; got {baseline!r}")
+    groups = _grouped(rewards, group_ids)
+    k = _check_k(k, groups)
+    _check_binary(rewards, "pkpo")
+    r = rewards.double()
+    n = groups.counts.double()[groups.index]  # (B,) group size per row
+    c = groups.sum(r)[groups.index]  # (B,) correct per row's group
+    if baseline == "loo_minus_one":
+        if k == 1:
+            return (torch.where(n > 1, r - (c - r) / (n - 1).clamp(min=1.0), 0.0) / n).float()
+        return (r * (k / n) * torch.exp(_log_miss(n - 1, c - 1, k - 1))).float()
+    s = (k / n) * torch.where(r > 0, 1.0, -torch.expm1(_log_miss(n - 1, c, k - 1)))
+    if baseline == "none":
+        return s.float()
+    if int(groups.counts.min()) <= k:
+        p = int(groups.counts.argmin())
+        raise ValueError(
+            f"pkpo baseline 'loo' needs k <= group size - 1; group {int(groups.ids[p])} has "
+            f"{int(groups.counts[p])} rows and k={k} (use baseline='loo_minus_one')"
+        )
+    return (s - k / (n - 1) * -torch.expm1(_log_miss(n - 1, c - r, k))).float()
+
+
+@register_advantage("max_minus_second")
+def max_minus_second(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Leave-one-out max advantage (Tang et al., arXiv 2503.19595): A_i = max_g r − max_{g∖i} r.
+
+    Only the best row of a group gets a non-zero advantage, r_max − r_2nd; every other row's
+    leave-one-out max is the group max, so it gets 0. Ties at the top give 0 to every row (the
+    second best equals the best). A group of one row gets 0.
+
+    Args:
+        rewards: ``(B,)`` rewards.
+        group_ids: ``(B,)`` integer group of each row.
+
+    Returns:
+        ``(B,)`` float32 advantages.
+
+    Example:
+        >>> max_minus_second(torch.tensor([0.2, 0.9, 0.5, 1.0, 1.0]), torch.tensor([0, 0, 0, 1, 1]))
+        tensor([0.0000, 0.4000, 0.0000, 0.0000, 0.0000])
+    """
+    groups = _grouped(rewards, group_ids)
+    r = rewards.double()
+    out = torch.zeros_like(r)
+    for rows in groups.blocks():  # (P_n, n)
+        if rows.shape[1] < 2:
+            continue
+        x = r[rows]
+        top2 = x.topk(2, dim=1).values  # (P_n, 2)
+        best = rows.gather(1, x.argmax(1, keepdim=True)).squeeze(1)  # (P_n,)
+        out[best] = top2[:, 0] - top2[:, 1]
+    return out.float()

@@ -1,0 +1,603 @@
+"""Advantage estimators against brute-force references (METHODS.md §1 and §3).
+
+References work one group at a time on plain Python lists (exact ``Fraction`` where the formula is
+rational, ``itertools`` enumeration of subsets, partitions and draws); the estimators under test
+see batches whose group ids are arbitrary ints, whose rows are interleaved and whose groups differ
+in size.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+import statistics
+from fractions import Fraction
+from itertools import combinations, permutations, product
+from math import comb
+
+import pytest
+import torch
+
+from lit_rlvr.functional import pass_at_k
+from lit_rlvr.functional.advantages import ADVANTAGES, _passk_pos_neg
+
+SEEDS = [0, 1, 2]
+LAYOUTS = {"equal": [4, 4, 4], "unequal": [1, 2, 3, 5, 8], "one_group": [7]}
+K_ENTRIES = ["passk", "passk_full", "passk_bootstrap", "passk_combined", "passk_entropy_adaptive", "pkpo"]
+BINARY_ENTRIES = ["passk", "passk_combined", "passk_entropy_adaptive", "pkpo"]
+
+
+# ----------------------------------------------------------------------------- batch helpers
+
+
+def random_groups(sizes: list[int], seed: int, binary: bool = True) -> list[list[float]]:
+    """One reward list per group; binary groups get a random success rate each."""
+    rng = random.Random(seed)
+    groups = []
+    for n in sizes:
+        p = rng.random()
+        if binary:
+            groups.append([float(rng.random() < p) for _ in range(n)])
+        else:
+            groups.append([rng.choice([0.0, 0.25, 0.5, 0.75, 1.0]) for _ in range(n)])
+    return groups
+
+
+def make_batch(groups: list[list[float]], seed: int, shuffle: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``groups`` under arbitrary distinct ids (negative, large, unsorted), rows interleaved."""
+    rng = random.Random(seed + 1000)
+    ids = rng.sample(range(-50, 1000), len(groups))
+    rows = [(gid, r) for gid, rs in zip(ids, groups) for r in rs]
+    if shuffle:
+        rng.shuffle(rows)
+    return torch.tensor([r for _, r in rows]), torch.tensor([g for g, _ in rows])
+
+
+def per_group(ref, rewards: torch.Tensor, group_ids: torch.Tensor, **options) -> torch.Tensor:
+    """Apply ``ref(list of one group's rewards in row order, **options) -> advantages`` group by group."""
+    out = [0.0] * len(rewards)
+    ids = group_ids.tolist()
+    for gid in set(ids):
+        idx = [i for i, g in enumerate(ids) if g == gid]
+        for i, a in zip(idx, ref([rewards[i].item() for i in idx], **options)):
+            out[i] = float(a)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def assert_close(got: torch.Tensor, want: torch.Tensor, rtol: float = 2e-6, atol: float = 2e-6) -> None:
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    torch.testing.assert_close(got.double(), want.double(), rtol=rtol, atol=atol)
+
+
+# ----------------------------------------------------------------------------- references
+
+
+def zscore(values: list) -> list[float]:
+    """Population z-scores; all-equal -> 0 (the convention of every Pass@k-family estimator)."""
+    if len(set(values)) == 1:
+        return [0.0] * len(values)
+    mu = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mu) ** 2 for v in values) / len(values))
+    return [float(v - mu) / sd for v in values]
+
+
+def grpo_ref(rs, std="population", eps=1e-6):
+    mu = statistics.fmean(rs)
+    if len(set(rs)) == 1:
+        return [0.0] * len(rs)
+    if std == "none":
+        return [r - mu for r in rs]
+    sd = statistics.pstdev(rs) if std == "population" else statistics.stdev(rs)
+    return [(r - mu) / (sd + eps) for r in rs]
+
+
+def rloo_ref(rs):
+    n = len(rs)
+    return [0.0] * n if n == 1 else [r - (sum(rs) - r) / (n - 1) for r in rs]
+
+
+def passk_subsets_ref(rs, k):
+    """Average, over the k-subsets containing each row, of the subset's normalised reward
+    (R_S − mean)/std, mean and population std taken over ALL C(N, k) subsets, R_S = max."""
+    rs = [Fraction(r) for r in rs]
+    subsets = list(combinations(range(len(rs)), k))
+    reward = {s: max(rs[j] for j in s) for s in subsets}
+    mu = sum(reward.values()) / len(subsets)
+    var = sum((x - mu) ** 2 for x in reward.values()) / len(subsets)
+    if var == 0:
+        return [0.0] * len(rs)
+    out = []
+    for i in range(len(rs)):
+        mine = [reward[s] - mu for s in subsets if i in s]
+        out.append(float(sum(mine) / len(mine)) / math.sqrt(var))
+    return out
+
+
+def passk_formula_ref(n, n_pos, k):
+    """(A_pos, A_neg) exactly as METHODS.md §3 writes them, binomials as exact integers."""
+    n_neg = n - n_pos
+    rho = 1 - Fraction(comb(n_neg, k), comb(n, k))
+    if rho in (0, 1):
+        return 0.0, 0.0
+    sigma = math.sqrt(rho * (1 - rho))
+    a_neg = float(1 - rho - Fraction(comb(n_neg - 1, k - 1), comb(n - 1, k - 1))) / sigma
+    return float(1 - rho) / sigma, a_neg
+
+
+def passk_ref(rs, k):
+    a_pos, a_neg = passk_formula_ref(len(rs), int(sum(rs)), k)
+    return [a_pos if r else a_neg for r in rs]
+
+
+def passk_full_ref(rs, k):
+    m = len(rs) // k
+    chunks = [rs[j * k : (j + 1) * k] for j in range(m)]
+    adv = zscore([max(c) for c in chunks])
+    return [adv[i // k] if i < m * k else 0.0 for i in range(len(rs))]
+
+
+def set_partitions(items: list[int], k: int):
+    """Every partition of ``items`` into unordered blocks of size k."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for mates in combinations(rest, k - 1):
+        left = [x for x in rest if x not in mates]
+        for blocks in set_partitions(left, k):
+            yield [(first, *mates), *blocks]
+
+
+def passk_full_expectation(rs, k):
+    """E over a uniformly random row order of passk_full's advantage of each row: the leftover set
+    is a uniform (N mod k)-subset and the chunks a uniform partition of the rest into k-blocks."""
+    n = len(rs)
+    total, count = [0.0] * n, 0
+    for left in combinations(range(n), n % k):
+        for blocks in set_partitions([i for i in range(n) if i not in left], k):
+            for block, a in zip(blocks, zscore([max(rs[i] for i in b) for b in blocks])):
+                for i in block:
+                    total[i] += a
+            count += 1
+    return [t / count for t in total]
+
+
+def bootstrap_expectation(rs, k, m):
+    """E of passk_bootstrap's advantage of each row, over all C(N, k)^m equally likely draws."""
+    n = len(rs)
+    subsets = list(combinations(range(n), k))
+    total = [0.0] * n
+    for draw in product(subsets, repeat=m):
+        for s, a in zip(draw, zscore([max(rs[i] for i in s) for s in draw])):
+            for i in s:
+                total[i] += a
+    return [t / len(subsets) ** m for t in total]
+
+
+def pkpo_ref(rs, k, baseline):
+    """PKPO (arXiv 2505.15201) by enumeration of subsets: Eq. 27 (s), 29 (loo), 33 (loo−1)."""
+    rs = [Fraction(int(r)) for r in rs]
+    n = len(rs)
+
+    def big_s(i, members):  # S(i, k, members) of Eq. 28
+        sets = [s for s in combinations(members, k) if i in s]
+        return Fraction(sum(max(rs[j] for j in s) for s in sets), comb(len(members), k))
+
+    everyone = list(range(n))
+    if baseline == "none":
+        return [float(big_s(i, everyone)) for i in everyone]
+    if baseline == "loo":
+        out = []
+        for i in everyone:
+            rest = [j for j in everyone if j != i]
+            out.append(float(big_s(i, everyone) - sum(big_s(j, rest) for j in rest) / (n - 1)))
+        return out
+    if k == 1:  # the paper's k_opt = 1 baseline (LOO centring, Eq. 26), on the 1/N scale of s_i
+        return [0.0 if n == 1 else float((r - (sum(rs) - r) / (n - 1)) / n) for r in rs]
+    out = []
+    for i in everyone:
+        gain = sum(
+            max(rs[j] for j in s) - max(rs[j] for j in s if j != i) for s in combinations(everyone, k) if i in s
+        )
+        out.append(float(Fraction(gain, comb(n, k))))
+    return out
+
+
+def max_minus_second_ref(rs):
+    if len(rs) == 1:
+        return [0.0]
+    return [max(rs) - max(rs[:i] + rs[i + 1 :]) for i in range(len(rs))]
+
+
+def entropy_adaptive_ref(rewards, group_ids, entropies, k):
+    ids = sorted(set(group_ids.tolist()))
+    mean_h = {g: statistics.fmean(entropies[group_ids == g].tolist()) for g in ids}
+    ranked = sorted(ids, key=lambda g: -mean_h[g])  # stable: smaller id first on ties
+    high = set(ranked[: len(ids) // 2])
+    pass1 = per_group(passk_ref, rewards, group_ids, k=1)
+    passk_ = per_group(passk_ref, rewards, group_ids, k=k)
+    return torch.where(torch.tensor([g in high for g in group_ids.tolist()]), pass1, passk_)
+
+
+def entropies_for(group_ids: torch.Tensor, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.rand(len(group_ids), generator=gen) * 3
+
+
+def options_for(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, k: int = 1) -> dict:
+    """The options the caller would pass to each entry (only those it declares)."""
+    opts = {"k": k} if name in K_ENTRIES else {}
+    if name == "passk_bootstrap":
+        opts["generator"] = torch.Generator().manual_seed(0)
+    if name == "passk_entropy_adaptive":
+        opts["entropies"] = entropies_for(group_ids, 0)
+    return opts
+
+
+# ----------------------------------------------------------------------------- registry contract
+
+
+def test_registry_holds_every_estimator_with_explicit_keyword_options():
+    assert set(ADVANTAGES) == {
+        "grpo", "rloo", "passk", "passk_full", "passk_bootstrap", "passk_combined",
+        "passk_entropy_adaptive", "pkpo", "max_minus_second",
+    }  # fmt: skip
+    for name, fn in ADVANTAGES.items():
+        params = list(inspect.signature(fn).parameters.values())
+        assert [p.name for p in params[:2]] == ["rewards", "group_ids"], name
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:]), name
+        assert fn.__doc__ and ">>>" in fn.__doc__, f"{name} has no doctest"
+    with pytest.raises(KeyError, match="valid names: .*'grpo'"):
+        ADVANTAGES["gpro"]
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGES))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_contract_and_row_order_equivariance(name, seed):
+    """float32 (B,) finite output; interleaving groups differently (keeping each group's own row
+    order) and renaming ids permutes the output the same way. Bootstrap is random: shape only."""
+    rewards, group_ids = make_batch(random_groups(LAYOUTS["unequal"], seed), seed)
+    fn = ADVANTAGES[name]
+    out = fn(rewards, group_ids, **options_for(name, rewards, group_ids))
+    assert out.dtype == torch.float32 and out.shape == rewards.shape and out.isfinite().all()
+    if name == "passk_bootstrap":
+        return
+    rng = random.Random(seed)
+    queues = {g: [i for i, h in enumerate(group_ids.tolist()) if h == g] for g in set(group_ids.tolist())}
+    slots = group_ids.tolist()
+    rng.shuffle(slots)
+    perm = torch.tensor([queues[g].pop(0) for g in slots])  # new row j = old row perm[j]
+    opts = options_for(name, rewards, group_ids)
+    if "entropies" in opts:
+        opts["entropies"] = opts["entropies"][perm]
+    moved = fn(rewards[perm], group_ids[perm] * 3 + 17, **opts)
+    assert torch.equal(moved, out[perm])
+
+
+# ----------------------------------------------------------------------------- grpo, rloo
+
+
+@pytest.mark.parametrize("std", ["population", "sample", "none"])
+@pytest.mark.parametrize("eps", [1e-6, 0.0])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("binary", [True, False])
+def test_grpo_matches_naive_loop(std, eps, layout, seed, binary):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS[layout], seed, binary), seed)
+    got = ADVANTAGES["grpo"](rewards, group_ids, std=std, eps=eps)
+    assert_close(got, per_group(grpo_ref, rewards, group_ids, std=std, eps=eps), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rloo_matches_naive_loop(layout, seed):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS[layout], seed, binary=False), seed)
+    assert_close(ADVANTAGES["rloo"](rewards, group_ids), per_group(rloo_ref, rewards, group_ids))
+
+
+def test_grpo_and_rloo_edge_cases():
+    rewards, group_ids = torch.tensor([0.7, 1.0, 1.0, 1.0, 0.0, 1.0]), torch.tensor([5, 9, 9, 9, 2, 2])
+    for std in ("population", "sample", "none"):
+        got = ADVANTAGES["grpo"](rewards, group_ids, std=std, eps=0.0)  # ε = 0 must not give NaN
+        assert torch.equal(got[:4], torch.zeros(4))  # group of one, all-equal group
+    assert torch.equal(ADVANTAGES["rloo"](rewards, group_ids)[:4], torch.zeros(4))
+    with pytest.raises(ValueError, match=r"std must be one of \('population', 'sample', 'none'\); got 'pop'"):
+        ADVANTAGES["grpo"](rewards, group_ids, std="pop")
+
+
+# ----------------------------------------------------------------------------- passk (analytical)
+
+
+@pytest.mark.parametrize("layout", ["equal", "unequal", "one_group"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_passk_equals_average_normalised_advantage_of_subsets_containing_the_row(layout, seed):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS[layout], seed), seed)
+    for k in range(1, min(LAYOUTS[layout]) + 1):
+        got = ADVANTAGES["passk"](rewards, group_ids, k=k)
+        assert_close(got, per_group(passk_subsets_ref, rewards, group_ids, k=k))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 6, 16, 33])
+def test_passk_methods_formula_and_closed_forms_for_every_count_and_k(n):
+    for n_pos in range(n + 1):
+        rewards = torch.tensor([1.0] * n_pos + [0.0] * (n - n_pos))
+        for k in range(1, n + 1):
+            got = ADVANTAGES["passk"](rewards, torch.zeros(n, dtype=torch.long), k=k)
+            a_pos, a_neg = passk_formula_ref(n, n_pos, k)
+            assert_close(got, torch.tensor([a_pos] * n_pos + [a_neg] * (n - n_pos)))
+            n_neg, rho = n - n_pos, 1 - Fraction(comb(n - n_pos, k), comb(n, k))
+            if n_pos == 0 or n_neg < k:  # all subsets share one reward
+                assert torch.equal(got, torch.zeros(n))
+            else:
+                closed = math.sqrt((1 - rho) / rho)
+                assert got[0].item() == pytest.approx(closed, rel=1e-6)
+                assert got[-1].item() == pytest.approx(-n_pos / n_neg * closed, rel=1e-6)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_passk_at_k1_is_grpo_with_population_std(layout, seed):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS[layout], seed), seed)
+    got = ADVANTAGES["passk"](rewards, group_ids, k=1)
+    assert torch.allclose(got, ADVANTAGES["grpo"](rewards, group_ids, std="population", eps=0.0), rtol=1e-6, atol=0)
+    assert torch.allclose(got, ADVANTAGES["grpo"](rewards, group_ids), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("k", [1, 2, 16, 256, 1000])
+def test_passk_exact_at_n_1024(k):
+    n, counts = 1024, [1, 2, 3, 10, 100, 512, 1000, 1020, 1023]
+    got_pos, got_neg = _passk_pos_neg(torch.full((len(counts),), float(n), dtype=torch.float64),
+                                      torch.tensor(counts, dtype=torch.float64), k)  # fmt: skip
+    for i, c in enumerate(counts):
+        q = Fraction(comb(n - c, k), comb(n, k))  # 1 − ρ, exact
+        want = math.sqrt(q / (1 - q)) if 0 < q < 1 else 0.0  # q/(1−q) rounded once, then sqrt
+        assert got_pos[i].item() == pytest.approx(want, rel=1e-12, abs=0)
+        assert got_neg[i].item() == pytest.approx(-c / (n - c) * want if c < n else 0.0, rel=1e-12, abs=0)
+    # the public float32 path: one group per count, rows interleaved
+    rewards = torch.cat([torch.tensor([1.0] * c + [0.0] * (n - c)) for c in counts])
+    group_ids = torch.arange(len(counts)).repeat_interleave(n)
+    perm = torch.randperm(len(rewards), generator=torch.Generator().manual_seed(k))
+    got = ADVANTAGES["passk"](rewards[perm], group_ids[perm], k=k)
+    want = torch.where(rewards > 0, got_pos[group_ids], got_neg[group_ids])[perm]
+    assert got.isfinite().all()
+    torch.testing.assert_close(got, want.float(), rtol=1e-7, atol=0)
+
+
+# ----------------------------------------------------------------------------- passk_full
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("binary", [True, False])
+def test_passk_full_matches_naive_loop(layout, seed, binary):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS[layout], seed, binary), seed)
+    for k in range(1, min(LAYOUTS[layout]) + 1):
+        got = ADVANTAGES["passk_full"](rewards, group_ids, k=k)
+        assert_close(got, per_group(passk_full_ref, rewards, group_ids, k=k))
+
+
+@pytest.mark.parametrize(
+    ("rs", "k"),
+    [
+        ([1, 0, 0, 0, 0, 0], 2),
+        ([1, 1, 0, 0, 0, 0], 3),
+        ([1, 0, 0, 1, 0, 0, 0], 3),
+        ([0, 1, 0, 0, 1], 2),
+        ([1, 0, 0, 0], 2),
+    ],
+)
+def test_passk_full_expectation_over_row_orders(rs, k):
+    """Average the estimator over every order of a group's rows (one group per permutation, all in
+    one batch) and compare with the expectation from enumerating subsets and partitions."""
+    n = len(rs)
+    perms = list(permutations(range(n)))
+    order = torch.tensor(perms).flatten()  # row j of permutation p is original row perms[p][j]
+    rewards = torch.tensor(rs, dtype=torch.float32)[order]
+    group_ids = torch.arange(len(perms)).repeat_interleave(n) * 7 - 300
+    got = ADVANTAGES["passk_full"](rewards, group_ids, k=k).double()
+    mean_by_row = torch.zeros(n, dtype=torch.float64).index_add_(0, order, got) / len(perms)
+    assert torch.allclose(mean_by_row, torch.tensor(passk_full_expectation(rs, k), dtype=torch.float64), atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- passk_bootstrap
+
+
+@pytest.mark.parametrize(
+    ("rs", "k", "num_groups"), [([1, 0, 0, 0], 2, None), ([1, 1, 0, 0], 3, None), ([0, 1, 0, 1, 0], 2, 3)]
+)
+def test_passk_bootstrap_converges_to_its_exact_expectation(rs, k, num_groups):
+    n, copies = len(rs), 20000
+    want = torch.tensor(bootstrap_expectation(rs, k, num_groups or n), dtype=torch.float64)
+    perm = torch.randperm(copies * n, generator=torch.Generator().manual_seed(1))
+    rewards = torch.tensor(rs, dtype=torch.float32).repeat(copies)[perm]
+    group_ids = torch.arange(copies).repeat_interleave(n)[perm]
+    got = ADVANTAGES["passk_bootstrap"](
+        rewards, group_ids, k=k, num_groups=num_groups, generator=torch.Generator().manual_seed(2)
+    ).double()
+    position = torch.arange(n).repeat(copies)[perm]
+    for i in range(n):
+        draws = got[position == i]
+        stderr = draws.std().item() / math.sqrt(copies)
+        assert abs(draws.mean().item() - want[i].item()) < 5 * stderr + 1e-9, (i, draws.mean(), want[i])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_passk_bootstrap_is_seeded_and_sums_to_zero_per_group(seed):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS["unequal"], seed, binary=False), seed)
+    run = lambda s, m=None: ADVANTAGES["passk_bootstrap"](  # noqa: E731
+        rewards, group_ids, k=1, num_groups=m, generator=torch.Generator().manual_seed(s)
+    )
+    assert torch.equal(run(seed), run(seed))
+    for out in (run(seed), run(seed, m=7)):
+        sums = torch.zeros(2000).index_add_(0, group_ids + 50, out)
+        assert sums.abs().max() < 1e-5
+    assert not torch.equal(run(seed, m=50), run(seed + 1, m=50))
+    assert torch.equal(run(seed, m=1), torch.zeros(len(rewards)))  # one subset: nothing to compare with
+    out = ADVANTAGES["passk_bootstrap"](rewards, group_ids, k=1)  # global generator
+    assert out.shape == rewards.shape and out.isfinite().all()
+
+
+# ----------------------------------------------------------------------------- combined, entropy
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_passk_combined_is_eq18_mix(layout, seed):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS[layout], seed), seed)
+    for k in range(1, min(LAYOUTS[layout]) + 1):
+        mix = lambda rs, k: [  # noqa: E731
+            sum(rs) / len(rs) * a + (1 - sum(rs) / len(rs)) * b
+            for a, b in zip(passk_ref(rs, k), grpo_ref(rs, "population", 0.0))
+        ]
+        assert_close(ADVANTAGES["passk_combined"](rewards, group_ids, k=k), per_group(mix, rewards, group_ids, k=k))
+
+
+@pytest.mark.parametrize("layout", ["equal", "unequal"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_passk_entropy_adaptive_routes_top_half_to_pass1(layout, seed):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS[layout], seed), seed)
+    entropies = entropies_for(group_ids, seed)
+    for k in (1, min(LAYOUTS[layout])):
+        got = ADVANTAGES["passk_entropy_adaptive"](rewards, group_ids, k=k, entropies=entropies)
+        assert_close(got, entropy_adaptive_ref(rewards, group_ids, entropies, k))
+
+
+def test_passk_entropy_adaptive_tie_and_odd_rules():
+    # three prompts, equal mean entropy: ⌊3/2⌋ = 1 goes to Pass@1, the smallest id
+    one_group = [1.0, 0.0, 0.0, 0.0]
+    rewards = torch.tensor(one_group * 3)
+    group_ids = torch.tensor([40] * 4 + [-3] * 4 + [12] * 4)
+    entropies = torch.tensor([0.5, 1.5, 1.0, 1.0] * 3)  # every group's mean is 1.0
+    got = ADVANTAGES["passk_entropy_adaptive"](rewards, group_ids, k=2, entropies=entropies)
+    pass1, pass2 = torch.tensor(grpo_ref(one_group, "population", 0.0)), torch.tensor(passk_ref(one_group, 2))
+    assert_close(got, torch.cat([pass2, pass1, pass2]))
+    single = ADVANTAGES["passk_entropy_adaptive"](rewards[:4], group_ids[:4], k=2, entropies=entropies[:4])
+    assert_close(single, pass2)  # one prompt: Pass@k
+    with pytest.raises(ValueError, match=r"entropies must have the shape of rewards \(12,\); got \(4,\)"):
+        ADVANTAGES["passk_entropy_adaptive"](rewards, group_ids, k=2, entropies=entropies[:4])
+
+
+# ----------------------------------------------------------------------------- pkpo
+
+
+@pytest.mark.parametrize("baseline", ["none", "loo", "loo_minus_one"])
+@pytest.mark.parametrize("layout", ["equal", "unequal"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_pkpo_matches_subset_enumeration_of_the_paper(baseline, layout, seed):
+    sizes = [n for n in LAYOUTS[layout] if n >= 2] if baseline == "loo" else LAYOUTS[layout]
+    rewards, group_ids = make_batch(random_groups(sizes, seed), seed)
+    top = min(sizes) - (baseline == "loo")
+    for k in range(1, top + 1):
+        got = ADVANTAGES["pkpo"](rewards, group_ids, k=k, baseline=baseline)
+        assert_close(got, per_group(pkpo_ref, rewards, group_ids, k=k, baseline=baseline))
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 33])
+def test_pkpo_rewards_sum_to_k_times_unbiased_pass_at_k(n):
+    """Eq. 8 rewards: mean_i r_i = (k/N)·ρ(N, c, k), i.e. the mean of (N/k)·r_i is pass@k."""
+    for c in range(n + 1):
+        rewards = torch.tensor([1.0] * c + [0.0] * (n - c))
+        for k in range(1, n + 1):
+            r = ADVANTAGES["pkpo"](rewards, torch.zeros(n, dtype=torch.long), k=k, baseline="none")
+            assert (r.double().mean() * n / k).item() == pytest.approx(pass_at_k(n, c, k), abs=1e-6)
+            assert r[:c].eq(r[0]).all() and (c == 0 or r[0].item() == pytest.approx(k / n))
+
+
+@pytest.mark.parametrize(
+    ("baseline", "n", "k"),
+    [
+        (b, n, k)
+        for b in ("none", "loo", "loo_minus_one")
+        for n, k in [(2, 1), (3, 2), (4, 1), (4, 2), (4, 3), (5, 4), (5, 5)]
+        if b != "loo" or k <= n - 1
+    ],
+)
+def test_pkpo_gradient_is_exactly_unbiased_for_pass_at_k(baseline, n, k):
+    """For a Bernoulli(p) policy, E[Σ_i A_i ∂log π(x_i)/∂p] over all 2^N outcomes = d pass@k/dp
+    (the 'loo' baseline needs k <= N − 1)."""
+    p = 2 / 7
+    outcomes = list(product([0.0, 1.0], repeat=n))
+    rewards = torch.tensor(outcomes).flatten()
+    group_ids = torch.arange(len(outcomes)).repeat_interleave(n)
+    adv = ADVANTAGES["pkpo"](rewards, group_ids, k=k, baseline=baseline).double().view(-1, n)
+    score = torch.where(torch.tensor(outcomes) > 0, 1 / p, -1 / (1 - p))  # ∂log π(x)/∂p
+    prob = torch.tensor([p ** sum(o) * (1 - p) ** (n - sum(o)) for o in outcomes], dtype=torch.float64)
+    expected_grad = (prob * (adv * score).sum(1)).sum().item()
+    assert expected_grad == pytest.approx(k * (1 - p) ** (k - 1), rel=1e-5)
+
+
+def test_pkpo_bad_options():
+    rewards, group_ids = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([8, 8, 8])
+    with pytest.raises(ValueError, match=r"baseline must be one of .*got 'loo1'"):
+        ADVANTAGES["pkpo"](rewards, group_ids, k=2, baseline="loo1")
+    with pytest.raises(ValueError, match=r"'loo' needs k <= group size - 1; group 8 has 3 rows and k=3"):
+        ADVANTAGES["pkpo"](rewards, group_ids, k=3, baseline="loo")
+
+
+# ----------------------------------------------------------------------------- max_minus_second
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_max_minus_second_matches_leave_one_out_max(layout, seed):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS[layout], seed, binary=False), seed)
+    got = ADVANTAGES["max_minus_second"](rewards, group_ids)
+    assert_close(got, per_group(max_minus_second_ref, rewards, group_ids))
+    assert (got != 0).sum() <= len(set(group_ids.tolist()))  # at most the best row of each group
+
+
+def test_max_minus_second_ties_and_singletons():
+    got = ADVANTAGES["max_minus_second"](torch.tensor([0.5, 0.9, 0.9, 0.3, 0.8]), torch.tensor([1, 1, 1, 2, 3]))
+    assert torch.equal(got, torch.zeros(5))
+
+
+# ----------------------------------------------------------------------------- shared edge cases and errors
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGES))
+def test_group_of_one_and_all_equal_groups_get_zero(name):
+    rewards = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0])
+    group_ids = torch.tensor([3, 3, 3, 3, 5, 5, 5, 9])  # all correct, all wrong, a single row
+    out = ADVANTAGES[name](rewards, group_ids, **options_for(name, rewards, group_ids, k=1))
+    assert torch.equal(out, torch.zeros(8))
+
+
+@pytest.mark.parametrize("name", ["passk", "passk_full", "passk_bootstrap", "pkpo"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_k_equal_to_group_size_gives_zero(name, seed):
+    rewards, group_ids = make_batch(random_groups([5, 5, 5], seed), seed)
+    out = ADVANTAGES[name](rewards, group_ids, **options_for(name, rewards, group_ids, k=5))
+    if name == "pkpo":  # loo−1 at k = N: only a sole success gets 1/C(N, N) = 1
+        want = per_group(lambda rs: [float(r == 1 and sum(rs) == 1) for r in rs], rewards, group_ids)
+        assert_close(out, want)
+    else:
+        assert torch.equal(out, torch.zeros(15))
+
+
+@pytest.mark.parametrize("name", K_ENTRIES)
+def test_k_errors_name_the_group_its_size_and_k(name):
+    rewards, group_ids = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0]), torch.tensor([913, 913, 913, 4, 4])
+    opts = options_for(name, rewards, group_ids)
+    with pytest.raises(ValueError, match=r"k=3 exceeds the size of group 4 \(2 rows\)"):
+        ADVANTAGES[name](rewards, group_ids, **{**opts, "k": 3})
+    with pytest.raises(ValueError, match=r"k must be an integer >= 1; got k=0"):
+        ADVANTAGES[name](rewards, group_ids, **{**opts, "k": 0})
+    with pytest.raises(ValueError, match=r"k must be an integer >= 1; got 1.5"):
+        ADVANTAGES[name](rewards, group_ids, **{**opts, "k": 1.5})
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGES))
+def test_shape_errors_show_both_shapes(name):
+    rewards, group_ids = torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1])
+    with pytest.raises(ValueError, match=r"rewards \(4,\) and group_ids \(3,\)"):
+        ADVANTAGES[name](rewards, group_ids, **options_for(name, rewards, rewards.long()))
+    with pytest.raises(ValueError, match=r"rewards \(2, 2\) and group_ids \(2, 2\)"):
+        ADVANTAGES[name](rewards.view(2, 2), rewards.long().view(2, 2), **options_for(name, rewards, rewards.long()))
+
+
+@pytest.mark.parametrize("name", BINARY_ENTRIES)
+def test_non_binary_rewards_are_rejected_by_value(name):
+    rewards, group_ids = torch.tensor([1.0, 0.0, 0.5, 1.0]), torch.tensor([0, 0, 0, 0])
+    with pytest.raises(ValueError, match=rf"{name} needs binary rewards in \{{0, 1\}}; got 0.5 at row 2"):
+        ADVANTAGES[name](rewards, group_ids, **options_for(name, rewards, group_ids))
