@@ -1,0 +1,293 @@
+"""Building the reference cache: n samples per training prompt from π_ref, their rewards and log π_ref.
+
+DPH-RL (arXiv 2509.07430, §3 and METHODS.md §2) pre-samples the initial policy once so that
+training needs no reference model: for every prompt, n completions at temperature 1.0, scored
+by the verifiable reward, with per-token log π_ref stored. Departures from the released code:
+
+- The stored log-probs come from the policy's own forward pass (:func:`lit_rlvr.policy.
+  completion_logprobs`) at temperature 1.0 over the full vocabulary, not from the sampler: a
+  sampler may truncate (top-p/top-k) or run in another precision, and the divergence estimator
+  needs the untruncated π_ref(y).
+- The build is resumable and reproducible: prompts are processed in fixed shards, each engine
+  call is seeded from the run seed and the ids of its prompts, and each finished shard is
+  written atomically (temporary file + rename) before the manifest lists it. A build that is
+  killed at any point and started again skips finished shards and ends byte-identical to an
+  uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections import Counter
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.numpy import save_file
+from tqdm.auto import tqdm
+
+from lit_rlvr.cache.format import (
+    FORMAT_VERSION,
+    MANIFEST,
+    CacheCorruptError,
+    CacheMismatchError,
+    dataset_fingerprint,
+    file_sha256,
+    identity_diff,
+    model_fingerprint,
+    shard_name,
+    tokenizer_fingerprint,
+    write_json_atomic,
+)
+from lit_rlvr.policy import completion_logprobs
+from lit_rlvr.rollout.types import Rollouts, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+def call_seed(seed: int, ids: list[str]) -> int:
+    """The sampling seed of one engine call: a hash of the run seed and the call's prompt ids.
+
+    Example:
+        >>> call_seed(0, ["gsm8k/0"]) == call_seed(0, ["gsm8k/0"]), call_seed(0, ["a"]) == call_seed(1, ["a"])
+        (True, False)
+    """
+    digest = hashlib.sha256(json.dumps([seed, ids]).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+@torch.no_grad()
+def reference_logprobs(
+    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, batch_size: int = 16
+) -> list[np.ndarray]:
+    """log π_ref of each completion token given its prompt, at temperature 1.0, in micro-batches.
+
+    Args:
+        model: the policy (a transformers causal LM), in eval mode.
+        prompts: B prompt token-id lists (one per completion).
+        completions: B completion token-id lists.
+        pad_id: padding token id.
+        batch_size: completions per forward pass.
+
+    Returns:
+        B float32 arrays, the i-th of length ``len(completions[i])``.
+    """
+    device = next(model.parameters()).device
+    out: list[np.ndarray] = []
+    for s in range(0, len(completions), batch_size):
+        p, c = prompts[s : s + batch_size], completions[s : s + batch_size]
+        padded = Rollouts(p, c, [[0.0] * len(x) for x in c], ["stop"] * len(c), n=1).to_padded(pad_id)
+        logprobs, _ = completion_logprobs(
+            model, padded["input_ids"].to(device), padded["attention_mask"].to(device), padded["response_mask"].shape[1]
+        )  # (b, T)
+        out.extend(logprobs[i, : len(x)].float().cpu().numpy() for i, x in enumerate(c))
+    return out
+
+
+def _flat(lists: list, dtype) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(x) for x in lists])
+    values = np.concatenate([np.asarray(x, dtype=dtype) for x in lists]) if lists else np.zeros(0, dtype)
+    return offsets, values.astype(dtype, copy=False)
+
+
+def write_shard(path: Path, ids: list[str], prompt_ids, completions, logprobs, rewards, finished, n, correct_threshold, statuses=None) -> dict:
+    """Write one shard atomically and return its manifest entry (file, bytes, sha256, counts).
+
+    Args:
+        path: destination ``shard-XXXXX.safetensors``.
+        ids: P prompt row ids.
+        prompt_ids: P prompt token-id lists.
+        completions: P·n completion token-id lists (prompt-major).
+        logprobs: P·n per-token log π_ref arrays.
+        rewards: P·n rewards.
+        finished: P·n booleans (stopped rather than cut at the length cap).
+        n: samples per prompt.
+        correct_threshold: a sample counts as passed when its reward is >= this.
+        statuses: optional P·n scorer statuses, counted into the shard metadata.
+    """
+    rewards = np.asarray(rewards, dtype=np.float32)
+    prompt_offsets, prompt_tokens = _flat(prompt_ids, np.int32)
+    sample_offsets, completion_ids = _flat(completions, np.int32)
+    _, ref_logprobs = _flat(logprobs, np.float32)
+    arrays = {
+        "prompt_offsets": prompt_offsets,
+        "prompt_tokens": prompt_tokens,
+        "sample_offsets": sample_offsets,
+        "completion_ids": completion_ids,
+        "ref_logprobs": ref_logprobs,
+        "rewards": rewards,
+        "finished": np.asarray(finished, dtype=np.uint8),
+        "pass_counts": (rewards >= correct_threshold).reshape(len(ids), n).sum(1).astype(np.int32),
+    }
+    # one metadata key: safetensors writes metadata from a hash map, in no fixed order
+    info = {"ids": ids, "status_counts": dict(sorted(Counter(statuses or []).items()))}
+    metadata = {"lit_rlvr": json.dumps(info, sort_keys=True)}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(arrays, str(tmp), metadata=metadata)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    entry = {"file": path.name, "bytes": tmp.stat().st_size, "sha256": file_sha256(tmp), "num_prompts": len(ids)}
+    os.replace(tmp, path)
+    return entry
+
+
+def verify_shard(directory: Path, entry: dict, check_sha256: bool = True) -> None:
+    """Raise :class:`CacheCorruptError` if a listed shard is missing, truncated or altered."""
+    path = directory / entry["file"]
+    if not path.is_file():
+        raise CacheCorruptError(f"shard {path} listed in the manifest is missing")
+    size = path.stat().st_size
+    if size != entry["bytes"]:
+        raise CacheCorruptError(f"shard {path} has {size} bytes, the manifest recorded {entry['bytes']} (truncated?)")
+    if check_sha256 and (digest := file_sha256(path)) != entry["sha256"]:
+        raise CacheCorruptError(f"shard {path} sha256 {digest[:12]}… does not match the manifest's {entry['sha256'][:12]}…")
+
+
+def build_reference_cache(
+    out_dir: str | Path,
+    rows: list[dict],
+    prompt_ids: list[list[int]],
+    *,
+    engine,
+    scorer,
+    model,
+    tokenizer,
+    params: SamplingParams = SamplingParams(n=8, temperature=1.0, max_new_tokens=512),
+    seed: int = 0,
+    prompts_per_shard: int = 256,
+    prompts_per_call: int = 1,
+    logprob_batch_size: int = 16,
+    correct_threshold: float = 1.0,
+    progress: bool = True,
+) -> Path:
+    """Sample, score and store π_ref completions for every prompt; resume a partial build in place.
+
+    Args:
+        out_dir: cache directory (created; a partial build there is resumed).
+        rows: prompt rows (``id``, ``answer``, ``reward``, extras), in dataset order.
+        prompt_ids: the token ids of each row's prompt (from :func:`lit_rlvr.data.encode_prompt`).
+        engine: has ``generate(prompt_ids, params) -> Rollouts`` (e.g. ``HFEngine``, ``VLLMEngine``).
+        scorer: has ``score(completions, rows) -> list`` of results with ``.reward`` and ``.status``
+            (e.g. ``lit_rlvr.rewards.BatchScorer``).
+        model: the initial policy; its forward pass gives the stored log π_ref (set to eval mode).
+        tokenizer: the policy's tokenizer (pad id, decoding when the engine gives no texts).
+        params: sampling parameters; ``params.n`` is the samples per prompt. Its ``seed`` is
+            ignored: each engine call gets :func:`call_seed` of ``seed`` and its prompt ids.
+        seed: run seed.
+        prompts_per_shard: prompts per shard file (the unit of resumption).
+        prompts_per_call: prompts per engine call (larger is faster on vLLM; part of the cache's
+            identity because batching changes the sampled streams).
+        logprob_batch_size: completions per log-prob forward pass.
+        correct_threshold: reward at or above which a sample counts as passed.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        The cache directory.
+    """
+    if len(rows) != len(prompt_ids):
+        raise ValueError(f"got {len(rows)} rows but {len(prompt_ids)} prompt token lists")
+    if not rows:
+        raise ValueError("cannot build a reference cache from zero prompts")
+    if prompts_per_shard < 1 or prompts_per_call < 1:
+        raise ValueError(f"prompts_per_shard and prompts_per_call must be >= 1, got {prompts_per_shard}, {prompts_per_call}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    n = params.n
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "model": model_fingerprint(model),
+        "tokenizer_sha256": tokenizer_fingerprint(tokenizer),
+        "sampling": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(replace(params, seed=None)).items()},
+        "rewards": sorted({r["reward"] for r in rows}),
+        "dataset_fingerprint": dataset_fingerprint(rows, prompt_ids),
+        "num_prompts": len(rows),
+        "n": n,
+        "seed": seed,
+        "prompts_per_shard": prompts_per_shard,
+        "prompts_per_call": prompts_per_call,
+        "correct_threshold": correct_threshold,
+        "logprob_temperature": 1.0,
+        "complete": False,
+        "shards": [],
+    }
+    done = _resume_shards(out, manifest)
+    manifest["shards"] = sorted(done.values(), key=lambda e: e["file"])
+    write_json_atomic(out / MANIFEST, manifest)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    num_shards = -(-len(rows) // prompts_per_shard)
+    finished_prompts = sum(e["num_prompts"] for e in done.values())
+    bar = tqdm(total=len(rows), initial=finished_prompts, desc="reference cache", unit="prompt", disable=not progress)
+    for s in range(num_shards):
+        if shard_name(s) in done:
+            continue
+        lo, hi = s * prompts_per_shard, min((s + 1) * prompts_per_shard, len(rows))
+        shard = {"completions": [], "logprobs": [], "rewards": [], "finished": [], "statuses": []}
+        for c in range(lo, hi, prompts_per_call):
+            chunk = range(c, min(c + prompts_per_call, hi))
+            _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, params, seed, pad_id, logprob_batch_size, shard)
+            bar.update(len(chunk))
+        entry = write_shard(
+            out / shard_name(s),
+            [rows[i]["id"] for i in range(lo, hi)],
+            prompt_ids[lo:hi],
+            shard["completions"],
+            shard["logprobs"],
+            shard["rewards"],
+            shard["finished"],
+            n,
+            correct_threshold,
+            shard["statuses"],
+        )
+        done[entry["file"]] = entry
+        manifest["shards"] = sorted(done.values(), key=lambda e: e["file"])
+        write_json_atomic(out / MANIFEST, manifest)
+    bar.close()
+    manifest["complete"] = True
+    write_json_atomic(out / MANIFEST, manifest)
+    return out
+
+
+def _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, params, seed, pad_id, logprob_batch_size, shard) -> None:
+    """Generate, score and compute log π_ref for the prompts in ``chunk``; append to ``shard``."""
+    n = params.n
+    ids = [rows[i]["id"] for i in chunk]
+    rollouts = engine.generate([prompt_ids[i] for i in chunk], replace(params, seed=call_seed(seed, ids)))
+    if len(rollouts.completion_ids) != n * len(chunk):
+        raise RuntimeError(f"engine returned {len(rollouts.completion_ids)} completions for {len(chunk)} prompts × n={n}")
+    texts = rollouts.texts or tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
+    sample_rows = [rows[i] for i in chunk for _ in range(n)]
+    results = scorer.score(list(texts), sample_rows)
+    sample_prompts = [prompt_ids[i] for i in chunk for _ in range(n)]
+    shard["logprobs"] += reference_logprobs(model, sample_prompts, rollouts.completion_ids, pad_id, logprob_batch_size)
+    shard["completions"] += [list(c) for c in rollouts.completion_ids]
+    shard["rewards"] += [float(r.reward) for r in results]
+    shard["statuses"] += [str(r.status).split(":")[0] for r in results]
+    shard["finished"] += [f != "length" for f in rollouts.finish_reasons]
+
+
+def _resume_shards(out: Path, manifest: dict) -> dict[str, dict]:
+    """Finished shards of a previous build in ``out`` that are intact; raise if it built something else."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return {}
+    old = json.loads(path.read_text())
+    if diffs := identity_diff(manifest, old):
+        raise CacheMismatchError(
+            f"{out} holds a reference cache built with different settings; use another directory or "
+            "delete it. Differences:\n  " + "\n  ".join(diffs)
+        )
+    done = {}
+    for entry in old["shards"]:
+        try:
+            verify_shard(out, entry)
+        except CacheCorruptError as e:
+            log.warning("rebuilding shard: %s", e)
+            continue
+        done[entry["file"]] = entry
+    return done

@@ -1,0 +1,26 @@
+"""Prompts: dataset adapters, prompt formatting, resumable samplers and the PromptDataModule."""
+
+from lit_rlvr.data.adapters import ADAPTERS, BadRowError, LoadedRows, load_rows, normalize_answer
+from lit_rlvr.data.datamodule import DatasetSpec, PromptDataModule, ValSet
+from lit_rlvr.data.prompts import PromptFormat, encode_prompt
+from lit_rlvr.data.readers import BadRow, read_records
+from lit_rlvr.data.samplers import BatchKey, PromptBatchSampler, anchor_batch_indices, epoch_order
+
+__all__ = [
+    "ADAPTERS",
+    "BadRow",
+    "BadRowError",
+    "BatchKey",
+    "DatasetSpec",
+    "LoadedRows",
+    "PromptBatchSampler",
+    "PromptDataModule",
+    "PromptFormat",
+    "ValSet",
+    "anchor_batch_indices",
+    "encode_prompt",
+    "epoch_order",
+    "load_rows",
+    "normalize_answer",
+    "read_records",
+]

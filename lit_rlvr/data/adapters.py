@@ -1,0 +1,282 @@
+"""Dataset adapters: one function per dataset format that turns a raw record into a prompt row.
+
+A prompt *row* is ``{"id", "prompt", "answer", "reward", ...extras}``: a stable string id (the
+dataset name and the record's index, or its native id), the problem text (before any chat
+template), the gold answer as a string, and the name of the reward function in
+``lit_rlvr.rewards.REWARDS`` that judges it. Adapters are registered in :data:`ADAPTERS` and
+chosen by name from config; each has the signature
+
+    ``adapter(record: dict, *, index: int, name: str, source: Path, **options) -> dict``
+
+where ``index`` is the record's 0-based position among all records of the dataset and ``source``
+the file it came from. A record that cannot become a row raises :class:`BadRowError`; the loader
+reports it with file and line and carries on.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lit_rlvr.data.readers import BadRow, read_records
+from lit_rlvr.registry import Registry
+
+ADAPTERS = Registry("dataset adapter")
+
+_INT_LIKE = re.compile(r"[+-]?\d+(\.0*)?")
+
+
+class BadRowError(ValueError):
+    """A record that cannot become a prompt row (missing field, unreadable database, ...)."""
+
+
+def normalize_answer(value) -> str:
+    """Gold answer as a string; integer-valued numbers lose padding and trailing ``.0``.
+
+    AIME answers come zero-padded (``"025"``), AMC answers as floats or float strings (``27.0``,
+    ``"142.0"``); all become the integer's string so every format of the same number agrees.
+    Anything else (LaTeX, fractions, decimals) is kept verbatim, stripped.
+
+    Example:
+        >>> [normalize_answer(a) for a in ["025", 27.0, "142.0", 7, " \\\\frac{1}{2} ", 0.5, "-3"]]
+        ['25', '27', '142', '7', '\\\\frac{1}{2}', '0.5', '-3']
+    """
+    if isinstance(value, bool) or value is None:
+        raise BadRowError(f"answer must be a string or a number, got {value!r}")
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, int):
+        return str(value)
+    text = str(value).strip()
+    if _INT_LIKE.fullmatch(text):
+        return str(int(float(text))) if "." in text else str(int(text))
+    return text
+
+
+def _field(record: dict, key: str) -> object:
+    value = record.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise BadRowError(f"missing or empty field {key!r} (fields present: {sorted(record)})")
+    return value
+
+
+def _row_id(record: dict, index: int, name: str, id_field: str | None) -> str:
+    if id_field is None:
+        return f"{name}/{index}"
+    return f"{name}/{_field(record, id_field)}"
+
+
+@ADAPTERS.register("gsm8k")
+def gsm8k(record: dict, *, index: int, name: str, source: Path, reward: str = "math", id_field: str | None = None) -> dict:
+    """GSM8K: ``question``, and ``answer`` = reasoning then ``#### N``; the gold is N without commas.
+
+    Example:
+        >>> gsm8k({"question": "2+2?", "answer": "so 4\\n#### 1,004"}, index=3, name="gsm8k", source=Path("t"))
+        {'id': 'gsm8k/3', 'prompt': '2+2?', 'answer': '1004', 'reward': 'math', 'solution': 'so 4\\n#### 1,004'}
+    """
+    solution = str(_field(record, "answer"))
+    if "####" not in solution:
+        raise BadRowError(f"GSM8K answer has no '#### N' final answer: {solution[-80:]!r}")
+    final = solution.rsplit("####", 1)[1].strip().replace(",", "")
+    if not final:
+        raise BadRowError("GSM8K answer has an empty final answer after '####'")
+    prompt = str(_field(record, "question"))
+    return {"id": _row_id(record, index, name, id_field), "prompt": prompt, "answer": final, "reward": reward, "solution": solution}
+
+
+@ADAPTERS.register("math")
+def math_problem(
+    record: dict,
+    *,
+    index: int,
+    name: str,
+    source: Path,
+    reward: str = "math",
+    id_field: str | None = None,
+    prompt_field: str = "problem",
+    answer_field: str = "answer",
+) -> dict:
+    """MATH-style (MATH-500, AIME, AMC): ``problem`` and ``answer``, normalised by :func:`normalize_answer`.
+
+    Extras kept when present: ``solution``, ``subject``, ``level``.
+
+    Example:
+        >>> math_problem({"problem": "p", "answer": "025", "level": 3}, index=0, name="aime24", source=Path("t"))
+        {'id': 'aime24/0', 'prompt': 'p', 'answer': '25', 'reward': 'math', 'level': 3}
+    """
+    row = {
+        "id": _row_id(record, index, name, id_field),
+        "prompt": str(_field(record, prompt_field)),
+        "answer": normalize_answer(_field(record, answer_field)),
+        "reward": reward,
+    }
+    row.update({k: record[k] for k in ("solution", "subject", "level") if record.get(k) is not None})
+    return row
+
+
+@functools.lru_cache(maxsize=256)
+def sqlite_schema(db_path: str) -> str:
+    """The ``CREATE`` statements of a SQLite database's tables, read through ``sqlite_master``.
+
+    Opens the file read-only (``mode=ro``), so a missing file is an error rather than a new,
+    empty database. Cached per path: many questions share one database.
+    """
+    if not Path(db_path).is_file():
+        raise BadRowError(f"SQLite database {db_path!r} does not exist")
+    try:
+        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        try:
+            rows = con.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL ORDER BY rowid"
+            ).fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        raise BadRowError(f"cannot read SQLite database {db_path!r}: {e}") from e
+    if not rows:
+        raise BadRowError(f"SQLite database {db_path!r} has no tables")
+    return "\n".join(r[0].strip() + ";" for r in rows)
+
+
+@ADAPTERS.register("spider")
+def spider(
+    record: dict,
+    *,
+    index: int,
+    name: str,
+    source: Path,
+    reward: str = "sql",
+    db_root: str | None = None,
+    id_field: str | None = None,
+) -> dict:
+    """Spider / BIRD-style text-to-SQL: ``question``, ``db_id``, gold ``query`` (or ``SQL``).
+
+    The database is ``<db_root>/<db_id>/<db_id>.sqlite`` (``db_root`` defaults to ``database/``
+    next to the data file). The prompt is the schema (``CREATE`` statements from
+    ``sqlite_master``) followed by the question; the row carries ``db_path`` for the SQL reward.
+    """
+    db_id = str(_field(record, "db_id"))
+    root = Path(db_root) if db_root is not None else Path(source).parent / "database"
+    db_path = str(root / db_id / f"{db_id}.sqlite")
+    schema = sqlite_schema(db_path)
+    gold = record.get("query") if record.get("query") is not None else record.get("SQL")
+    if gold is None or not str(gold).strip():
+        raise BadRowError(f"missing gold SQL: neither 'query' nor 'SQL' present (fields: {sorted(record)})")
+    question = str(_field(record, "question"))
+    prompt = f"Database schema:\n{schema}\n\nQuestion: {question}"
+    return {
+        "id": _row_id(record, index, name, id_field),
+        "prompt": prompt,
+        "answer": str(gold).strip(),
+        "reward": reward,
+        "db_id": db_id,
+        "db_path": db_path,
+        "question": question,
+    }
+
+
+@ADAPTERS.register("jsonl")
+def generic(
+    record: dict,
+    *,
+    index: int,
+    name: str,
+    source: Path,
+    prompt_field: str = "prompt",
+    answer_field: str = "answer",
+    reward: str | None = None,
+    reward_field: str = "reward",
+    id_field: str | None = None,
+    extra_fields: Iterable[str] = ("db_path",),
+) -> dict:
+    """Generic field mapping for any JSONL/JSON/Parquet file (e.g. the synthetic demo tasks).
+
+    The reward name is ``reward`` when given, else the record's ``reward_field``. String answers
+    are kept verbatim (numbers become strings); a relative ``db_path`` is resolved against the
+    data file's folder.
+
+    Example:
+        >>> generic({"q": "1+1", "a": 2, "reward": "math"}, index=0, name="toy", source=Path("t"),
+        ...         prompt_field="q", answer_field="a")
+        {'id': 'toy/0', 'prompt': '1+1', 'answer': '2', 'reward': 'math'}
+    """
+    reward_name = reward if reward is not None else str(_field(record, reward_field))
+    answer = _field(record, answer_field)
+    row = {
+        "id": _row_id(record, index, name, id_field),
+        "prompt": str(_field(record, prompt_field)),
+        "answer": answer if isinstance(answer, str) else normalize_answer(answer),
+        "reward": reward_name,
+    }
+    for key in extra_fields:
+        if record.get(key) is not None:
+            row[key] = record[key]
+    if "db_path" in row and not Path(row["db_path"]).is_absolute():
+        row["db_path"] = str(Path(source).parent / row["db_path"])
+    return row
+
+
+@dataclass
+class LoadedRows:
+    """Rows of one dataset plus the records that failed, for reporting.
+
+    Attributes:
+        rows: the prompt rows, in file order.
+        bad: one :class:`BadRow` per record that could not become a row.
+        total: number of records read (good + bad).
+    """
+
+    rows: list[dict] = field(default_factory=list)
+    bad: list[BadRow] = field(default_factory=list)
+    total: int = 0
+
+    @property
+    def bad_fraction(self) -> float:
+        return len(self.bad) / self.total if self.total else 0.0
+
+
+def load_rows(files: str | Path | Iterable[str | Path], adapter: str, name: str | None = None, **options) -> LoadedRows:
+    """Read every record of ``files`` through the named adapter.
+
+    Args:
+        files: one path or several (records are numbered across files, in order).
+        adapter: a name in :data:`ADAPTERS`.
+        name: dataset name used in row ids (default: the adapter name).
+        **options: passed to the adapter (e.g. ``db_root``, ``reward``, ``prompt_field``).
+
+    Returns:
+        :class:`LoadedRows`; a duplicate id is a bad row (ids must be unique to key the cache).
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "g.jsonl")
+        >>> _ = open(p, "w").write('{"question": "q", "answer": "#### 5"}\\n{"question": "q"}\\n')
+        >>> out = load_rows(p, "gsm8k")
+        >>> [r["id"] for r in out.rows], [b.line for b in out.bad], out.total
+        (['gsm8k/0'], [2], 2)
+    """
+    fn = ADAPTERS.get_checked(adapter, "adapter")
+    name = name or adapter
+    paths = [Path(files)] if isinstance(files, (str, Path)) else [Path(f) for f in files]
+    out, seen, index = LoadedRows(), set(), 0
+    for path in paths:
+        for line, record in read_records(path):
+            index, out.total = index + 1, out.total + 1
+            if isinstance(record, BadRow):
+                out.bad.append(record)
+                continue
+            try:
+                row = fn(record, index=index - 1, name=name, source=path, **options)
+            except BadRowError as e:
+                out.bad.append(BadRow(str(path), line, str(e)))
+                continue
+            if row["id"] in seen:
+                out.bad.append(BadRow(str(path), line, f"duplicate id {row['id']!r}"))
+                continue
+            seen.add(row["id"])
+            out.rows.append(row)
+    return out

@@ -1,0 +1,359 @@
+"""PromptDataModule: prompts for RL training and named validation sets, plus DPH-RL anchor batches.
+
+Batches follow the library's contract:
+
+- train: ``{"rows": list[row], "prompt_ids": list[list[int]]}``, plus ``"anchor"`` (a dict of
+  ``input_ids (A, L)``, ``attention_mask (A, L)``, ``response_mask (A, T)``,
+  ``ref_logprobs (A, T)``, ``rewards (A,)``) when a reference cache is configured and D_pef has
+  anchor samples;
+- validation (one dataloader per named set): ``{"rows", "prompt_ids", "set_name", "n_samples"}``.
+
+With a cache, training prompts are D_exp (prompts the reference policy does not already solve
+``perfect_threshold`` times of n) and each step's anchor batch holds cached correct π_ref samples
+of D_pef prompts, served inside the same batch (the anchor stream is a pure function of the step,
+so it needs no loader of its own and resumes exactly).
+
+Resuming mid-epoch: each train batch carries its ``(epoch, step)``; :meth:`on_before_batch_transfer`
+records it as training consumes it and removes it from the batch; :meth:`state_dict` (saved by
+Lightning in every checkpoint) stores it; after a restore the sampler starts at the next step.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader, Dataset
+from typing_extensions import override
+
+from lit_rlvr.data.adapters import load_rows
+from lit_rlvr.data.prompts import PromptFormat, encode_prompt
+from lit_rlvr.data.readers import BadRow
+from lit_rlvr.data.samplers import BatchKey, PromptBatchSampler, anchor_batch_indices
+
+log = logging.getLogger(__name__)
+_POSITION = "_position"
+
+
+@dataclass
+class DatasetSpec:
+    """Where a dataset's rows come from.
+
+    Args:
+        files: one path or a list of JSONL/JSON/Parquet files.
+        adapter: a name in :data:`lit_rlvr.data.ADAPTERS` (``gsm8k``, ``math``, ``spider``, ``jsonl``).
+        name: dataset name, used in row ids and metric names (default: the adapter name).
+        options: adapter options (e.g. ``{"db_root": ..., "reward": "math"}``).
+    """
+
+    files: str | list[str]
+    adapter: str = "jsonl"
+    name: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ValSet(DatasetSpec):
+    """A named validation set with its own samples per prompt (for its pass@k ladder)."""
+
+    n_samples: int = 1
+
+
+@dataclass
+class _Prepared:
+    rows: list[dict]
+    prompt_ids: list[list[int]]
+
+
+def _identity(batch):
+    return batch
+
+
+class _TrainBatches(Dataset):
+    """Maps a :class:`BatchKey` to a train batch (rows, prompt ids, position, anchors)."""
+
+    def __init__(self, dm: PromptDataModule, sampler: PromptBatchSampler):
+        self.dm, self.sampler = dm, sampler
+
+    def __getitem__(self, key: BatchKey) -> dict:
+        dm = self.dm
+        rows = [dict(dm.train_rows[dm._train_index[i]]) for i in key.indices]
+        prompt_ids = [list(dm.train_prompt_ids[dm._train_index[i]]) for i in key.indices]
+        batch = {"rows": rows, "prompt_ids": prompt_ids, _POSITION: (key.epoch, key.step)}
+        if dm._anchor_index is not None and len(dm._anchor_index):
+            s = self.sampler
+            number = (key.epoch * len(s) + key.step) * s.num_replicas + s.rank
+            picks = anchor_batch_indices(number, dm.anchor_batch_size, len(dm._anchor_index), dm.seed)
+            batch["anchor"] = dm.reference_cache.anchor_batch(dm._anchor_index[picks], dm.pad_id)
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.dm._train_index)
+
+
+class _TrainLoader(DataLoader):
+    """The train DataLoader, stateful through its DataModule so Lightning knows it resumes mid-epoch."""
+
+    def __init__(self, dm: PromptDataModule, sampler: PromptBatchSampler):
+        super().__init__(_TrainBatches(dm, sampler), sampler=sampler, batch_size=None, collate_fn=_identity)
+        self.dm = dm
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.dm.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.dm.load_state_dict(state_dict)
+
+
+class _ValBatches(Dataset):
+    def __init__(self, prepared: _Prepared):
+        self.prepared = prepared
+
+    def __getitem__(self, i: int) -> tuple[dict, list[int]]:
+        return dict(self.prepared.rows[i]), list(self.prepared.prompt_ids[i])
+
+    def __len__(self) -> int:
+        return len(self.prepared.rows)
+
+
+@dataclass(frozen=True)
+class _ValCollate:
+    set_name: str
+    n_samples: int
+
+    def __call__(self, items: list[tuple[dict, list[int]]]) -> dict:
+        return {
+            "rows": [r for r, _ in items],
+            "prompt_ids": [p for _, p in items],
+            "set_name": self.set_name,
+            "n_samples": self.n_samples,
+        }
+
+
+class PromptDataModule(pl.LightningDataModule):
+    """Prompts from local files, formatted and tokenized, with deterministic resumable order.
+
+    Args:
+        tokenizer: path or hub name of the policy's tokenizer (``AutoTokenizer``).
+        train: the training dataset (None for validate-only runs).
+        val: named validation sets, each with its own ``n_samples``.
+        instruction: user-message template over row fields (``{prompt}`` = problem text).
+        system_prompt: optional system message.
+        use_chat_template: force the chat template on/off; None = use it when the tokenizer has one.
+        plain_template: prompt layout without a chat template (``{system}``, ``{user}``).
+        max_prompt_tokens: prompts longer than this are reported and skipped (never truncated).
+        batch_size: prompts per training step (per device).
+        val_batch_size: prompts per validation batch (default ``batch_size``).
+        seed: seeds the per-epoch shuffle and the anchor order.
+        shuffle: reshuffle training prompts every epoch.
+        drop_last: drop the last, smaller training batch of an epoch.
+        max_bad_fraction: stop with an error when a dataset has a larger share of bad rows
+            (missing fields, unreadable database); below it bad rows are reported and skipped.
+        cache: a reference-cache directory (DPH-RL); enables the D_pef/D_exp split and anchors.
+        perfect_threshold: pass count (of the cache's n) for D_pef; None = n.
+        anchor_samples: ``"correct"`` (default: cached correct samples of D_pef prompts) or ``"all"``.
+        anchor_batch_size: anchor samples per training step.
+        train_split: with a cache, train on ``"exp"`` (D_exp, DPH-RL) or ``"all"`` prompts.
+        cache_verify: ``"sha256"`` re-hashes every shard on open, ``"size"`` only checks sizes.
+    """
+
+    def __init__(
+        self,
+        tokenizer: str,
+        train: DatasetSpec | None = None,
+        val: list[ValSet] | None = None,
+        instruction: str = "{prompt}",
+        system_prompt: str | None = None,
+        use_chat_template: bool | None = None,
+        plain_template: str = "{system}{user}\n",
+        max_prompt_tokens: int = 1024,
+        batch_size: int = 8,
+        val_batch_size: int | None = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        max_bad_fraction: float = 0.1,
+        cache: str | None = None,
+        perfect_threshold: int | None = None,
+        anchor_samples: Literal["correct", "all"] = "correct",
+        anchor_batch_size: int = 16,
+        train_split: Literal["exp", "all"] = "exp",
+        cache_verify: Literal["sha256", "size"] = "sha256",
+    ):
+        super().__init__()
+        if batch_size < 1 or anchor_batch_size < 1 or max_prompt_tokens < 1:
+            raise ValueError(
+                f"batch_size, anchor_batch_size and max_prompt_tokens must be >= 1, got "
+                f"{batch_size}, {anchor_batch_size}, {max_prompt_tokens}"
+            )
+        if not 0.0 <= max_bad_fraction <= 1.0:
+            raise ValueError(f"max_bad_fraction must be in [0, 1], got {max_bad_fraction}")
+        names = [v.name or v.adapter for v in val or []]
+        if len(set(names)) != len(names):
+            raise ValueError(f"validation set names must be unique, got {names}; set `name` on each")
+        for v in val or []:
+            if v.n_samples < 1:
+                raise ValueError(f"val set {v.name or v.adapter!r}: n_samples must be >= 1, got {v.n_samples}")
+        self.tokenizer_path = tokenizer
+        self.train_spec, self.val_specs = train, list(val or [])
+        self.prompt_format = PromptFormat(instruction, system_prompt, use_chat_template, plain_template)
+        self.max_prompt_tokens, self.batch_size = max_prompt_tokens, batch_size
+        self.val_batch_size = val_batch_size or batch_size
+        self.seed, self.shuffle, self.drop_last, self.max_bad_fraction = seed, shuffle, drop_last, max_bad_fraction
+        self.cache_path, self.perfect_threshold, self.anchor_samples = cache, perfect_threshold, anchor_samples
+        self.anchor_batch_size, self.train_split, self.cache_verify = anchor_batch_size, train_split, cache_verify
+        self.tokenizer = None
+        self.train_rows: list[dict] = []
+        self.train_prompt_ids: list[list[int]] = []
+        self.val_sets: dict[str, _Prepared] = {}
+        self.bad_rows: dict[str, list[BadRow]] = {}
+        self.skipped_long: dict[str, list[str]] = {}
+        self.reference_cache = None
+        self.split = None
+        self._train_index: list[int] = []
+        self._anchor_index = None
+        self._consumed: tuple[int, int] | None = None  # (epoch, step) of the last batch training took
+        self._sampler: PromptBatchSampler | None = None
+
+    # ------------------------------------------------------------------------------- setup
+    @override
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
+        if stage in ("fit", None) and self.train_spec is not None and not self.train_rows:
+            prepared = self._prepare(self.train_spec)
+            self.train_rows, self.train_prompt_ids = prepared.rows, prepared.prompt_ids
+            self._train_index = list(range(len(self.train_rows)))
+            if self.cache_path is not None:
+                self._attach_cache()
+        if stage in ("fit", "validate", None):
+            for spec in self.val_specs:
+                name = spec.name or spec.adapter
+                if name not in self.val_sets:
+                    self.val_sets[name] = self._prepare(spec)
+
+    @property
+    def pad_id(self) -> int:
+        tok = self.tokenizer
+        return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+    @property
+    def val_set_names(self) -> list[str]:
+        """Names of the validation sets, in dataloader order (dataloader_idx i is the i-th name)."""
+        return [v.name or v.adapter for v in self.val_specs]
+
+    @property
+    def base_pass_counts(self) -> dict[str, int] | None:
+        """π_ref pass count (of the cache's n) per prompt id, for the retention metric; None without a cache."""
+        return None if self.reference_cache is None else self.reference_cache.base_pass_counts()
+
+    def _prepare(self, spec: DatasetSpec) -> _Prepared:
+        """Load, validate, format and tokenize one dataset; report bad and over-long rows."""
+        name = spec.name or spec.adapter
+        loaded = load_rows(spec.files, spec.adapter, name=name, **spec.options)
+        self.bad_rows[name] = loaded.bad
+        if loaded.bad:
+            shown = "\n  ".join(str(b) for b in loaded.bad[:10])
+            more = f"\n  ... and {len(loaded.bad) - 10} more" if len(loaded.bad) > 10 else ""
+            log.warning("%s: %d of %d rows are bad and skipped:\n  %s%s", name, len(loaded.bad), loaded.total, shown, more)
+        if loaded.bad_fraction > self.max_bad_fraction:
+            raise ValueError(
+                f"{name}: {len(loaded.bad)} of {loaded.total} rows are bad ({loaded.bad_fraction:.1%}), more than "
+                f"max_bad_fraction={self.max_bad_fraction:.1%}; first: {loaded.bad[0]}"
+            )
+        rows, ids, too_long = [], [], []
+        for row in loaded.rows:
+            tokens = encode_prompt(row, self.tokenizer, self.prompt_format)
+            if len(tokens) > self.max_prompt_tokens:
+                too_long.append(f"{row['id']} ({len(tokens)} tokens)")
+                continue
+            rows.append(row)
+            ids.append(tokens)
+        self.skipped_long[name] = too_long
+        if too_long:
+            log.warning(
+                "%s: %d prompts longer than max_prompt_tokens=%d are skipped: %s%s",
+                name, len(too_long), self.max_prompt_tokens, ", ".join(too_long[:10]), " ..." if len(too_long) > 10 else "",
+            )  # fmt: skip
+        if not rows:
+            raise ValueError(f"{name}: no usable prompts ({loaded.total} rows, {len(loaded.bad)} bad, {len(too_long)} too long)")
+        return _Prepared(rows, ids)
+
+    def _attach_cache(self) -> None:
+        """Open the reference cache, check it belongs to this run, split D_pef / D_exp, index anchors."""
+        from lit_rlvr.cache.format import dataset_fingerprint
+        from lit_rlvr.cache.reader import ReferenceCache
+        from lit_rlvr.cache.split import split_by_pass_count
+
+        cache = ReferenceCache(self.cache_path, verify=self.cache_verify)
+        cache.check(tokenizer=self.tokenizer, dataset_fingerprint=dataset_fingerprint(self.train_rows, self.train_prompt_ids))
+        self.reference_cache = cache
+        self.split = split_by_pass_count(cache.ids, cache.pass_counts, cache.n, self.perfect_threshold)
+        if self.train_split == "exp":
+            exp = set(self.split.exp)
+            self._train_index = [i for i, r in enumerate(self.train_rows) if r["id"] in exp]
+            if not self._train_index:
+                raise ValueError(f"every training prompt is in D_pef (perfect_threshold={self.split.threshold}); nothing to explore")
+        self._anchor_index = cache.sample_indices(self.split.pef, self.anchor_samples) if self.split.pef else None
+        anchors = 0 if self._anchor_index is None else len(self._anchor_index)
+        if anchors == 0:
+            log.warning("reference cache %s: D_pef has no %s samples; train batches carry no anchors", cache.path, self.anchor_samples)
+        log.info("reference cache: |D_pef|=%d |D_exp|=%d anchors=%d", len(self.split.pef), len(self.split.exp), anchors)
+
+    # ------------------------------------------------------------------------------- loaders
+    @override
+    def train_dataloader(self) -> DataLoader:
+        if not self._train_index:
+            raise RuntimeError("PromptDataModule has no training data: set `train` and call setup('fit')")
+        world, rank = 1, 0
+        if self.trainer is not None:
+            world, rank = self.trainer.world_size, self.trainer.global_rank
+        sampler = PromptBatchSampler(
+            len(self._train_index), self.batch_size, self.seed, self.shuffle, self.drop_last, num_replicas=world, rank=rank
+        )
+        if self._consumed is not None:
+            sampler.resume(self._consumed[0], self._consumed[1] + 1)
+        self._sampler = sampler
+        return _TrainLoader(self, sampler)
+
+    @override
+    def val_dataloader(self) -> list[DataLoader]:
+        return [
+            DataLoader(
+                _ValBatches(self.val_sets[name]),
+                batch_size=self.val_batch_size,
+                shuffle=False,
+                collate_fn=_ValCollate(name, spec.n_samples),
+            )
+            for name, spec in zip(self.val_set_names, self.val_specs)
+        ]
+
+    # ------------------------------------------------------------------------------- resume
+    @override
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if isinstance(batch, dict) and _POSITION in batch:
+            self._consumed = tuple(batch.pop(_POSITION))
+        return batch
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        if self._consumed is None:
+            return {}
+        return {"epoch": self._consumed[0], "step": self._consumed[1], "num_train": len(self._train_index), "seed": self.seed}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not state_dict:
+            return
+        if state_dict["num_train"] != len(self._train_index) or state_dict["seed"] != self.seed:
+            raise ValueError(
+                f"cannot resume the prompt order: the checkpoint was taken with {state_dict['num_train']} training "
+                f"prompts and seed {state_dict['seed']}, this run has {len(self._train_index)} and seed {self.seed}"
+            )
+        self._consumed = (state_dict["epoch"], state_dict["step"])
+        if self._sampler is not None:
+            self._sampler.resume(self._consumed[0], self._consumed[1] + 1)

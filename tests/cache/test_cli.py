@@ -1,0 +1,37 @@
+"""`lit-rlvr cache`: a YAML config builds the cache a training DataModule with the same data section accepts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lit_rlvr.cache import ReferenceCache
+from lit_rlvr.cache.cli import main
+from lit_rlvr.data import DatasetSpec, PromptDataModule
+
+
+@pytest.mark.timeout(120)
+def test_cache_command_from_yaml_builds_a_cache_the_datamodule_accepts(tmp_path, tiny_model_dir, capsys):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i), "reward": "math"}) + "\n" for i in range(5)))
+    out = tmp_path / "cache"
+    config = tmp_path / "cache.yaml"
+    config.write_text(
+        f"data:\n  tokenizer: {tiny_model_dir}\n  train: {{files: {data}, adapter: jsonl, name: toy}}\n"
+        f"  instruction: 'Sum: {{prompt}}'\nmodel: {tiny_model_dir}\nout: {out}\nn: 3\nmax_new_tokens: 6\n"
+        "num_workers: 0\nprompts_per_shard: 2\nprogress: false\n"
+    )
+    text = main(["--config", str(config)])
+    printed = capsys.readouterr().out
+    assert text in printed and "5 prompts × n=3 samples" in text and "|D_pef| = " in text
+    with ReferenceCache(out) as cache:
+        assert cache.num_samples == 15 and len(cache.manifest["shards"]) == 3 and cache.manifest["rewards"] == ["math"]
+        statuses = cache.status_counts()
+        assert sum(statuses.values()) == 15 and set(statuses) <= {"ok", "no_answer", "timeout", "error"}
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    main(["--config", str(config)])  # a second run finds everything done and changes nothing
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(data), "jsonl", name="toy"), instruction="Sum: {prompt}", cache=str(out))
+    dm.setup("fit")
+    assert set(dm.base_pass_counts) == {f"toy/{i}" for i in range(5)}
