@@ -1,5 +1,35 @@
-"""Rollout engines: generate groups of completions for RL (vLLM, or transformers as fallback)."""
+"""Rollout engines: generate groups of completions for RL (vLLM, or transformers as fallback).
 
+Importing this package never imports vLLM; :class:`VLLMEngine` imports it when constructed.
+"""
+
+from lit_rlvr.rollout.engine import (
+    EngineStats,
+    RolloutEngine,
+    WeightSyncError,
+    build_engine,
+    check_fingerprint,
+    logprob_drift,
+    probe_sequence,
+    run_with_timeout,
+    vllm_available,
+)
+from lit_rlvr.rollout.hf import HFEngine
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
+from lit_rlvr.rollout.vllm import VLLMEngine
 
-__all__ = ["Rollouts", "SamplingParams"]
+__all__ = [
+    "EngineStats",
+    "HFEngine",
+    "RolloutEngine",
+    "Rollouts",
+    "SamplingParams",
+    "VLLMEngine",
+    "WeightSyncError",
+    "build_engine",
+    "check_fingerprint",
+    "logprob_drift",
+    "probe_sequence",
+    "run_with_timeout",
+    "vllm_available",
+]

@@ -1,0 +1,320 @@
+"""The rollout Callback: generate before each batch, sync weights after each optimizer step.
+
+The LightningModule reads as the research recipe (score, advantages, loss); the sampling
+engine is engineering, so it lives here. Per training batch (``{"rows", "prompt_ids"}``) the
+Callback generates G = ``samples_per_prompt`` completions per prompt with the engine and sets
+``batch["rollouts"]`` (a prompt-major :class:`~lit_rlvr.rollout.types.Rollouts`; the module
+calls ``.to_padded(pad_id)`` for ``input_ids``, masks, ``old_logprobs`` and ``group_ids``).
+Lightning hands the same dict object to ``training_step``, so the module (and any later
+Callback) sees the rollouts. Validation (and test) batches (``{"rows", "prompt_ids",
+"set_name", "n_samples"}``) get ``batch["n_samples"]`` samples per prompt.
+
+Weight sync follows the optimizer, not the batch: after a batch in which ``trainer.global_step``
+advanced (gradient accumulation steps do not count) and every ``sync_every_n_steps`` steps.
+Each sync is verified with :func:`~lit_rlvr.rollout.engine.check_fingerprint`. The engine is
+also re-synced at fit start (a vLLM engine starts from the checkpoint on disk, which after a
+resume or a LoRA wrap is not the policy) and before validation if steps went unsynced.
+
+Logged: ``rollout/seconds`` (progress bar), ``rollout/tokens_per_s``, ``rollout/mean_len``,
+``rollout/truncated`` (share of completions cut at ``max_new_tokens``), ``rollout/drift`` (mean
+|sampler − trainer log-prob|, :func:`~lit_rlvr.rollout.engine.logprob_drift`), and on syncs
+``rollout/sync_seconds`` and ``rollout/fingerprint_err``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from typing_extensions import override
+
+from lit_rlvr.policy import completion_logprobs
+from lit_rlvr.rollout.engine import RolloutEngine, build_engine, check_fingerprint, logprob_drift, probe_sequence
+from lit_rlvr.rollout.types import Rollouts, SamplingParams
+
+_VAL_SEED_OFFSET = 1_000_003
+
+
+class RolloutCallback(Callback):
+    """Own a rollout engine and attach rollouts to every train/validation batch.
+
+    Args:
+        samples_per_prompt: G, completions per prompt in training (link it to the module's
+            group size in the CLI).
+        temperature / top_p / top_k / max_new_tokens / stop / seed: training sampling
+            (:class:`~lit_rlvr.rollout.types.SamplingParams`); the seed is offset by the global
+            step so every step samples afresh.
+        val_temperature / val_top_p / val_top_k / val_max_new_tokens: validation overrides
+            (None = as in training). The sample count comes from ``batch["n_samples"]``.
+        engine: ``"auto"`` (vLLM if importable, else transformers), ``"vllm"``, ``"hf"``, or a
+            ready :class:`~lit_rlvr.rollout.engine.RolloutEngine` (then not closed by the Callback).
+        engine_kwargs: passed to the engine (e.g. ``dtype``, ``max_model_len``,
+            ``kv_cache_memory_bytes``, ``gpu_memory_utilization``, ``enable_sleep_mode``).
+        model_path: what vLLM loads (default: the policy's ``name_or_path``).
+        sync_every_n_steps: optimizer steps between weight syncs (1 = on-policy).
+        fingerprint: verify every sync (one forward of a 24-token probe on each side).
+        fingerprint_atol: tolerance of the check (default by policy dtype).
+        drift_every_n_steps: compute drift every n steps (one no-grad forward over the
+            rollouts); 0 = never.
+        drift_micro_batch_size: rows per forward when computing drift.
+        generate_timeout_s / sync_timeout_s: fail instead of hanging (None = no limit).
+    """
+
+    def __init__(
+        self,
+        samples_per_prompt: int = 8,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int = 256,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+        val_temperature: float | None = None,
+        val_top_p: float | None = None,
+        val_top_k: int | None = None,
+        val_max_new_tokens: int | None = None,
+        engine: str | RolloutEngine = "auto",
+        engine_kwargs: dict[str, Any] | None = None,
+        model_path: str | None = None,
+        sync_every_n_steps: int = 1,
+        fingerprint: bool = True,
+        fingerprint_atol: float | None = None,
+        drift_every_n_steps: int = 1,
+        drift_micro_batch_size: int = 16,
+        generate_timeout_s: float | None = None,
+        sync_timeout_s: float | None = None,
+    ):
+        super().__init__()
+        self.train_sampling = SamplingParams(
+            n=samples_per_prompt,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            max_new_tokens=max_new_tokens,
+            stop=tuple(stop or ()),
+            seed=seed,
+        )
+        self.val_sampling = SamplingParams(
+            n=1,
+            temperature=temperature if val_temperature is None else val_temperature,
+            top_p=top_p if val_top_p is None else val_top_p,
+            top_k=top_k if val_top_k is None else val_top_k,
+            max_new_tokens=max_new_tokens if val_max_new_tokens is None else val_max_new_tokens,
+            stop=tuple(stop or ()),
+            seed=seed,
+        )
+        if sync_every_n_steps < 1:
+            raise ValueError(f"sync_every_n_steps must be >= 1, got {sync_every_n_steps}")
+        if drift_every_n_steps < 0 or drift_micro_batch_size < 1:
+            raise ValueError(
+                f"drift_every_n_steps must be >= 0 and drift_micro_batch_size >= 1, got "
+                f"{drift_every_n_steps} and {drift_micro_batch_size}"
+            )
+        if isinstance(engine, str) and engine not in ("auto", "vllm", "hf"):
+            raise ValueError(f"engine must be 'auto', 'vllm', 'hf' or a RolloutEngine instance, got {engine!r}")
+        self.engine_kind = engine if isinstance(engine, str) else engine.name
+        self.engine: RolloutEngine | None = None if isinstance(engine, str) else engine
+        self._owns_engine = isinstance(engine, str)
+        self.engine_kwargs = dict(engine_kwargs or {})
+        self.model_path = model_path
+        self.sync_every_n_steps = sync_every_n_steps
+        self.fingerprint = fingerprint
+        self.fingerprint_atol = fingerprint_atol
+        self.drift_every_n_steps = drift_every_n_steps
+        self.drift_micro_batch_size = drift_micro_batch_size
+        self.generate_timeout_s = generate_timeout_s
+        self.sync_timeout_s = sync_timeout_s
+        self.steps_since_sync = 0
+        self.total_rollout_tokens = 0
+        self.last_fingerprint_err: float | None = None
+        self.last_metrics: dict[str, float] = {}  # of the latest training batch, for other Callbacks
+        self._force_sync = True  # a new engine or restored weights
+        self._step_at_batch_start = 0
+        self._probe: tuple[list[int], list[int]] | None = None
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return self._generate_state_key(samples_per_prompt=self.train_sampling.n, engine=self.engine_kind)
+
+    # ------------------------------------------------------------------ engine lifecycle
+
+    def build_engine(self, pl_module: LightningModule) -> RolloutEngine:
+        """Create the engine for ``pl_module.policy`` (override to customise construction)."""
+        kwargs = {"generate_timeout_s": self.generate_timeout_s, "sync_timeout_s": self.sync_timeout_s}
+        kwargs.update(self.engine_kwargs)
+        return build_engine(
+            self.engine_kind, model=pl_module.policy, tokenizer=pl_module.tokenizer, model_path=self.model_path, **kwargs
+        )
+
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        for attr in ("policy", "tokenizer"):
+            if not hasattr(pl_module, attr):
+                raise AttributeError(
+                    f"RolloutCallback needs the LightningModule to expose its HF model as `.policy` and its "
+                    f"tokenizer as `.tokenizer`; {type(pl_module).__name__} has no `.{attr}`"
+                )
+        if self.engine is None:
+            self.engine = self.build_engine(pl_module)
+            self._force_sync = True
+        self._probe = probe_sequence(len(pl_module.tokenizer))
+
+    @override
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self._owns_engine and self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+    def sync(self, pl_module: LightningModule) -> dict[str, float]:
+        """Push the policy's weights to the engine and verify them; returns sync metrics."""
+        t0 = time.perf_counter()
+        self.engine.update_weights(pl_module.policy)
+        metrics = {"rollout/sync_seconds": time.perf_counter() - t0}
+        if self.fingerprint:
+            err = check_fingerprint(self.engine, pl_module.policy, self._probe, self.fingerprint_atol)
+            self.last_fingerprint_err = err
+            metrics["rollout/fingerprint_err"] = self.last_fingerprint_err
+        self.steps_since_sync = 0
+        self._force_sync = False
+        return metrics
+
+    # ------------------------------------------------------------------ hooks
+
+    @override
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._force_sync:  # after setup and checkpoint restore, before sanity validation
+            self.sync(pl_module)
+
+    @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._must_sync() or self.steps_since_sync > 0:  # evaluate the current policy
+            self.sync(pl_module)
+
+    @override
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.on_validation_start(trainer, pl_module)
+
+    @override
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        self._step_at_batch_start = trainer.global_step
+        metrics = {}
+        if self._must_sync():
+            metrics.update(self.sync(pl_module))
+        params = self._with_seed(self.train_sampling, trainer.global_step)
+        rollouts, gen_metrics = self._generate(batch["prompt_ids"], params, "rollout")
+        batch["rollouts"] = rollouts
+        metrics.update(gen_metrics)
+        if self.drift_every_n_steps and trainer.global_step % self.drift_every_n_steps == 0:
+            metrics["rollout/drift"] = self.drift(pl_module, rollouts, params.temperature)
+        self.last_metrics = metrics
+        self._log(pl_module, metrics, len(batch["prompt_ids"]), prog_bar_key="rollout/seconds")
+
+    @override
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        stepped = trainer.global_step - self._step_at_batch_start
+        if stepped <= 0:  # gradient accumulation: no optimizer step yet
+            return
+        self.steps_since_sync += stepped
+        if self.steps_since_sync >= self.sync_every_n_steps:
+            self._log(pl_module, self.sync(pl_module), len(batch["prompt_ids"]))
+
+    @override
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        n = int(batch.get("n_samples", self.train_sampling.n))
+        seed = batch_idx + dataloader_idx * 100_003 + _VAL_SEED_OFFSET
+        params = self._with_seed(SamplingParams(**{**self.val_sampling.__dict__, "n": n}), seed)
+        rollouts, metrics = self._generate(batch["prompt_ids"], params, "val_rollout")
+        batch["rollouts"] = rollouts
+        self._log(pl_module, metrics, len(batch["prompt_ids"]), sync_dist=True)  # epoch means across ranks
+
+    @override
+    def on_test_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self.on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
+
+    @override
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._force_sync = True  # the policy's weights were just replaced
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps_since_sync": self.steps_since_sync, "total_rollout_tokens": self.total_rollout_tokens}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.steps_since_sync = state_dict["steps_since_sync"]
+        self.total_rollout_tokens = state_dict["total_rollout_tokens"]
+        self._force_sync = True
+
+    # ------------------------------------------------------------------ helpers
+
+    def _must_sync(self) -> bool:
+        """A new engine, restored weights, or an engine whose sleep dropped its weights."""
+        return self._force_sync or getattr(self.engine, "requires_sync", False)
+
+    def _generate(
+        self, prompt_ids: list[list[int]], params: SamplingParams, prefix: str
+    ) -> tuple[Rollouts, dict[str, float]]:
+        t0 = time.perf_counter()
+        rollouts = self.engine.generate(prompt_ids, params)
+        seconds = time.perf_counter() - t0
+        tokens = rollouts.num_tokens()
+        self.total_rollout_tokens += tokens
+        B = len(rollouts.completion_ids)
+        return rollouts, {
+            f"{prefix}/seconds": seconds,
+            f"{prefix}/tokens_per_s": tokens / max(seconds, 1e-9),
+            f"{prefix}/mean_len": tokens / B,
+            f"{prefix}/truncated": sum(r == "length" for r in rollouts.finish_reasons) / B,
+        }
+
+    @torch.no_grad()
+    def drift(self, pl_module: LightningModule, rollouts: Rollouts, temperature: float) -> float:
+        """Mean |sampler − trainer log-prob| over the rollouts' completion tokens."""
+        policy = pl_module.policy
+        pad_id = pl_module.tokenizer.pad_token_id
+        padded = rollouts.to_padded(pad_id if pad_id is not None else 0)
+        T = padded["response_mask"].shape[1]
+        device = next(policy.parameters()).device
+        was_training = policy.training
+        policy.eval()
+        try:
+            chunks = []
+            for i in range(0, padded["input_ids"].shape[0], self.drift_micro_batch_size):
+                sl = slice(i, i + self.drift_micro_batch_size)
+                lp, _ = completion_logprobs(
+                    policy,
+                    padded["input_ids"][sl].to(device),
+                    padded["attention_mask"][sl].to(device),
+                    T,
+                    temperature=temperature if temperature > 0 else 1.0,  # greedy: temperature-1 log-probs
+                )
+                chunks.append(lp.float().cpu())
+        finally:
+            policy.train(was_training)
+        return logprob_drift(padded["old_logprobs"], torch.cat(chunks), padded["response_mask"]).item()
+
+    @staticmethod
+    def _with_seed(params: SamplingParams, offset: int) -> SamplingParams:
+        if params.seed is None:
+            return params
+        return SamplingParams(**{**params.__dict__, "seed": params.seed + offset})
+
+    @staticmethod
+    def _log(
+        pl_module: LightningModule,
+        metrics: dict[str, float],
+        batch_size: int,
+        prog_bar_key: str | None = None,
+        sync_dist: bool = False,
+    ) -> None:
+        for key, value in metrics.items():
+            pl_module.log(key, float(value), prog_bar=key == prog_bar_key, batch_size=batch_size, sync_dist=sync_dist)

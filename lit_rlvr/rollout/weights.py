@@ -1,0 +1,103 @@
+"""The policy's weights as an inference engine wants them: merged LoRA, base-model names.
+
+A PEFT (LoRA) policy's state dict names its tensors ``base_model.model.<name>`` with the frozen
+weight under ``<module>.base_layer.weight`` and the adapters under ``lora_A``/``lora_B``.
+An engine serving the base architecture wants ``<name>`` and the effective weight
+W + (α/r)·B·A. :func:`sync_weights` merges the adapters in place, yields the renamed tensors,
+and unmerges on exit, so training continues on the unmerged adapters.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor, nn
+
+_PEFT_PREFIX = "base_model.model."
+_MODULES_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")
+
+
+def is_peft_model(model: nn.Module) -> bool:
+    """Whether ``model`` is a PEFT wrapper (has adapters that can be merged)."""
+    return hasattr(model, "peft_config") and hasattr(model, "merge_adapter")
+
+
+def base_weight_name(name: str) -> str | None:
+    """Map a PEFT state-dict key to the base model's key, or None for adapter-only tensors.
+
+    Example:
+        >>> base_weight_name("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight")
+        'model.layers.0.self_attn.q_proj.weight'
+        >>> base_weight_name("base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight") is None
+        True
+        >>> base_weight_name("base_model.model.lm_head.modules_to_save.default.weight")
+        'lm_head.weight'
+        >>> base_weight_name("base_model.model.lm_head.original_module.weight") is None
+        True
+        >>> base_weight_name("model.norm.weight")
+        'model.norm.weight'
+    """
+    if ".lora_" in name or ".original_module." in name:
+        return None
+    name = name.removeprefix(_PEFT_PREFIX)
+    name = name.replace(".base_layer.", ".")
+    return _MODULES_TO_SAVE.sub(".", name)
+
+
+@contextmanager
+def sync_weights(model: nn.Module) -> Iterator[Iterator[tuple[str, Tensor]]]:
+    """Yield ``(base_name, tensor)`` pairs of the policy's effective weights.
+
+    For a PEFT model the adapters are merged on entry and unmerged on exit (even on error);
+    tensors are detached views, valid only inside the ``with`` block.
+
+    Example:
+        >>> lin = nn.Linear(2, 1)
+        >>> with sync_weights(lin) as weights:
+        ...     sorted(name for name, _ in weights)
+        ['bias', 'weight']
+    """
+    peft = is_peft_model(model)
+    if peft:
+        model.merge_adapter()
+    try:
+        yield _renamed(model.state_dict())
+    finally:
+        if peft:
+            model.unmerge_adapter()
+
+
+def _renamed(state_dict: dict[str, Tensor]) -> Iterator[tuple[str, Tensor]]:
+    for name, tensor in state_dict.items():
+        base = base_weight_name(name)
+        if base is not None:
+            yield base, tensor.detach()
+
+
+def engine_model_path(model: nn.Module, tokenizer: Any = None) -> str:
+    """Where an inference engine can load the policy's architecture from.
+
+    The base model's ``name_or_path`` (a local directory or hub id) when it has one; otherwise
+    (a model built in memory) the base model and tokenizer are saved to a temporary directory.
+    Either way the engine is synced from the live policy before it generates, so only the
+    architecture and tokenizer need to be right here.
+    """
+    base = model.get_base_model() if is_peft_model(model) else model
+    path = getattr(getattr(base, "config", None), "_name_or_path", "") or getattr(base, "name_or_path", "")
+    if path:
+        return str(path)
+    if not hasattr(base, "save_pretrained"):
+        raise ValueError(
+            f"cannot find a path to load {type(base).__name__} into vLLM: it has no name_or_path and no "
+            "save_pretrained; pass model_path explicitly"
+        )
+    out = Path(tempfile.mkdtemp(prefix="lit_rlvr_engine_"))
+    base.save_pretrained(out)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return str(out)
