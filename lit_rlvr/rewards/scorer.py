@@ -1,0 +1,468 @@
+"""Score many completions in a pool of killable worker processes, each item under a deadline.
+
+Design (why processes, and which kind):
+
+- Deadlines must hold for pure-Python sympy work and for single long C calls, so the only hard
+  guarantee is a process that can be killed. Each worker enforces a *soft* deadline itself
+  (``setitimer`` for math, a progress handler for SQL: status ``timeout``, worker kept); the
+  parent enforces a *hard* one, ``timeout_s + kill_grace_s`` after the item started: it kills
+  the worker (SIGKILL), scores the item 0 with status ``timeout``, requeues the rest of that
+  worker's chunk and starts a replacement. A worker that dies (segfault, OOM kill, ``exit``)
+  costs only its current item (status ``error: worker died …``).
+- Workers are fresh interpreters started with ``subprocess`` (``python -c …``) and talk over a
+  socketpair with length-prefixed pickles (the parent reads all pending results in one call).
+  Nothing is forked, so the torch/vLLM threads of a training process are never duplicated,
+  and unlike ``multiprocessing``'s spawn and forkserver the training script (``__main__``) is
+  never re-imported in the worker. Workers import ``lit_rlvr.rewards`` (no torch) and the
+  modules of rewards registered elsewhere, so a replacement starts in about half a second. A worker whose parent has gone exits at its next
+  read (EOF on the socket).
+- Items go to workers in chunks (one message per chunk, at most two chunks in flight per
+  worker); each result comes back as soon as it is scored, which is what lets the parent know
+  when the current item started (the worker scores its items in order). Gold parses and
+  results are cached inside each worker (see the math and SQL modules), so keep one scorer alive
+  for the whole run.
+- A :class:`~lit_rlvr.rewards.base.GoldAnswerError` (malformed gold, a data error) does not stop
+  the batch: the other items are scored and then the first such error is raised.
+- ``num_workers=0`` scores in the calling thread with the same code (no hard deadline).
+
+Each worker's address space is capped (``RLIMIT_AS``, ``memory_limit_mb``) so a memory bomb
+raises ``MemoryError`` in that worker instead of waking the system's OOM killer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.connection import wait
+
+from lit_rlvr.rewards.base import (
+    REWARDS,
+    SCORERS,
+    STATUS_OK,
+    STATUS_TIMEOUT,
+    GoldAnswerError,
+    ScoreResult,
+)
+
+_BOOT = "import sys; from lit_rlvr.rewards.scorer import _worker_main; _worker_main(int(sys.argv[1]))"
+_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+_HEADER = struct.Struct("!I")
+
+
+def _send(sock: socket.socket, obj) -> None:
+    """Write one length-prefixed pickle frame."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv(stream) -> object:
+    """Read one frame from a blocking binary stream; raises ``EOFError`` when the peer is gone."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError
+    (size,) = _HEADER.unpack(header)
+    payload = stream.read(size)
+    if len(payload) < size:
+        raise EOFError
+    return pickle.loads(payload)
+
+
+class _FrameReader:
+    """Parent side: turn whatever bytes are available on a socket into complete frames."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.buffer = sock, bytearray()
+
+    def read_available(self) -> list:
+        """All complete frames now available (call when the socket is readable); EOFError at EOF."""
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise EOFError
+        self.buffer += data
+        frames, offset = [], 0
+        while len(self.buffer) - offset >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self.buffer, offset)
+            if len(self.buffer) - offset - _HEADER.size < size:
+                break
+            start = offset + _HEADER.size
+            frames.append(pickle.loads(bytes(self.buffer[start : start + size])))
+            offset = start + size
+        del self.buffer[:offset]
+        return frames
+
+
+def reward_table(rewards: Mapping[str, Callable] | None = None) -> dict[str, tuple[Callable, bool]]:
+    """Name → ``(fn, returns_score_result)`` for every known reward: ``SCORERS`` first, then plain
+    ``REWARDS`` entries, then ``rewards`` (which override both).
+
+    Example:
+        >>> import lit_rlvr.rewards
+        >>> table = reward_table()
+        >>> table["math"][1], {"math", "sql"} <= set(table)
+        (True, True)
+    """
+    table = {name: (fn, False) for name, fn in REWARDS.items()}
+    table.update({name: (fn, True) for name, fn in SCORERS.items()})
+    table.update({name: (fn, False) for name, fn in (rewards or {}).items()})
+    return table
+
+
+def _shipping_problem(fn: Callable) -> str | None:
+    """Why a worker cannot import ``fn`` by reference (None if it can)."""
+    if getattr(fn, "__module__", None) == "__main__":
+        return "it is defined in __main__, which workers do not import"
+    try:
+        pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        return f"it is not picklable by reference ({e})"
+    return None
+
+
+def score_one(
+    table: Mapping[str, tuple[Callable, bool]], completion: str, row: dict, timeout_s: float | None
+) -> ScoreResult:
+    """Score one completion with ``row["reward"]`` from ``table``; never raises except
+    :class:`GoldAnswerError`. Plain reward functions may return a float or a ``ScoreResult``.
+
+    Example:
+        >>> import lit_rlvr.rewards
+        >>> score_one(reward_table(), "#### 18", {"id": "g", "reward": "math", "answer": "18"}, 5.0)
+        ScoreResult(reward=1.0, status='ok')
+    """
+    fn, is_scorer = table[row["reward"]]
+    kwargs = {k: v for k, v in row.items() if k != "answer"}
+    if is_scorer:
+        kwargs["timeout_s"] = timeout_s
+    try:
+        out = fn(completion, row["answer"], **kwargs)
+    except GoldAnswerError:
+        raise
+    except Exception as e:
+        return ScoreResult(0.0, f"error: {type(e).__name__}: {str(e)[:200]}")
+    result = out if isinstance(out, ScoreResult) else ScoreResult(float(out), STATUS_OK)
+    if not 0.0 <= result.reward <= 1.0:  # also catches NaN
+        return ScoreResult(0.0, f"error: reward {result.reward!r} outside [0, 1]")
+    return result
+
+
+def _worker_main(fd: int) -> None:
+    """Worker loop: read the config, say ready, then score chunks, sending one result per item."""
+    sock = socket.socket(fileno=fd)
+    stream = sock.makefile("rb")
+    shipped, timeout_s, memory_limit_mb = _recv(stream)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    if memory_limit_mb:
+        import resource
+
+        limit = memory_limit_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    import logging
+
+    import lit_rlvr.rewards  # noqa: F401  (registers math and sql)
+
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)  # "falling back to Command" on bad SQL
+    table = {**reward_table(), **shipped}
+    # Build the parsers now (math-verify's LaTeX grammar takes ~0.1 s on first use), so no
+    # item's deadline pays for it.
+    lit_rlvr.rewards.SCORERS["math"]("\\boxed{\\frac{1}{2}}", "0.5", timeout_s=None)
+    lit_rlvr.rewards.sql.check_read_only("SELECT 1")
+    _send(sock, ("ready",))
+    while True:
+        try:
+            chunk = _recv(stream)
+        except (EOFError, OSError):
+            return
+        if chunk is None:
+            return
+        for index, completion, row in chunk:
+            try:
+                result = score_one(table, completion, row, timeout_s)
+                _send(sock, (index, result.reward, result.status, False))
+            except GoldAnswerError as e:
+                _send(sock, (index, 0.0, str(e), True))
+
+
+class _Batch:
+    """One ``score`` call's bookkeeping: chunks still to send, results, gold errors."""
+
+    def __init__(self, completions: list[str], rows: list[dict], chunk_size: int):
+        n = len(completions)
+        self.queue = deque(list(range(i, min(i + chunk_size, n))) for i in range(0, n, chunk_size))
+        self.results: list[ScoreResult | None] = [None] * n
+        self.gold_errors: list[str] = []
+        self.remaining = n
+
+
+class _Worker:
+    """One worker process, its connection, and the items it still owes results for."""
+
+    def __init__(self, config: tuple):
+        parent_sock, child_sock = socket.socketpair()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env.update({name: "1" for name in _THREAD_ENV})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, str(child_sock.fileno())],
+            pass_fds=(child_sock.fileno(),),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C in the terminal goes to the parent only
+        )
+        child_sock.close()
+        self.sock = parent_sock
+        self.reader = _FrameReader(parent_sock)
+        _send(parent_sock, config)
+        self.ready = False
+        self.broken = False  # a send failed: it is dead, and EOF will be read soon
+        self.started = time.monotonic()
+        self.pending: deque[int] = deque()
+        self.clock = 0.0  # when the item at pending[0] started (approximately)
+
+    def exit_reason(self) -> str:
+        code = self.proc.wait(timeout=5)
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.sock.close()
+
+
+class BatchScorer:
+    """Score completions against their rows in worker processes, with a per-item deadline.
+
+    Args:
+        num_workers: worker processes; 0 scores in the calling thread (no hard deadline).
+        timeout_s: per-item deadline in seconds, passed to the reward (soft) and enforced by
+            killing the worker after ``timeout_s + kill_grace_s`` (hard).
+        kill_grace_s: extra time the soft deadline gets before the worker is killed.
+        chunk_size: items sent to a worker per message.
+        memory_limit_mb: address-space cap per worker (``RLIMIT_AS``); None for no cap.
+        rewards: extra reward functions ``fn(completion, answer, **row) -> float | ScoreResult``
+            by name (override the registries). Workers import them, and every function registered
+            in ``REWARDS``/``SCORERS`` by other modules, by reference: they must be module-level
+            functions of an importable module (not ``__main__``).
+        start_timeout_s: how long a new worker may take to import before ``RuntimeError``.
+        coalesce_s: after a result arrives the parent waits this long before reading, so one
+            wake-up collects many results (workers keep working meanwhile); 0 to disable.
+
+    Example:
+        >>> rows = [{"id": "a", "reward": "math", "answer": "#### 18"},
+        ...         {"id": "b", "reward": "math", "answer": "\\\\frac{1}{2}"}]
+        >>> with BatchScorer(num_workers=1, timeout_s=5.0) as scorer:
+        ...     scorer.score(["so \\\\boxed{18}", "it is 0.4"], rows)
+        [ScoreResult(reward=1.0, status='ok'), ScoreResult(reward=0.0, status='no_answer')]
+    """
+
+    def __init__(
+        self,
+        num_workers: int = 2,
+        timeout_s: float = 5.0,
+        *,
+        kill_grace_s: float = 1.0,
+        chunk_size: int = 16,
+        memory_limit_mb: int | None = 4096,
+        rewards: Mapping[str, Callable] | None = None,
+        start_timeout_s: float = 120.0,
+        coalesce_s: float = 0.002,
+    ):
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0 (0 = in-process); got {num_workers}")
+        if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+            raise ValueError(f"timeout_s must be a positive number of seconds; got {timeout_s!r}")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1; got {chunk_size}")
+        self.num_workers, self.timeout_s, self.chunk_size = num_workers, float(timeout_s), chunk_size
+        self.hard_timeout_s = self.timeout_s + kill_grace_s
+        self.start_timeout_s = start_timeout_s
+        self.coalesce_s = coalesce_s
+        for name, fn in (rewards or {}).items():
+            if num_workers and (problem := _shipping_problem(fn)):
+                raise ValueError(f"reward {name!r} cannot be sent to worker processes: {problem}")
+        self._extra_rewards = dict(rewards or {})
+        self._memory_limit_mb = memory_limit_mb
+        self._workers: list[_Worker] = []
+        self._build_table()
+        self._start_workers()
+
+    def _build_table(self) -> None:
+        """Snapshot the registries; every reward defined outside this package goes to the workers
+        by reference (they import its module), unless it cannot (``self.local_only`` says why)."""
+        self.table = reward_table(self._extra_rewards)
+        shipped, self.local_only = {}, {}
+        for name, (fn, is_scorer) in self.table.items():
+            if getattr(fn, "__module__", "").startswith("lit_rlvr.rewards."):
+                continue  # workers register these themselves
+            if problem := _shipping_problem(fn):
+                self.local_only[name] = problem
+            else:
+                shipped[name] = (fn, is_scorer)
+        self._config = (shipped, self.timeout_s, self._memory_limit_mb)
+
+    def _start_workers(self) -> None:
+        while len(self._workers) < self.num_workers:
+            self._workers.append(_Worker(self._config))
+
+    def _replace(self, worker: _Worker) -> None:
+        worker.kill()
+        self._workers[self._workers.index(worker)] = _Worker(self._config)
+
+    def score(self, completions: Sequence[str], rows: Sequence[dict]) -> list[ScoreResult]:
+        """Score ``completions[i]`` against ``rows[i]`` (``rows[i]["reward"]`` names the function,
+        ``rows[i]["answer"]`` is the gold).
+
+        Args:
+            completions: B completion texts.
+            rows: B prompt rows (a prompt's row repeated for each of its samples).
+
+        Returns:
+            B ``ScoreResult``; statuses ``ok``, ``no_answer``, ``timeout``, ``error: …``.
+
+        Raises:
+            ValueError: lengths differ, or a row lacks ``reward``/``answer`` or names an unknown
+                reward (checked before any work).
+            GoldAnswerError: some row's gold is malformed (raised after the batch is scored).
+        """
+        if len(completions) != len(rows):
+            raise ValueError(f"got {len(completions)} completions for {len(rows)} rows; they must pair up")
+        for row in rows:
+            if "reward" not in row or "answer" not in row:
+                raise ValueError(f"row id={row.get('id')!r} needs 'reward' and 'answer' keys; has {sorted(row)}")
+        names = {row["reward"] for row in rows}
+        if not names <= set(self.table) and names <= set(reward_table(self._extra_rewards)):
+            self._build_table()  # registered after this scorer was built: restart workers with it
+            self._restart_workers()
+        for name in sorted(names):
+            if name not in self.table:
+                raise ValueError(f"unknown reward {name!r} in rows; valid names: {sorted(self.table)}")
+            if self.num_workers and name in self.local_only:
+                raise ValueError(
+                    f"reward {name!r} cannot run in worker processes: {self.local_only[name]}; define it in an "
+                    "importable module or use num_workers=0"
+                )
+        if self.num_workers == 0:
+            return [score_one(self.table, c, dict(r), self.timeout_s) for c, r in zip(completions, rows)]
+        try:
+            return self._score_pool(list(completions), list(rows))
+        except BaseException:  # interrupted mid-batch: workers hold stale work, start afresh
+            self._restart_workers()
+            raise
+
+    def _restart_workers(self) -> None:
+        for worker in self._workers:
+            worker.kill()
+        self._workers.clear()
+        self._start_workers()
+
+    def _score_pool(self, completions: list[str], rows: list[dict]) -> list[ScoreResult]:
+        batch = _Batch(completions, rows, self.chunk_size)
+        while batch.remaining:
+            now = time.monotonic()
+            for worker in self._workers:
+                # up to two chunks in flight, so a worker never waits for the parent to wake up
+                while worker.ready and not worker.broken and batch.queue and len(worker.pending) <= self.chunk_size:
+                    chunk = batch.queue.popleft()
+                    if not worker.pending:
+                        worker.clock = now
+                    worker.pending.extend(chunk)
+                    try:
+                        _send(worker.sock, [(i, completions[i], rows[i]) for i in chunk])
+                    except OSError:  # it died on an earlier item; reading its socket will say EOF
+                        worker.broken = True
+            deadlines = [w.clock + self.hard_timeout_s for w in self._workers if w.pending]
+            deadlines += [w.started + self.start_timeout_s for w in self._workers if not w.ready]
+            by_sock = {w.sock: w for w in self._workers}
+            readable = wait(list(by_sock), timeout=max(0.0, min(deadlines) - now))
+            if readable and self.coalesce_s:
+                time.sleep(self.coalesce_s)  # let results pile up: one wake-up per many items
+            for sock in readable:
+                self._collect(by_sock[sock], batch)
+            self._enforce_deadlines(batch)
+        if batch.gold_errors:
+            first = batch.gold_errors[0]
+            raise GoldAnswerError(f"{len(batch.gold_errors)} row(s) with malformed gold answers; first: {first}")
+        return batch.results  # type: ignore[return-value]
+
+    def _collect(self, worker: _Worker, batch: _Batch) -> None:
+        """Record what ``worker`` has sent; if it has died, its current item fails."""
+        try:
+            messages = worker.reader.read_available()
+        except (EOFError, OSError):
+            if not worker.ready:
+                raise RuntimeError(
+                    f"a reward worker exited while starting ({worker.exit_reason()}); its traceback is on "
+                    "stderr — check that lit_rlvr and any custom reward modules import in a fresh interpreter"
+                ) from None
+            self._fail_current(worker, f"error: worker died ({worker.exit_reason()})", batch)
+            return
+        for message in messages:
+            if message == ("ready",):
+                worker.ready = True
+                continue
+            index, reward, status, is_gold_error = message
+            worker.pending.popleft()
+            worker.clock = time.monotonic()  # the next item started about now
+            batch.results[index] = ScoreResult(reward, "error: malformed gold" if is_gold_error else status)
+            if is_gold_error:
+                batch.gold_errors.append(status)
+            batch.remaining -= 1
+
+    def _enforce_deadlines(self, batch: _Batch) -> None:
+        """Kill workers stuck on an item past the hard deadline; fail workers that never start."""
+        for worker in list(self._workers):
+            now = time.monotonic()
+            if worker.pending and now > worker.clock + self.hard_timeout_s:
+                if wait([worker.sock], 0):  # a result landed just now: the item finished in time
+                    self._collect(worker, batch)
+                else:
+                    self._fail_current(worker, STATUS_TIMEOUT, batch)
+            elif not worker.ready and now > worker.started + self.start_timeout_s:
+                raise RuntimeError(
+                    f"a reward worker did not start within {self.start_timeout_s} s "
+                    f"(exit status {worker.proc.poll()}); check that lit_rlvr imports in a fresh interpreter"
+                )
+
+    def _fail_current(self, worker: _Worker, status: str, batch: _Batch) -> None:
+        """Score the worker's current item 0 with ``status``, requeue the rest, replace the worker."""
+        if worker.pending:
+            batch.results[worker.pending.popleft()] = ScoreResult(0.0, status)
+            batch.remaining -= 1
+        if worker.pending:
+            batch.queue.appendleft(list(worker.pending))
+        self._replace(worker)
+
+    def close(self) -> None:
+        """Stop the workers (politely, then by force)."""
+        for worker in self._workers:
+            try:
+                _send(worker.sock, None)
+            except OSError:
+                pass
+        for worker in self._workers:
+            try:
+                worker.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+            worker.kill()
+        self._workers.clear()
+
+    def __enter__(self) -> BatchScorer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_workers", None):
+            self.close()
