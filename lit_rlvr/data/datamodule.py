@@ -247,6 +247,11 @@ class PromptDataModule(pl.LightningDataModule):
         return [v.name or v.adapter for v in self.val_specs]
 
     @property
+    def val_samples_per_prompt(self) -> dict[str, int]:
+        """``{set name: samples per prompt}`` for every validation set."""
+        return {v.name or v.adapter: v.n_samples for v in self.val_specs}
+
+    @property
     def base_pass_counts(self) -> dict[str, int] | None:
         """π_ref pass count (of the cache's n) per prompt id, for the retention metric; None without a cache."""
         return None if self.reference_cache is None else self.reference_cache.base_pass_counts()

@@ -12,9 +12,10 @@ A malformed gold answer is a data error: :class:`GoldAnswerError` (a ``ValueErro
 row's ``id``.
 """
 
+from lit_rlvr.rewards import countdown as countdown
 from lit_rlvr.rewards import math as math
 from lit_rlvr.rewards import sql as sql
 from lit_rlvr.rewards.base import ANSWER_KEYS, REWARDS, SCORERS, GoldAnswerError, ScoreResult
 from lit_rlvr.rewards.scorer import BatchScorer
 
-__all__ = ["ANSWER_KEYS", "REWARDS", "SCORERS", "BatchScorer", "GoldAnswerError", "ScoreResult", "math", "sql"]
+__all__ = ["ANSWER_KEYS", "REWARDS", "SCORERS", "BatchScorer", "GoldAnswerError", "ScoreResult", "countdown", "math", "sql"]

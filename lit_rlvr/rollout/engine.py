@@ -398,6 +398,10 @@ def build_engine(
             if model is None:
                 raise ValueError("build_engine('vllm') needs model_path or the policy model to find one")
             model_path = engine_model_path(model, tokenizer)
+        if model is not None and kwargs.get("dtype", "auto") == "auto":
+            # serve in the trainer's dtype: vLLM's "auto" may downcast a float32 checkpoint on CPU,
+            # and the sampler's log-probs then drift from the trainer's by ~1e-3
+            kwargs["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
         return VLLMEngine(model_path, **kwargs)
     from lit_rlvr.rollout.hf import HFEngine
 

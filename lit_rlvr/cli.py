@@ -1,0 +1,66 @@
+"""``lit-rlvr``: LightningCLI ``fit`` / ``validate`` plus the ``cache`` and ``warmstart`` tools.
+
+    lit-rlvr fit --config configs/math/dph_f.yaml
+    lit-rlvr validate --config configs/math/grpo.yaml --ckpt_path runs/grpo/last.ckpt
+    lit-rlvr cache --config configs/math/cache.yaml      # DPH-RL's offline π_ref samples
+    lit-rlvr warmstart --config configs/demo/warmstart.yaml
+
+Configs are parsed with OmegaConf interpolation (``${model.samples_per_prompt}``). Values that
+must agree are linked rather than repeated: the rollout callback's samples per prompt and max new
+tokens feed the module; the module's model path feeds the DataModule's tokenizer.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from lit_rlvr.callbacks import RolloutCallback
+from lit_rlvr.data import PromptDataModule
+from lit_rlvr.module import RLVRModule
+
+
+class RLVRCLI(LightningCLI):
+    """LightningCLI with a first-class, replaceable rollout callback and linked arguments."""
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {"fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"}, "validate": {"model", "dataloaders", "datamodule"}}
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        # `rollout:` is its own config section; `class_path` swaps in a user's subclass.
+        parser.add_lightning_class_args(RolloutCallback, "rollout", subclass_mode=True, required=False)
+        parser.set_defaults({"rollout": {"class_path": "lit_rlvr.callbacks.RolloutCallback"}})
+        parser.link_arguments("rollout.init_args.samples_per_prompt", "model.samples_per_prompt")
+        parser.link_arguments("rollout.init_args.max_new_tokens", "model.max_new_tokens")
+        parser.link_arguments("model.model", "data.tokenizer")
+
+
+def _tools() -> dict[str, Callable[[list[str]], object]]:
+    from lit_rlvr.cache.cli import main as cache_main
+    from lit_rlvr.warmstart import main as warmstart_main
+
+    return {"cache": cache_main, "warmstart": warmstart_main}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``lit-rlvr`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("cache", "warmstart"):
+        _tools()[argv[0]](argv[1:])
+        return
+    omegaconf = {"parser_mode": "omegaconf"}
+    RLVRCLI(
+        RLVRModule,
+        PromptDataModule,
+        args=argv,
+        parser_kwargs={"fit": omegaconf, "validate": omegaconf, "description": __doc__},
+        save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,512 @@
+"""RLVRModule: the RLVR recipe as a LightningModule.
+
+One training step (METHODS.md):
+
+    rollouts (RolloutCallback) → rewards (BatchScorer) → advantages (ADVANTAGES[name])
+    → clipped policy loss (§1) + η · f-divergence on cached π_ref anchors (DPH-RL, §2)
+    + β · online KL to π_ref (RKL baseline, §1)
+
+Every method of both papers is this module with different registry names and coefficients:
+GRPO/DAPO/Dr.GRPO/RLOO pick an advantage and an aggregation; DPH-RL sets ``divergence`` and
+``divergence_coef`` (η) and gets anchor batches from the reference cache through the DataModule;
+Pass@k Training picks a ``passk*`` advantage; RKL sets ``kl_coef`` (β).
+
+Engineering choices: optimisation is manual, because one rollout batch feeds ``ppo_epochs`` ×
+mini-batches optimizer steps, each accumulated over micro-batches whose losses are scaled by
+:func:`lit_rlvr.functional.batching.aggregation_weight` so that accumulation does not change the
+update. The sampler's log-probs are the old log-probs (as in the papers' verl setups), unless
+``recompute_old_logprobs``.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning import LightningModule
+from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from torch import Tensor
+
+from lit_rlvr.functional.advantages import ADVANTAGES
+from lit_rlvr.functional.batching import aggregation_weight, split_indices
+from lit_rlvr.functional.divergences import DIVERGENCES, f_divergence
+from lit_rlvr.functional.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, kl_estimate, policy_loss
+from lit_rlvr.functional.metrics import zero_variance_groups
+from lit_rlvr.policy import LoraOptions, completion_logprobs, load_policy
+
+
+def default_optimizer(params) -> torch.optim.Optimizer:
+    """AdamW at the papers' learning rate (1e-6; METHODS.md §2–3)."""
+    return torch.optim.AdamW(params, lr=1e-6, weight_decay=0.0)
+
+
+class RLVRModule(LightningModule):
+    """A policy trained with verifiable rewards; the method is chosen by registry names.
+
+    Args:
+        model: local path or hub name of a transformers causal LM.
+        dtype: ``float32`` | ``bfloat16`` | ``float16``.
+        attn_implementation: passed to ``from_pretrained`` (e.g. ``sdpa``, ``flash_attention_2``).
+        gradient_checkpointing: trade compute for activation memory.
+        lora: train a peft LoRA adapter instead of all weights.
+        samples_per_prompt: G, rollouts per prompt (linked from the rollout callback by the CLI).
+        max_new_tokens: the rollout length cap (Dr. GRPO's normaliser; linked by the CLI).
+        advantage: name in :data:`ADVANTAGES` (``grpo``, ``rloo``, ``passk``, …).
+        advantage_options: keyword options of that estimator (e.g. ``{"k": 4}``).
+        loss_agg: ``token_mean`` | ``seq_mean_token_mean`` | ``seq_mean_token_sum_norm``.
+        clip_low: ε_low of the clipped surrogate.
+        clip_high: ε_high (clip-higher, DAPO).
+        dual_clip: c of dual clip for negative advantages (None = off).
+        divergence: DPH-RL generator name in :data:`DIVERGENCES` (None = no anchor term).
+        divergence_coef: η, multiplies the token-mean divergence of the anchor batch.
+        divergence_level: ``token`` (as released) or ``sequence`` ratios.
+        divergence_options: options of the generator (e.g. ``{"alpha": 0.5}``).
+        kl_coef: β of the online KL(π_θ‖π_ref) penalty (RKL baseline; 0 = off).
+        kl_estimator: ``k1`` | ``k2`` | ``k3``.
+        ppo_epochs: passes over each rollout batch.
+        mini_batch_size: rows per optimizer step (None = the whole rollout batch).
+        micro_batch_size: rows per forward/backward (None = the whole mini-batch).
+        dynamic_sampling: drop groups whose rewards are all equal (DAPO).
+        recompute_old_logprobs: use the trainer's log-probs at rollout time as old log-probs
+            instead of the sampler's.
+        max_grad_norm: gradient clipping (None = off).
+        reward_workers: processes of the batch scorer (0 = score in the training process).
+        reward_timeout: per-item reward deadline in seconds.
+        pass_k: k values reported by validation (those above a set's n are dropped).
+        export_dir: save the trained policy (or LoRA adapter) here in Hugging Face format at the
+            end of ``fit``.
+        optimizer: optimizer factory (LightningCLI dependency injection).
+        lr_scheduler: optional scheduler factory, stepped once per optimizer step.
+        seed: seeds the module's own generator (bootstrap advantages, mini-batch shuffling).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        dtype: str = "float32",
+        attn_implementation: str | None = None,
+        gradient_checkpointing: bool = False,
+        lora: LoraOptions | None = None,
+        samples_per_prompt: int = 8,
+        max_new_tokens: int = 512,
+        advantage: str = "grpo",
+        advantage_options: dict[str, Any] | None = None,
+        loss_agg: str = "token_mean",
+        clip_low: float = 0.2,
+        clip_high: float = 0.28,
+        dual_clip: float | None = None,
+        divergence: str | None = None,
+        divergence_coef: float = 0.0,
+        divergence_level: str = "token",
+        divergence_options: dict[str, Any] | None = None,
+        kl_coef: float = 0.0,
+        kl_estimator: str = "k3",
+        ppo_epochs: int = 1,
+        mini_batch_size: int | None = None,
+        micro_batch_size: int | None = None,
+        dynamic_sampling: bool = False,
+        recompute_old_logprobs: bool = False,
+        max_grad_norm: float | None = 1.0,
+        reward_workers: int = 0,
+        reward_timeout: float = 10.0,
+        pass_k: list[int] | None = None,
+        export_dir: str | None = None,
+        optimizer: OptimizerCallable = default_optimizer,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        self.automatic_optimization = False
+        self.set_advantage(advantage, advantage_options)
+        self._check_options()
+        self.policy, self.tokenizer = load_policy(model, dtype, attn_implementation, gradient_checkpointing, lora)
+        self._reference = None  # frozen π_ref for the RKL baseline (not a submodule: never trained or saved)
+        self.optimizer_factory = optimizer
+        self.lr_scheduler_factory = lr_scheduler
+        self.generator = torch.Generator().manual_seed(seed)
+        self.scorer = None
+        self.val_metrics = torch.nn.ModuleDict()
+
+    # ------------------------------------------------------------------ configuration checks
+    def set_advantage(self, name: str, options: dict[str, Any] | None = None) -> None:
+        """Switch the advantage estimator (used at start-up and by :class:`AdvantageSchedule`)."""
+        fn = ADVANTAGES.get_checked(name, "model.advantage")
+        options = dict(options or {})
+        params = inspect.signature(fn).parameters
+        injected = {"entropies", "generator"}
+        unknown = (set(options) - set(params)) | (set(options) & injected)
+        if unknown:
+            accepted = sorted(set(params) - {"rewards", "group_ids"} - injected)
+            raise ValueError(
+                f"model.advantage_options: {sorted(unknown)} not accepted by advantage {name!r}; accepted: {accepted}"
+            )
+        k = options.get("k")
+        if k is not None and not 1 <= k <= self.hparams.samples_per_prompt:
+            raise ValueError(
+                f"model.advantage_options.k={k} must be between 1 and samples_per_prompt={self.hparams.samples_per_prompt}"
+            )
+        self.advantage_name, self.advantage_fn, self.advantage_options = name, fn, options
+
+    def _check_options(self) -> None:
+        """Fail at start-up, naming the key, the value and what is accepted (never mid-training)."""
+        hp = self.hparams
+        AGGREGATIONS.get_checked(hp.loss_agg, "model.loss_agg")
+        if hp.divergence is not None:
+            DIVERGENCES.get_checked(hp.divergence, "model.divergence")
+        if hp.divergence_level not in ("token", "sequence"):
+            raise ValueError(f"model.divergence_level: {hp.divergence_level!r}; valid: ['sequence', 'token']")
+        KL_ESTIMATORS.get_checked(hp.kl_estimator, "model.kl_estimator")
+        for key in ("ppo_epochs", "samples_per_prompt", "max_new_tokens"):
+            if hp[key] < 1:
+                raise ValueError(f"model.{key} must be >= 1, got {hp[key]}")
+        for key in ("mini_batch_size", "micro_batch_size"):
+            if hp[key] is not None and hp[key] < 1:
+                raise ValueError(f"model.{key} must be >= 1 or null, got {hp[key]}")
+        for key in ("divergence_coef", "kl_coef"):
+            if hp[key] < 0:
+                raise ValueError(f"model.{key} must be >= 0, got {hp[key]}")
+        if hp.divergence_coef > 0 and hp.divergence is None:
+            raise ValueError("model.divergence_coef > 0 needs model.divergence (e.g. 'forward_kl')")
+
+    # ------------------------------------------------------------------ Lightning hooks
+    def configure_model(self) -> None:
+        """FSDP2 (``ModelParallelStrategy``): shard every decoder layer, then the whole policy."""
+        mesh = getattr(self, "device_mesh", None) if self._trainer is not None else None
+        if mesh is None or getattr(self.policy, "_lit_rlvr_sharded", False):
+            return
+        from torch.distributed.fsdp import fully_shard
+
+        dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
+        for layer in _decoder_layers(self.policy):
+            fully_shard(layer, mesh=dp_mesh)
+        fully_shard(self.policy, mesh=dp_mesh)
+        self.policy._lit_rlvr_sharded = True
+
+    def configure_optimizers(self):
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        optimizer = self.optimizer_factory(params)
+        if self.lr_scheduler_factory is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.lr_scheduler_factory(optimizer)}}
+
+    def setup(self, stage: str) -> None:
+        from lit_rlvr.rewards import BatchScorer
+
+        if self.scorer is None:
+            self.scorer = BatchScorer(num_workers=self.hparams.reward_workers, timeout_s=self.hparams.reward_timeout)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        for name, n in getattr(datamodule, "val_samples_per_prompt", {}).items():
+            if name not in self.val_metrics:
+                self.val_metrics[name] = self._build_val_metrics(n)
+        cache = getattr(datamodule, "reference_cache", None)
+        if stage == "fit" and cache is not None and self.hparams.lora is None:
+            cache.check(model=self.policy)  # the anchors' log π_ref must be this policy's
+        if stage == "fit" and self.hparams.divergence_coef > 0 and datamodule is not None and cache is None:
+            raise ValueError(
+                "model.divergence_coef > 0 (DPH-RL) needs data.cache: build it with `lit-rlvr cache` first"
+            )
+
+    def teardown(self, stage: str) -> None:
+        if self.scorer is not None:
+            self.scorer.close()
+            self.scorer = None
+
+    def on_fit_start(self) -> None:
+        if self.hparams.kl_coef > 0 and self.hparams.lora is None and self._reference is None:
+            self._reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        if self._reference is not None:
+            self._reference.to(self.device)
+
+    # ------------------------------------------------------------------ the recipe
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        rollouts = _require_rollouts(batch)
+        rows = [row for row in batch["rows"] for _ in range(rollouts.n)]  # (B,) prompt-major
+        rewards = self.score(rollouts.texts, rows, prefix="train")  # (B,)
+        data = {k: v.to(self.device) for k, v in rollouts.to_padded(self.tokenizer.pad_token_id).items()}
+        data["rewards"] = rewards.to(self.device)
+        if self.hparams.recompute_old_logprobs or _declares(self.advantage_fn, "entropies"):
+            with torch.no_grad():
+                old, entropy = self.logprobs(data, with_entropy=True)
+            if self.hparams.recompute_old_logprobs:
+                data["old_logprobs"] = old
+            data["entropies"] = _masked_row_mean(entropy, data["response_mask"])
+        data["advantages"] = self.advantages(data)
+        keep = self.rows_to_train(data)
+        if self.hparams.kl_coef > 0:
+            data["ref_logprobs"] = self.reference_logprobs(data)
+        data = {k: v[keep] for k, v in data.items()}
+        anchor = batch.get("anchor") if self.hparams.divergence_coef > 0 else None
+        if self.hparams.divergence_coef > 0 and anchor is None:
+            rank_zero_warn("DPH-RL: this batch has no anchor samples (empty D_pef?); L_pef is skipped")
+        if anchor is not None:
+            anchor = {k: v.to(self.device) for k, v in anchor.items()}
+
+        losses = []
+        for _ in range(self.hparams.ppo_epochs if keep.any() else 0):  # nothing to learn from: no step
+            for mini in split_indices(int(keep.sum()), self.hparams.mini_batch_size, self.generator):
+                losses.append(self.optimizer_step_on({k: v[mini] for k, v in data.items()}, anchor))
+        self.log_step(data, rollouts, losses, keep)
+        return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
+
+    def score(self, texts: list[str], rows: list[dict], prefix: str) -> Tensor:
+        """Rewards ``(B,)`` from the batch scorer; logs the share of each status."""
+        results = self.scorer.score(texts, rows)
+        statuses = Counter(r.status.split(":")[0] for r in results)
+        for status, count in statuses.items():
+            self.log(f"{prefix}/reward_status/{status}", count / len(results), batch_size=len(results))
+        return torch.tensor([r.reward for r in results], dtype=torch.float32)
+
+    def advantages(self, data: dict[str, Tensor]) -> Tensor:
+        """``(B,)`` advantages from the configured estimator (options + injected tensors)."""
+        options = dict(self.advantage_options)
+        if _declares(self.advantage_fn, "entropies"):
+            options["entropies"] = data["entropies"]
+        if _declares(self.advantage_fn, "generator"):
+            options["generator"] = self.generator
+        return self.advantage_fn(data["rewards"].cpu(), data["group_ids"].cpu(), **options).to(self.device)
+
+    def rows_to_train(self, data: dict[str, Tensor]) -> Tensor:
+        """``(B,)`` bool: every row, or with dynamic sampling only groups with mixed rewards (DAPO)."""
+        keep = torch.ones_like(data["rewards"], dtype=torch.bool)
+        if self.hparams.dynamic_sampling:
+            _, inverse = torch.unique(data["group_ids"], return_inverse=True)
+            keep = ~zero_variance_groups(data["rewards"], data["group_ids"])[inverse]
+        return keep
+
+    def logprobs(self, data: dict[str, Tensor], with_entropy: bool = False, model=None):
+        T = data["response_mask"].shape[1]
+        return completion_logprobs(model or self.policy, data["input_ids"], data["attention_mask"], T, 1.0, with_entropy)
+
+    @torch.no_grad()
+    def reference_logprobs(self, data: dict[str, Tensor]) -> Tensor:
+        """log π_ref ``(B, T)`` on the rollouts: the adapter-free base with LoRA, else the frozen copy."""
+        if self.hparams.lora is not None:
+            with self.policy.disable_adapter():
+                return self.logprobs(data)[0]
+        return self.logprobs(data, model=self._reference)[0]
+
+    def optimizer_step_on(self, mini: dict[str, Tensor], anchor: dict[str, Tensor] | None) -> dict[str, Tensor]:
+        """One optimizer step: accumulate micro-batch gradients of L_exp (+ η L_pef) (+ β KL)."""
+        optimizer = self.optimizers()
+        optimizer.zero_grad()
+        totals: Counter = Counter()
+        for micro in split_indices(len(mini["rewards"]), self.hparams.micro_batch_size):
+            part = {k: v[micro] for k, v in mini.items()}
+            weight = aggregation_weight(part["response_mask"], mini["response_mask"], self.hparams.loss_agg)
+            parts = self.rl_loss(part)
+            self.manual_backward(parts["loss"] * weight)
+            totals.update({k: float(v.detach()) * weight for k, v in parts.items()})
+        if anchor is not None:
+            for micro in split_indices(len(anchor["input_ids"]), self.hparams.micro_batch_size):
+                part = {k: v[micro] for k, v in anchor.items()}
+                weight = aggregation_weight(part["response_mask"], anchor["response_mask"], "token_mean")
+                pef = self.anchor_loss(part)
+                self.manual_backward(self.hparams.divergence_coef * pef * weight)
+                totals["pef"] += float(pef.detach()) * weight
+                totals["loss"] += self.hparams.divergence_coef * float(pef.detach()) * weight
+        if self.hparams.max_grad_norm is not None:
+            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm")
+        optimizer.step()
+        scheduler = self.lr_schedulers()
+        if scheduler is not None:
+            scheduler.step()
+        return {k: torch.tensor(v) for k, v in totals.items()}
+
+    def rl_loss(self, part: dict[str, Tensor]) -> dict[str, Tensor]:
+        """L_exp (clipped surrogate, §1) + β·KL on one micro-batch; returns every component."""
+        hp = self.hparams
+        logprobs, _ = self.logprobs(part)
+        loss, stats = policy_loss(
+            logprobs,
+            part["old_logprobs"],
+            part["advantages"],
+            part["response_mask"],
+            clip_low=hp.clip_low,
+            clip_high=hp.clip_high,
+            dual_clip=hp.dual_clip,
+            agg=hp.loss_agg,
+            max_len=hp.max_new_tokens,
+        )
+        parts = {"policy": loss.detach(), **{k: torch.as_tensor(v).detach() for k, v in stats.items()}}
+        if hp.kl_coef > 0:
+            kl = aggregate(
+                kl_estimate(logprobs, part["ref_logprobs"], hp.kl_estimator),
+                part["response_mask"],
+                hp.loss_agg,
+                max_len=hp.max_new_tokens,
+            )
+            parts["kl"] = kl.detach()
+            loss = loss + hp.kl_coef * kl
+        parts["loss"] = loss
+        return parts
+
+    def anchor_loss(self, anchor: dict[str, Tensor]) -> Tensor:
+        """L_pef: f-divergence to π_ref estimated on cached π_ref samples only (DPH-RL, §2)."""
+        hp = self.hparams
+        logprobs, _ = self.logprobs(anchor)
+        return f_divergence(
+            logprobs,
+            anchor["ref_logprobs"],
+            anchor["response_mask"],
+            hp.divergence,
+            level=hp.divergence_level,
+            **(hp.divergence_options or {}),
+        )
+
+    def log_step(self, data: dict[str, Tensor], rollouts, losses: list[dict[str, Tensor]], keep: Tensor) -> None:
+        """Log every loss component and the rollout statistics of the step."""
+        B = len(keep)
+        mean = {k: torch.stack([p[k] for p in losses if k in p]).mean() for k in (losses[0] if losses else {})}
+        self.log_dict({f"train/{k}": v for k, v in mean.items() if k != "loss"}, batch_size=B)
+        if "loss" in mean:
+            self.log("train/loss", mean["loss"], prog_bar=True, batch_size=B)
+        rewards = data["rewards"]
+        lengths = torch.tensor([len(c) for c in rollouts.completion_ids], dtype=torch.float32)
+        self.log_dict(
+            {
+                "train/reward": rewards.mean() if len(rewards) else torch.zeros(()),
+                "train/kept_rows": keep.float().mean(),
+                "train/response_length": lengths.mean(),
+                "train/truncated": torch.tensor([r == "length" for r in rollouts.finish_reasons]).float().mean(),
+            },
+            prog_bar=False,
+            batch_size=B,
+        )
+
+    # ------------------------------------------------------------------ validation
+    def _build_val_metrics(self, n: int) -> torch.nn.ModuleDict:
+        """The diversity-collapse panel of one validation set (METHODS.md §4)."""
+        from lit_rlvr.metrics import (
+            DistinctAnswers,
+            DistinctCompletions,
+            DistinctCorrectAnswers,
+            MajorityAtK,
+            PassAtK,
+            ZeroVarianceShare,
+        )
+
+        ks = [k for k in (self.hparams.pass_k or _ladder(n)) if k <= n]
+        return torch.nn.ModuleDict(
+            {
+                "pass": PassAtK(k=ks),
+                "maj": MajorityAtK(k=ks),
+                "retention": PassAtK(k=ks),  # pass@k restricted to prompts the base policy solved
+                "distinct_answers": DistinctAnswers(),
+                "distinct_correct_answers": DistinctCorrectAnswers(),
+                "distinct_completions": DistinctCompletions(),
+                "zero_variance_groups": ZeroVarianceShare(),
+            }
+        )
+
+    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """n samples per prompt → rewards → the pass@k ladder, maj@k, diversity and retention."""
+        from lit_rlvr.rewards import ANSWER_KEYS
+
+        rollouts = _require_rollouts(batch)
+        name, n = batch["set_name"], batch["n_samples"]
+        if name not in self.val_metrics:
+            self.val_metrics[name] = self._build_val_metrics(n).to(self.device)
+        metrics = self.val_metrics[name]
+        rows = [row for row in batch["rows"] for _ in range(n)]
+        rewards = self.score(rollouts.texts, rows, prefix=f"val/{name}")  # (P·n,)
+        correct = (rewards > 0.5).view(-1, n)  # (P, n)
+        texts = [rollouts.texts[p * n : (p + 1) * n] for p in range(len(batch["rows"]))]
+        answers = [[_answer_key(ANSWER_KEYS, row, t) for t in group] for row, group in zip(batch["rows"], texts)]
+        metrics["pass"].update(correct)
+        metrics["maj"].update(answers, correct)
+        metrics["distinct_answers"].update(answers)
+        metrics["distinct_correct_answers"].update(answers, correct)
+        metrics["distinct_completions"].update(texts)
+        metrics["zero_variance_groups"].update(rewards, rollouts.group_ids)
+        solved = self._base_solved([row["id"] for row in batch["rows"]])
+        if solved is not None and solved.any():
+            metrics["retention"].update(correct[solved])
+
+    def _base_solved(self, ids: list[str]) -> Tensor | None:
+        """``(P,)`` bool: prompts the base policy solved in the reference cache (None without a cache)."""
+        counts = getattr(getattr(self.trainer, "datamodule", None), "base_pass_counts", None)
+        if not counts:
+            return None
+        return torch.tensor([counts.get(i, 0) > 0 for i in ids], dtype=torch.bool)
+
+    def on_validation_epoch_end(self) -> None:
+        for name, metrics in self.val_metrics.items():
+            for key, metric in metrics.items():
+                if not metric.update_called:
+                    continue
+                values = metric.compute()
+                if isinstance(values, dict):
+                    values = {f"val/{name}/{key}/{k}" if key == "retention" else f"val/{name}/{k}": v for k, v in values.items()}
+                else:
+                    values = {f"val/{name}/{key}": values}
+                self.log_dict({k: v.float() for k, v in values.items()}, sync_dist=False)
+                metric.reset()
+
+    # ------------------------------------------------------------------ checkpoints and export
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["lit_rlvr_rng"] = {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "generator": self.generator.get_state(),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        rng = checkpoint.get("lit_rlvr_rng")
+        if rng is not None:
+            torch.set_rng_state(rng["torch"])
+            random.setstate(rng["python"])
+            self.generator.set_state(rng["generator"])
+
+    def on_train_end(self) -> None:
+        if self.hparams.export_dir and self.trainer.is_global_zero:
+            path = Path(self.hparams.export_dir)
+            self.policy.save_pretrained(path)  # a LoRA policy saves its adapter only
+            self.tokenizer.save_pretrained(path)
+
+
+def _require_rollouts(batch: dict):
+    if "rollouts" not in batch:
+        raise RuntimeError(
+            "batch has no 'rollouts': add a lit_rlvr.callbacks.RolloutCallback to the Trainer's callbacks "
+            "(the CLI adds one by default)"
+        )
+    return batch["rollouts"]
+
+
+def _answer_key(keys, row: dict, completion: str) -> str | None:
+    """The reward's canonical final answer (for maj@k); the stripped completion when it has none."""
+    if row["reward"] in keys:
+        return keys[row["reward"]](completion, **row)
+    return completion.strip() or None
+
+
+def _declares(fn, name: str) -> bool:
+    return name in inspect.signature(fn).parameters
+
+
+def _masked_row_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """``(B,)`` mean of ``values (B, T)`` over each row's real tokens (0 for empty rows)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+def _ladder(n: int) -> list[int]:
+    """1, 2, 4, … up to n (and n itself)."""
+    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    return ks + ([n] if ks[-1] != n else [])
+
+
+def _decoder_layers(policy) -> list[torch.nn.Module]:
+    """The transformer blocks of an HF causal LM (through a peft wrapper if any)."""
+    base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    layers = getattr(getattr(base, "model", base), "layers", None)
+    if layers is None:
+        raise ValueError(f"cannot find decoder layers to shard in {type(base).__name__} (expected .model.layers)")
+    return list(layers)

