@@ -30,3 +30,34 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     tok = build_char_tokenizer()
     model = build_tiny_llama(tok, seed=0)
     return save_tiny_model(tmp_path_factory.mktemp("tiny_llama"), model, tok)
+
+
+def contains_seven(completion: str, answer: str, **row) -> float:
+    """A reward a random tiny model earns sometimes: 1 if the completion contains '7'."""
+    return float("7" in completion)
+
+
+@pytest.fixture(scope="session")
+def seven_reward() -> str:
+    """Registers ``contains_seven`` (in-process scoring only) and returns its reward name."""
+    from lit_rlvr.rewards import REWARDS
+
+    if "test_contains_seven" not in REWARDS:
+        REWARDS.register("test_contains_seven")(contains_seven)
+    return "test_contains_seven"
+
+
+@pytest.fixture
+def toy_prompts(tmp_path, seven_reward):
+    """``make(n) -> path`` of a JSONL file of n prompts scored by the ``contains_seven`` reward."""
+    import json
+
+    def make(n: int = 8, name: str = "prompts.jsonl") -> str:
+        path = tmp_path / name
+        with open(path, "w") as f:
+            for i in range(n):
+                row = {"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "x", "reward": seven_reward}
+                f.write(json.dumps(row) + "\n")
+        return str(path)
+
+    return make

