@@ -1,0 +1,33 @@
+"""FSDP2 (ModelParallelStrategy) on CPU with 2 gloo processes equals a single-process step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parent / "scripts" / "fsdp2_step.py"
+
+
+def run_step(model_dir, out: Path, devices: int) -> list[dict]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(model_dir), str(out), str(devices)],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=out.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(devices)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fsdp2_two_processes_match_single_process(tiny_model_dir, tmp_path):
+    (single,) = run_step(tiny_model_dir, tmp_path / "single", 1)
+    ranks = run_step(tiny_model_dir, tmp_path / "fsdp", 2)
+    assert not single["sharded"] and all(r["sharded"] for r in ranks)
+    for r in ranks:  # every rank saw the same batch: same first-step loss
+        assert r["losses"][0] == pytest.approx(single["losses"][0], abs=1e-5)
+    for name, values in single["params"].items():  # and the same update
+        assert ranks[0]["params"][name] == pytest.approx(values, abs=1e-5), name
