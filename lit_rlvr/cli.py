@@ -4,6 +4,7 @@
     lit-rlvr validate --config configs/math/grpo.yaml --ckpt_path runs/grpo/last.ckpt
     lit-rlvr cache --config configs/math/cache.yaml      # DPH-RL's offline π_ref samples
     lit-rlvr warmstart --config configs/demo/warmstart.yaml
+    lit-rlvr report runs/demo/metrics.jsonl --out runs/demo/passk.png   # table + plot
 
 Configs are parsed with OmegaConf interpolation (``${model.samples_per_prompt}``). Values that
 must agree are linked rather than repeated: the rollout callback's samples per prompt and max new
@@ -40,15 +41,16 @@ class RLVRCLI(LightningCLI):
 
 def _tools() -> dict[str, Callable[[list[str]], object]]:
     from lit_rlvr.cache.cli import main as cache_main
+    from lit_rlvr.report import main as report_main
     from lit_rlvr.warmstart import main as warmstart_main
 
-    return {"cache": cache_main, "warmstart": warmstart_main}
+    return {"cache": cache_main, "report": report_main, "warmstart": warmstart_main}
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``lit-rlvr`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("cache", "warmstart"):
+    if argv and argv[0] in ("cache", "report", "warmstart"):
         _tools()[argv[0]](argv[1:])
         return
     omegaconf = {"parser_mode": "omegaconf"}

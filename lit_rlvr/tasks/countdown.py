@@ -5,7 +5,9 @@ Countdown-3 (``shared/docs/DEMO_RECIPE.md``): the prompt gives three digits 1–
 with ``+ - *`` (normal precedence) and evaluates to the target, ending with ``;`` (``3*7+5;``).
 Many targets have several valid expressions, which is what makes diversity measurable.
 
-Addition (the out-of-domain companion, never trained on with RL): ``A374+458=`` → ``0832;``.
+Addition (the out-of-domain companion, never trained on with RL): ``A374+458=`` → ``0832;``, or,
+in the form the library's math reward judges, ``\\boxed{0832}`` (:func:`addition_completion`;
+math-verify reads ``0832`` as 832).
 
 Everything is deterministic given a seed; no file or network access.
 """
@@ -99,6 +101,16 @@ def addition_prompt(a: int, b: int, width: int = 3) -> str:
 def addition_answer(a: int, b: int, width: int = 3) -> str:
     """The sum, zero-padded to ``width + 1`` digits, ending with ``;``."""
     return f"{a + b:0{width + 1}d};"
+
+
+def addition_completion(a: int, b: int, width: int = 3) -> str:
+    """The sum, zero-padded to ``width + 1`` digits, in ``\\boxed{}`` so ``REWARDS["math"]`` judges it.
+
+    Example:
+        >>> addition_completion(374, 458), addition_completion(3, 4, width=2)
+        ('\\\\boxed{0832}', '\\\\boxed{007}')
+    """
+    return f"\\boxed{{{a + b:0{width + 1}d}}}"
 
 
 def split_countdown(seed: int = 0, holdout: float = 0.1) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
