@@ -1,0 +1,190 @@
+"""Framework overhead (lit_rlvr step vs the raw work called directly) and DPH-RL's offline cache vs
+an online reference model (RKL).
+
+Part 1 — overhead. ``raw`` is the same work with no framework: the same ``HFEngine`` generate
+call, the same reward scorer, GRPO advantages, one forward/backward of the clipped surrogate
+(:func:`lit_rlvr.policy.completion_logprobs` + :func:`lit_rlvr.functional.losses.policy_loss`),
+gradient clipping and an AdamW step, in a plain Python loop. ``lit_rlvr`` is ``Trainer.fit``
+with ``RLVRModule`` + ``RolloutCallback(engine="hf", drift_every_n_steps=0)`` (the drift check is
+extra work, not overhead). Target: lit_rlvr / raw ≤ 1.15.
+
+Part 2 — DPH-RL vs RKL, both lit_rlvr with the same P × G × T rollouts per step:
+``DPH-F`` reads 16 cached π_ref samples of D_pef prompts per step (``anchor_batch_size``, the
+DataModule default) from a reference cache built beforehand with ``build_cache`` and adds
+η·forward-KL on them (forward + backward on the anchors, no reference model);
+``RKL`` keeps a frozen reference copy and adds β·KL(π_θ‖π_ref) (one no-grad reference forward
+over the B rollouts). Half the prompts are ``easy`` (always rewarded), so D_pef is about half
+the data: DPH trains on D_exp only. Reported: per-step ratio, and the per-epoch ratio (steps
+per epoch × step time). Target: DPH / RKL ≤ 0.8.
+
+    python benchmarks/overhead.py           # P=4 G=8 T=32, 3 alternated rounds × 6 steps
+    python benchmarks/overhead.py --quick   # < 1 minute
+
+Last line: ``overhead_ratio=<lit/raw> dph_vs_rkl_step=<x> dph_vs_rkl_epoch=<y>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import common  # benchmarks/common.py (run as a script from any directory)
+
+
+def raw_run(model_dir: Path, rows: list[dict], cfg: argparse.Namespace) -> list[float]:
+    """The work of one GRPO step called directly (no Trainer, no callback, no logging)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lit_rlvr.functional.advantages import ADVANTAGES
+    from lit_rlvr.functional.losses import policy_loss
+    from lit_rlvr.policy import completion_logprobs
+    from lit_rlvr.rewards import BatchScorer
+    from lit_rlvr.rollout.hf import HFEngine
+    from lit_rlvr.rollout.types import SamplingParams
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32").train()
+    engine = HFEngine(policy, tok)
+    scorer = BatchScorer(num_workers=0, timeout_s=10.0)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.0)
+    prompt_ids = [tok(r["prompt"] + "\n").input_ids for r in rows]
+    clock = common.StepClock()
+    for step in range(1 + cfg.warmup + cfg.steps):
+        lo = (step * cfg.prompts) % len(rows)
+        batch_rows, batch_ids = rows[lo : lo + cfg.prompts], prompt_ids[lo : lo + cfg.prompts]
+        params = SamplingParams(n=cfg.samples, temperature=1.0, max_new_tokens=cfg.new_tokens, seed=step)
+        rollouts = engine.generate(batch_ids, params)
+        scored = scorer.score(rollouts.texts, [r for r in batch_rows for _ in range(cfg.samples)])
+        rewards = torch.tensor([s.reward for s in scored])
+        data = rollouts.to_padded(tok.pad_token_id)
+        advantages = ADVANTAGES["grpo"](rewards, data["group_ids"])
+        logprobs, _ = completion_logprobs(policy, data["input_ids"], data["attention_mask"], data["response_mask"].shape[1], 1.0)
+        loss, _ = policy_loss(logprobs, data["old_logprobs"], advantages, data["response_mask"], max_len=cfg.new_tokens)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        clock.tick()
+    scorer.close()
+    return clock.durations(cfg.warmup)
+
+
+def build_reference_cache(model_dir: Path, prompts_file: str, out: Path, cfg: argparse.Namespace) -> dict[str, int]:
+    """``build_cache`` over the benchmark prompts (n = 8 π_ref samples each); returns split sizes."""
+    from lit_rlvr.cache.cli import build_cache
+    from lit_rlvr.cache.reader import ReferenceCache
+    from lit_rlvr.cache.split import split_by_pass_count
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import DatasetSpec
+
+    dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"), batch_size=cfg.prompts)
+    build_cache(dm, model=str(model_dir), out=str(out), n=8, max_new_tokens=cfg.new_tokens, engine="hf",
+                num_workers=0, progress=False, prompts_per_call=8)  # fmt: skip
+    cache = ReferenceCache(str(out))
+    split = split_by_pass_count(cache.ids, cache.pass_counts, cache.n, None)
+    return {"prompts": len(cache.ids), "pef": len(split.pef), "exp": len(split.exp)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small work, 2 rounds: < 1 minute")
+    parser.add_argument("--prompts", type=int, default=4, help="P, prompts per step")
+    parser.add_argument("--samples", type=int, default=8, help="G, samples per prompt")
+    parser.add_argument("--new-tokens", type=int, default=32, help="T, max new tokens")
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=1, help="steps dropped after the first")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--eta", type=float, default=0.02, help="DPH-F η (and RKL β)")
+    parser.add_argument("--only", choices=["raw", "lit", "dph", "rkl"], help="run one contender (profiling)")
+    parser.add_argument("--out", help="file name under benchmarks/results/ or an absolute path")
+    cfg = parser.parse_args()
+    if cfg.quick:
+        cfg.prompts, cfg.samples, cfg.new_tokens, cfg.steps, cfg.rounds = 2, 4, 16, 3, 2
+    cfg.out = cfg.out or ("overhead_quick.md" if cfg.quick else "overhead.md")
+    common.set_threads(cfg.threads)
+    common.quiet_libraries()
+    common.register_bench_reward()
+    load_before = common.load_average()
+
+    work = Path(tempfile.mkdtemp(prefix="lit_rlvr_bench_"))
+    model_dir = common.build_model_dir(work / "model")
+    steps_per_run = 1 + cfg.warmup + cfg.steps
+    rows = common.countdown_rows(2 * cfg.prompts * steps_per_run, easy_every=2)  # half of them easy (D_pef)
+    prompts_file = common.write_jsonl(work / "prompts.jsonl", rows)
+    plain = [r for r in rows if not r.get("easy")]
+    plain_file = common.write_jsonl(work / "plain.jsonl", plain)
+    shape = {"prompts": cfg.prompts, "samples": cfg.samples, "new_tokens": cfg.new_tokens, "steps": cfg.steps, "warmup": cfg.warmup}
+    no_drift = {"drift_every_n_steps": 0}
+
+    t0 = time.perf_counter()
+    split = build_reference_cache(model_dir, prompts_file, work / "cache", cfg)
+    cache_seconds = time.perf_counter() - t0
+    print(f"reference cache built in {cache_seconds:.1f} s: {split}", flush=True)
+
+    overhead_runs = {
+        "raw (direct calls)": lambda: raw_run(model_dir, plain, cfg),
+        "lit_rlvr (Trainer + callback)": lambda: common.lit_fit_times(
+            model_dir, plain_file, **shape, callback_kwargs=no_drift),
+    }  # fmt: skip
+    dph_runs = {
+        "DPH-F (offline cache)": lambda: common.lit_fit_times(
+            model_dir, prompts_file, **shape, callback_kwargs=no_drift, data_kwargs={"cache": str(work / "cache")},
+            module_kwargs={"divergence": "forward_kl", "divergence_coef": cfg.eta}),
+        "RKL (online reference)": lambda: common.lit_fit_times(
+            model_dir, prompts_file, **shape, callback_kwargs=no_drift, module_kwargs={"kl_coef": cfg.eta}),
+    }  # fmt: skip
+    runs = {**overhead_runs, **dph_runs}
+    if cfg.only:
+        keep = {"raw": "raw (direct calls)", "lit": "lit_rlvr (Trainer + callback)", "dph": "DPH-F (offline cache)",
+                "rkl": "RKL (online reference)"}[cfg.only]  # fmt: skip
+        runs = {keep: runs[keep]}
+    times = common.alternate(runs, cfg.rounds)
+    load_after = common.load_average()
+    med = {name: common.median_ms(v) for name, v in times.items()}
+
+    lines = [
+        f"# Framework overhead and DPH-RL vs RKL ({'quick' if cfg.quick else 'full'}; {time.strftime('%Y-%m-%d %H:%M')}; "
+        f"commit {common.git_rev()})",
+        "",
+        f"Work per step: P={cfg.prompts} prompts × G={cfg.samples} samples × up to T={cfg.new_tokens} new tokens; tiny "
+        f"Llama (4 layers, hidden 128); {cfg.rounds} alternated rounds × {cfg.steps} timed steps (first "
+        f"{1 + cfg.warmup} of each run dropped); all four contenders alternate in one rotation.",
+        f"{common.machine_line(cfg.threads)}. Load average (1/5/15 min) before: {load_before}; after: {load_after}.",
+        "",
+        "| contender | median step (ms) | p25–p75 (ms) | steps | ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    headline = []
+    pairs = [("lit_rlvr (Trainer + callback)", "raw (direct calls)", "overhead_ratio"),
+             ("DPH-F (offline cache)", "RKL (online reference)", "dph_vs_rkl_step")]  # fmt: skip
+    ratio_of = {}
+    for a, b, key in pairs:
+        if a in med and b in med:
+            ratio_of[a] = f"{med[a] / med[b]:.2f}x of {b.split(' (')[0]}"
+            headline.append(f"{key}={med[a] / med[b]:.3f}")
+    for name, values in times.items():
+        lines.append(f"| {name} | {med[name]:.1f} | {common.iqr_ms(values)} | {len(values)} | {ratio_of.get(name, '1.00x')} |")
+    if "DPH-F (offline cache)" in med and "RKL (online reference)" in med:
+        dph_steps, rkl_steps = math.ceil(split["exp"] / cfg.prompts), math.ceil(split["prompts"] / cfg.prompts)
+        epoch = (dph_steps * med["DPH-F (offline cache)"]) / (rkl_steps * med["RKL (online reference)"])
+        headline.append(f"dph_vs_rkl_epoch={epoch:.3f}")
+        lines += [
+            "",
+            f"Reference cache: {split['prompts']} prompts × n=8, |D_pef|={split['pef']}, |D_exp|={split['exp']}; built once "
+            f"in {cache_seconds:.1f} s (not in any step). An epoch is {dph_steps} DPH steps (D_exp only) vs {rkl_steps} RKL "
+            f"steps (all prompts): epoch time DPH/RKL = {epoch:.2f}x.",
+        ]
+    print("\n".join(lines[6:]))
+    path = common.write_result(cfg.out, lines)
+    print(f"wrote {path}")
+    if headline:
+        print(" ".join(headline))
+
+
+if __name__ == "__main__":
+    main()

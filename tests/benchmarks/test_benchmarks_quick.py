@@ -1,0 +1,46 @@
+"""The benchmark scripts' ``--quick`` runs: they finish, write their table and end with the headline.
+
+Never timed assertions: only that each script runs end to end and prints a parseable headline
+(the numbers themselves are recorded in ``benchmarks/results/PERFORMANCE.md``). ``step_time.py``
+(TRL, ~25 s) is left to manual runs to keep the suite fast.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_quick(script: str, out: Path) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()
+
+
+@pytest.mark.timeout(120)
+def test_metrics_speed_quick_prints_headline_and_exact_result(tmp_path):
+    lines = run_quick("metrics_speed.py", tmp_path / "m.md")
+    assert re.fullmatch(r"passk_ms_n1024_p10k=\d+\.\d", lines[-1])
+    table = (tmp_path / "m.md").read_text()
+    assert "| update(correct (10000, 1024) bool) + compute |" in table
+    worst = float(re.search(r"math.comb reference\| over the ladder on 200 random prompts: (\S+)\.", table)[1])
+    assert worst < 1e-9
+
+
+@pytest.mark.timeout(120)
+def test_overhead_quick_prints_all_three_ratios(tmp_path):
+    lines = run_quick("overhead.py", tmp_path / "o.md")
+    assert re.fullmatch(r"overhead_ratio=\d+\.\d{3} dph_vs_rkl_step=\d+\.\d{3} dph_vs_rkl_epoch=\d+\.\d{3}", lines[-1])
+    table = (tmp_path / "o.md").read_text()
+    for row in ("raw (direct calls)", "lit_rlvr (Trainer + callback)", "DPH-F (offline cache)", "RKL (online reference)"):
+        assert f"| {row} |" in table
+    assert "|D_pef|=" in table and "|D_pef|=0," not in table  # the easy prompts really became anchors
