@@ -4,11 +4,12 @@
     lit-rlvr validate --config configs/math/grpo.yaml --ckpt_path runs/grpo/last.ckpt
     lit-rlvr cache --config configs/math/cache.yaml      # DPH-RL's offline π_ref samples
     lit-rlvr warmstart --config configs/demo/warmstart.yaml
+    lit-rlvr demo-data --out_dir artifacts/demo/data                   # the demo's task files
     lit-rlvr report runs/demo/metrics.jsonl --out runs/demo/passk.png   # table + plot
 
 Configs are parsed with OmegaConf interpolation (``${model.samples_per_prompt}``). Values that
 must agree are linked rather than repeated: the rollout callback's samples per prompt and max new
-tokens feed the module; the module's model path feeds the DataModule's tokenizer.
+tokens and temperature feed the module; the module's model path feeds the DataModule's tokenizer.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lit_rlvr.callbacks import RolloutCallback
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.module import RLVRModule
+
+
+TOOLS = ("cache", "demo-data", "report", "warmstart")
 
 
 class RLVRCLI(LightningCLI):
@@ -36,21 +40,23 @@ class RLVRCLI(LightningCLI):
         parser.set_defaults({"rollout": {"class_path": "lit_rlvr.callbacks.RolloutCallback"}})
         parser.link_arguments("rollout.init_args.samples_per_prompt", "model.samples_per_prompt")
         parser.link_arguments("rollout.init_args.max_new_tokens", "model.max_new_tokens")
+        parser.link_arguments("rollout.init_args.temperature", "model.temperature")
         parser.link_arguments("model.model", "data.tokenizer")
 
 
 def _tools() -> dict[str, Callable[[list[str]], object]]:
     from lit_rlvr.cache.cli import main as cache_main
     from lit_rlvr.report import main as report_main
+    from lit_rlvr.tasks.build import main as demo_data_main
     from lit_rlvr.warmstart import main as warmstart_main
 
-    return {"cache": cache_main, "report": report_main, "warmstart": warmstart_main}
+    return {"cache": cache_main, "demo-data": demo_data_main, "report": report_main, "warmstart": warmstart_main}
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``lit-rlvr`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("cache", "report", "warmstart"):
+    if argv and argv[0] in TOOLS:
         _tools()[argv[0]](argv[1:])
         return
     omegaconf = {"parser_mode": "omegaconf"}

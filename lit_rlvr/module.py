@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import random
 from collections import Counter
 from pathlib import Path
@@ -57,6 +58,9 @@ class RLVRModule(LightningModule):
         lora: train a peft LoRA adapter instead of all weights.
         samples_per_prompt: G, rollouts per prompt (linked from the rollout callback by the CLI).
         max_new_tokens: the rollout length cap (Dr. GRPO's normaliser; linked by the CLI).
+        temperature: the rollout sampling temperature (linked by the CLI); the trainer's
+            log-probs use it too, so the ratio compares like with like. The DPH-RL anchor term
+            always uses 1.0, the temperature of the stored π_ref log-probs.
         advantage: name in :data:`ADVANTAGES` (``grpo``, ``rloo``, ``passk``, …).
         advantage_options: keyword options of that estimator (e.g. ``{"k": 4}``).
         loss_agg: ``token_mean`` | ``seq_mean_token_mean`` | ``seq_mean_token_sum_norm``.
@@ -79,6 +83,11 @@ class RLVRModule(LightningModule):
         reward_workers: processes of the batch scorer (0 = score in the training process).
         reward_timeout: per-item reward deadline in seconds.
         pass_k: k values reported by validation (those above a set's n are dropped).
+        pass_counts_out: write each validation's per-prompt correct counts here (JSON
+            ``{set: {prompt id: count}}``), e.g. for the base policy.
+        retention_reference: such a JSON file of the base policy; retention@k is pass@k over the
+            prompts it solved at least once. Without it, the reference cache's base pass counts
+            (training prompts) are used when the DataModule has a cache.
         export_dir: save the trained policy (or LoRA adapter) here in Hugging Face format at the
             end of ``fit``.
         optimizer: optimizer factory (LightningCLI dependency injection).
@@ -95,6 +104,7 @@ class RLVRModule(LightningModule):
         lora: LoraOptions | None = None,
         samples_per_prompt: int = 8,
         max_new_tokens: int = 512,
+        temperature: float = 1.0,
         advantage: str = "grpo",
         advantage_options: dict[str, Any] | None = None,
         loss_agg: str = "token_mean",
@@ -116,6 +126,8 @@ class RLVRModule(LightningModule):
         reward_workers: int = 0,
         reward_timeout: float = 10.0,
         pass_k: list[int] | None = None,
+        pass_counts_out: str | None = None,
+        retention_reference: str | None = None,
         export_dir: str | None = None,
         optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
@@ -133,6 +145,8 @@ class RLVRModule(LightningModule):
         self.generator = torch.Generator().manual_seed(seed)
         self.scorer = None
         self.val_metrics = torch.nn.ModuleDict()
+        self.val_pass_counts: dict[str, dict[str, int]] = {}
+        self.reference_pass_counts = _read_json(retention_reference, "model.retention_reference")
 
     # ------------------------------------------------------------------ configuration checks
     def set_advantage(self, name: str, options: dict[str, Any] | None = None) -> None:
@@ -163,6 +177,8 @@ class RLVRModule(LightningModule):
         if hp.divergence_level not in ("token", "sequence"):
             raise ValueError(f"model.divergence_level: {hp.divergence_level!r}; valid: ['sequence', 'token']")
         KL_ESTIMATORS.get_checked(hp.kl_estimator, "model.kl_estimator")
+        if hp.temperature <= 0:
+            raise ValueError(f"model.temperature must be > 0 (sampled rollouts), got {hp.temperature}")
         for key in ("ppo_epochs", "samples_per_prompt", "max_new_tokens"):
             if hp[key] < 1:
                 raise ValueError(f"model.{key} must be >= 1, got {hp[key]}")
@@ -280,9 +296,11 @@ class RLVRModule(LightningModule):
             keep = ~zero_variance_groups(data["rewards"], data["group_ids"])[inverse]
         return keep
 
-    def logprobs(self, data: dict[str, Tensor], with_entropy: bool = False, model=None):
+    def logprobs(self, data: dict[str, Tensor], with_entropy: bool = False, model=None, temperature: float | None = None):
+        """Per-token log-probs ``(B, T)`` (and entropies) at the rollout temperature by default."""
         T = data["response_mask"].shape[1]
-        return completion_logprobs(model or self.policy, data["input_ids"], data["attention_mask"], T, 1.0, with_entropy)
+        temperature = self.hparams.temperature if temperature is None else temperature
+        return completion_logprobs(model or self.policy, data["input_ids"], data["attention_mask"], T, temperature, with_entropy)
 
     @torch.no_grad()
     def reference_logprobs(self, data: dict[str, Tensor]) -> Tensor:
@@ -350,7 +368,7 @@ class RLVRModule(LightningModule):
     def anchor_loss(self, anchor: dict[str, Tensor]) -> Tensor:
         """L_pef: f-divergence to π_ref estimated on cached π_ref samples only (DPH-RL, §2)."""
         hp = self.hparams
-        logprobs, _ = self.logprobs(anchor)
+        logprobs, _ = self.logprobs(anchor, temperature=1.0)
         return f_divergence(
             logprobs,
             anchor["ref_logprobs"],
@@ -425,18 +443,28 @@ class RLVRModule(LightningModule):
         metrics["distinct_correct_answers"].update(answers, correct)
         metrics["distinct_completions"].update(texts)
         metrics["zero_variance_groups"].update(rewards, rollouts.group_ids)
-        solved = self._base_solved([row["id"] for row in batch["rows"]])
+        ids = [row["id"] for row in batch["rows"]]
+        self.val_pass_counts.setdefault(name, {}).update(zip(ids, correct.sum(-1).tolist()))
+        solved = self._base_solved(name, ids)
         if solved is not None and solved.any():
-            metrics["retention"].update(correct[solved])
+            metrics["retention"].update(correct[solved.to(correct.device)])
 
-    def _base_solved(self, ids: list[str]) -> Tensor | None:
-        """``(P,)`` bool: prompts the base policy solved in the reference cache (None without a cache)."""
-        counts = getattr(getattr(self.trainer, "datamodule", None), "base_pass_counts", None)
+    def _base_solved(self, set_name: str, ids: list[str]) -> Tensor | None:
+        """``(P,)`` bool: prompts the base policy solved (None when no base counts are known)."""
+        if self.reference_pass_counts is not None:
+            counts = self.reference_pass_counts.get(set_name, {})
+        else:
+            counts = getattr(getattr(self.trainer, "datamodule", None), "base_pass_counts", None)
         if not counts:
             return None
         return torch.tensor([counts.get(i, 0) > 0 for i in ids], dtype=torch.bool)
 
     def on_validation_epoch_end(self) -> None:
+        if self.hparams.pass_counts_out and self.trainer.is_global_zero and self.val_pass_counts:
+            path = Path(self.hparams.pass_counts_out)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.val_pass_counts, indent=0, sort_keys=True))
+        self.val_pass_counts = {}
         for name, metrics in self.val_metrics.items():
             for key, metric in metrics.items():
                 if not metric.update_called:
@@ -478,6 +506,16 @@ def _require_rollouts(batch: dict):
             "(the CLI adds one by default)"
         )
     return batch["rollouts"]
+
+
+def _read_json(path: str | None, key: str):
+    """The parsed JSON file at ``path`` (None for None), with an error naming the config key."""
+    if path is None:
+        return None
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{key}: cannot read {path!r} as JSON ({err})") from err
 
 
 def _answer_key(keys, row: dict, completion: str) -> str | None:

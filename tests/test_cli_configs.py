@@ -40,7 +40,7 @@ def test_method_config_parses_with_its_base(method):
     for key, value in overlay.get("model", {}).items():  # the overlay's values survive the merge
         assert config["model"][key] == value, key
     # linked values are set from their source at instantiation, so they never appear twice
-    assert "samples_per_prompt" not in config["model"] and "max_new_tokens" not in config["model"]
+    assert not {"samples_per_prompt", "max_new_tokens", "temperature"} & set(config["model"])
     assert "tokenizer" not in config["data"]
     assert config["rollout"]["init_args"]["samples_per_prompt"] >= (config["model"]["advantage_options"] or {}).get("k", 1)
     if config["model"].get("divergence"):

@@ -58,7 +58,7 @@ class RolloutCallback(Callback):
             that samples from the policy module itself is identical to it and reports 0).
         fingerprint_atol: tolerance of the check (default by policy dtype).
         drift_every_n_steps: compute drift every n steps (one no-grad forward over the
-            rollouts); 0 = never.
+            rollouts, ~15% of a small model's step, hence sampled); 0 = never.
         drift_micro_batch_size: rows per forward when computing drift.
         generate_timeout_s / sync_timeout_s: fail instead of hanging (None = no limit).
     """
@@ -82,7 +82,7 @@ class RolloutCallback(Callback):
         sync_every_n_steps: int = 1,
         fingerprint: bool = True,
         fingerprint_atol: float | None = None,
-        drift_every_n_steps: int = 1,
+        drift_every_n_steps: int = 10,
         drift_micro_batch_size: int = 16,
         generate_timeout_s: float | None = None,
         sync_timeout_s: float | None = None,

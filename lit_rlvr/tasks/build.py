@@ -164,3 +164,13 @@ def read_rows(path: str | Path) -> list[dict]:
         if "db_path" in row and not Path(row["db_path"]).is_absolute():
             row["db_path"] = str(path.parent / row["db_path"])
     return rows
+
+
+def main(argv: list[str] | None = None) -> dict[str, Path]:
+    """``lit-rlvr demo-data --out_dir artifacts/demo/data``: write (or keep) the demo's data files."""
+    from jsonargparse import CLI
+
+    paths = CLI(write_demo_data, args=argv, as_positional=False)
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return paths
