@@ -25,3 +25,23 @@ test: install
 
 clean-venv:
 	rm -rf $(VENV)
+
+# ---------------------------------------------------------------------------- the CPU demo
+# Warm start (or reuse) → reference cache → validate the base → DPH-RL fit → validate → table + PNG.
+DEMO := artifacts/demo
+LIT := $(VENV)/bin/lit-rlvr
+DEMO_METHOD ?= dph_f
+RECORD := --config configs/demo/record.yaml --trainer.callbacks.init_args.path=$(DEMO)/metrics.jsonl
+
+.PHONY: demo
+demo: install
+	$(LIT) warmstart --config configs/demo/warmstart.yaml --out_dir $(DEMO)/base
+	$(LIT) demo-data --out_dir $(DEMO)/data
+	$(LIT) cache --config configs/demo/cache.yaml
+	rm -f $(DEMO)/metrics.jsonl
+	$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=base \
+		--model.pass_counts_out=$(DEMO)/base_pass_counts.json
+	$(LIT) fit --config configs/demo/base.yaml --config configs/demo/$(DEMO_METHOD).yaml
+	$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=$(DEMO_METHOD) \
+		--model.model=$(DEMO)/runs/$(DEMO_METHOD)/hf --model.retention_reference=$(DEMO)/base_pass_counts.json
+	$(LIT) report $(DEMO)/metrics.jsonl --out $(DEMO)/passk.png

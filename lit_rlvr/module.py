@@ -276,7 +276,8 @@ class RLVRModule(LightningModule):
         results = self.scorer.score(texts, rows)
         statuses = Counter(r.status.split(":")[0] for r in results)
         for status, count in statuses.items():
-            self.log(f"{prefix}/reward_status/{status}", count / len(results), batch_size=len(results))
+            self.log(f"{prefix}/reward_status/{status}", count / len(results), batch_size=len(results),
+                     add_dataloader_idx=False)  # the validation set's name is in the prefix
         return torch.tensor([r.reward for r in results], dtype=torch.float32)
 
     def advantages(self, data: dict[str, Tensor]) -> Tensor:
