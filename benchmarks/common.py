@@ -14,6 +14,8 @@ serves it) saved to a temporary directory, so every framework loads the same wei
 
 from __future__ import annotations
 
+import argparse
+
 import os
 import platform
 import statistics
@@ -30,6 +32,21 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 BENCH_REWARD = "bench_seven"
+
+
+def step_parser(description: str, quick_help: str) -> argparse.ArgumentParser:
+    """The options every step-timing benchmark shares: the work (P × G × T), repetitions, threads."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--prompts", type=int, default=4, help="P, prompts per step")
+    parser.add_argument("--samples", type=int, default=8, help="G, samples per prompt")
+    parser.add_argument("--new-tokens", type=int, default=32, help="T, max new tokens")
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=1, help="steps dropped after the first")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", help="file name under benchmarks/results/ or an absolute path")
+    return parser
 
 
 def set_threads(n: int) -> None:

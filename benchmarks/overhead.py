@@ -90,18 +90,9 @@ def build_reference_cache(model_dir: Path, prompts_file: str, out: Path, cfg: ar
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small work, 2 rounds: < 1 minute")
-    parser.add_argument("--prompts", type=int, default=4, help="P, prompts per step")
-    parser.add_argument("--samples", type=int, default=8, help="G, samples per prompt")
-    parser.add_argument("--new-tokens", type=int, default=32, help="T, max new tokens")
-    parser.add_argument("--steps", type=int, default=6, help="timed steps per run")
-    parser.add_argument("--warmup", type=int, default=1, help="steps dropped after the first")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    parser = common.step_parser(__doc__.split("\n")[0], "small work, 2 rounds: < 1 minute")
     parser.add_argument("--eta", type=float, default=0.02, help="DPH-F η (and RKL β)")
     parser.add_argument("--only", choices=["raw", "lit", "dph", "rkl"], help="run one contender (profiling)")
-    parser.add_argument("--out", help="file name under benchmarks/results/ or an absolute path")
     cfg = parser.parse_args()
     if cfg.quick:
         cfg.prompts, cfg.samples, cfg.new_tokens, cfg.steps, cfg.rounds = 2, 4, 16, 3, 2
