@@ -119,7 +119,7 @@ def check_rollouts(seen, tok, n):
 
 @pytest.mark.timeout(120)
 def test_fit_with_live_hf_engine_attaches_rollouts_to_the_training_batch(tmp_path, tok, policy):
-    cb = RolloutCallback(samples_per_prompt=3, max_new_tokens=8, seed=0, engine="hf")
+    cb = RolloutCallback(samples_per_prompt=3, max_new_tokens=8, seed=0, engine="hf", drift_every_n_steps=1)
     spy = Spy(cb, probe_sequence(len(tok)))
     module = TinyRL(policy, tok)
     before = copy.deepcopy(policy.state_dict())
@@ -144,7 +144,8 @@ def test_fit_with_live_hf_engine_attaches_rollouts_to_the_training_batch(tmp_pat
 def test_sync_follows_optimizer_steps(tmp_path, tok, policy, sync_every, accumulate, batches):
     """A separate inference copy: only syncs make it follow the policy."""
     engine = HFEngine(copy.deepcopy(policy), tok)
-    cb = RolloutCallback(samples_per_prompt=2, max_new_tokens=6, seed=1, engine=engine, sync_every_n_steps=sync_every)
+    cb = RolloutCallback(samples_per_prompt=2, max_new_tokens=6, seed=1, engine=engine, sync_every_n_steps=sync_every,
+                         drift_every_n_steps=1)
     spy = Spy(cb, probe_sequence(len(tok)))
     steps = batches // accumulate
     t = trainer(tmp_path, steps, callbacks=[cb, spy], accumulate_grad_batches=accumulate)
@@ -257,7 +258,8 @@ def test_fit_with_vllm_engine_syncs_every_step(tmp_path, tok, policy):
         pytest.skip("`import vllm` fails")
     t0 = time.perf_counter()
     kwargs = {"dtype": "float32", "max_model_len": 256, "kv_cache_memory_bytes": 32 * 2**20, "enforce_eager": True}
-    cb = RolloutCallback(samples_per_prompt=3, max_new_tokens=8, seed=0, engine="vllm", engine_kwargs=kwargs, fingerprint_atol=1e-4)
+    cb = RolloutCallback(samples_per_prompt=3, max_new_tokens=8, seed=0, engine="vllm", engine_kwargs=kwargs, fingerprint_atol=1e-4,
+                         drift_every_n_steps=1)
     spy = Spy(cb, probe_sequence(len(tok)))
     module = TinyRL(policy, tok, lr=0.2)
     before = copy.deepcopy(policy.state_dict())
