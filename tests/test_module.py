@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from lightning import Trainer
@@ -162,3 +164,53 @@ def test_few_step_fit_trains_and_logs(tiny_model_dir, toy_prompts, engine):
     assert "val/toy_val/distinct_completions" in metrics
     changed = [k for k, v in module.policy.named_parameters() if not torch.equal(v, before[k])]
     assert changed, "no parameter changed after two optimizer steps"
+
+
+@pytest.mark.timeout(180)
+def test_lora_rkl_fit_trains_only_the_adapter_and_exports_it(tiny_model_dir, toy_prompts, tmp_path):
+    from lit_rlvr.policy import LoraOptions
+
+    export = tmp_path / "export"
+    trainer, module, before = fit_few_steps(
+        tiny_model_dir, toy_prompts(), "hf", lora=LoraOptions(r=4, alpha=8, target_modules=["q_proj", "v_proj"]),
+        kl_coef=0.1, export_dir=str(export),
+    )
+    assert torch.isfinite(trainer.callback_metrics["train/kl"])
+    changed = {k for k, v in module.policy.named_parameters() if not torch.equal(v, before[k])}
+    assert changed and all("lora_" in k for k in changed)  # the base stays frozen
+    assert (export / "adapter_config.json").is_file() and (export / "adapter_model.safetensors").is_file()
+    # the reference is the base with the adapter disabled: equal to the untouched saved model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad(), module.policy.disable_adapter():
+        assert torch.allclose(module.policy(input_ids=ids).logits, base(input_ids=ids).logits, atol=1e-5)
+
+
+@pytest.mark.timeout(120)
+def test_validation_writes_pass_counts_and_measures_retention_against_them(tiny_model_dir, toy_prompts, tmp_path):
+    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import ValSet
+
+    files = toy_prompts(6)
+    counts_path = tmp_path / "counts.json"
+
+    def validate(**kwargs):
+        dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=files, name="toy_val", n_samples=4)])
+        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=6, **kwargs)
+        trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                          callbacks=[RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=5, engine="hf")])
+        return trainer.validate(module, datamodule=dm)[0]
+
+    first = validate(pass_counts_out=str(counts_path))
+    counts = json.loads(counts_path.read_text())["toy_val"]
+    assert sorted(counts) == [f"toy_val/{i}" for i in range(6)] and all(0 <= c <= 4 for c in counts.values())
+    assert first["val/toy_val/pass@4"] == pytest.approx(sum(c > 0 for c in counts.values()) / 6, abs=1e-6)
+    # same sampling seed, same policy: every prompt the "base" solved is solved again
+    again = validate(retention_reference=str(counts_path))
+    if any(counts.values()):
+        assert again["val/toy_val/retention/pass@4"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="model.retention_reference: cannot read"):
+        RLVRModule(model=str(tiny_model_dir), retention_reference=str(tmp_path / "missing.json"))
