@@ -31,3 +31,16 @@ def test_fsdp2_two_processes_match_single_process(tiny_model_dir, tmp_path):
         assert r["losses"][0] == pytest.approx(single["losses"][0], abs=1e-5)
     for name, values in single["params"].items():  # and the same update
         assert ranks[0]["params"][name] == pytest.approx(values, abs=1e-5), name
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fsdp2_fit_with_live_rollouts_on_two_processes(tiny_model_dir, toy_prompts, tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    out = tmp_path / "fit"
+    proc = subprocess.run([sys.executable, str(SCRIPT.with_name("fsdp2_fit.py")), str(tiny_model_dir), toy_prompts(8), str(out)],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for rank in range(2):
+        result = json.loads(Path(f"{out}.rank{rank}").read_text())
+        assert result["steps"] == 2 and result["loss"] == result["loss"]  # finite, not NaN

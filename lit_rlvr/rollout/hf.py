@@ -203,6 +203,7 @@ class HFEngine(EngineBase):
                 generation_config=config,
                 logits_processor=LogitsProcessorList([_Processor(log)]),
                 stopping_criteria=StoppingCriteriaList([_Stopper(log)]),
+                synced_gpus=_sharded_world(),  # FSDP: every rank runs as many forwards as the longest
             )
         seqs = out[:, Lp:].tolist()
         lps = torch.stack(log.logprobs, dim=1).float().cpu().tolist() if log.logprobs else [[] for _ in rows]
@@ -306,3 +307,8 @@ def _sampling_rng(seed: int | None, device: torch.device) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
         torch.manual_seed(seed)
         yield
+
+
+def _sharded_world() -> bool:
+    """True in a multi-process run: sharded (FSDP) forwards are collectives, so ranks stay in step."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
