@@ -16,11 +16,19 @@ Where this departs from plain ``model.generate(do_sample=True, temperature=...)`
 - Stop strings are matched on the completion text only (never across the prompt boundary) and
   the text is cut after the stop string, as vLLM does with ``include_stop_str_in_output``.
 - A seed makes sampling reproducible without touching the caller's global RNG state.
+- By default (``decode="fast"``) the tokens come from our own decode loop, :func:`decode_fast`,
+  not ``generate``: one prefill of the left-padded batch, then one token per step on the KV
+  cache under ``inference_mode``, dropping finished rows so late steps get cheaper. It draws
+  exactly the random numbers ``generate``'s multinomial draws (one ``(B, V)`` exponential tensor
+  per step, finished rows included), so with the same seed it returns the same rollouts, faster
+  (``benchmarks/results/PERFORMANCE.md``). ``generate`` stays the path for encoder-decoder models,
+  models without a dynamic KV cache, and sharded multi-process runs (``synced_gpus``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 
 import torch
@@ -74,17 +82,62 @@ def process_logits(logits: Tensor, temperature: float, top_k: int = 0, top_p: fl
     return torch.empty_like(x).scatter_(-1, idx, sorted_x)
 
 
+def sample_next(scores: Tensor, greedy: bool, rows: Tensor | None = None, batch: int | None = None) -> Tensor:
+    """Next tokens from processed scores, drawing exactly what ``generate``'s sampler draws.
+
+    ``torch.multinomial(softmax(scores), 1)`` is ``argmax(p / q)`` with ``q ~ Exp(1)`` of
+    ``p``'s shape (ATen's one-sample path, the Gumbel-max trick). ``generate`` samples every row
+    of its batch at every step, finished or not, so a loop that keeps only ``rows`` of a batch of
+    ``batch`` rows still draws the full ``(batch, V)`` noise and reads its own rows of it: the RNG
+    stream, and hence every sampled token, is the one ``generate`` would produce.
+
+    Args:
+        scores: ``(b, V)`` processed scores (:func:`process_logits`).
+        greedy: argmax, no random numbers.
+        rows: ``(b,)`` indices of these rows in the full batch; None = all ``batch`` rows.
+        batch: rows of the full batch (default ``b``).
+
+    Returns:
+        ``(b,)`` long token ids.
+
+    Example:
+        >>> p = torch.tensor([[0.1, 0.9], [0.5, 0.5], [0.7, 0.3]])
+        >>> _ = torch.manual_seed(3); torch.multinomial(p, 1).squeeze(1)
+        tensor([0, 1, 0])
+        >>> _ = torch.manual_seed(3); sample_next(p[[0, 2]].log(), greedy=False, rows=torch.tensor([0, 2]), batch=3)
+        tensor([0, 0])
+    """
+    if greedy:
+        return scores.argmax(-1)
+    p = torch.softmax(scores, dim=-1)
+    q = torch.empty((batch or p.shape[0], p.shape[-1]), dtype=p.dtype, device=p.device).exponential_()
+    return (p / (q if rows is None else q[rows])).argmax(-1)
+
+
+class _StopStrings:
+    """Which completions' tail text now contains a stop string (completion text only, never the prompt)."""
+
+    def __init__(self, stop: tuple[str, ...], tokenizer):
+        self.stop = stop
+        self.tokenizer = tokenizer
+        self.window = 4 * max((len(s) for s in stop), default=0) + 8  # tokens of tail text to search
+
+    def hits(self, tails: list[list[int]]) -> list[bool]:
+        """``tails``: the last generated token ids of each row (at most ``window`` of them)."""
+        texts = self.tokenizer.batch_decode(tails, skip_special_tokens=True)
+        return [any(s in text for s in self.stop) for text in texts]
+
+
 class _StepLog:
     """State shared by the processor (sees scores) and the stopper (sees the sampled token)."""
 
     def __init__(self, params: SamplingParams, prompt_len: int, batch: int, tokenizer):
         self.params = params
         self.prompt_len = prompt_len
-        self.tokenizer = tokenizer
         self.pending: Tensor | None = None  # (B, V) processed log-probs of the current step
         self.logprobs: list[Tensor] = []  # T tensors (B,)
         self.stop_len = [0] * batch  # completion length at which a stop string completed (0 = not)
-        self.window = 4 * max((len(s) for s in params.stop), default=0) + 8  # tokens of tail text to search
+        self.stops = _StopStrings(params.stop, tokenizer)
 
 
 class _Processor:
@@ -110,23 +163,145 @@ class _Stopper:
         if not log.params.stop:
             return done
         n_gen = input_ids.shape[1] - log.prompt_len
-        start = max(log.prompt_len, input_ids.shape[1] - log.window)
-        tails = log.tokenizer.batch_decode(input_ids[:, start:].tolist(), skip_special_tokens=True)
-        for b, text in enumerate(tails):
-            if log.stop_len[b] == 0 and any(s in text for s in log.params.stop):
+        start = max(log.prompt_len, input_ids.shape[1] - log.stops.window)
+        for b, hit in enumerate(log.stops.hits(input_ids[:, start:].tolist())):
+            if log.stop_len[b] == 0 and hit:
                 log.stop_len[b] = n_gen
             done[b] = log.stop_len[b] > 0
         return done
 
 
+@torch.inference_mode()
+def decode_fast(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    params: SamplingParams,
+    eos_ids: list[int],
+    pad_id: int,
+    tokenizer=None,
+    drop_finished: bool = True,
+) -> tuple[Tensor, Tensor, list[int]]:
+    """Sample completions of a left-padded batch with a lean KV-cache loop (``generate``'s output).
+
+    Prefill once with position ids from the attention mask (left padding does not shift
+    positions), then feed one token per row and step. Each step applies :func:`process_logits`
+    (as ``generate`` does through ``_Processor``), records the log-prob of the sampled token under
+    the processed distribution, and samples with :func:`sample_next`, which consumes the global
+    RNG exactly as ``generate`` does. A row stops at an EOS id, at a completed stop string or at
+    ``max_new_tokens``; finished rows leave the batch and its KV cache (``drop_finished``), or,
+    for caches that cannot drop rows, stay in it fed with ``pad_id``. Rows leave in bulk, once a
+    quarter of the batch has finished, so the cache is copied O(log B) times, not once per row.
+
+    Args:
+        model: a decoder-only transformers causal LM (possibly PEFT-wrapped) whose forward takes
+            ``position_ids``, ``past_key_values`` and ``use_cache``.
+        input_ids: ``(B, Lp)`` left-padded prompts.
+        attention_mask: ``(B, Lp)``, 0 on padding.
+        params: temperature (0 = greedy), top-k, top-p, max_new_tokens, stop strings.
+        eos_ids: token ids that end a row (the EOS token is kept).
+        pad_id: fills the completion after a row's end.
+        tokenizer: decodes completion tails when ``params.stop`` is set.
+        drop_finished: remove finished rows from the batch (False keeps them, as ``generate``).
+
+    Returns:
+        ``tokens (B, S)`` (``pad_id`` after a row's end), ``logprobs (B, S)`` float32 (0 after a
+        row's end) and, per row, the completion length at which a stop string completed (0 = none);
+        S ≤ ``max_new_tokens`` is the number of steps run (until every row finished).
+
+    Example:
+        >>> from lit_rlvr.models import build_char_tokenizer, build_tiny_llama
+        >>> tok = build_char_tokenizer(); model = build_tiny_llama(tok, num_layers=1).eval()
+        >>> ids = torch.tensor([[0, 5, 6], [7, 8, 9]]); mask = (ids != 0).long()  # ragged, left-padded
+        >>> params = SamplingParams(temperature=0.0, max_new_tokens=4)
+        >>> tokens, logprobs, stop_len = decode_fast(model, ids, mask, params, [tok.eos_token_id], 0)
+        >>> tokens.shape, logprobs.shape, stop_len
+        (torch.Size([2, 4]), torch.Size([2, 4]), [0, 0])
+        >>> bool((logprobs <= 0).all())
+        True
+    """
+    B = input_ids.shape[0]
+    T, greedy = params.max_new_tokens, params.temperature == 0
+    dev = input_ids.device
+    tokens = torch.full((B, T), pad_id, dtype=torch.long, device=dev)
+    logprobs = torch.zeros((B, T), dtype=torch.float32, device=dev)
+    stops = _StopStrings(params.stop, tokenizer) if params.stop else None
+    stop_len = [0] * B
+    eos = torch.tensor(eos_ids, dtype=torch.long, device=dev)
+    rows = torch.arange(B, device=dev)  # (b,) batch rows still in the forward
+    live = torch.ones(B, dtype=torch.bool, device=dev)  # (b,) rows of the forward still generating
+    position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)  # as generate
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+                **_logits_to_keep(model))  # fmt: skip
+    cache, mask, pos = out.past_key_values, attention_mask, position_ids[:, -1:]
+    drop = drop_finished and _can_drop_rows(cache)
+    t = 0
+    while True:
+        scores = process_logits(out.logits[:, -1], params.temperature, params.top_k, params.top_p)  # (b, V)
+        tok = sample_next(scores, greedy, rows, B)  # (b,)
+        tok = torch.where(live, tok, pad_id)
+        tokens[rows, t] = tok  # step t writes column t
+        logprobs[rows, t] = torch.where(live, torch.log_softmax(scores, -1).gather(-1, tok[:, None]).squeeze(-1), 0.0)
+        done = torch.isin(tok, eos)  # (b,)
+        if stops is not None:
+            idx = rows[live].tolist()
+            for b, hit in zip(idx, stops.hits(tokens[idx, max(0, t + 1 - stops.window) : t + 1].tolist())):
+                if hit:
+                    stop_len[b] = t + 1
+            done |= torch.tensor([stop_len[b] > 0 for b in rows.tolist()], device=dev)
+        live &= ~done
+        t += 1
+        if t == T or not live.any():
+            return tokens[:, :t], logprobs[:, :t], stop_len
+        if drop and 4 * int(live.sum()) <= 3 * live.numel():  # a quarter finished: copying the cache pays
+            keep = live.nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            rows, live, tok, mask, pos = rows[keep], live[keep], tok[keep], mask[keep], pos[keep]
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+        pos = pos + 1
+        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+
+
+def _fast_decode_supported(model: nn.Module) -> bool:
+    """Whether :func:`decode_fast` can drive ``model`` (decoder-only, position ids, dynamic KV cache)."""
+    base = model.get_base_model() if is_peft_model(model) else model
+    config = getattr(base, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False):
+        return False
+    supports_cache = getattr(base, "_supports_default_dynamic_cache", None)
+    params = inspect.signature(base.forward).parameters
+    return callable(supports_cache) and supports_cache() and "position_ids" in params and "past_key_values" in params
+
+
+def _logits_to_keep(model: nn.Module) -> dict:
+    """``logits_to_keep=1`` for the prefill when the model takes it (as ``generate`` passes)."""
+    base = model.get_base_model() if is_peft_model(model) else model
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+
+
+def _can_drop_rows(cache) -> bool:
+    """Attention-only dynamic caches drop rows exactly; recurrent or static layers are left alone."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+    layers = getattr(cache, "layers", None)
+    return isinstance(cache, DynamicCache) and bool(layers) and all(type(l) in (DynamicLayer, DynamicSlidingWindowLayer) for l in layers)
+
+
+DECODE_MODES = ("fast", "generate")
+
+
 class HFEngine(EngineBase):
-    """Sample with ``transformers`` ``generate`` from the live policy module.
+    """Sample with transformers models from the live policy module.
 
     Args:
         model: the policy (a transformers causal LM, possibly PEFT-wrapped). When it is the
             trainer's module itself, :meth:`update_weights` is a no-op.
         tokenizer: its tokenizer (pad id, EOS ids, decoding, stop strings).
         max_batch_rows: cap on rows (prompt × sample) per ``generate`` call; None = all at once.
+        decode: ``"fast"`` (default) samples with :func:`decode_fast` where it applies (decoder-only
+            models with a dynamic KV cache, not in a sharded multi-process run) and with
+            ``generate`` elsewhere; ``"generate"`` always uses ``model.generate``. Both give the
+            same rollouts for the same seed.
         generate_timeout_s / sync_timeout_s: see :func:`~lit_rlvr.rollout.engine.run_with_timeout`.
     """
 
@@ -138,12 +313,15 @@ class HFEngine(EngineBase):
         tokenizer,
         *,
         max_batch_rows: int | None = None,
+        decode: str = "fast",
         generate_timeout_s: float | None = None,
         sync_timeout_s: float | None = None,
     ):
         super().__init__(generate_timeout_s, sync_timeout_s)
         if max_batch_rows is not None and max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1 or None, got {max_batch_rows}")
+        if decode not in DECODE_MODES:
+            raise ValueError(f"HFEngine decode must be one of {DECODE_MODES}, got {decode!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_rows = max_batch_rows
@@ -151,8 +329,10 @@ class HFEngine(EngineBase):
         if self.pad_id is None:
             raise ValueError("HFEngine needs a tokenizer with a pad or EOS token for left padding, it has neither")
         self.eos_ids = _eos_ids(self._hf_model(), tokenizer)
+        self.fast = decode == "fast" and _fast_decode_supported(model)
         arch = type(self._hf_model()).__name__
-        announce(f"lit_rlvr rollout engine: transformers generate on the live policy (HFEngine, {arch})")
+        how = "a KV-cache decode loop" if self.fast else "transformers generate"
+        announce(f"lit_rlvr rollout engine: {how} on the live policy (HFEngine, {arch})")
 
     def _hf_model(self) -> nn.Module:
         return self.model.get_base_model() if is_peft_model(self.model) else self.model
@@ -178,14 +358,34 @@ class HFEngine(EngineBase):
         )
 
     def _generate_rows(self, rows: list[list[int]], params: SamplingParams):
-        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
-
         B, Lp = len(rows), max(len(r) for r in rows)
         input_ids = torch.full((B, Lp), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros((B, Lp), dtype=torch.long)
         for b, r in enumerate(rows):  # left padding: every completion starts at column Lp
             input_ids[b, Lp - len(r) :] = torch.tensor(r, dtype=torch.long)
             attention_mask[b, Lp - len(r) :] = 1
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        if self.fast and not _sharded_world():  # sharded forwards need generate's synced_gpus
+            tokens, lps, stop_len = decode_fast(
+                self.model, input_ids, attention_mask, params, self.eos_ids, self.pad_id, self.tokenizer
+            )
+        else:
+            tokens, lps, stop_len = self._decode_generate(input_ids, attention_mask, params)
+        seqs, lps = tokens.tolist(), lps.float().cpu().tolist()
+        completions, logprobs, reasons, texts = [], [], [], []
+        for b in range(B):
+            ids, length, reason = self._trim(seqs[b], stop_len[b], params.max_new_tokens)
+            completions.append(ids)
+            logprobs.append(lps[b][:length])
+            reasons.append(reason)
+            texts.append(_cut_after_stop(self.tokenizer.decode(ids, skip_special_tokens=True), params.stop))
+        return completions, logprobs, reasons, texts
+
+    def _decode_generate(self, input_ids: Tensor, attention_mask: Tensor, params: SamplingParams):
+        """``model.generate`` with our processor and stopper: ``tokens (B, S)``, ``logprobs (B, S)``, stop lengths."""
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+        B, Lp = input_ids.shape
         log = _StepLog(params, Lp, B, self.tokenizer)
         # sampling knobs are neutral here: _Processor applies them (warpers would come after it)
         neutral = {"temperature": 1.0, "top_k": 0, "top_p": 1.0} if params.temperature > 0 else {}
@@ -198,23 +398,15 @@ class HFEngine(EngineBase):
         )
         with _plain_generation_config(self._hf_model()):
             out = self.model.generate(
-                input_ids=input_ids.to(self.device),
-                attention_mask=attention_mask.to(self.device),
+                input_ids=input_ids,
+                attention_mask=attention_mask,
                 generation_config=config,
                 logits_processor=LogitsProcessorList([_Processor(log)]),
                 stopping_criteria=StoppingCriteriaList([_Stopper(log)]),
                 synced_gpus=_sharded_world(),  # FSDP: every rank runs as many forwards as the longest
             )
-        seqs = out[:, Lp:].tolist()
-        lps = torch.stack(log.logprobs, dim=1).float().cpu().tolist() if log.logprobs else [[] for _ in rows]
-        completions, logprobs, reasons, texts = [], [], [], []
-        for b in range(B):
-            ids, length, reason = self._trim(seqs[b], log.stop_len[b], params.max_new_tokens)
-            completions.append(ids)
-            logprobs.append(lps[b][:length])
-            reasons.append(reason)
-            texts.append(_cut_after_stop(self.tokenizer.decode(ids, skip_special_tokens=True), params.stop))
-        return completions, logprobs, reasons, texts
+        lps = torch.stack(log.logprobs, dim=1) if log.logprobs else torch.zeros((B, 0))
+        return out[:, Lp:], lps, log.stop_len
 
     def _trim(self, seq: list[int], stop_len: int, max_new_tokens: int) -> tuple[list[int], int, str]:
         """Cut a padded generated row at its first EOS (kept) or completed stop string."""
