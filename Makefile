@@ -27,10 +27,11 @@ clean-venv:
 	rm -rf $(VENV)
 
 # ---------------------------------------------------------------------------- the CPU demo
-# Warm start (or reuse) → reference cache → validate the base → DPH-RL fit → validate → table + PNG.
+# Warm start (or reuse) → reference cache → validate the base → for each method: fit → validate
+# the exported policy → Pass@k table and PNG. GRPO shows the collapse, DPH-F the cure.
 DEMO := artifacts/demo
 LIT := $(VENV)/bin/lit-rlvr
-DEMO_METHOD ?= dph_f
+DEMO_METHODS ?= grpo dph_f
 RECORD := --config configs/demo/record.yaml --trainer.callbacks.init_args.path=$(DEMO)/metrics.jsonl
 
 .PHONY: demo
@@ -41,7 +42,9 @@ demo: install
 	rm -f $(DEMO)/metrics.jsonl
 	$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=base \
 		--model.pass_counts_out=$(DEMO)/base_pass_counts.json
-	$(LIT) fit --config configs/demo/base.yaml --config configs/demo/$(DEMO_METHOD).yaml
-	$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=$(DEMO_METHOD) \
-		--model.model=$(DEMO)/runs/$(DEMO_METHOD)/hf --model.retention_reference=$(DEMO)/base_pass_counts.json
+	for method in $(DEMO_METHODS); do \
+		$(LIT) fit --config configs/demo/base.yaml --config configs/demo/$$method.yaml || exit 1; \
+		$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=$$method \
+			--model.model=$(DEMO)/runs/$$method/hf --model.retention_reference=$(DEMO)/base_pass_counts.json || exit 1; \
+	done
 	$(LIT) report $(DEMO)/metrics.jsonl --out $(DEMO)/passk.png
