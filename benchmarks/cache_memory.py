@@ -112,7 +112,7 @@ def main() -> None:
                 check=True, capture_output=True, text=True,
             )  # fmt: skip
             results[num] = {**json.loads(out.stdout.strip().splitlines()[-1]), "size_mb": size / 2**20, "write_s": write_s}
-    print(f"| samples | cache MB | peak RSS MB | RSS growth while reading MB | stream samples/s | anchor samples/s | open+sha256 s |")
+    print("| samples | cache MB | peak RSS MB | RSS growth while reading MB | stream samples/s | anchor samples/s | open+sha256 s |")
     print("|---|---|---|---|---|---|---|")
     for num, r in results.items():
         print(

@@ -49,6 +49,16 @@ def step_parser(description: str, quick_help: str) -> argparse.ArgumentParser:
     return parser
 
 
+def start_bench(cfg: argparse.Namespace) -> tuple[str, Path, Path]:
+    """Threads, quiet logs, the bench reward and a fresh tiny model: ``(load before, work dir, model dir)``."""
+    set_threads(cfg.threads)
+    quiet_libraries()
+    register_bench_reward()
+    load_before = load_average()
+    work = Path(tempfile.mkdtemp(prefix="lit_rlvr_bench_"))
+    return load_before, work, build_model_dir(work / "model")
+
+
 def set_threads(n: int) -> None:
     """Pin torch (and OpenMP/MKL in child processes) to ``n`` threads."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import tempfile
 import time
 from pathlib import Path
 
@@ -97,13 +96,7 @@ def main() -> None:
     if cfg.quick:
         cfg.prompts, cfg.samples, cfg.new_tokens, cfg.steps, cfg.rounds = 2, 4, 16, 3, 2
     cfg.out = cfg.out or ("overhead_quick.md" if cfg.quick else "overhead.md")
-    common.set_threads(cfg.threads)
-    common.quiet_libraries()
-    common.register_bench_reward()
-    load_before = common.load_average()
-
-    work = Path(tempfile.mkdtemp(prefix="lit_rlvr_bench_"))
-    model_dir = common.build_model_dir(work / "model")
+    load_before, work, model_dir = common.start_bench(cfg)
     steps_per_run = 1 + cfg.warmup + cfg.steps
     rows = common.countdown_rows(2 * cfg.prompts * steps_per_run, easy_every=2)  # half of them easy (D_pef)
     prompts_file = common.write_jsonl(work / "prompts.jsonl", rows)

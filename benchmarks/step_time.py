@@ -101,13 +101,7 @@ def main() -> None:
     if cfg.quick:
         cfg.prompts, cfg.samples, cfg.new_tokens, cfg.steps, cfg.rounds, cfg.no_vllm = 2, 4, 16, 3, 2, True
     cfg.out = cfg.out or ("step_time_quick.md" if cfg.quick else "step_time.md")
-    common.set_threads(cfg.threads)
-    common.quiet_libraries()
-    common.register_bench_reward()
-    load_before = common.load_average()
-
-    work = Path(tempfile.mkdtemp(prefix="lit_rlvr_bench_"))
-    model_dir = common.build_model_dir(work / "model")
+    load_before, work, model_dir = common.start_bench(cfg)
     rows = common.countdown_rows(cfg.prompts * (1 + cfg.warmup + cfg.steps) * 2)
     prompts_file = common.write_jsonl(work / "prompts.jsonl", rows)
     runs = {

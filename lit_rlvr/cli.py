@@ -23,7 +23,6 @@ from lit_rlvr.callbacks import RolloutCallback
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.module import RLVRModule
 
-
 TOOLS = ("cache", "demo-data", "report", "warmstart")
 
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 from lightning import LightningModule
-from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lit_rlvr.functional.advantages import ADVANTAGES

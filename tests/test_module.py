@@ -9,7 +9,6 @@ import torch
 from lightning import Trainer
 from torch.utils.data import DataLoader
 
-from lit_rlvr.functional.logprobs import token_logprobs
 from lit_rlvr.module import RLVRModule
 from lit_rlvr.rollout.types import Rollouts
 

@@ -25,8 +25,8 @@ from lit_rlvr.cache.format import (
     CacheError,
     CacheMismatchError,
     model_fingerprint,
-    read_safetensors_header,
     pread_array,
+    read_safetensors_header,
     tokenizer_fingerprint,
 )
 
