@@ -1,7 +1,7 @@
 """``lit-rlvr``: LightningCLI ``fit`` / ``validate`` plus the ``cache`` and ``warmstart`` tools.
 
-    lit-rlvr fit --config configs/math/dph_f.yaml
-    lit-rlvr validate --config configs/math/grpo.yaml --ckpt_path runs/grpo/last.ckpt
+    lit-rlvr fit --config configs/math/base.yaml --config configs/math/dph_f.yaml
+    lit-rlvr validate --config configs/math/base.yaml --config configs/math/grpo.yaml --ckpt_path …/last.ckpt
     lit-rlvr cache --config configs/math/cache.yaml      # DPH-RL's offline π_ref samples
     lit-rlvr warmstart --config configs/demo/warmstart.yaml
     lit-rlvr demo-data --out_dir artifacts/demo/data                   # the demo's task files
@@ -52,18 +52,25 @@ def _tools() -> dict[str, Callable[[list[str]], object]]:
     return {"cache": cache_main, "demo-data": demo_data_main, "report": report_main, "warmstart": warmstart_main}
 
 
+HELP = (
+    "lit-rlvr: RL with verifiable rewards, the Lightning way. Training and evaluation: "
+    "`lit-rlvr fit|validate --config …` (see configs/). Tools, each with its own --help: "
+    f"{', '.join(f'`lit-rlvr {t}`' for t in TOOLS)}."
+)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``lit-rlvr`` console script."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in TOOLS:
-        _tools()[argv[0]](argv[1:])
+    """Entry point of the ``lit-rlvr`` console script (``argv`` None: the command line)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in TOOLS:
+        _tools()[args[0]](args[1:])
         return
     omegaconf = {"parser_mode": "omegaconf"}
     RLVRCLI(
         RLVRModule,
         PromptDataModule,
-        args=argv,
-        parser_kwargs={"fit": omegaconf, "validate": omegaconf, "description": __doc__},
+        args=argv,  # None: LightningCLI reads sys.argv itself
+        parser_kwargs={"fit": omegaconf, "validate": omegaconf, "description": HELP},
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,
     )
