@@ -40,7 +40,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
-from lit_rlvr.functional.passk import pass_at_k
+from lit_rlvr.functional.metrics import pass_at_k_curve
 from lit_rlvr.models.tiny import build_char_tokenizer, build_tiny_llama, save_tiny_model
 from lit_rlvr.tasks.build import ADDITION_WIDTH, DEMO_CHARS, addition_rows, addition_val_pairs, countdown_rows
 from lit_rlvr.tasks.countdown import addition_completion, countdown_prompt, countdown_reward, solutions, split_countdown
@@ -257,7 +257,7 @@ def measure(
         texts = rollouts.texts[i * n_samples : (i + 1) * n_samples]
         ok = [t for t in texts if reward_fn(t, row["answer"], **{k: v for k, v in row.items() if k != "answer"}) > 0.5]
         correct[i], distinct[i] = len(ok), len(set(t.strip() for t in ok))
-    out = {f"pass@{k}": float(pass_at_k(torch.full_like(correct, n_samples), correct, k).mean()) for k in ks}
+    out = {name: float(v) for name, v in pass_at_k_curve(num_correct=correct, n=n_samples, k=ks).items()}
     out |= {"distinct_correct": float(distinct.mean()), "solved": float((correct > 0).float().mean()), "prompts": len(rows)}
     return out
 
