@@ -3,14 +3,17 @@
 A PPO-style update splits B rollout rows into mini-batches (one optimizer step each) and each
 mini-batch into micro-batches (gradient accumulation). For the accumulated gradient to equal the
 full mini-batch gradient, each micro-batch's aggregated loss is scaled by its exact share of the
-mini-batch's normaliser (tokens for ``token_mean``, non-empty rows for ``seq_mean_token_mean``,
-rows for ``seq_mean_token_sum_norm``; METHODS.md §1).
+mini-batch's normaliser, which each registered aggregation carries
+(:class:`~lit_rlvr.functional.losses.Aggregation`: tokens for ``token_mean``, non-empty rows for
+``seq_mean_token_mean``, rows for ``seq_mean_token_sum_norm``; METHODS.md §1).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from lit_rlvr.functional.losses import AGGREGATIONS, checked_aggregation
 
 
 def aggregation_weight(micro_mask: Tensor, full_mask: Tensor, mode: str) -> float:
@@ -33,18 +36,11 @@ def aggregation_weight(micro_mask: Tensor, full_mask: Tensor, mode: str) -> floa
         >>> aggregation_weight(full[:1], full, "seq_mean_token_sum_norm")  # 1 of 3 rows
         0.3333333333333333
     """
-    if mode == "token_mean":
-        num, den = micro_mask.sum(), full_mask.sum()
-    elif mode == "seq_mean_token_mean":
-        num, den = (micro_mask.sum(-1) > 0).sum(), (full_mask.sum(-1) > 0).sum()
-    elif mode == "seq_mean_token_sum_norm":
-        num, den = micro_mask.shape[0], full_mask.shape[0]
-    else:
-        raise ValueError(
-            f"unknown aggregation mode {mode!r}; valid: ['seq_mean_token_mean', 'seq_mean_token_sum_norm', 'token_mean']"
-        )
-    den = float(den)
-    return float(num) / den if den > 0 else 0.0
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation mode {mode!r}; valid: {sorted(AGGREGATIONS)}")
+    normaliser = checked_aggregation(mode, "mode").normaliser
+    den = float(normaliser(full_mask))
+    return float(normaliser(micro_mask)) / den if den > 0 else 0.0
 
 
 def split_indices(n: int, size: int | None, generator: torch.Generator | None = None) -> list[Tensor]:

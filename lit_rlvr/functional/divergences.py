@@ -7,12 +7,16 @@ Each generator here takes the log-ratio x = log π_θ − log π_ref and returns
 (``expm1``, ``softplus``) so that values and gradients stay accurate near u = 1 and finite for
 |x| up to the clamp (20 by default).
 
-Departures from the released reference code, and why:
+Where this departs from the released reference code, and why:
 
 - ``js`` is the standard Jensen–Shannon generator ½[u log u − (u+1) log((u+1)/2)]; the
   reference code's JS is 2× ours, so its η is half of ours for the same effect.
-- ``forward_kl`` uses u − log u − 1 instead of −log u: the same expectation under π_ref (since
-  E[u] = 1) with lower variance, and its gradient vanishes at u = 1.
+- ``forward_kl`` is u − log u − 1 (the same expectation under π_ref as −log u, since E[u] = 1,
+  with lower variance and a gradient that vanishes at u = 1). The release computes the same
+  form (verl's ``low_var_kl`` with its arguments swapped), so this is *not* a departure.
+- The release caps each per-token value at 10 (zero gradient beyond). That is the real
+  departure: uncapped is the exact divergence and our default; ``value_cap=10.0`` in
+  :func:`f_divergence` (``model.divergence_value_cap``) reproduces the released setups exactly.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lit_rlvr.functional.losses import aggregate
+from lit_rlvr.functional.losses import aggregate, cap_value
 from lit_rlvr.registry import Registry
 
 DIVERGENCES = Registry("f-divergence")
 register_divergence = DIVERGENCES.register
+DIVERGENCE_LEVELS = Registry("divergence level")
 
 LOG2 = math.log(2.0)
 
@@ -124,6 +129,39 @@ def chi2(log_ratio: Tensor) -> Tensor:
     return torch.expm1(log_ratio).square()
 
 
+@DIVERGENCE_LEVELS.register("token")
+def token_level(log_ratio: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """One ratio per token (as released): ``(log_ratio (B, T), mask (B, T))`` unchanged."""
+    return log_ratio, mask
+
+
+@DIVERGENCE_LEVELS.register("sequence")
+def sequence_level(log_ratio: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """One ratio per row: ``(Σ_t log_ratio (B, 1), row has a token (B, 1))``.
+
+    Example:
+        >>> sequence_level(torch.tensor([[0.5, 0.25], [0.0, 0.0]]), torch.tensor([[1, 1], [0, 0]]))
+        (tensor([[0.7500],
+                [0.0000]]), tensor([[ True],
+                [False]]))
+    """
+    return log_ratio.sum(-1, keepdim=True), mask.bool().any(-1, keepdim=True)
+
+
+def divergence_units(response_mask: Tensor, level: str) -> Tensor:
+    """The mask of the units the divergence averages at ``level``: tokens ``(B, T)`` or rows ``(B, 1)``.
+
+    Its count is the normaliser of the anchor term, so gradient accumulation over anchor
+    micro-batches weights each by its share of the units (not of the tokens at ``sequence``).
+
+    Example:
+        >>> divergence_units(torch.tensor([[1, 1, 0], [1, 0, 0]]), "sequence").sum().item()
+        2
+    """
+    level_fn = DIVERGENCE_LEVELS.get_checked(level, "level")
+    return level_fn(response_mask.float(), response_mask)[1]
+
+
 def f_divergence(
     logprobs: Tensor,
     ref_logprobs: Tensor,
@@ -132,6 +170,7 @@ def f_divergence(
     level: str = "token",
     clamp: float = 20.0,
     agg: str = "token_mean",
+    value_cap: float | None = None,
     **options,
 ) -> Tensor:
     """The DPH-RL preservation loss L_pef: D_f(π_θ‖π_ref) estimated on samples of π_ref.
@@ -139,8 +178,10 @@ def f_divergence(
     ``level="token"`` (as released): u_t = exp(clamp(logprobs − ref_logprobs, ±clamp)) per token
     and the loss is ``aggregate(f(u_t), response_mask, agg)``. ``level="sequence"`` (exactness
     studies): u = exp(clamp(Σ_t masked (logprobs − ref_logprobs), ±clamp)) per row, and the loss
-    is the mean of f(u) over rows with at least one token (``agg`` is not used). Rows or
-    batches without tokens contribute 0. Clamping zeroes the gradient of outlier ratios.
+    aggregates f(u) over the rows with at least one token (a ``(B, 1)`` unit per row, so
+    ``token_mean`` is their mean). The levels are :data:`DIVERGENCE_LEVELS`. Rows or batches
+    without tokens contribute 0. Clamping zeroes the gradient of outlier ratios; ``value_cap``
+    (the release's 10) caps each unit's f value with zero gradient beyond.
 
     Args:
         logprobs: ``(B, T)`` log π_θ of the stored π_ref samples (differentiable).
@@ -149,7 +190,8 @@ def f_divergence(
         name: a key of :data:`DIVERGENCES`.
         level: ``"token"`` or ``"sequence"``.
         clamp: bound on the log-ratio (> 0).
-        agg: token-level aggregation mode (see :func:`lit_rlvr.functional.losses.aggregate`).
+        agg: aggregation mode over the level's units (see :func:`lit_rlvr.functional.losses.aggregate`).
+        value_cap: cap on each unit's f value (None = uncapped, the exact divergence).
         **options: the generator's options, e.g. ``alpha=0.3`` for ``name="alpha"``.
 
     Returns:
@@ -176,15 +218,13 @@ def f_divergence(
         )
     if not clamp > 0:
         raise ValueError(f"clamp must be > 0, got {clamp}")
+    if level not in DIVERGENCE_LEVELS:
+        raise ValueError(f"level must be {' or '.join(map(repr, DIVERGENCE_LEVELS))}, got {level!r}")
     mask = response_mask.bool()
     log_ratio = torch.where(mask, logprobs - ref_logprobs, logprobs.new_zeros(()))  # (B, T)
-    if level == "token":
-        return aggregate(fn(log_ratio.clamp(-clamp, clamp), **options), mask, agg)
-    if level == "sequence":
-        seq = fn(log_ratio.sum(-1).clamp(-clamp, clamp), **options)  # (B,)
-        nonempty = mask.any(-1)
-        return torch.where(nonempty, seq, seq.new_zeros(())).sum() / nonempty.sum().clamp(min=1)
-    raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
+    x, units = DIVERGENCE_LEVELS[level](log_ratio, mask)  # (B, U) each
+    values = cap_value(fn(x.clamp(-clamp, clamp), **options), value_cap)
+    return aggregate(values, units, agg)
 
 
 def _checked_generator(name: str, options: dict):

@@ -12,11 +12,17 @@ Departures, and why:
 
 - Masked positions are replaced by zeros *before* any ``exp`` (not multiplied by 0 after), so
   padding holding ``-inf`` or garbage log-probs cannot turn the loss or its gradient into NaN.
+- The log-ratio of real tokens is clamped to ±20 before ``exp`` (as verl's ``core_algos``): a
+  sampler log-prob of ``-inf`` (or NaN, treated as ``-inf``) on a real token gives a finite loss
+  and a zero gradient for that token instead of a NaN step.
 - Empty batches and rows are not errors: ``token_mean`` of a fully masked batch is 0 and the
   ``seq_mean_*`` modes skip rows without tokens (a step with nothing to learn contributes 0).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -25,6 +31,48 @@ from lit_rlvr.registry import Registry
 
 AGGREGATIONS = Registry("loss aggregation")
 KL_ESTIMATORS = Registry("KL estimator")
+LOG_RATIO_CLAMP = 20.0  # exp(20) ≈ 4.9e8: one outlier token cannot overflow float32
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """A loss aggregation mode: the reduction and the normaliser it divides by.
+
+    ``normaliser(mask)`` is the count the reduction divides a batch's sum by (tokens, non-empty
+    rows, rows). A micro-batch's share of its mini-batch's normaliser is the weight that makes
+    accumulated micro-batch losses equal the full-batch loss
+    (:func:`lit_rlvr.functional.batching.aggregation_weight`), so every registered mode is
+    accumulation-exact by construction.
+
+    Attributes:
+        reduce: ``(values (B, T), mask (B, T), max_len) -> scalar``.
+        normaliser: ``(mask (B, T)) -> scalar`` count.
+    """
+
+    reduce: Callable[[Tensor, Tensor, "int | None"], Tensor]
+    normaliser: Callable[[Tensor], Tensor]
+
+    def __call__(self, values: Tensor, mask: Tensor, max_len: int | None = None) -> Tensor:
+        return self.reduce(values, mask, max_len)
+
+
+def register_aggregation(name: str, normaliser: Callable[[Tensor], Tensor]):
+    """Register ``reduce(values, mask, max_len)`` as aggregation ``name`` with its ``normaliser``.
+
+    Example:
+        >>> @register_aggregation("_doc_row_sum", normaliser=lambda mask: torch.tensor(1))
+        ... def row_sum(values, mask, max_len=None):
+        ...     return _masked(values, mask).sum()
+        >>> aggregate(torch.ones(2, 3), torch.ones(2, 3), "_doc_row_sum")
+        tensor(6.)
+        >>> _ = AGGREGATIONS.pop("_doc_row_sum")
+    """
+
+    def decorator(reduce):
+        AGGREGATIONS.register(name)(Aggregation(reduce, normaliser))
+        return reduce
+
+    return decorator
 
 
 def _masked(values: Tensor, mask: Tensor) -> Tensor:
@@ -32,13 +80,23 @@ def _masked(values: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask.bool(), values, values.new_zeros(()))
 
 
-@AGGREGATIONS.register("token_mean")
+def masked_row_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """``(B,)`` mean of ``values (B, T)`` over each row's real tokens (0 for empty rows).
+
+    Example:
+        >>> masked_row_mean(torch.tensor([[1.0, 3.0, 9.0], [2.0, 0.0, 0.0]]), torch.tensor([[1, 1, 0], [0, 0, 0]]))
+        tensor([2., 0.])
+    """
+    return _masked(values, mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+@register_aggregation("token_mean", normaliser=lambda mask: mask.sum())
 def token_mean(values: Tensor, mask: Tensor, max_len: int | None = None) -> Tensor:
     """Σ over the batch's unmasked tokens / their count (DAPO); 0 for a fully masked batch."""
     return _masked(values, mask).sum() / mask.sum().clamp(min=1)
 
 
-@AGGREGATIONS.register("seq_mean_token_mean")
+@register_aggregation("seq_mean_token_mean", normaliser=lambda mask: (mask.sum(-1) > 0).sum())
 def seq_mean_token_mean(values: Tensor, mask: Tensor, max_len: int | None = None) -> Tensor:
     """Mean over non-empty rows of each row's token mean (GRPO); 0 when every row is empty."""
     counts = mask.sum(-1)  # (B,)
@@ -46,7 +104,7 @@ def seq_mean_token_mean(values: Tensor, mask: Tensor, max_len: int | None = None
     return row_means.sum() / (counts > 0).sum().clamp(min=1)
 
 
-@AGGREGATIONS.register("seq_mean_token_sum_norm")
+@register_aggregation("seq_mean_token_sum_norm", normaliser=lambda mask: torch.tensor(mask.shape[0]))
 def seq_mean_token_sum_norm(values: Tensor, mask: Tensor, max_len: int | None = None) -> Tensor:
     """Σ of all unmasked tokens / (B · max_len) (Dr. GRPO); ``max_len`` defaults to T."""
     B, T = values.shape
@@ -84,7 +142,7 @@ def aggregate(
         >>> aggregate(values, mask, "seq_mean_token_sum_norm", max_len=5)  # 10 / (2 · 5)
         tensor(1.)
     """
-    fn = AGGREGATIONS.get_checked(mode, "agg")
+    fn = checked_aggregation(mode, "agg")
     if values.dim() != 2 or values.shape != mask.shape:
         raise ValueError(
             f"aggregate needs values and mask of the same (B, T) shape; "
@@ -93,6 +151,21 @@ def aggregate(
     if max_len is not None and max_len < 1:
         raise ValueError(f"max_len (max_new_tokens) must be >= 1, got {max_len}")
     return fn(values, mask, max_len)
+
+
+def checked_aggregation(mode: str, key: str) -> Aggregation:
+    """The :class:`Aggregation` registered as ``mode``, with errors naming the config ``key``.
+
+    A mode registered as a bare function (no normaliser) is refused: gradient accumulation could
+    not weight its micro-batches exactly.
+    """
+    agg = AGGREGATIONS.get_checked(mode, key)
+    if not isinstance(agg, Aggregation):
+        raise ValueError(
+            f"{key}: loss aggregation {mode!r} was registered without a micro-batch normaliser; register it "
+            "with lit_rlvr.functional.losses.register_aggregation(name, normaliser=...)"
+        )
+    return agg
 
 
 def policy_loss(
@@ -109,7 +182,7 @@ def policy_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss with clip-higher and an optional dual clip (METHODS.md §1).
 
-    Per token, with ρ_t = exp(logprobs − old_logprobs)::
+    Per token, with ρ_t = exp(clamp(logprobs − old_logprobs, ±20))::
 
         l_t = −min(ρ_t·A, clip(ρ_t, 1 − clip_low, 1 + clip_high)·A)
         l_t = min(l_t, −dual_clip·A)            for A < 0 when dual_clip is set
@@ -117,6 +190,8 @@ def policy_loss(
     Args:
         logprobs: ``(B, T)`` log π_θ of the completion tokens (differentiable).
         old_logprobs: ``(B, T)`` log π_old, the sampling policy's log-probs (no gradient used).
+            A non-finite value on a real token (``-inf``, NaN) gives that token a clamped ratio
+            and a zero gradient (count them with :func:`nonfinite_count` and log it).
         advantages: ``(B,)`` one per completion, or ``(B, T)`` per token.
         response_mask: ``(B, T)`` real completion tokens.
         clip_low: ε_low ∈ [0, 1) (DAPO default 0.2).
@@ -150,7 +225,9 @@ def policy_loss(
     )
     mask = response_mask.bool()
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
-    ratio = torch.exp(_masked(logprobs - old_logprobs, mask))  # (B, T), 1 on padding
+    old = torch.where(torch.isnan(old_logprobs), float("-inf"), old_logprobs)  # NaN: no usable mass, as -inf
+    log_ratio = _masked(logprobs - old, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T), 0 on padding
+    ratio = torch.exp(log_ratio)  # (B, T), 1 on padding
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss_t = torch.maximum(-adv * ratio, -adv * clipped)  # (B, T) = −min(ρA, clip(ρ)A)
     dual = torch.zeros_like(mask)
@@ -166,9 +243,19 @@ def policy_loss(
             "clipfrac_high": token_mean(((adv > 0) & (ratio > 1.0 + clip_high)).float(), mask),
             "clipfrac_dual": token_mean(dual.float(), mask),
             "ratio_mean": token_mean(ratio, mask),
-            "approx_kl": token_mean(kl_estimate(old_logprobs, logprobs.detach(), "k3"), mask),
+            "approx_kl": token_mean(kl_estimate(old, logprobs.detach(), "k3"), mask),
         }
     return loss, stats
+
+
+def nonfinite_count(values: Tensor, mask: Tensor) -> Tensor:
+    """Number of real (unmasked) entries of ``values`` that are not finite (``-inf``, ``inf``, NaN).
+
+    Example:
+        >>> nonfinite_count(torch.tensor([[-float("inf"), -1.0, float("nan")]]), torch.tensor([[1, 1, 0]]))
+        tensor(1)
+    """
+    return (~torch.isfinite(values) & mask.bool()).sum()
 
 
 def _check_policy_args(
@@ -208,33 +295,56 @@ def _k2(x: Tensor) -> Tensor:
 
 @KL_ESTIMATORS.register("k3")
 def _k3(x: Tensor) -> Tensor:
-    x = x.clamp(-20.0, 20.0)  # exp(20) ≈ 4.9e8: one outlier token cannot overflow float32
+    x = x.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return torch.expm1(x) - x
 
 
-def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k1") -> Tensor:
+def cap_value(values: Tensor, cap: float | None) -> Tensor:
+    """``min(values, cap)`` with zero gradient where the cap binds (None: unchanged).
+
+    The released DPH-RL loss and verl's ``low_var_kl`` cap per-token values at 10 this way.
+
+    Example:
+        >>> cap_value(torch.tensor([0.5, 12.0]), 10.0), cap_value(torch.tensor([12.0]), None)
+        (tensor([ 0.5000, 10.0000]), tensor([12.]))
+    """
+    if cap is None:
+        return values
+    if not cap > 0:
+        raise ValueError(f"a value cap must be > 0 or None (uncapped), got {cap}")
+    return values.clamp(max=cap)
+
+
+def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k1", value_cap: float | None = None) -> Tensor:
     """Per-token estimators of KL(π_θ‖π_ref) on tokens sampled from π_θ (Schulman 2020).
 
     With x = ref_logprobs − logprobs: k1 = −x (unbiased), k2 = x²/2 (biased, low variance),
-    k3 = exp(x) − x − 1 (unbiased, non-negative; the "low_var_kl" of verl). For k3, x is clamped
-    to [−20, 20] so a single outlier token stays finite (this biases only such outliers); k1 and
-    k2 are polynomial in x and are left exact.
+    k3 = exp(x) − x − 1 (unbiased, non-negative; the ``low_var_kl`` of verl). For k3, x is
+    clamped to [−20, 20] so a single outlier token stays finite (this biases only such
+    outliers); k1 and k2 are polynomial in x and are left exact.
+
+    Departure from verl: verl's ``low_var_kl`` also caps the per-token k3 value at 10 (zero
+    gradient beyond). Uncapped is the exact estimator and our default; ``value_cap=10.0``
+    reproduces verl (and the RKL baseline of the DPH-RL release) exactly.
 
     Args:
         logprobs: ``(B, T)`` log π_θ of the sampled tokens.
         ref_logprobs: ``(B, T)`` log π_ref of the same tokens.
         kind: ``"k1"``, ``"k2"`` or ``"k3"``.
+        value_cap: cap on each per-token value (None = uncapped).
 
     Returns:
         ``(B, T)`` per-token estimates (unmasked; reduce them with :func:`aggregate`).
 
     Raises:
-        ValueError: unknown ``kind`` (lists the valid ones) or differing shapes.
+        ValueError: unknown ``kind`` (lists the valid ones), differing shapes, ``value_cap <= 0``.
 
     Example:
         >>> lp, ref = torch.tensor([[0.0, -0.5]]), torch.tensor([[-1.0, -1.0]])
         >>> kl_estimate(lp, ref, "k1"), kl_estimate(lp, ref, "k3")
         (tensor([[1.0000, 0.5000]]), tensor([[0.3679, 0.1065]]))
+        >>> kl_estimate(torch.tensor([[-30.0]]), torch.tensor([[-1.0]]), "k3", value_cap=10.0)
+        tensor([[10.]])
     """
     fn = KL_ESTIMATORS.get_checked(kind, "kind")
     if logprobs.shape != ref_logprobs.shape:
@@ -242,4 +352,4 @@ def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k1") -> Ten
             f"kl_estimate needs logprobs and ref_logprobs of one shape; "
             f"got {tuple(logprobs.shape)} and {tuple(ref_logprobs.shape)}"
         )
-    return fn(ref_logprobs - logprobs)
+    return cap_value(fn(ref_logprobs - logprobs), value_cap)

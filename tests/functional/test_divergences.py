@@ -271,3 +271,54 @@ def test_errors_are_specific(kwargs, match):
 def test_shape_mismatch_is_reported():
     with pytest.raises(ValueError, match=r"one \(B, T\) shape; got \(2, 3\), \(2, 4\), \(2, 3\)"):
         f_divergence(torch.zeros(2, 3), torch.zeros(2, 4), torch.ones(2, 3))
+
+
+# ----------------------------------------------------------------------------- the release's value cap (issue 11)
+
+
+def released_forward_kl(logprob, ref_logprob):
+    """The DPH-RL release: verl's low_var_kl with swapped arguments, i.e. u − log u − 1 capped at 10."""
+    x = (logprob - ref_logprob).clamp(min=-20, max=20)
+    return torch.clamp(torch.exp(x) - x - 1, min=-10, max=10)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_value_cap_reproduces_the_released_forward_kl(seed):
+    gen = torch.Generator().manual_seed(seed)
+    lp = (torch.randn(3, 6, generator=gen) * 5).requires_grad_()
+    ref = torch.randn(3, 6, generator=gen) * 5
+    mask = (torch.rand(3, 6, generator=gen) > 0.2).long()
+    ours = f_divergence(lp, ref, mask, "forward_kl", value_cap=10.0)
+    values = released_forward_kl(lp, ref)
+    theirs = (values * mask).sum() / mask.sum()
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-5)
+    (g_ours,) = torch.autograd.grad(ours, lp)
+    (g_theirs,) = torch.autograd.grad(theirs, lp)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-6)
+    assert f_divergence(lp, ref, mask, "forward_kl").item() > ours.item()  # uncapped (default) is larger here
+
+
+def test_divergence_units_are_tokens_or_nonempty_rows():
+    from lit_rlvr.functional.divergences import divergence_units
+
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
+    assert divergence_units(mask, "token").sum().item() == 3
+    assert divergence_units(mask, "sequence").sum().item() == 2
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_weighted_anchor_micro_batches_sum_to_the_full_divergence(level):
+    from lit_rlvr.functional.batching import aggregation_weight
+    from lit_rlvr.functional.divergences import divergence_units
+
+    gen = torch.Generator().manual_seed(1)
+    lp, ref = torch.randn(7, 5, generator=gen), torch.randn(7, 5, generator=gen)
+    mask = (torch.rand(7, 5, generator=gen) > 0.5).long()
+    mask[3] = 0
+    full = f_divergence(lp, ref, mask, "js", level=level)
+    total = 0.0
+    for i in range(0, 7, 3):
+        sl = slice(i, i + 3)
+        w = aggregation_weight(divergence_units(mask[sl], level), divergence_units(mask, level), "token_mean")
+        total += w * f_divergence(lp[sl], ref[sl], mask[sl], "js", level=level)
+    assert float(total) == pytest.approx(float(full), abs=1e-6)

@@ -294,3 +294,92 @@ def test_k3_clamps_outliers_and_errors():
         kl_estimate(lp, lp, "k4")
     with pytest.raises(ValueError, match="one shape"):
         kl_estimate(lp, torch.zeros(1, 3))
+
+
+# ----------------------------------------------------------------------------- numerics (issue 11)
+
+
+def test_minus_inf_old_logprob_gives_zero_gradient_not_nan():
+    """The issue's case: verl clamps the log-ratio to ±20 and gets grad [[0.0, -0.61]]."""
+    lp = torch.tensor([[-0.5, -1.0]], requires_grad=True)
+    old = torch.tensor([[-math.inf, -1.2]])
+    loss, stats = policy_loss(lp, old, torch.tensor([1.0]), torch.ones(1, 2), dual_clip=3.0)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert lp.grad[0, 0].item() == 0.0
+    assert lp.grad[0, 1].item() == pytest.approx(-math.exp(0.2) / 2, abs=1e-6)  # -0.6107
+    assert all(torch.isfinite(v) for v in stats.values())
+
+
+@pytest.mark.parametrize("bad", [-math.inf, math.nan, -1e30])
+@pytest.mark.parametrize("adv", [1.0, -1.0])
+def test_nonfinite_or_huge_old_logprobs_never_make_a_nan_gradient(bad, adv):
+    lp = torch.tensor([[-0.5, -1.0, -2.0]], requires_grad=True)
+    old = torch.tensor([[bad, -1.2, -2.0]])
+    loss, _ = policy_loss(lp, old, torch.tensor([adv]), torch.ones(1, 3))
+    loss.backward()
+    assert torch.isfinite(lp.grad).all() and lp.grad[0, 0].item() == 0.0
+
+
+def test_nonfinite_count_counts_real_tokens_only():
+    from lit_rlvr.functional.losses import nonfinite_count
+
+    values = torch.tensor([[-math.inf, math.nan, 0.0], [math.inf, -1.0, -math.inf]])
+    mask = torch.tensor([[1, 1, 1], [0, 1, 1]])
+    assert nonfinite_count(values, mask).item() == 3
+
+
+def verl_low_var_kl(logprob, ref_logprob):
+    """verl core_algos.kl_penalty(..., "low_var_kl"): clamp ±20, k3, value clamp ±10."""
+    kl = (ref_logprob - logprob).clamp(min=-20, max=20)
+    kld = torch.exp(kl) - kl - 1
+    return torch.clamp(kld, min=-10, max=10)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_k3_with_value_cap_10_equals_verl_low_var_kl(seed):
+    gen = torch.Generator().manual_seed(seed)
+    lp = (torch.randn(4, 7, generator=gen) * 6).requires_grad_()
+    ref = torch.randn(4, 7, generator=gen) * 6
+    ours = kl_estimate(lp, ref, "k3", value_cap=10.0)
+    theirs = verl_low_var_kl(lp, ref)
+    assert torch.allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+    (g_ours,) = torch.autograd.grad(ours.sum(), lp)
+    (g_theirs,) = torch.autograd.grad(theirs.sum(), lp)
+    assert torch.allclose(g_ours, g_theirs, atol=1e-5)
+    assert (ours.detach() > 10).sum() == 0 and (kl_estimate(lp, ref, "k3").detach() > 10).any()  # the cap binds here
+
+
+def test_value_cap_must_be_positive():
+    with pytest.raises(ValueError, match="a value cap must be > 0 or None"):
+        kl_estimate(torch.zeros(1, 1), torch.zeros(1, 1), "k3", value_cap=0.0)
+
+
+def test_a_registered_aggregation_carries_its_accumulation_weight():
+    from lit_rlvr.functional.batching import aggregation_weight
+    from lit_rlvr.functional.losses import register_aggregation
+
+    @register_aggregation("test_row_max_mean", normaliser=lambda mask: (mask.sum(-1) > 0).sum())
+    def row_max_mean(values, mask, max_len=None):
+        rows = torch.where(mask.bool(), values, torch.full_like(values, -1e9)).amax(-1)
+        keep = mask.bool().any(-1)
+        return torch.where(keep, rows, 0.0).sum() / keep.sum().clamp(min=1)
+
+    try:
+        gen = torch.Generator().manual_seed(0)
+        values, mask = torch.randn(6, 4, generator=gen), (torch.rand(6, 4, generator=gen) > 0.3).long()
+        full = aggregate(values, mask, "test_row_max_mean")
+        parts = sum(aggregation_weight(mask[i:i + 2], mask, "test_row_max_mean") * aggregate(values[i:i + 2], mask[i:i + 2], "test_row_max_mean")
+                    for i in range(0, 6, 2))
+        assert float(parts) == pytest.approx(float(full), abs=1e-6)
+    finally:
+        AGGREGATIONS.pop("test_row_max_mean")
+
+
+def test_an_aggregation_without_a_normaliser_is_refused():
+    AGGREGATIONS.register("test_bare")(lambda values, mask, max_len=None: values.sum())
+    try:
+        with pytest.raises(ValueError, match="registered without a micro-batch normaliser"):
+            aggregate(torch.ones(1, 1), torch.ones(1, 1), "test_bare")
+    finally:
+        AGGREGATIONS.pop("test_bare")
