@@ -41,7 +41,7 @@ demo: install
 	$(LIT) cache --config configs/demo/cache.yaml
 	rm -f $(DEMO)/metrics.jsonl
 	$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=base \
-		--model.pass_counts_out=$(DEMO)/base_pass_counts.json
+		--pass_counts.path=$(DEMO)/base_pass_counts.json
 	for method in $(DEMO_METHODS); do \
 		$(LIT) fit --config configs/demo/base.yaml --config configs/demo/$$method.yaml || exit 1; \
 		$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=$$method \

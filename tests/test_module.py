@@ -131,7 +131,7 @@ def test_config_errors_name_key_value_and_choices(tiny_model_dir):
         RLVRModule(model="/nonexistent/model")
 
 
-def fit_few_steps(tiny_model_dir, files, engine: str, steps: int = 2, **module_kwargs):
+def fit_few_steps(tiny_model_dir, files, engine: str, steps: int = 2, callbacks=(), **module_kwargs):
     from lit_rlvr.callbacks import RolloutCallback
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec, ValSet
@@ -144,7 +144,7 @@ def fit_few_steps(tiny_model_dir, files, engine: str, steps: int = 2, **module_k
     callback = RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=0, engine=engine, engine_kwargs=engine_kwargs)
     trainer = Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                      limit_val_batches=1, val_check_interval=steps, callbacks=[callback])
+                      limit_val_batches=1, val_check_interval=steps, callbacks=[callback, *callbacks])
     before = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
     trainer.fit(module, datamodule=dm)
     return trainer, module, before
@@ -167,12 +167,13 @@ def test_few_step_fit_trains_and_logs(tiny_model_dir, toy_prompts, engine):
 
 @pytest.mark.timeout(180)
 def test_lora_rkl_fit_trains_only_the_adapter_and_exports_it(tiny_model_dir, toy_prompts, tmp_path):
+    from lit_rlvr.callbacks import HFExport
     from lit_rlvr.policy import LoraOptions
 
     export = tmp_path / "export"
     trainer, module, before = fit_few_steps(
         tiny_model_dir, toy_prompts(), "hf", lora=LoraOptions(r=4, alpha=8, target_modules=["q_proj", "v_proj"]),
-        kl_coef=0.1, export_dir=str(export),
+        kl_coef=0.1, callbacks=[HFExport(str(export))],
     )
     assert torch.isfinite(trainer.callback_metrics["train/kl"])
     changed = {k for k, v in module.policy.named_parameters() if not torch.equal(v, before[k])}
@@ -189,21 +190,22 @@ def test_lora_rkl_fit_trains_only_the_adapter_and_exports_it(tiny_model_dir, toy
 
 @pytest.mark.timeout(120)
 def test_validation_writes_pass_counts_and_measures_retention_against_them(tiny_model_dir, toy_prompts, tmp_path):
-    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.callbacks import PassCountsWriter, RolloutCallback
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import ValSet
 
     files = toy_prompts(6)
     counts_path = tmp_path / "counts.json"
 
-    def validate(**kwargs):
+    def validate(callbacks=(), **kwargs):
         dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=files, name="toy_val", n_samples=4)])
         module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=6, **kwargs)
+        rollout = RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=5, engine="hf")
         trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                          callbacks=[RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=5, engine="hf")])
+                          callbacks=[rollout, *callbacks])
         return trainer.validate(module, datamodule=dm)[0]
 
-    first = validate(pass_counts_out=str(counts_path))
+    first = validate(callbacks=[PassCountsWriter(str(counts_path))])
     counts = json.loads(counts_path.read_text())["toy_val"]
     assert sorted(counts) == [f"toy_val/{i}" for i in range(6)] and all(0 <= c <= 4 for c in counts.values())
     assert first["val/toy_val/pass@4"] == pytest.approx(sum(c > 0 for c in counts.values()) / 6, abs=1e-6)
@@ -213,3 +215,99 @@ def test_validation_writes_pass_counts_and_measures_retention_against_them(tiny_
         assert again["val/toy_val/retention/pass@4"] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="model.retention_reference: cannot read"):
         RLVRModule(model=str(tiny_model_dir), retention_reference=str(tmp_path / "missing.json"))
+
+
+# ----------------------------------------------------------------------------- issue 11: numerics and start-up checks
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_accumulation_with_anchors_equals_the_full_batch_at_both_levels(tiny_model_dir, agg, level):
+    results = []
+    for micro in (None, 2):  # the 3 anchor samples split 2 + 1
+        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, loss_agg=agg,
+                            divergence="forward_kl", divergence_coef=0.5, divergence_level=level,
+                            micro_batch_size=micro, max_grad_norm=None, optimizer=sgd)
+        results.append(one_step(module, fixed_batch(module.tokenizer)))
+    for name in results[0]:
+        assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
+
+
+def test_minus_inf_sampler_logprob_is_counted_and_never_a_nan_step(tiny_model_dir):
+    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, max_grad_norm=None, optimizer=sgd)
+    batch = fixed_batch(module.tokenizer, with_anchor=False)
+    batch["rollouts"].sampler_logprobs[0][1] = float("-inf")
+    batch["rollouts"].sampler_logprobs[3][0] = float("nan")
+    loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
+    trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(module, train_dataloaders=loader)
+    assert float(trainer.callback_metrics["train/nonfinite_old_logprobs"]) == 2.0
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    assert all(torch.isfinite(p).all() for p in module.policy.parameters())
+
+
+def test_more_start_up_errors_name_key_value_and_choices(tiny_model_dir):
+    from lit_rlvr.functional.losses import AGGREGATIONS
+
+    path = str(tiny_model_dir)
+    with pytest.raises(ValueError, match=r"model.divergence_options: alpha-divergence needs alpha in \(0, 1\), got 1.5"):
+        RLVRModule(model=path, divergence="alpha", divergence_options={"alpha": 1.5})
+    with pytest.raises(ValueError, match=r"model.divergence_options: f-divergence 'js' got unknown option\(s\) \['alpha'\]"):
+        RLVRModule(model=path, divergence="js", divergence_options={"alpha": 0.5})
+    with pytest.raises(ValueError, match=r"model.divergence_level: unknown divergence level 'row'; valid names: \['sequence', 'token'\]"):
+        RLVRModule(model=path, divergence_level="row")
+    with pytest.raises(ValueError, match="model.kl_value_cap must be > 0 or null"):
+        RLVRModule(model=path, kl_value_cap=0.0)
+    with pytest.raises(ValueError, match=r"model.reward_options.sql: unknown option\(s\) \['moed'\] of reward 'sql'; accepted: \['mode'\]"):
+        RLVRModule(model=path, reward_options={"sql": {"moed": "bird"}})
+    with pytest.raises(ValueError, match="model.reward_options: unknown reward 'sqll'"):
+        RLVRModule(model=path, reward_options={"sqll": {}})
+    AGGREGATIONS.register("test_bare_agg")(lambda values, mask, max_len=None: values.sum())
+    try:
+        with pytest.raises(ValueError, match="model.loss_agg: loss aggregation 'test_bare_agg' was registered without"):
+            RLVRModule(model=path, loss_agg="test_bare_agg")
+    finally:
+        AGGREGATIONS.pop("test_bare_agg")
+
+
+@pytest.mark.timeout(120)
+def test_a_refused_reward_option_value_fails_at_setup_before_any_generation(tiny_model_dir, tmp_path):
+    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import ValSet
+
+    files = tmp_path / "sql.jsonl"
+    files.write_text(json.dumps({"id": "s", "prompt": "q", "answer": "SELECT 1", "reward": "sql", "db_path": "x.sqlite"}) + "\n")
+    dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=str(files), name="s", n_samples=2)])
+    module = RLVRModule(model=str(tiny_model_dir), reward_options={"sql": {"mode": "strict"}})
+
+    class NoGeneration(RolloutCallback):
+        def on_validation_batch_start(self, *args, **kwargs):
+            raise AssertionError("generation started before the option check")
+
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      callbacks=[NoGeneration(samples_per_prompt=2, max_new_tokens=4, engine="hf")])
+    with pytest.raises(ValueError, match=r"model.reward_options.sql: sql reward mode must be one of \('spider', 'bird'\); got 'strict'"):
+        trainer.validate(module, datamodule=dm)
+
+
+@pytest.mark.timeout(180)
+def test_answer_keys_computed_in_reward_workers_equal_in_process(tiny_model_dir, tmp_path):
+    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import ValSet
+
+    files = tmp_path / "math.jsonl"
+    files.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i), "reward": "math"}) + "\n" for i in range(4)))
+
+    def validate(workers: int) -> dict:
+        dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=str(files), name="m", n_samples=4)])
+        module = RLVRModule(model=str(tiny_model_dir), reward_workers=workers)
+        trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                          callbacks=[RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=3, engine="hf")])
+        return trainer.validate(module, datamodule=dm)[0]
+
+    in_process, pooled = validate(0), validate(1)
+    keys = [k for k in in_process if "/maj@" in k or "distinct" in k]
+    assert keys and {k: in_process[k] for k in keys} == {k: pooled[k] for k in keys}

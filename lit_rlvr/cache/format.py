@@ -125,7 +125,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
     """sha256 of what decides a tokenizer's ids: its vocabulary, special tokens and chat template.
 
     Example:
-        >>> from lit_rlvr.models import build_char_tokenizer
+        >>> from lit_rlvr.demo.tiny import build_char_tokenizer
         >>> tokenizer_fingerprint(build_char_tokenizer("ab")) == tokenizer_fingerprint(build_char_tokenizer("ab"))
         True
         >>> tokenizer_fingerprint(build_char_tokenizer("ab")) == tokenizer_fingerprint(build_char_tokenizer("ba"))

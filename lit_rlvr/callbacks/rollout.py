@@ -31,7 +31,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
 from lit_rlvr.policy import completion_logprobs
-from lit_rlvr.rollout.engine import RolloutEngine, build_engine, check_fingerprint, logprob_drift, probe_sequence
+from lit_rlvr.rollout.engine import ENGINES, RolloutEngine, build_engine, check_fingerprint, logprob_drift, probe_sequence
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 _VAL_SEED_OFFSET = 1_000_003
@@ -48,8 +48,9 @@ class RolloutCallback(Callback):
             step so every step samples afresh.
         val_temperature / val_top_p / val_top_k / val_max_new_tokens: validation overrides
             (None = as in training). The sample count comes from ``batch["n_samples"]``.
-        engine: ``"auto"`` (vLLM if importable, else transformers), ``"vllm"``, ``"hf"``, or a
-            ready :class:`~lit_rlvr.rollout.engine.RolloutEngine` (then not closed by the Callback).
+        engine: a name in :data:`~lit_rlvr.rollout.engine.ENGINES` — ``"auto"`` (vLLM if
+            importable, else transformers), ``"vllm"``, ``"hf"`` — or a ready
+            :class:`~lit_rlvr.rollout.engine.RolloutEngine` (then not closed by the Callback).
         engine_kwargs: passed to the engine (e.g. ``dtype``, ``max_model_len``,
             ``kv_cache_memory_bytes``, ``gpu_memory_utilization``, ``enable_sleep_mode``).
         model_path: what vLLM loads (default: the policy's ``name_or_path``).
@@ -113,8 +114,8 @@ class RolloutCallback(Callback):
                 f"drift_every_n_steps must be >= 0 and drift_micro_batch_size >= 1, got "
                 f"{drift_every_n_steps} and {drift_micro_batch_size}"
             )
-        if isinstance(engine, str) and engine not in ("auto", "vllm", "hf"):
-            raise ValueError(f"engine must be 'auto', 'vllm', 'hf' or a RolloutEngine instance, got {engine!r}")
+        if isinstance(engine, str):
+            ENGINES.get_checked(engine, "rollout.engine")
         self.engine_kind = engine if isinstance(engine, str) else engine.name
         self.engine: RolloutEngine | None = None if isinstance(engine, str) else engine
         self._owns_engine = isinstance(engine, str)

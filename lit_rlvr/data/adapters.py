@@ -24,6 +24,7 @@ from pathlib import Path
 
 from lit_rlvr.data.readers import BadRow, read_records
 from lit_rlvr.registry import Registry
+from lit_rlvr.rewards.base import REWARDS
 
 ADAPTERS = Registry("dataset adapter")
 
@@ -249,7 +250,8 @@ def load_rows(files: str | Path | Iterable[str | Path], adapter: str, name: str 
         **options: passed to the adapter (e.g. ``db_root``, ``reward``, ``prompt_field``).
 
     Returns:
-        :class:`LoadedRows`; a duplicate id is a bad row (ids must be unique to key the cache).
+        :class:`LoadedRows`; a duplicate id, or a reward name that is not registered in
+        :data:`lit_rlvr.rewards.REWARDS`, makes a bad row (found here, before any training step).
 
     Example:
         >>> import tempfile, os
@@ -276,6 +278,9 @@ def load_rows(files: str | Path | Iterable[str | Path], adapter: str, name: str 
                 continue
             if row["id"] in seen:
                 out.bad.append(BadRow(str(path), line, f"duplicate id {row['id']!r}"))
+                continue
+            if row["reward"] not in REWARDS:
+                out.bad.append(BadRow(str(path), line, f"unknown reward {row['reward']!r}; valid names: {sorted(REWARDS)}"))
                 continue
             seen.add(row["id"])
             out.rows.append(row)

@@ -251,6 +251,10 @@ class PromptDataModule(pl.LightningDataModule):
         """``{set name: samples per prompt}`` for every validation set."""
         return {v.name or v.adapter: v.n_samples for v in self.val_specs}
 
+    def all_rows(self) -> list[dict]:
+        """Every prepared row: training prompts, then each validation set's."""
+        return [*self.train_rows, *(row for prepared in self.val_sets.values() for row in prepared.rows)]
+
     @property
     def base_pass_counts(self) -> dict[str, int] | None:
         """π_ref pass count (of the cache's n) per prompt id, for the retention metric; None without a cache."""

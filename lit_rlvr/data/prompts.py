@@ -55,7 +55,7 @@ def encode_prompt(row: dict, tokenizer, fmt: PromptFormat = PromptFormat()) -> l
     """Token ids of a row's prompt under ``fmt``.
 
     Example:
-        >>> from lit_rlvr.models import build_char_tokenizer
+        >>> from lit_rlvr.demo.tiny import build_char_tokenizer
         >>> tok = build_char_tokenizer("0123456789+=?\\n")
         >>> ids = encode_prompt({"prompt": "1+1=?"}, tok, PromptFormat(instruction="{prompt}"))
         >>> tok.decode(ids)

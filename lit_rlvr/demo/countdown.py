@@ -9,7 +9,10 @@ Addition (the out-of-domain companion, never trained on with RL): ``A374+458=`` 
 in the form the library's math reward judges, ``\\boxed{0832}`` (:func:`addition_completion`;
 math-verify reads ``0832`` as 832).
 
-Everything is deterministic given a seed; no file or network access.
+Everything is deterministic given a seed; no file or network access. Importing this module
+(or :mod:`lit_rlvr.demo`) registers the ``countdown`` reward beside ``math`` and ``sql``, so the
+scorer pool, statuses and maj@k treat it like any other reward (the demo configs list
+``imports: [lit_rlvr.demo]``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import itertools
 import random
 import re
 from functools import lru_cache
+
+from lit_rlvr.rewards.base import STATUS_NO_ANSWER, STATUS_OK, ScoreResult, gold_error, register_reward
 
 OPS = "+-*"
 _COUNTDOWN_PROMPT = re.compile(r"^C([1-9]{3})=(\d{3}):$")
@@ -73,7 +78,7 @@ def countdown_reward(completion: str, answer: str, **row) -> float:
         row: must carry ``digits`` (the three digits, any order).
 
     Raises:
-        ValueError: if the gold row is malformed (data error), naming the row id.
+        GoldAnswerError: if the gold row is malformed (data error), naming the row id.
 
     Example:
         >>> countdown_reward("3*7+5;", "26", digits="375"), countdown_reward("3*7+5;", "27", digits="375")
@@ -81,9 +86,8 @@ def countdown_reward(completion: str, answer: str, **row) -> float:
         >>> countdown_reward("5+3*7;junk", "26", digits="735"), countdown_reward("3*7+5", "26", digits="375")
         (1.0, 0.0)
     """
-    digits = str(row.get("digits", ""))
-    if not re.fullmatch(r"[1-9]{3}", digits) or not answer.strip().isdigit():
-        raise ValueError(f"countdown row {row.get('id')!r}: malformed gold (digits={digits!r}, answer={answer!r})")
+    check_countdown_gold(answer, **row)
+    digits = str(row["digits"])
     expr, sep, _ = completion.strip().partition(";")
     if not sep:
         return 0.0
@@ -91,6 +95,50 @@ def countdown_reward(completion: str, answer: str, **row) -> float:
     if value is None or sorted(expr[::2]) != sorted(digits):
         return 0.0
     return float(value == int(answer))
+
+
+def check_countdown_gold(answer, **row) -> None:
+    """Raise :class:`~lit_rlvr.rewards.GoldAnswerError` unless the row has 3 digits 1–9 and an integer target.
+
+    Example:
+        >>> check_countdown_gold("26", id="c1", digits="375")
+        >>> check_countdown_gold("x", id="c2", digits="375")
+        Traceback (most recent call last):
+        ...
+        lit_rlvr.rewards.base.GoldAnswerError: row id='c2': malformed gold for countdown (digits='375', answer='x')
+    """
+    digits = str(row.get("digits", ""))
+    if not re.fullmatch(r"[1-9]{3}", digits) or not str(answer).strip().isdigit():
+        raise gold_error(row, f"malformed gold for countdown (digits={digits!r}, answer={answer!r})")
+
+
+def countdown_score(completion: str, answer: str, **row) -> ScoreResult:
+    """The ``countdown`` reward: :func:`countdown_reward` with a status (``no_answer`` without ``;``).
+
+    Example:
+        >>> countdown_score("3*7+5;", "26", id="c1", digits="375")
+        ScoreResult(reward=1.0, status='ok')
+        >>> countdown_score("3*7+5", "26", id="c1", digits="375")
+        ScoreResult(reward=0.0, status='no_answer')
+    """
+    if ";" not in completion:
+        check_countdown_gold(answer, **row)
+        return ScoreResult(0.0, STATUS_NO_ANSWER)
+    return ScoreResult(countdown_reward(completion, answer, **row), STATUS_OK)
+
+
+def countdown_answer_key(completion: str, **row) -> str | None:
+    """The expression itself (distinct correct expressions are the task's diversity).
+
+    Example:
+        >>> countdown_answer_key(" 3*7+5;junk"), countdown_answer_key("3*7")
+        ('3*7+5', None)
+    """
+    expr, sep, _ = completion.strip().partition(";")
+    return expr if sep else None
+
+
+register_reward("countdown", answer_key=countdown_answer_key, check_gold=check_countdown_gold)(countdown_score)
 
 
 def addition_prompt(a: int, b: int, width: int = 3) -> str:

@@ -29,8 +29,8 @@ import random
 import tempfile
 from pathlib import Path
 
-from lit_rlvr.tasks import sql_toy
-from lit_rlvr.tasks.countdown import addition_prompt, countdown_prompt, solutions, split_countdown
+from lit_rlvr.demo import sql_toy
+from lit_rlvr.demo.countdown import addition_prompt, countdown_prompt, solutions, split_countdown
 
 ADDITION_VAL_SIZE = 200
 ADDITION_WIDTH = 2

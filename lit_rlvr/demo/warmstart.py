@@ -8,11 +8,11 @@ expressions, right only part of the time) and has partly learned an out-of-domai
 - Data (:class:`WarmStartData`): an endless stream of random examples, ``countdown_share`` of
   them countdown-3 on the *training* pairs only, with a uniformly random valid expression as the
   target (so no single answer is preferred), the rest ``width``-digit addition answered as
-  ``\\boxed{082}`` (two-digit by default, see :mod:`lit_rlvr.tasks.build`), never drawing the
+  ``\\boxed{082}`` (two-digit by default, see :mod:`lit_rlvr.demo.data`), never drawing the
   held-out addition pairs. Prompts are built by
   :func:`lit_rlvr.data.prompts.encode_prompt`, exactly as the RL DataModule builds them; each
   completion ends with EOS.
-- Model: a char-level tokenizer over :data:`lit_rlvr.tasks.build.DEMO_CHARS` and a Llama
+- Model: a char-level tokenizer over :data:`lit_rlvr.demo.data.DEMO_CHARS` and a Llama
   (hidden 128, 5 layers, 4 heads × head_dim 32, FFN 512, tied embeddings: ~1.3M parameters).
 - Training (:class:`WarmStartModule`): next-token cross-entropy on completion tokens only, AdamW
   (lr 2e-3), linear warm-up then cosine decay, batch 128, one torch thread.
@@ -21,7 +21,7 @@ expressions, right only part of the time) and has partly learned an out-of-domai
   correct completions per prompt), and ``warmstart.json`` records the settings, the metrics and the
   wall time. A directory whose ``warmstart.json`` holds the same settings is reused as is.
 
-Run it as ``python -m lit_rlvr.warmstart --config configs/demo/warmstart.yaml``.
+Run it as ``python -m lit_rlvr.demo.warmstart --config configs/demo/warmstart.yaml``.
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
+from lit_rlvr.demo.countdown import addition_completion, countdown_prompt, solutions, split_countdown
+from lit_rlvr.demo.data import ADDITION_WIDTH, DEMO_CHARS, addition_rows, addition_val_pairs, countdown_rows
+from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama, save_tiny_model
 from lit_rlvr.functional.metrics import pass_at_k_curve
-from lit_rlvr.models.tiny import build_char_tokenizer, build_tiny_llama, save_tiny_model
-from lit_rlvr.tasks.build import ADDITION_WIDTH, DEMO_CHARS, addition_rows, addition_val_pairs, countdown_rows
-from lit_rlvr.tasks.countdown import addition_completion, countdown_prompt, countdown_reward, solutions, split_countdown
+from lit_rlvr.rewards import REWARDS
 
 INFO_FILE = "warmstart.json"
 IGNORE_INDEX = -100
@@ -54,7 +55,7 @@ def countdown_example(rng: random.Random, pairs: list[tuple[str, int]]) -> tuple
 
     Example:
         >>> row, completion = countdown_example(random.Random(0), [("357", 26)])
-        >>> row["prompt"], completion, countdown_reward(completion, row["answer"], digits=row["digits"])
+        >>> row["prompt"], completion, REWARDS["countdown"](completion, row["answer"], digits=row["digits"])
         ('C537=026:', '7*3+5;', 1.0)
     """
     key, target = rng.choice(pairs)
@@ -262,14 +263,6 @@ def measure(
     return out
 
 
-def _reward(name: str):
-    if name == "countdown":
-        return countdown_reward
-    from lit_rlvr.rewards import REWARDS
-
-    return REWARDS[name]
-
-
 def warmstart(
     out_dir: str | Path = "artifacts/demo/base",
     steps: int = 450,
@@ -358,8 +351,8 @@ def warmstart(
         add_rows = addition_rows(addition_val_pairs(seed, addition_val_size, addition_width), addition_width)
         ks = tuple(k for k in (1, 4, 16, 32) if k <= eval_samples)
         info["metrics"] = {
-            "countdown_val": measure(model, tokenizer, val_rows, _reward("countdown"), eval_samples, ks, prompt_format, seed=seed),
-            "addition_val": measure(model, tokenizer, add_rows, _reward("math"), eval_samples, ks, prompt_format, seed=seed),
+            "countdown_val": measure(model, tokenizer, val_rows, REWARDS["countdown"], eval_samples, ks, prompt_format, seed=seed),
+            "addition_val": measure(model, tokenizer, add_rows, REWARDS["math"], eval_samples, ks, prompt_format, seed=seed),
         }
         info["eval_seconds"] = round(time.perf_counter() - t0, 1)
     info_path.write_text(json.dumps(info, indent=2) + "\n")  # written last: marks the warm start finished
@@ -377,7 +370,7 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> Path:
-    """Command line: ``python -m lit_rlvr.warmstart [--config FILE] [--steps N] ...``."""
+    """Command line: ``python -m lit_rlvr.demo.warmstart [--config FILE] [--steps N] ...``."""
     parser = build_parser()
     cfg = parser.instantiate(parser.parse_args(argv))
     cfg.pop("config", None)

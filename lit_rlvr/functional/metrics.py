@@ -44,6 +44,19 @@ def check_ks(k: Sequence[int], name: str) -> tuple[int, ...]:
     return ks
 
 
+def pass_k_ladder(n: int) -> list[int]:
+    """The budgets a validation set reports: 1, 2, 4, … up to ``n``, and ``n`` itself.
+
+    Example:
+        >>> pass_k_ladder(32), pass_k_ladder(12), pass_k_ladder(1)
+        ([1, 2, 4, 8, 16, 32], [1, 2, 4, 8, 12], [1])
+    """
+    if n < 1:
+        raise ValueError(f"pass_k_ladder needs n >= 1 samples per prompt, got {n}")
+    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    return ks + ([n] if ks[-1] != n else [])
+
+
 def _check_k_le_n(ks: tuple[int, ...], n_min: int, name: str) -> None:
     if max(ks) > n_min:
         raise ValueError(
@@ -330,6 +343,17 @@ def zero_variance_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
     hi = torch.full((len(ids),), -torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amax")
     lo = torch.full((len(ids),), torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, inv, r, "amin")
     return hi == lo
+
+
+def mixed_reward_rows(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """``(B,)`` bool: rows of groups whose rewards are not all equal (DAPO's dynamic sampling keeps these).
+
+    Example:
+        >>> mixed_reward_rows(torch.tensor([1., 1., 0., 1., 0., 0.]), torch.tensor([5, 5, 2, 2, 9, 9]))
+        tensor([False, False,  True,  True, False, False])
+    """
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    return ~zero_variance_groups(rewards, group_ids)[inverse]
 
 
 def masked_entropy_sum(entropy: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:

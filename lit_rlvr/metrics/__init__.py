@@ -12,6 +12,7 @@ from lit_rlvr.metrics.diversity import (
     ZeroVarianceShare,
 )
 from lit_rlvr.metrics.majority import MajorityAtK
+from lit_rlvr.metrics.panel import ValidationPanel
 from lit_rlvr.metrics.passk import PassAtK
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "MajorityAtK",
     "MeanTokenEntropy",
     "PassAtK",
+    "ValidationPanel",
     "ZeroVarianceShare",
 ]

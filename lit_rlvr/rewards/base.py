@@ -1,49 +1,76 @@
-"""Reward registries, the per-item result type, and the deadline shared by math and SQL scoring.
+"""The reward registry, the per-item result type, and the deadline shared by math and SQL scoring.
 
-Every reward exists in two forms built from one function:
+Every reward is one :class:`Reward` record in :data:`REWARDS`, registered under one name with
+everything lit_rlvr needs from it, so that all of it runs inside the killable reward workers:
 
-- ``SCORERS[name](completion, answer, **row) -> ScoreResult`` says *why* an item scored what it
-  did (``ok``, ``no_answer``, ``timeout``, ``error: …``); the :class:`~lit_rlvr.rewards.BatchScorer`
-  logs these statuses.
-- ``REWARDS[name](completion, answer, **row) -> float`` is the plain reward in [0, 1] of the
-  cross-part contract (TRL-style small reward functions), i.e. ``SCORERS[name](...).reward``.
+- ``score(completion, answer, **options, **row) -> ScoreResult | float``: the verdict and *why*
+  (:class:`ScoreResult`: ``reward`` in [0, 1], a ``status`` from :data:`STATUSES` and a
+  ``reason``); the :class:`~lit_rlvr.rewards.BatchScorer` logs the statuses. A plain TRL-style
+  ``fn(completion, answer, **row) -> float`` is a valid scorer.
+- ``answer_key(completion, **options, **row) -> str | None``: a canonical final answer for
+  majority voting (maj@k) and distinct answers; ``None`` means "no answer". Default: the
+  stripped completion.
+- ``check_gold(answer, **row)``: parses the gold once at start-up; raises
+  :class:`GoldAnswerError` for a malformed gold (default: no check).
 
-``ANSWER_KEYS[name](completion, **row) -> str | None`` maps a completion to a canonical final
-answer for majority voting (maj@k); ``None`` means "no answer".
+``REWARDS[name](completion, answer, **row) -> float`` calls the record, which is the plain
+reward in [0, 1] of the cross-part contract.
 """
 
 from __future__ import annotations
 
+import inspect
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import wraps
+from dataclasses import dataclass, field
+from typing import Any
 
 from lit_rlvr.registry import Registry
 
-REWARDS = Registry("reward")
-SCORERS = Registry("reward scorer")
-ANSWER_KEYS = Registry("answer key")
-
-STATUS_OK = "ok"
-STATUS_NO_ANSWER = "no_answer"
-STATUS_TIMEOUT = "timeout"
+STATUS_OK = "ok"  # scored, right or wrong
+STATUS_NO_ANSWER = "no_answer"  # nothing extractable
+STATUS_TIMEOUT = "timeout"  # the deadline ran out
+STATUS_REJECTED = "rejected"  # unsafe to evaluate (a power tower, a DROP statement): 0 without running it
+STATUS_ERROR = "error"  # the evaluation failed (a crash in the parser, a worker that died, a malformed gold)
+STATUSES = (STATUS_OK, STATUS_NO_ANSWER, STATUS_TIMEOUT, STATUS_REJECTED, STATUS_ERROR)
 
 
 @dataclass(frozen=True, slots=True)
 class ScoreResult:
-    """One scored completion: ``reward`` in [0, 1] and ``status`` — ``"ok"`` (scored, right or
-    wrong), ``"no_answer"`` (nothing extractable), ``"timeout"``, or ``"error: <reason>"``.
+    """One scored completion.
+
+    Attributes:
+        reward: in [0, 1].
+        status: one of :data:`STATUSES` (``ok``, ``no_answer``, ``timeout``, ``rejected``, ``error``).
+        reason: why, for ``rejected``, ``error`` and ``timeout`` (empty for ``ok``).
+        answer: the reward's canonical final answer (``answer_key``), when the scorer was asked
+            for it (validation), else None.
 
     Example:
         >>> ScoreResult(0.0, "no_answer")
         ScoreResult(reward=0.0, status='no_answer')
+        >>> ScoreResult(0.0, "rejected", "power tower").reason
+        'power tower'
+        >>> ScoreResult(1.0, "fine")
+        Traceback (most recent call last):
+        ...
+        ValueError: ScoreResult.status must be one of ('ok', 'no_answer', 'timeout', 'rejected', 'error'); got 'fine'
     """
 
     reward: float
-    status: str
+    status: str = STATUS_OK
+    reason: str = ""
+    answer: str | None = None
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"ScoreResult.status must be one of {STATUSES}; got {self.status!r}")
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("reason", "answer") if getattr(self, k))
+        return f"ScoreResult(reward={self.reward!r}, status={self.status!r}{extra})"
 
 
 class GoldAnswerError(ValueError):
@@ -76,33 +103,106 @@ def sanitize_text(text: str) -> str:
         return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def register_reward(name: str) -> Callable[[Callable[..., ScoreResult]], Callable[..., ScoreResult]]:
-    """Register a scorer ``fn(completion, answer, **row) -> ScoreResult`` in ``SCORERS`` and its
-    float form in ``REWARDS`` under the same ``name``.
+def stripped_completion(completion: str, **row) -> str | None:
+    """The default answer key: the completion without surrounding whitespace (None when empty).
+
+    Example:
+        >>> stripped_completion("  42 "), stripped_completion("   ")
+        ('42', None)
+    """
+    return completion.strip() or None
+
+
+def _keyword_options(fn: Callable) -> frozenset[str]:
+    """Names of ``fn``'s keyword-only parameters: the options a config may set for it."""
+    params = inspect.signature(fn).parameters.values()
+    return frozenset(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+@dataclass(frozen=True)
+class Reward:
+    """Everything lit_rlvr needs from one verifiable reward (module docstring).
+
+    Calling the record is the plain reward: ``REWARDS["math"](completion, answer, **row) -> float``.
+
+    Attributes:
+        name: the registry name (rows name it in their ``reward`` field).
+        score: ``(completion, answer, **options, **row) -> ScoreResult | float``.
+        answer_key: ``(completion, **options, **row) -> str | None``.
+        check_gold: ``(answer, **row) -> None``, raising :class:`GoldAnswerError`; None = no check.
+        options: the keyword-only parameters of ``score`` other than ``timeout_s``: what
+            ``model.reward_options.<name>`` may set.
+        takes_timeout: ``score`` accepts ``timeout_s`` (the scorer passes its deadline).
+    """
+
+    name: str
+    score: Callable[..., Any]
+    answer_key: Callable[..., str | None] = stripped_completion
+    check_gold: Callable[..., None] | None = None
+    options: frozenset[str] = field(default=frozenset())
+    takes_timeout: bool = False
+
+    def __call__(self, completion: str, answer: Any, **row) -> float:
+        return as_result(self.score(completion, answer, **row)).reward
+
+
+def as_result(out: Any) -> ScoreResult:
+    """A scorer's return value as a :class:`ScoreResult` (a bare float is an ``ok`` verdict).
+
+    Example:
+        >>> as_result(1.0), as_result(ScoreResult(0.0, "timeout"))
+        (ScoreResult(reward=1.0, status='ok'), ScoreResult(reward=0.0, status='timeout'))
+    """
+    return out if isinstance(out, ScoreResult) else ScoreResult(float(out), STATUS_OK)
+
+
+class RewardRegistry(Registry):
+    """:class:`~lit_rlvr.registry.Registry` of :class:`Reward` records.
+
+    ``REWARDS.register(name, answer_key=..., check_gold=...)(fn)`` wraps a scorer (or a plain
+    float reward function) in a record and returns ``fn`` unchanged, so TRL-style reward
+    functions register as they are.
+    """
+
+    def register(self, name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None):
+        def decorator(fn: Callable) -> Callable:
+            if not callable(fn):
+                raise TypeError(f"reward {name!r} must be callable; got {type(fn).__name__}")
+            options = _keyword_options(fn)
+            record = Reward(
+                name=name,
+                score=fn,
+                answer_key=answer_key or stripped_completion,
+                check_gold=check_gold,
+                options=options - {"timeout_s"},
+                takes_timeout="timeout_s" in options,
+            )
+            super(RewardRegistry, self).register(name)(record)
+            return fn
+
+        return decorator
+
+
+REWARDS = RewardRegistry("reward")
+
+
+def register_reward(name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None):
+    """Register ``fn(completion, answer, **row) -> ScoreResult | float`` as reward ``name``.
+
+    Args:
+        name: the name rows give in their ``reward`` field.
+        answer_key: canonical final answer for maj@k (default: the stripped completion).
+        check_gold: gold parser run once per row at start-up; raises :class:`GoldAnswerError`.
 
     Example:
         >>> @register_reward("_doc_exact")
         ... def exact(completion, answer, **row):
         ...     return ScoreResult(float(completion.strip() == answer), "ok")
-        >>> REWARDS["_doc_exact"]("42 ", "42", id="x")
-        1.0
-        >>> _ = REWARDS.pop("_doc_exact"), SCORERS.pop("_doc_exact")
+        >>> REWARDS["_doc_exact"]("42 ", "42", id="x"), REWARDS["_doc_exact"].answer_key(" 42 ")
+        (1.0, '42')
+        >>> _ = REWARDS.pop("_doc_exact")
     """
-
-    def decorator(scorer: Callable[..., ScoreResult]) -> Callable[..., ScoreResult]:
-        SCORERS.register(name)(scorer)
-
-        @wraps(scorer)
-        def reward(completion: str, answer: str, **row) -> float:
-            return scorer(completion, answer, **row).reward
-
-        reward.__doc__ = f"``SCORERS[{name!r}](...).reward`` — see that scorer for details.\n\n" + (
-            scorer.__doc__ or ""
-        )
-        REWARDS.register(name)(reward)
-        return scorer
-
-    return decorator
+    return REWARDS.register(name, answer_key=answer_key, check_gold=check_gold)
 
 
 class RewardTimeout(BaseException):

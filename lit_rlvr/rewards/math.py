@@ -17,7 +17,7 @@ departures, both for speed and safety:
   (``((10^{999})^{999})^{999}``), at most one ``!`` and no ``!`` next to a power. These are the inputs whose
   sympy evaluation runs inside one long C call (``10^{10^{10^{10}}}`` builds a 10^10-digit
   integer) that no signal can interrupt. A rejected answer scores 0 with status
-  ``error: rejected: …``.
+  ``rejected`` (the reason says which bound).
 
 Deadline: the parse + verify step runs under :func:`~lit_rlvr.rewards.base.deadline`
 (``setitimer``), which interrupts sympy's pure-Python work when called from the main thread —
@@ -42,9 +42,10 @@ from math_verify import grader as _mv_grader
 from math_verify import parser as _mv_parser
 
 from lit_rlvr.rewards.base import (
-    ANSWER_KEYS,
+    STATUS_ERROR,
     STATUS_NO_ANSWER,
     STATUS_OK,
+    STATUS_REJECTED,
     STATUS_TIMEOUT,
     GoldAnswerError,
     RewardTimeout,
@@ -260,7 +261,7 @@ def _judge(gold: str, pred: str, timeout_s: float | None, row: dict) -> ScoreRes
             return ScoreResult(0.0, STATUS_OK)
     reason = screen_answer(pred)
     if reason is not None:
-        return ScoreResult(0.0, f"error: rejected: {reason}")
+        return ScoreResult(0.0, STATUS_REJECTED, reason)
     try:
         with deadline(timeout_s):
             if not _parse(gold):
@@ -273,10 +274,9 @@ def _judge(gold: str, pred: str, timeout_s: float | None, row: dict) -> ScoreRes
     except GoldAnswerError:
         raise
     except Exception as e:  # a crash in sympy/latex2sympy on model text: score 0, say why
-        return ScoreResult(0.0, f"error: {type(e).__name__}: {str(e)[:200]}")
+        return ScoreResult(0.0, STATUS_ERROR, f"{type(e).__name__}: {str(e)[:200]}")
 
 
-@register_reward("math")
 def math_score(
     completion: str, answer: str | int | float, *, timeout_s: float | None = DEFAULT_TIMEOUT_S, **row
 ) -> ScoreResult:
@@ -290,7 +290,7 @@ def math_score(
         **row: the rest of the prompt row (``id`` is used in errors; other keys are ignored).
 
     Returns:
-        ``ScoreResult`` with status ``ok``, ``no_answer``, ``timeout`` or ``error: …``.
+        ``ScoreResult`` with status ``ok``, ``no_answer``, ``timeout``, ``rejected`` or ``error``.
 
     Raises:
         GoldAnswerError: the gold answer is empty, of the wrong type, or unparsable.
@@ -300,8 +300,8 @@ def math_score(
         ScoreResult(reward=1.0, status='ok')
         >>> math_score("The answer is 19.", "#### 18", id="g1")
         ScoreResult(reward=0.0, status='ok')
-        >>> math_score("\\\\boxed{10^{10^{10^{10}}}}", "1", id="x").status
-        'error: rejected: nested exponent (power tower)'
+        >>> math_score("\\\\boxed{10^{10^{10^{10}}}}", "1", id="x")
+        ScoreResult(reward=0.0, status='rejected', reason='nested exponent (power tower)')
         >>> math_score("I give up", "025", id="aime1")
         ScoreResult(reward=0.0, status='no_answer')
     """
@@ -312,7 +312,6 @@ def math_score(
     return _judge(gold, pred, timeout_s, row)
 
 
-@ANSWER_KEYS.register("math")
 def math_answer_key(completion: str, *, timeout_s: float | None = DEFAULT_TIMEOUT_S, **row) -> str | None:
     """Canonical final answer of ``completion`` for majority voting, or None if it has none.
 
@@ -346,3 +345,6 @@ def math_answer_key(completion: str, *, timeout_s: float | None = DEFAULT_TIMEOU
         return fallback
     except Exception:  # an unparsable answer still votes, as its text
         return fallback
+
+
+register_reward("math", answer_key=math_answer_key)(math_score)

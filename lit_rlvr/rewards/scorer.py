@@ -8,14 +8,17 @@ Design (why processes, and which kind):
   parent enforces a *hard* one, ``timeout_s + kill_grace_s`` after the item started: it kills
   the worker (SIGKILL), scores the item 0 with status ``timeout``, requeues the rest of that
   worker's chunk and starts a replacement. A worker that dies (segfault, OOM kill, ``exit``)
-  costs only its current item (status ``error: worker died …``).
+  costs only its current item (status ``error``, reason ``worker died …``).
 - Workers are fresh interpreters started with ``subprocess`` (``python -c …``) and talk over a
   socketpair with length-prefixed pickles (the parent reads all pending results in one call).
   Nothing is forked, so the torch/vLLM threads of a training process are never duplicated,
   and unlike ``multiprocessing``'s spawn and forkserver the training script (``__main__``) is
-  never re-imported in the worker. Workers import ``lit_rlvr.rewards`` (no torch) and the
-  modules of rewards registered elsewhere, so a replacement starts in about half a second. A worker whose parent has gone exits at its next
-  read (EOF on the socket).
+  never re-imported in the worker. Workers import ``lit_rlvr.rewards`` (no torch), the
+  plug-in modules of the run (:mod:`lit_rlvr.plugins`) and the modules of rewards registered
+  elsewhere, so a replacement starts in about half a second. A worker whose parent has gone
+  exits at its next read (EOF on the socket).
+- Scores and, for validation, the rewards' canonical answers (maj@k, distinct answers) are
+  computed in the workers: answer keys run sympy and SQL too.
 - Items go to workers in chunks (one message per chunk, at most two chunks in flight per
   worker); each result comes back as soon as it is scored, which is what lets the parent know
   when the current item started (the worker scores its items in order). Gold parses and
@@ -31,6 +34,7 @@ raises ``MemoryError`` in that worker instead of waking the system's OOM killer.
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import pickle
@@ -42,15 +46,20 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from multiprocessing.connection import wait
 
+from lit_rlvr.plugins import loaded_modules
 from lit_rlvr.rewards.base import (
     REWARDS,
-    SCORERS,
-    STATUS_OK,
+    STATUS_ERROR,
     STATUS_TIMEOUT,
     GoldAnswerError,
+    Reward,
+    RewardRegistry,
     ScoreResult,
+    as_result,
+    stripped_completion,
 )
 
 _BOOT = "import sys; from lit_rlvr.rewards.scorer import _worker_main; _worker_main(int(sys.argv[1]))"
@@ -100,65 +109,116 @@ class _FrameReader:
         return frames
 
 
-def reward_table(rewards: Mapping[str, Callable] | None = None) -> dict[str, tuple[Callable, bool]]:
-    """Name → ``(fn, returns_score_result)`` for every known reward: ``SCORERS`` first, then plain
-    ``REWARDS`` entries, then ``rewards`` (which override both).
+def reward_table(rewards: Mapping[str, Callable] | None = None) -> dict[str, Reward]:
+    """Name → :class:`~lit_rlvr.rewards.base.Reward` for every registered reward, plus ``rewards``
+    (plain functions by name, wrapped in records; they override the registry).
 
     Example:
         >>> import lit_rlvr.rewards
         >>> table = reward_table()
-        >>> table["math"][1], {"math", "sql"} <= set(table)
+        >>> table["math"].takes_timeout, {"math", "sql"} <= set(table)
         (True, True)
     """
-    table = {name: (fn, False) for name, fn in REWARDS.items()}
-    table.update({name: (fn, True) for name, fn in SCORERS.items()})
-    table.update({name: (fn, False) for name, fn in (rewards or {}).items()})
+    table = dict(REWARDS.items())
+    extra = RewardRegistry("extra reward")
+    for name, fn in (rewards or {}).items():
+        extra.register(name)(fn)
+    table.update(extra)
     return table
 
 
-def _shipping_problem(fn: Callable) -> str | None:
-    """Why a worker cannot import ``fn`` by reference (None if it can)."""
-    if getattr(fn, "__module__", None) == "__main__":
-        return "it is defined in __main__, which workers do not import"
-    try:
-        pickle.dumps(fn)
-    except (pickle.PicklingError, AttributeError, TypeError) as e:
-        return f"it is not picklable by reference ({e})"
+def _shipping_problem(record: Reward) -> str | None:
+    """Why a worker cannot import ``record``'s functions by reference (None if it can)."""
+    for fn in (record.score, record.answer_key, record.check_gold):
+        if fn is None:
+            continue
+        if getattr(fn, "__module__", None) == "__main__":
+            return "it is defined in __main__, which workers do not import"
+        try:
+            pickle.dumps(fn)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            return f"it is not picklable by reference ({e})"
     return None
 
 
+def check_reward_options(options: Mapping[str, Mapping], table: Mapping[str, Reward], key: str = "reward_options") -> None:
+    """Raise ``ValueError`` unless every ``{reward: {option: value}}`` names a reward and its options.
+
+    Example:
+        >>> import lit_rlvr.rewards
+        >>> check_reward_options({"sql": {"mode": "bird"}}, reward_table())
+        >>> check_reward_options({"sql": {"moed": "bird"}}, reward_table())
+        Traceback (most recent call last):
+        ...
+        ValueError: reward_options.sql: unknown option(s) ['moed'] of reward 'sql'; accepted: ['mode']
+    """
+    for name, opts in options.items():
+        if name not in table:
+            raise ValueError(f"{key}: unknown reward {name!r}; valid names: {sorted(table)}")
+        unknown = sorted(set(opts) - table[name].options)
+        if unknown:
+            raise ValueError(
+                f"{key}.{name}: unknown option(s) {unknown} of reward {name!r}; accepted: {sorted(table[name].options)}"
+            )
+
+
 def score_one(
-    table: Mapping[str, tuple[Callable, bool]], completion: str, row: dict, timeout_s: float | None
+    table: Mapping[str, Reward],
+    completion: str,
+    row: dict,
+    timeout_s: float | None,
+    options: Mapping[str, Mapping] | None = None,
+    with_answer: bool = False,
 ) -> ScoreResult:
     """Score one completion with ``row["reward"]`` from ``table``; never raises except
     :class:`GoldAnswerError`. Plain reward functions may return a float or a ``ScoreResult``.
 
+    Args:
+        table: name → reward record (:func:`reward_table`).
+        completion: the model's text.
+        row: the prompt row (``reward``, ``answer``, ``id``, extras).
+        timeout_s: per-item deadline passed to rewards that take ``timeout_s``.
+        options: ``{reward name: keyword options}`` (the config's ``reward_options``).
+        with_answer: also compute the reward's canonical answer (``ScoreResult.answer``).
+
     Example:
         >>> import lit_rlvr.rewards
-        >>> score_one(reward_table(), "#### 18", {"id": "g", "reward": "math", "answer": "18"}, 5.0)
-        ScoreResult(reward=1.0, status='ok')
+        >>> score_one(reward_table(), "#### 18", {"id": "g", "reward": "math", "answer": "18"}, 5.0, with_answer=True)
+        ScoreResult(reward=1.0, status='ok', answer='18')
     """
-    fn, is_scorer = table[row["reward"]]
+    record = table[row["reward"]]
     kwargs = {k: v for k, v in row.items() if k != "answer"}
-    if is_scorer:
+    kwargs.update((options or {}).get(record.name, {}))
+    if record.takes_timeout:
         kwargs["timeout_s"] = timeout_s
     try:
-        out = fn(completion, row["answer"], **kwargs)
+        result = as_result(record.score(completion, row["answer"], **kwargs))
     except GoldAnswerError:
         raise
     except Exception as e:
-        return ScoreResult(0.0, f"error: {type(e).__name__}: {str(e)[:200]}")
-    result = out if isinstance(out, ScoreResult) else ScoreResult(float(out), STATUS_OK)
+        return ScoreResult(0.0, STATUS_ERROR, f"{type(e).__name__}: {str(e)[:200]}")
     if not 0.0 <= result.reward <= 1.0:  # also catches NaN
-        return ScoreResult(0.0, f"error: reward {result.reward!r} outside [0, 1]")
+        return ScoreResult(0.0, STATUS_ERROR, f"reward {result.reward!r} outside [0, 1]")
+    if with_answer:
+        key_kwargs = {k: v for k, v in kwargs.items() if k != "timeout_s" or _takes(record.answer_key, "timeout_s")}
+        try:
+            answer = record.answer_key(completion, **key_kwargs)
+        except Exception:  # an answer that cannot be canonicalised votes as its text
+            answer = stripped_completion(completion)
+        result = replace(result, answer=answer)
     return result
+
+
+def _takes(fn: Callable, name: str) -> bool:
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _worker_main(fd: int) -> None:
     """Worker loop: read the config, say ready, then score chunks, sending one result per item."""
     sock = socket.socket(fileno=fd)
     stream = sock.makefile("rb")
-    shipped, timeout_s, memory_limit_mb = _recv(stream)
+    shipped, timeout_s, memory_limit_mb, plugin_modules, options = _recv(stream)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
     if memory_limit_mb:
         import resource
@@ -168,12 +228,14 @@ def _worker_main(fd: int) -> None:
     import logging
 
     import lit_rlvr.rewards  # noqa: F401  (registers math and sql)
+    from lit_rlvr.plugins import load_plugins
 
+    load_plugins(plugin_modules)  # the user's rewards, as in the parent
     logging.getLogger("sqlglot").setLevel(logging.ERROR)  # "falling back to Command" on bad SQL
     table = {**reward_table(), **shipped}
     # Build the parsers now (math-verify's LaTeX grammar takes ~0.1 s on first use), so no
     # item's deadline pays for it.
-    lit_rlvr.rewards.SCORERS["math"]("\\boxed{\\frac{1}{2}}", "0.5", timeout_s=None)
+    lit_rlvr.rewards.REWARDS["math"].score("\\boxed{\\frac{1}{2}}", "0.5", timeout_s=None)
     lit_rlvr.rewards.sql.check_read_only("SELECT 1")
     _send(sock, ("ready",))
     while True:
@@ -183,12 +245,12 @@ def _worker_main(fd: int) -> None:
             return
         if chunk is None:
             return
-        for index, completion, row in chunk:
+        for index, completion, row, with_answer in chunk:
             try:
-                result = score_one(table, completion, row, timeout_s)
-                _send(sock, (index, result.reward, result.status, False))
+                r = score_one(table, completion, row, timeout_s, options, with_answer)
+                _send(sock, (index, r.reward, r.status, r.reason, r.answer, False))
             except GoldAnswerError as e:
-                _send(sock, (index, 0.0, str(e), True))
+                _send(sock, (index, 0.0, STATUS_ERROR, f"malformed gold: {e}", None, True))
 
 
 class _Batch:
@@ -250,9 +312,12 @@ class BatchScorer:
         chunk_size: items sent to a worker per message.
         memory_limit_mb: address-space cap per worker (``RLIMIT_AS``); None for no cap.
         rewards: extra reward functions ``fn(completion, answer, **row) -> float | ScoreResult``
-            by name (override the registries). Workers import them, and every function registered
-            in ``REWARDS``/``SCORERS`` by other modules, by reference: they must be module-level
+            by name (override the registry). Workers import them, and every reward registered
+            in ``REWARDS`` by other modules, by reference: they must be module-level
             functions of an importable module (not ``__main__``).
+        reward_options: ``{reward name: {option: value}}``, keyword options passed to that
+            reward's scorer and answer key (e.g. ``{"sql": {"mode": "bird"}}``); names and
+            options are checked here.
         start_timeout_s: how long a new worker may take to import before ``RuntimeError``.
         coalesce_s: after a result arrives the parent waits this long before reading, so one
             wake-up collects many results (workers keep working meanwhile); 0 to disable.
@@ -263,6 +328,9 @@ class BatchScorer:
         >>> with BatchScorer(num_workers=1, timeout_s=5.0) as scorer:
         ...     scorer.score(["so \\\\boxed{18}", "it is 0.4"], rows)
         [ScoreResult(reward=1.0, status='ok'), ScoreResult(reward=0.0, status='no_answer')]
+        >>> with BatchScorer(num_workers=0) as scorer:
+        ...     scorer.score(["so \\\\boxed{18}"], rows[:1], with_answers=True)
+        [ScoreResult(reward=1.0, status='ok', answer='18')]
     """
 
     def __init__(
@@ -274,6 +342,7 @@ class BatchScorer:
         chunk_size: int = 16,
         memory_limit_mb: int | None = 4096,
         rewards: Mapping[str, Callable] | None = None,
+        reward_options: Mapping[str, Mapping] | None = None,
         start_timeout_s: float = 120.0,
         coalesce_s: float = 0.002,
     ):
@@ -287,28 +356,33 @@ class BatchScorer:
         self.hard_timeout_s = self.timeout_s + kill_grace_s
         self.start_timeout_s = start_timeout_s
         self.coalesce_s = coalesce_s
-        for name, fn in (rewards or {}).items():
-            if num_workers and (problem := _shipping_problem(fn)):
-                raise ValueError(f"reward {name!r} cannot be sent to worker processes: {problem}")
         self._extra_rewards = dict(rewards or {})
+        for name, record in reward_table(self._extra_rewards).items():
+            if num_workers and name in self._extra_rewards and (problem := _shipping_problem(record)):
+                raise ValueError(f"reward {name!r} cannot be sent to worker processes: {problem}")
+        self.reward_options = {k: dict(v) for k, v in (reward_options or {}).items()}
+        check_reward_options(self.reward_options, reward_table(self._extra_rewards))
         self._memory_limit_mb = memory_limit_mb
         self._workers: list[_Worker] = []
         self._build_table()
         self._start_workers()
 
     def _build_table(self) -> None:
-        """Snapshot the registries; every reward defined outside this package goes to the workers
-        by reference (they import its module), unless it cannot (``self.local_only`` says why)."""
+        """Snapshot the registry; every reward defined outside this package and the run's plug-in
+        modules goes to the workers by reference (they import its module), unless it cannot
+        (``self.local_only`` says why)."""
         self.table = reward_table(self._extra_rewards)
+        plugins = loaded_modules()
         shipped, self.local_only = {}, {}
-        for name, (fn, is_scorer) in self.table.items():
-            if getattr(fn, "__module__", "").startswith("lit_rlvr.rewards."):
+        for name, record in self.table.items():
+            module = getattr(record.score, "__module__", "") or ""
+            if name not in self._extra_rewards and (module.startswith("lit_rlvr.rewards.") or module in plugins):
                 continue  # workers register these themselves
-            if problem := _shipping_problem(fn):
+            if problem := _shipping_problem(record):
                 self.local_only[name] = problem
             else:
-                shipped[name] = (fn, is_scorer)
-        self._config = (shipped, self.timeout_s, self._memory_limit_mb)
+                shipped[name] = record
+        self._config = (shipped, self.timeout_s, self._memory_limit_mb, plugins, self.reward_options)
 
     def _start_workers(self) -> None:
         while len(self._workers) < self.num_workers:
@@ -318,16 +392,18 @@ class BatchScorer:
         worker.kill()
         self._workers[self._workers.index(worker)] = _Worker(self._config)
 
-    def score(self, completions: Sequence[str], rows: Sequence[dict]) -> list[ScoreResult]:
+    def score(self, completions: Sequence[str], rows: Sequence[dict], with_answers: bool = False) -> list[ScoreResult]:
         """Score ``completions[i]`` against ``rows[i]`` (``rows[i]["reward"]`` names the function,
         ``rows[i]["answer"]`` is the gold).
 
         Args:
             completions: B completion texts.
             rows: B prompt rows (a prompt's row repeated for each of its samples).
+            with_answers: also compute each completion's canonical answer (``.answer``), in the
+                workers (validation's maj@k and distinct answers).
 
         Returns:
-            B ``ScoreResult``; statuses ``ok``, ``no_answer``, ``timeout``, ``error: …``.
+            B ``ScoreResult``; statuses ``ok``, ``no_answer``, ``timeout``, ``rejected``, ``error``.
 
         Raises:
             ValueError: lengths differ, or a row lacks ``reward``/``answer`` or names an unknown
@@ -343,6 +419,9 @@ class BatchScorer:
         if not names <= set(self.table) and names <= set(reward_table(self._extra_rewards)):
             self._build_table()  # registered after this scorer was built: restart workers with it
             self._restart_workers()
+        elif self._config[3] != loaded_modules():
+            self._build_table()  # plug-ins loaded after this scorer was built
+            self._restart_workers()
         for name in sorted(names):
             if name not in self.table:
                 raise ValueError(f"unknown reward {name!r} in rows; valid names: {sorted(self.table)}")
@@ -352,9 +431,10 @@ class BatchScorer:
                     "importable module or use num_workers=0"
                 )
         if self.num_workers == 0:
-            return [score_one(self.table, c, dict(r), self.timeout_s) for c, r in zip(completions, rows)]
+            return [score_one(self.table, c, dict(r), self.timeout_s, self.reward_options, with_answers)
+                    for c, r in zip(completions, rows)]  # fmt: skip
         try:
-            return self._score_pool(list(completions), list(rows))
+            return self._score_pool(list(completions), list(rows), with_answers)
         except BaseException:  # interrupted mid-batch: workers hold stale work, start afresh
             self._restart_workers()
             raise
@@ -365,7 +445,29 @@ class BatchScorer:
         self._workers.clear()
         self._start_workers()
 
-    def _score_pool(self, completions: list[str], rows: list[dict]) -> list[ScoreResult]:
+    def check_options(self, rows: Sequence[dict], key: str = "model.reward_options") -> None:
+        """Fail at start-up, not at every item, on an option value a reward refuses.
+
+        Each reward with configured options scores an empty completion once, in this process, on
+        the first of ``rows`` that names it; a ``ValueError``/``TypeError`` it raises (a bad
+        option value) is re-raised naming ``key``. Malformed golds are left to the gold check.
+        """
+        for name, opts in self.reward_options.items():
+            row = next((r for r in rows if r.get("reward") == name), None)
+            if row is None:
+                continue
+            record = self.table[name]
+            kwargs = {**{k: v for k, v in row.items() if k != "answer"}, **opts}
+            if record.takes_timeout:
+                kwargs["timeout_s"] = self.timeout_s
+            try:
+                record.score("", row["answer"], **kwargs)
+            except GoldAnswerError:
+                continue
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"{key}.{name}: {err}") from err
+
+    def _score_pool(self, completions: list[str], rows: list[dict], with_answers: bool) -> list[ScoreResult]:
         batch = _Batch(completions, rows, self.chunk_size)
         while batch.remaining:
             now = time.monotonic()
@@ -377,7 +479,7 @@ class BatchScorer:
                         worker.clock = now
                     worker.pending.extend(chunk)
                     try:
-                        _send(worker.sock, [(i, completions[i], rows[i]) for i in chunk])
+                        _send(worker.sock, [(i, completions[i], rows[i], with_answers) for i in chunk])
                     except OSError:  # it died on an earlier item; reading its socket will say EOF
                         worker.broken = True
             deadlines = [w.clock + self.hard_timeout_s for w in self._workers if w.pending]
@@ -404,18 +506,18 @@ class BatchScorer:
                     f"a reward worker exited while starting ({worker.exit_reason()}); its traceback is on "
                     "stderr — check that lit_rlvr and any custom reward modules import in a fresh interpreter"
                 ) from None
-            self._fail_current(worker, f"error: worker died ({worker.exit_reason()})", batch)
+            self._fail_current(worker, ScoreResult(0.0, STATUS_ERROR, f"worker died ({worker.exit_reason()})"), batch)
             return
         for message in messages:
             if message == ("ready",):
                 worker.ready = True
                 continue
-            index, reward, status, is_gold_error = message
+            index, reward, status, reason, answer, is_gold_error = message
             worker.pending.popleft()
             worker.clock = time.monotonic()  # the next item started about now
-            batch.results[index] = ScoreResult(reward, "error: malformed gold" if is_gold_error else status)
+            batch.results[index] = ScoreResult(reward, status, reason, answer)
             if is_gold_error:
-                batch.gold_errors.append(status)
+                batch.gold_errors.append(reason.removeprefix("malformed gold: "))
             batch.remaining -= 1
 
     def _enforce_deadlines(self, batch: _Batch) -> None:
@@ -426,17 +528,18 @@ class BatchScorer:
                 if wait([worker.sock], 0):  # a result landed just now: the item finished in time
                     self._collect(worker, batch)
                 else:
-                    self._fail_current(worker, STATUS_TIMEOUT, batch)
+                    reason = f"killed after the hard deadline of {self.hard_timeout_s:g} s"
+                    self._fail_current(worker, ScoreResult(0.0, STATUS_TIMEOUT, reason), batch)
             elif not worker.ready and now > worker.started + self.start_timeout_s:
                 raise RuntimeError(
                     f"a reward worker did not start within {self.start_timeout_s} s "
                     f"(exit status {worker.proc.poll()}); check that lit_rlvr imports in a fresh interpreter"
                 )
 
-    def _fail_current(self, worker: _Worker, status: str, batch: _Batch) -> None:
-        """Score the worker's current item 0 with ``status``, requeue the rest, replace the worker."""
+    def _fail_current(self, worker: _Worker, result: ScoreResult, batch: _Batch) -> None:
+        """Score the worker's current item with ``result``, requeue the rest, replace the worker."""
         if worker.pending:
-            batch.results[worker.pending.popleft()] = ScoreResult(0.0, status)
+            batch.results[worker.pending.popleft()] = result
             batch.remaining -= 1
         if worker.pending:
             batch.queue.appendleft(list(worker.pending))

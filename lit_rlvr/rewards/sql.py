@@ -7,7 +7,7 @@ Pipeline for one completion (row carries ``db_path``):
 2. Check it (:func:`check_read_only`) with sqlglot's sqlite dialect: exactly one statement,
    a ``SELECT`` / ``WITH … SELECT`` / ``UNION``/``INTERSECT``/``EXCEPT``, no DML/DDL node or
    denied function anywhere inside. Anything else scores 0 *without executing*, with status
-   ``error: rejected: …``.
+   ``rejected`` (the reason says why).
 3. Execute with defence in depth: a read-only connection (``file:…?mode=ro`` URI and
    ``PRAGMA query_only=1``), an authorizer that allows only reads, selects, recursive CTEs and
    non-denied functions (so ``load_extension``, ``ATTACH``, ``PRAGMA``, writes are refused by
@@ -46,9 +46,10 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from lit_rlvr.rewards.base import (
-    ANSWER_KEYS,
+    STATUS_ERROR,
     STATUS_NO_ANSWER,
     STATUS_OK,
+    STATUS_REJECTED,
     STATUS_TIMEOUT,
     ScoreResult,
     gold_error,
@@ -328,7 +329,6 @@ def _db_path(row: dict) -> str:
     return str(db_path)
 
 
-@register_reward("sql")
 def sql_score(
     completion: str, answer: str, *, mode: str = "spider", timeout_s: float | None = DEFAULT_TIMEOUT_S, **row
 ) -> ScoreResult:
@@ -342,7 +342,7 @@ def sql_score(
         **row: the rest of the prompt row; needs ``db_path`` (``id`` is used in errors).
 
     Returns:
-        ``ScoreResult`` with status ``ok``, ``no_answer``, ``timeout`` or ``error: …``.
+        ``ScoreResult`` with status ``ok``, ``no_answer``, ``timeout``, ``rejected`` or ``error``.
 
     Raises:
         GoldAnswerError: no ``db_path``, the database cannot be opened, or the gold query fails.
@@ -359,8 +359,8 @@ def sql_score(
         ScoreResult(reward=0.0, status='ok')
         >>> sql_score("DROP TABLE t", "SELECT a FROM t", db_path=db, id="q1").status
         'no_answer'
-        >>> sql_score("```sql\\nDROP TABLE t\\n```", "SELECT a FROM t", db_path=db, id="q1").status
-        'error: rejected: DROP statement (only SELECT queries are executed)'
+        >>> sql_score("```sql\\nDROP TABLE t\\n```", "SELECT a FROM t", db_path=db, id="q1").reason
+        'DROP statement (only SELECT queries are executed)'
     """
     if mode not in MODES:
         raise ValueError(f"sql reward mode must be one of {MODES}; got {mode!r}")
@@ -370,7 +370,7 @@ def sql_score(
         return ScoreResult(0.0, STATUS_NO_ANSWER)
     reason = check_read_only(pred_sql)
     if reason is not None:
-        return ScoreResult(0.0, f"error: rejected: {reason}")
+        return ScoreResult(0.0, STATUS_REJECTED, reason)
     try:
         gold = _gold_rows(db_path, answer, timeout_s)
     except _QueryTimeout:
@@ -382,9 +382,9 @@ def sql_score(
     except _QueryTimeout:
         return ScoreResult(0.0, STATUS_TIMEOUT)
     except _ResultTooLarge as e:
-        return ScoreResult(0.0, f"error: {e}")
+        return ScoreResult(0.0, STATUS_ERROR, str(e))
     except (sqlite3.Error, OverflowError, MemoryError) as e:
-        return ScoreResult(0.0, f"error: sqlite: {type(e).__name__}: {str(e)[:200]}")
+        return ScoreResult(0.0, STATUS_ERROR, f"sqlite: {type(e).__name__}: {str(e)[:200]}")
     if mode == "bird":
         return ScoreResult(float(bird_result_eq(list(gold), pred)), STATUS_OK)
     order_matters = bool(_ORDER_BY.search(answer))
@@ -396,7 +396,6 @@ def _canonical_value(v):
     return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
-@ANSWER_KEYS.register("sql")
 def sql_answer_key(completion: str, *, timeout_s: float | None = DEFAULT_TIMEOUT_S, **row) -> str | None:
     """Canonical answer of a SQL completion for majority voting: a hash of its execution result.
 
@@ -431,3 +430,6 @@ def sql_answer_key(completion: str, *, timeout_s: float | None = DEFAULT_TIMEOUT
     order = sorted(range(n), key=lambda j: sorted(repr(row[j]) for row in rows))
     canonical = sorted(repr(tuple(row[j] for j in order)) for row in rows)
     return hashlib.sha1("\n".join(canonical).encode("utf-8", "replace")).hexdigest()
+
+
+register_reward("sql", answer_key=sql_answer_key)(sql_score)

@@ -1,9 +1,12 @@
 """Rollout engines: generate groups of completions for RL (vLLM, or transformers as fallback).
 
 Importing this package never imports vLLM; :class:`VLLMEngine` imports it when constructed.
+Engines are chosen by name from :data:`ENGINES` (``auto``, ``vllm``, ``hf``), which the engine
+modules fill as this package imports them.
 """
 
 from lit_rlvr.rollout.engine import (
+    ENGINES,
     EngineStats,
     RolloutEngine,
     WeightSyncError,
@@ -19,6 +22,7 @@ from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.vllm import VLLMEngine
 
 __all__ = [
+    "ENGINES",
     "EngineStats",
     "HFEngine",
     "RolloutEngine",

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_rlvr.policy import sequence_logprob
+from lit_rlvr.registry import Registry
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 R = TypeVar("R")
@@ -351,7 +352,10 @@ def logprob_drift(sampler_logprobs: Tensor, trainer_logprobs: Tensor, response_m
 # --------------------------------------------------------------------------- factory
 
 
-ENGINE_KINDS = ("auto", "vllm", "hf")
+ENGINES = Registry("rollout engine")
+"""Name → builder ``(*, model, tokenizer, model_path, **kwargs) -> RolloutEngine``; filled by
+:mod:`lit_rlvr.rollout.hf` (``"hf"``) and :mod:`lit_rlvr.rollout.vllm` (``"vllm"``), plus
+``"auto"`` here. A user's engine registers the same way and is chosen by name from config."""
 
 
 def vllm_available() -> bool:
@@ -365,6 +369,15 @@ def vllm_available() -> bool:
     return True
 
 
+@ENGINES.register("auto")
+def build_auto_engine(**kwargs: Any) -> RolloutEngine:
+    """vLLM when it is importable, else the transformers fallback (announced)."""
+    if vllm_available():
+        return ENGINES["vllm"](**kwargs)
+    announce("lit_rlvr: vLLM is not importable; rollouts use the transformers fallback (HFEngine)")
+    return ENGINES["hf"](**kwargs)
+
+
 def build_engine(
     kind: str = "auto",
     *,
@@ -373,38 +386,20 @@ def build_engine(
     model_path: str | None = None,
     **kwargs: Any,
 ) -> RolloutEngine:
-    """Build a rollout engine: vLLM when importable (``"auto"``), else transformers.
+    """Build a rollout engine by its :data:`ENGINES` name: ``"auto"`` (vLLM when importable, else
+    transformers), ``"vllm"``, ``"hf"``, or a registered engine of the user's.
 
     Args:
-        kind: ``"auto"``, ``"vllm"`` or ``"hf"``.
+        kind: a name in :data:`ENGINES`.
         model: the policy (required for ``"hf"``; for ``"vllm"`` its path is used when
             ``model_path`` is not given, see :func:`lit_rlvr.rollout.weights.engine_model_path`).
         tokenizer: the policy's tokenizer (required for ``"hf"``).
         model_path: what vLLM loads (a local directory or hub id).
-        **kwargs: passed to :class:`~lit_rlvr.rollout.vllm.VLLMEngine` or
-            :class:`~lit_rlvr.rollout.hf.HFEngine`.
+        **kwargs: passed to the engine (:class:`~lit_rlvr.rollout.vllm.VLLMEngine`,
+            :class:`~lit_rlvr.rollout.hf.HFEngine`).
+
+    Raises:
+        ValueError: an unknown ``kind`` (listing the registered names).
     """
-    if kind not in ENGINE_KINDS:
-        raise ValueError(f"engine kind must be one of {ENGINE_KINDS}, got {kind!r}")
-    if kind == "auto":
-        kind = "vllm" if vllm_available() else "hf"
-        if kind == "hf":
-            announce("lit_rlvr: vLLM is not importable; rollouts use the transformers fallback (HFEngine)")
-    if kind == "vllm":
-        from lit_rlvr.rollout.vllm import VLLMEngine
-        from lit_rlvr.rollout.weights import engine_model_path
-
-        if model_path is None:
-            if model is None:
-                raise ValueError("build_engine('vllm') needs model_path or the policy model to find one")
-            model_path = engine_model_path(model, tokenizer)
-        if model is not None and kwargs.get("dtype", "auto") == "auto":
-            # serve in the trainer's dtype: vLLM's "auto" may downcast a float32 checkpoint on CPU,
-            # and the sampler's log-probs then drift from the trainer's by ~1e-3
-            kwargs["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
-        return VLLMEngine(model_path, **kwargs)
-    from lit_rlvr.rollout.hf import HFEngine
-
-    if model is None or tokenizer is None:
-        raise ValueError("build_engine('hf') needs the live policy model and its tokenizer")
-    return HFEngine(model, tokenizer, **kwargs)
+    builder = ENGINES.get_checked(kind, "engine")
+    return builder(model=model, tokenizer=tokenizer, model_path=model_path, **kwargs)

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from lit_rlvr.rollout.engine import EngineBase, announce
+from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.weights import is_peft_model, sync_weights
 
@@ -210,7 +210,7 @@ def decode_fast(
         S ≤ ``max_new_tokens`` is the number of steps run (until every row finished).
 
     Example:
-        >>> from lit_rlvr.models import build_char_tokenizer, build_tiny_llama
+        >>> from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
         >>> tok = build_char_tokenizer(); model = build_tiny_llama(tok, num_layers=1).eval()
         >>> ids = torch.tensor([[0, 5, 6], [7, 8, 9]]); mask = (ids != 0).long()  # ragged, left-padded
         >>> params = SamplingParams(temperature=0.0, max_new_tokens=4)
@@ -444,6 +444,14 @@ class HFEngine(EngineBase):
         missing = set(target) - seen
         if missing:
             raise KeyError(f"HFEngine.update_weights: the policy did not provide {sorted(missing)[:5]}")
+
+
+@ENGINES.register("hf")
+def build_hf_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs) -> HFEngine:
+    """``engine: hf``: an :class:`HFEngine` sampling from the live policy (``model_path`` unused)."""
+    if model is None or tokenizer is None:
+        raise ValueError("build_engine('hf') needs the live policy model and its tokenizer")
+    return HFEngine(model, tokenizer, **kwargs)
 
 
 def _eos_ids(model: nn.Module, tokenizer) -> list[int]:

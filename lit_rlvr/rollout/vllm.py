@@ -35,9 +35,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_rlvr.rollout.engine import EngineBase, announce, run_with_timeout
+from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, run_with_timeout
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
-from lit_rlvr.rollout.weights import sync_weights
+from lit_rlvr.rollout.weights import engine_model_path, sync_weights
 
 
 def _import_vllm():
@@ -267,6 +267,23 @@ class VLLMEngine(EngineBase):
         torch.set_num_threads = self._set_num_threads
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+@ENGINES.register("vllm")
+def build_vllm_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs) -> VLLMEngine:
+    """``engine: vllm``: a :class:`VLLMEngine` loading ``model_path`` (default: the policy's own path).
+
+    With the policy given and ``dtype`` left at ``"auto"``, the engine serves in the trainer's
+    dtype: vLLM's "auto" may downcast a float32 checkpoint on CPU, and the sampler's log-probs
+    then drift from the trainer's by ~1e-3.
+    """
+    if model_path is None:
+        if model is None:
+            raise ValueError("build_engine('vllm') needs model_path or the policy model to find one")
+        model_path = engine_model_path(model, tokenizer)
+    if model is not None and kwargs.get("dtype", "auto") == "auto":
+        kwargs["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return VLLMEngine(model_path, **kwargs)
 
 
 def _save_safetensors(weights, path: Path) -> None:

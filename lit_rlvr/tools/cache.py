@@ -22,11 +22,12 @@ pass-count histogram and |D_pef| / |D_exp|.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lit_rlvr.data.datamodule import PromptDataModule
+from lit_rlvr.plugins import load_plugins
 
 
 def build_cache(
@@ -40,7 +41,7 @@ def build_cache(
     max_new_tokens: int = 512,
     stop: list[str] | None = None,
     seed: int = 0,
-    engine: Literal["hf", "vllm"] = "hf",
+    engine: str = "hf",
     engine_options: dict[str, Any] | None = None,
     dtype: str = "float32",
     device: str = "auto",
@@ -66,7 +67,7 @@ def build_cache(
         max_new_tokens: completion length cap.
         stop: stop strings.
         seed: run seed (each engine call is seeded from it and its prompt ids).
-        engine: ``hf`` (transformers generate) or ``vllm``.
+        engine: a rollout engine name (:data:`lit_rlvr.rollout.ENGINES`: ``hf``, ``vllm``, ``auto``).
         engine_options: keyword arguments for the engine (e.g. ``gpu_memory_utilization``).
         dtype: torch dtype of the policy used for the log-prob forward pass.
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ...
@@ -89,8 +90,10 @@ def build_cache(
     from lit_rlvr.cache.reader import ReferenceCache
     from lit_rlvr.cache.split import summary
     from lit_rlvr.rewards import BatchScorer
+    from lit_rlvr.rollout import ENGINES, build_engine
     from lit_rlvr.rollout.types import SamplingParams
 
+    ENGINES.get_checked(engine, "engine")  # before any loading
     data.cache_path = None
     data.setup("fit")
     if not data.train_rows:
@@ -99,7 +102,7 @@ def build_cache(
         device = "cuda" if torch.cuda.is_available() else "cpu"
     policy = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype)).to(device).eval()
     params = SamplingParams(n=n, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, stop=tuple(stop or ()))
-    rollout_engine = _make_engine(engine, model, policy, data, engine_options or {})
+    rollout_engine = build_engine(engine, model=policy, tokenizer=data.tokenizer, model_path=model, **(engine_options or {}))
     try:
         with BatchScorer(num_workers=num_workers, timeout_s=timeout_s) as scorer:
             build_reference_cache(
@@ -117,20 +120,11 @@ def build_cache(
     return text
 
 
-def _make_engine(kind: str, model_path: str, policy, data: PromptDataModule, options: dict):
-    if kind == "hf":
-        from lit_rlvr.rollout.hf import HFEngine
-
-        return HFEngine(policy, data.tokenizer, **options)
-    from lit_rlvr.rollout.vllm import VLLMEngine
-
-    return VLLMEngine(model_path, tokenizer=data.tokenizer_path, **options)
-
-
 def build_parser() -> ArgumentParser:
     """The ``lit-rlvr cache`` parser: ``--data.*`` (PromptDataModule) plus :func:`build_cache`'s arguments."""
     parser = ArgumentParser(prog="lit-rlvr cache", description="Build or resume the DPH-RL reference cache.")
     parser.add_argument("--config", action=ActionConfigFile, help="YAML file with any of the options below")
+    parser.add_argument("--imports", type=list[str], default=[], help="plug-in modules to import first (lit_rlvr.plugins)")
     parser.add_class_arguments(PromptDataModule, "data")
     parser.add_function_arguments(build_cache, skip={"data"})
     return parser
@@ -140,6 +134,7 @@ def main(argv: list[str] | None = None) -> str:
     """Entry point of ``lit-rlvr cache``; returns the summary it printed."""
     parser = build_parser()
     cfg = parser.parse_args(argv)
+    load_plugins(cfg.imports)
     init = parser.instantiate(cfg)
-    kwargs = {k: v for k, v in vars(init).items() if k not in ("config", "data", "__default_config__")}
+    kwargs = {k: v for k, v in vars(init).items() if k not in ("config", "imports", "data", "__default_config__")}
     return build_cache(init.data, **kwargs)

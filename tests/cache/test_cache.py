@@ -109,7 +109,7 @@ def test_corrupt_truncated_and_missing_shards_are_detected(tmp_path, built_cache
 
 def test_mismatched_model_tokenizer_and_dataset_are_named(tmp_path, built_cache, tiny, toy_rows, kit):
     PARAMS, make_engine = kit.PARAMS, kit.make_engine
-    from lit_rlvr.models import build_char_tokenizer, build_tiny_llama
+    from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
 
     model, tok = tiny
     rows, ids = toy_rows

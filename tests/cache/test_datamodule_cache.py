@@ -92,7 +92,7 @@ def test_cache_of_other_prompts_or_tokenizer_is_refused(tmp_path, tiny_model_dir
     dm = _dm(tiny_model_dir, toy_jsonl, built_cache, instruction="Question: {prompt}")
     with pytest.raises(CacheMismatchError, match="dataset: cache built for 12 prompts"):
         dm.setup("fit")
-    from lit_rlvr.models import build_char_tokenizer
+    from lit_rlvr.demo.tiny import build_char_tokenizer
 
     build_char_tokenizer("0123456789qsay: ").save_pretrained(tmp_path / "tok")
     with pytest.raises(CacheMismatchError, match="tokenizer"):

@@ -219,7 +219,7 @@ def test_module_without_policy_is_a_clear_error(tmp_path, tok):
     ("kwargs", "match"),
     [
         ({"sync_every_n_steps": 0}, "sync_every_n_steps"),
-        ({"engine": "trt"}, "engine must be"),
+        ({"engine": "trt"}, r"rollout.engine: unknown rollout engine 'trt'; valid names"),
         ({"top_p": 0.0}, "top_p"),
         ({"samples_per_prompt": 0}, "n must be"),
         ({"drift_every_n_steps": -1}, "drift_every_n_steps"),

@@ -121,3 +121,12 @@ def test_readers_agree_across_formats(tmp_path):
     assert loaded[0][3] == {"id": "t/3", "prompt": "p3", "answer": "3", "reward": "math", "db_path": str(tmp_path / "db.sqlite")}
     with pytest.raises(ValueError, match="unsupported data file type '.csv'"):
         list(read_records(tmp_path / "d.csv" if (tmp_path / "d.csv").write_text("") is not None else None))
+
+
+def test_an_unknown_reward_name_is_a_bad_row_with_file_and_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"prompt": "a", "answer": "1", "reward": "math"}\n{"prompt": "b", "answer": "2", "reward": "mth"}\n')
+    out = load_rows(path, "jsonl")
+    assert [r["id"] for r in out.rows] == ["jsonl/0"]
+    assert len(out.bad) == 1 and out.bad[0].line == 2
+    assert "unknown reward 'mth'; valid names: [" in out.bad[0].reason and "'math'" in out.bad[0].reason

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lit_rlvr.tasks.build import ADDITION_WIDTH, DEMO_CHARS, addition_val_pairs, read_rows, write_demo_data
-from lit_rlvr.tasks.countdown import countdown_reward, solutions
+from lit_rlvr.demo.countdown import countdown_reward, solutions
+from lit_rlvr.demo.data import ADDITION_WIDTH, DEMO_CHARS, addition_val_pairs, read_rows, write_demo_data
 
 FILES = ("countdown_train", "countdown_val", "addition_val", "sql_train", "sql_val")
 

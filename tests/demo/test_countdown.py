@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from lit_rlvr.tasks.countdown import (
+from lit_rlvr.demo.countdown import (
     addition_completion,
     countdown_reward,
     evaluate,

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from lit_rlvr.tasks import sql_toy
-from lit_rlvr.tasks.build import DEMO_CHARS
+from lit_rlvr.demo import sql_toy
+from lit_rlvr.demo.data import DEMO_CHARS
 
 
 @pytest.fixture(scope="module")

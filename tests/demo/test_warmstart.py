@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_rlvr import warmstart as ws
-from lit_rlvr.models import build_char_tokenizer
-from lit_rlvr.tasks.build import DEMO_CHARS
-from lit_rlvr.tasks.countdown import countdown_reward, split_countdown
+from lit_rlvr.demo import warmstart as ws
+from lit_rlvr.demo.countdown import countdown_reward, split_countdown
+from lit_rlvr.demo.data import DEMO_CHARS
+from lit_rlvr.demo.tiny import build_char_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = dict(steps=3, hidden_size=32, num_layers=1, num_heads=1, head_dim=32, intermediate_size=64, batch_size=8,
@@ -87,7 +87,7 @@ def test_warmstart_saves_reloads_and_reuses(tmp_path, monkeypatch):
 
 
 def test_measure_summary(tok):
-    from lit_rlvr.models import build_tiny_llama
+    from lit_rlvr.demo.tiny import build_tiny_llama
 
     model = build_tiny_llama(tok, hidden_size=32, num_layers=1, num_heads=1, head_dim=32, intermediate_size=32)
     rows = [{"id": "a", "prompt": "C375=026:", "answer": "26"}, {"id": "b", "prompt": "A001+002=", "answer": "3"}]

@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 from math_verify import verify
 
-from lit_rlvr.rewards import ANSWER_KEYS, REWARDS, SCORERS, GoldAnswerError
+from lit_rlvr.rewards import REWARDS, GoldAnswerError
 from lit_rlvr.rewards.base import RewardTimeout, deadline
 from lit_rlvr.rewards.math import _as_number, _parse, extract_answer, gold_answer, screen_answer
 
@@ -173,7 +173,7 @@ def test_adversarial_inputs_score_zero_within_deadline(name, where):
 
     def run():
         start = time.perf_counter()
-        out["result"] = SCORERS["math"](completion, "7", id="adv", timeout_s=1.0)
+        out["result"] = REWARDS["math"].score(completion, "7", id="adv", timeout_s=1.0)
         out["elapsed"] = time.perf_counter() - start
 
     if where == "main":
@@ -208,13 +208,13 @@ def test_deadline_is_inert_off_main_thread_and_when_disabled():
 
 
 def test_scorer_statuses():
-    assert SCORERS["math"]("\\boxed{18}", "#### 18", id="a").status == "ok"
-    assert SCORERS["math"]("no answer", "18", id="a").status == "no_answer"
-    assert SCORERS["math"]("\\boxed{99999!}", "18", id="a").status.startswith("error: rejected:")
+    assert REWARDS["math"].score("\\boxed{18}", "#### 18", id="a").status == "ok"
+    assert REWARDS["math"].score("no answer", "18", id="a").status == "no_answer"
+    assert REWARDS["math"].score("\\boxed{99999!}", "18", id="a").status == "rejected"
 
 
 def test_answer_keys():
-    key = ANSWER_KEYS["math"]
+    key = REWARDS["math"].answer_key
     assert key("\\boxed{1,234}") == key("#### 1234.0") == key("the answer is 1234 apples") == "1234"
     assert key("\\boxed{0.5}") == key("\\boxed{\\frac{1}{2}}") == str(Fraction(1, 2))
     assert key("\\boxed{x + 1}") == key("\\boxed{1+x}")

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
-from lit_rlvr.rewards import SCORERS
+from lit_rlvr.rewards import REWARDS
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -14,7 +13,7 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def _score(completion: str, answer, row_id: str) -> float:
-    result = SCORERS["math"](completion, answer, id=row_id, prompt="q", reward="math")
+    result = REWARDS["math"].score(completion, answer, id=row_id, prompt="q", reward="math")
     assert result.status in ("ok", "no_answer"), (row_id, completion, result)
     return result.reward
 

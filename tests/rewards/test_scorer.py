@@ -75,25 +75,29 @@ def test_pool_matches_in_process(toy_db):
     completions, rows = _mixed_batch(toy_db)
     expected = BatchScorer(num_workers=0).score(completions, rows)
     assert [r.reward for r in expected[:6]] == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
-    assert [r.status for r in expected[-4:]][:2] == ["ok", "ok"] and expected[-2].status.startswith("error: rejected")
+    assert [r.status for r in expected[-4:]][:2] == ["ok", "ok"] and expected[-2].status == "rejected"
     with BatchScorer(num_workers=2, timeout_s=5.0, chunk_size=5) as pool:
         assert pool.score(completions, rows) == expected
         assert pool.score(completions[::-1], rows[::-1]) == expected[::-1]
         assert pool.score([], []) == []
+        with_answers = BatchScorer(num_workers=0).score(completions, rows, with_answers=True)
+        assert [r.answer for r in with_answers[:3]] == ["0", "1", None]  # answer keys ran (math: canonical numbers)
+        assert pool.score(completions, rows, with_answers=True) == with_answers  # ... and equally in the workers
 
 
 @pytest.mark.timeout(120)
 def test_pool_survives_hanging_and_dying_items(probe, toy_db):
     completions, rows = _mixed_batch(toy_db)
     expected = BatchScorer(num_workers=0).score(completions, rows)
-    bad = {"hang": "timeout", "spin": "timeout", "die": "error: worker died (exit code 3)",
-           "segv": "error: worker died (killed by SIGSEGV)", "raise": "error: RuntimeError: probe failed",
-           "nan": "error: reward nan outside [0, 1]"}  # fmt: skip
+    killed = ("timeout", "killed after the hard deadline of 2 s")
+    bad = {"hang": killed, "spin": killed, "die": ("error", "worker died (exit code 3)"),
+           "segv": ("error", "worker died (killed by SIGSEGV)"), "raise": ("error", "RuntimeError: probe failed"),
+           "nan": ("error", "reward nan outside [0, 1]")}  # fmt: skip
     for k, completion in enumerate(bad):  # interleave the misbehaving items with good ones
         position = 3 + 7 * k
         completions.insert(position, completion)
         rows.insert(position, {"id": f"bad{k}", "reward": "probe", "answer": "x"})
-        expected.insert(position, ScoreResult(0.0, bad[completion]))
+        expected.insert(position, ScoreResult(0.0, *bad[completion]))
     with BatchScorer(num_workers=2, timeout_s=1.0, kill_grace_s=1.0, chunk_size=4, rewards={"probe": probe}) as pool:
         start = time.perf_counter()
         results = pool.score(completions, rows)

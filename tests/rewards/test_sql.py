@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from lit_rlvr.rewards import ANSWER_KEYS, REWARDS, SCORERS, GoldAnswerError
+from lit_rlvr.rewards import REWARDS, GoldAnswerError
 from lit_rlvr.rewards.sql import _Sandbox, bird_result_eq, check_read_only, extract_sql, spider_result_eq
 
 # ---------------------------------------------------------------- extraction and static checks
@@ -220,19 +220,19 @@ def test_sql_multiset_and_distinct(db_copy):
 
 
 def test_sql_statuses_and_errors(db_copy):
-    score = lambda pred, **kw: SCORERS["sql"](pred, "SELECT Name FROM singer", db_path=str(db_copy), id="q7", **kw)
+    score = lambda pred, **kw: REWARDS["sql"].score(pred, "SELECT Name FROM singer", db_path=str(db_copy), id="q7", **kw)
     assert score("SELECT Name FROM singer").status == "ok"
     assert score("no sql here").status == "no_answer"
-    assert score("SELECT nope FROM singer").status.startswith("error: sqlite:")
-    assert score("```sql\nDELETE FROM singer\n```").status.startswith("error: rejected:")
+    assert score("SELECT nope FROM singer").status == "error" and score("SELECT nope FROM singer").reason.startswith("sqlite:")
+    assert score("```sql\nDELETE FROM singer\n```").status == "rejected"
     with pytest.raises(ValueError, match="mode must be one of"):
         score("SELECT Name FROM singer", mode="exact")
     with pytest.raises(GoldAnswerError, match="row id='q7'.*gold query"):
-        SCORERS["sql"]("SELECT 1", "SELECT nope FROM singer", db_path=str(db_copy), id="q7")
+        REWARDS["sql"].score("SELECT 1", "SELECT nope FROM singer", db_path=str(db_copy), id="q7")
     with pytest.raises(GoldAnswerError, match="row id='q8'.*db_path"):
-        SCORERS["sql"]("SELECT 1", "SELECT 1", id="q8")
+        REWARDS["sql"].score("SELECT 1", "SELECT 1", id="q8")
     with pytest.raises(GoldAnswerError, match="row id='q9'"):
-        SCORERS["sql"]("SELECT 1", "SELECT 1", db_path=str(db_copy.parent / "missing.sqlite"), id="q9")
+        REWARDS["sql"].score("SELECT 1", "SELECT 1", db_path=str(db_copy.parent / "missing.sqlite"), id="q9")
 
 
 ADVERSARIAL_SQL = [
@@ -255,11 +255,11 @@ ADVERSARIAL_SQL = [
 def test_adversarial_sql_scores_zero_within_deadline_and_leaves_db_intact(db_copy, sql):
     before = _sha256(db_copy)
     start = time.perf_counter()
-    result = SCORERS["sql"](f"```sql\n{sql}\n```", "SELECT Name FROM singer", db_path=str(db_copy), id="adv", timeout_s=0.5)
+    result = REWARDS["sql"].score(f"```sql\n{sql}\n```", "SELECT Name FROM singer", db_path=str(db_copy), id="adv", timeout_s=0.5)
     elapsed = time.perf_counter() - start
     assert result.reward == 0.0, result
     if sql in NOT_READ_ONLY:
-        assert result.status.startswith("error: rejected:"), result
+        assert result.status == "rejected", result
     elif "RECURSIVE c(x)" in sql or "singer s15" in sql or "n a, n b" in sql:
         assert result.status == "timeout", result
     assert elapsed < 2.0, (elapsed, result)
@@ -292,7 +292,7 @@ def test_sandbox_layers_refuse_writes_without_the_static_check(db_copy, sql):
 
 
 def test_answer_keys(db_copy):
-    key = lambda sql: ANSWER_KEYS["sql"](sql, db_path=str(db_copy), id="k")
+    key = lambda sql: REWARDS["sql"].answer_key(sql, db_path=str(db_copy), id="k")
     base = key("SELECT Name, Age FROM singer")
     assert base is not None
     assert key("SELECT Age, Name FROM singer ORDER BY Name") == base

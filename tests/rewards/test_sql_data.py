@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lit_rlvr.rewards import SCORERS
+from lit_rlvr.rewards import REWARDS
 
 
 def _spider_rows(shared_data: Path) -> tuple[list[dict], list[dict]]:
@@ -23,14 +23,14 @@ def test_every_runnable_gold_query_scores_one(shared_data):
     assert len(runnable) == 972 and {Path(r["db_path"]).parent.name for r in missing} == {"wta_1"}
     for row in runnable:
         for completion in (f"```sql\n{row['answer']}\n```", f"The query is:\n{row['answer']}"):
-            result = SCORERS["sql"](completion, **row)
+            result = REWARDS["sql"].score(completion, **row)
             assert (result.reward, result.status) == (1.0, "ok"), (row, result)
-        assert SCORERS["sql"](f"```sql\n{row['answer']}\n```", mode="bird", **row).reward == 1.0, row
+        assert REWARDS["sql"].score(f"```sql\n{row['answer']}\n```", mode="bird", **row).reward == 1.0, row
 
 
 def test_wrong_queries_on_spider(shared_data):
     db = str(shared_data / "spider_dev" / "database" / "concert_singer" / "concert_singer.sqlite")
-    score = lambda pred, gold, mode="spider": SCORERS["sql"](pred, gold, db_path=db, mode=mode, id="w").reward
+    score = lambda pred, gold, mode="spider": REWARDS["sql"].score(pred, gold, db_path=db, mode=mode, id="w").reward
     gold = "SELECT name, age FROM singer ORDER BY age DESC"
     assert score("SELECT name, age FROM singer ORDER BY age DESC", gold) == 1.0
     assert score("SELECT name, age FROM singer ORDER BY age ASC", gold) == 0.0  # wrong direction

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from lit_rlvr.models import build_char_tokenizer, build_tiny_llama
+from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
 from lit_rlvr.policy import sequence_logprob
 from lit_rlvr.rollout import HFEngine, WeightSyncError, build_engine, check_fingerprint, logprob_drift, probe_sequence, run_with_timeout
 from lit_rlvr.rollout import engine as engine_mod
@@ -140,7 +140,7 @@ def test_engine_rejects_bad_timeouts(tiny, value):
 def test_build_engine_hf_and_errors(tiny):
     tok, model = tiny
     assert isinstance(build_engine("hf", model=model, tokenizer=tok), HFEngine)
-    with pytest.raises(ValueError, match="engine kind must be one of"):
+    with pytest.raises(ValueError, match=r"engine: unknown rollout engine 'trt'; valid names: \['auto', 'hf', 'vllm'\]"):
         build_engine("trt", model=model, tokenizer=tok)
     with pytest.raises(ValueError, match="needs the live policy model and its tokenizer"):
         build_engine("hf", model=model)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import lit_rlvr.rollout.hf as hf
-from lit_rlvr.models import build_char_tokenizer, build_tiny_llama
+from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
 from lit_rlvr.policy import completion_logprobs
 from lit_rlvr.rollout import HFEngine, SamplingParams
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from lit_rlvr.models import build_char_tokenizer, build_tiny_llama
+from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
 from lit_rlvr.rollout.weights import base_weight_name, engine_model_path, is_peft_model, sync_weights
 
 

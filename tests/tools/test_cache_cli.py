@@ -7,8 +7,8 @@ import json
 import pytest
 
 from lit_rlvr.cache import ReferenceCache
-from lit_rlvr.cache.cli import main
 from lit_rlvr.data import DatasetSpec, PromptDataModule
+from lit_rlvr.tools.cache import main
 
 
 @pytest.mark.timeout(120)

@@ -1,0 +1,104 @@
+"""The validation panel: every diversity-collapse metric of one validation set (METHODS.md §4).
+
+For each named validation set lit_rlvr reports the pass@k ladder (Chen et al. 2021), maj@k
+(self-consistency, Wang et al. 2023), retention (pass@k over the prompts the base policy solved:
+DPH-RL's keep rate), distinct final answers, distinct correct answers and distinct completions
+per prompt, and the share of zero-variance groups. :class:`ValidationPanel` holds those
+torchmetrics ``Metric``s (sum states, so multi-process results equal one process over the union
+of the prompts), updates them from one batch of scored samples and returns their values under
+the names the loggers show (``pass@k``, ``maj@k``, ``retention/pass@k``, ``distinct_answers``, …).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from lit_rlvr.functional.metrics import Answers, pass_k_ladder
+from lit_rlvr.metrics.diversity import DistinctAnswers, DistinctCompletions, DistinctCorrectAnswers, ZeroVarianceShare
+from lit_rlvr.metrics.majority import MajorityAtK
+from lit_rlvr.metrics.passk import PassAtK
+
+
+class ValidationPanel(nn.Module):
+    """The metrics of one validation set with ``n`` samples per prompt.
+
+    Args:
+        n: samples per prompt.
+        ks: pass@k / maj@k budgets (those above ``n`` are dropped); None = 1, 2, 4, …, n.
+
+    Example:
+        >>> panel = ValidationPanel(n=2)
+        >>> correct = torch.tensor([[True, False], [False, False]])
+        >>> panel.update(correct, answers=[["4", "5"], [None, "7"]], texts=[["4", "5"], ["x", "7"]],
+        ...              rewards=correct.flatten().float(), base_solved=torch.tensor([True, False]))
+        >>> {k: round(float(v), 3) for k, v in panel.compute().items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'pass@1': 0.25, 'pass@2': 0.5, 'maj@1': 0.5, 'maj@2': 0.5, 'retention/pass@1': 0.5,
+         'retention/pass@2': 1.0, 'distinct_answers': 1.5, 'distinct_correct_answers': 0.5,
+         'distinct_completions': 2.0, 'zero_variance_groups': 0.5}
+    """
+
+    def __init__(self, n: int, ks: Sequence[int] | None = None):
+        super().__init__()
+        ks = [k for k in (ks or pass_k_ladder(n)) if k <= n]
+        if not ks:
+            raise ValueError(f"ValidationPanel: no pass@k budget <= n={n} (got ks={list(ks or [])})")
+        self.n = n
+        self.metrics = nn.ModuleDict(
+            {
+                "pass": PassAtK(k=ks),
+                "maj": MajorityAtK(k=ks),
+                "retention": PassAtK(k=ks),  # pass@k restricted to prompts the base policy solved
+                "distinct_answers": DistinctAnswers(),
+                "distinct_correct_answers": DistinctCorrectAnswers(),
+                "distinct_completions": DistinctCompletions(),
+                "zero_variance_groups": ZeroVarianceShare(),
+            }
+        )
+
+    def update(
+        self,
+        correct: Tensor,
+        answers: Answers,
+        texts: Sequence[Sequence[str]],
+        rewards: Tensor,
+        base_solved: Tensor | None = None,
+    ) -> None:
+        """Add P prompts.
+
+        Args:
+            correct: ``(P, n)`` bool, sample j of prompt p passed.
+            answers: P lists of n canonical answers (``None`` = no answer).
+            texts: P lists of n completion texts.
+            rewards: ``(P·n,)`` rewards, prompt-major.
+            base_solved: ``(P,)`` bool, prompts the base policy solved (None: retention unknown).
+        """
+        m = self.metrics
+        P = correct.shape[0]
+        m["pass"].update(correct)
+        m["maj"].update(answers, correct)
+        m["distinct_answers"].update(answers)
+        m["distinct_correct_answers"].update(answers, correct)
+        m["distinct_completions"].update(texts)
+        m["zero_variance_groups"].update(rewards, torch.arange(P).repeat_interleave(self.n))
+        if base_solved is not None and base_solved.any():
+            m["retention"].update(correct[base_solved.to(correct.device)])
+
+    def compute(self) -> dict[str, Tensor]:
+        """Every updated metric's value by logged name (``pass@k``, ``maj@k``, ``retention/pass@k``, …)."""
+        out: dict[str, Tensor] = {}
+        for key, metric in self.metrics.items():
+            if not metric.update_called:
+                continue
+            values = metric.compute()
+            if isinstance(values, dict):
+                out.update({f"{key}/{k}" if key == "retention" else k: v.float() for k, v in values.items()})
+            else:
+                out[key] = values.float()
+        return out
+
+    def reset(self) -> None:
+        for metric in self.metrics.values():
+            metric.reset()

@@ -1,0 +1,60 @@
+"""The package layout is the data flow: no import runs back up it (STYLE.md §1).
+
+Every ``lit_rlvr`` import statement (module level or inside a function) is an edge between two
+top-level parts of the package; each part may import only the parts listed here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlvr"
+CORE = {"registry", "plugins", "functional", "policy", "rewards", "metrics", "rollout", "cache", "data", "callbacks", "module"}
+ALLOWED = {
+    "registry": set(),
+    "plugins": set(),
+    "functional": {"registry"},
+    "policy": {"functional"},
+    "rewards": {"registry", "plugins"},
+    "metrics": {"functional"},
+    "rollout": {"policy", "registry"},
+    "cache": {"policy", "rollout"},
+    "data": {"registry", "rewards", "cache"},
+    "callbacks": {"policy", "rollout"},
+    "module": {"functional", "metrics", "policy", "rewards"},
+    "demo": CORE,  # the demo plugs into lit_rlvr like a user's package
+    "tools": CORE | {"demo"},
+    "cli": CORE | {"demo", "tools"},
+}
+
+
+def part_of(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0].removesuffix(".py") if len(rel.parts) > 1 or rel.name != "__init__.py" else "__init__"
+
+
+def imported_parts(path: Path) -> set[str]:
+    parts = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            if name.startswith("lit_rlvr.") or name == "lit_rlvr":
+                bits = name.split(".")
+                if len(bits) > 1:
+                    parts.add(bits[1])
+    return parts
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_follow_the_data_flow(path):
+    part = part_of(path)
+    if part == "__init__":
+        return
+    assert part in ALLOWED, f"{part}: a new top-level part of lit_rlvr needs its place in the layout"
+    back_edges = imported_parts(path) - ALLOWED[part] - {part}
+    assert not back_edges, f"{path.relative_to(PACKAGE)} ({part}) imports {sorted(back_edges)}"
