@@ -88,9 +88,9 @@ def prompts_file(tmp_path_factory) -> str:
     return str(path)
 
 
-def prepared(model_dir, prompts_file, **kw) -> PromptDataModule:
+def prepared(model_dir, prompts_file) -> PromptDataModule:
     dm = PromptDataModule(str(model_dir), train=DatasetSpec(prompts_file, "jsonl", name="copy"), instruction="{prompt}",
-                          system_prompt=SYSTEM, use_chat_template=True, batch_size=len(NUMBERS), **kw)  # fmt: skip
+                          system_prompt=SYSTEM, use_chat_template=True, batch_size=len(NUMBERS))  # fmt: skip
     dm.setup("fit")
     return dm
 
@@ -169,9 +169,11 @@ def vllm_engine(model_dir, stop_at_turn_end: bool):
     if not vllm_available():
         pytest.skip("vllm is installed but `import vllm` fails")
 
+    turn_end = chat_turn_end_ids(AutoTokenizer.from_pretrained(model_dir))
+
     class TurnEndVLLM(VLLMEngine):
         def _sampling(self, params, seed, **extra):
-            return super()._sampling(params, seed, stop_token_ids=chat_turn_end_ids(AutoTokenizer.from_pretrained(model_dir)), **extra)
+            return super()._sampling(params, seed, stop_token_ids=turn_end, **extra)
 
     kind = TurnEndVLLM if stop_at_turn_end else VLLMEngine
     return kind(model_dir, dtype="float32", max_model_len=256, kv_cache_memory_bytes=32 * 2**20, enforce_eager=True)
