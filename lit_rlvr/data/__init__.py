@@ -3,7 +3,7 @@
 from lit_rlvr.data.adapters import ADAPTERS, BadRowError, LoadedRows, load_rows, normalize_answer
 from lit_rlvr.data.datamodule import DatasetSpec, PromptDataModule, ValSet
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
-from lit_rlvr.data.readers import BadRow, read_records
+from lit_rlvr.data.readers import BadRow, HFSource, read_records
 from lit_rlvr.data.samplers import BatchKey, PromptBatchSampler, anchor_batch_indices, epoch_order
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "BadRowError",
     "BatchKey",
     "DatasetSpec",
+    "HFSource",
     "LoadedRows",
     "PromptBatchSampler",
     "PromptDataModule",

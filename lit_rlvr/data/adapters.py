@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lit_rlvr.data.readers import BadRow, read_records
+from lit_rlvr.data.readers import BadRow, HFSource, read_hf_records, read_records
 from lit_rlvr.registry import Registry
 from lit_rlvr.rewards.base import REWARDS
 
@@ -240,18 +240,22 @@ class LoadedRows:
         return len(self.bad) / self.total if self.total else 0.0
 
 
-def load_rows(files: str | Path | Iterable[str | Path], adapter: str, name: str | None = None, **options) -> LoadedRows:
-    """Read every record of ``files`` through the named adapter.
+def load_rows(source: str | Path | Iterable[str | Path] | HFSource, adapter: str, name: str | None = None, **options) -> LoadedRows:
+    """Read every record of ``source`` through the named adapter.
 
     Args:
-        files: one path or several (records are numbered across files, in order).
+        source: one path or several (records are numbered across files, in order), or a
+            Hugging Face dataset split (:class:`~lit_rlvr.data.readers.HFSource`): its records
+            are numbered by position, and the adapters' ``source`` is ``Path(source.path)``.
         adapter: a name in :data:`ADAPTERS`.
         name: dataset name used in row ids (default: the adapter name).
         **options: passed to the adapter (e.g. ``db_root``, ``reward``, ``prompt_field``).
 
     Returns:
-        :class:`LoadedRows`; a duplicate id, or a reward name that is not registered in
-        :data:`lit_rlvr.rewards.REWARDS`, makes a bad row (found here, before any training step).
+        :class:`LoadedRows`, rows in source order; a duplicate id (ids must be unique to key the
+        cache), or a reward name that is not registered in :data:`lit_rlvr.rewards.REWARDS`, makes
+        a bad row (found here, before any training step). The same records give the same rows
+        whichever source holds them.
 
     Example:
         >>> import tempfile, os
@@ -263,10 +267,14 @@ def load_rows(files: str | Path | Iterable[str | Path], adapter: str, name: str 
     """
     fn = ADAPTERS.get_checked(adapter, "adapter")
     name = name or adapter
-    paths = [Path(files)] if isinstance(files, (str, Path)) else [Path(f) for f in files]
+    if isinstance(source, HFSource):
+        sources = [(source.label, Path(source.path), read_hf_records(source))]
+    else:
+        paths = [Path(source)] if isinstance(source, (str, Path)) else [Path(f) for f in source]
+        sources = [(str(path), path, read_records(path)) for path in paths]
     out, seen, index = LoadedRows(), set(), 0
-    for path in paths:
-        for line, record in read_records(path):
+    for label, path, records in sources:
+        for line, record in records:
             index, out.total = index + 1, out.total + 1
             if isinstance(record, BadRow):
                 out.bad.append(record)
@@ -274,13 +282,13 @@ def load_rows(files: str | Path | Iterable[str | Path], adapter: str, name: str 
             try:
                 row = fn(record, index=index - 1, name=name, source=path, **options)
             except BadRowError as e:
-                out.bad.append(BadRow(str(path), line, str(e)))
+                out.bad.append(BadRow(label, line, str(e)))
                 continue
             if row["id"] in seen:
-                out.bad.append(BadRow(str(path), line, f"duplicate id {row['id']!r}"))
+                out.bad.append(BadRow(label, line, f"duplicate id {row['id']!r}"))
                 continue
             if row["reward"] not in REWARDS:
-                out.bad.append(BadRow(str(path), line, f"unknown reward {row['reward']!r}; valid names: {sorted(REWARDS)}"))
+                out.bad.append(BadRow(label, line, f"unknown reward {row['reward']!r}; valid names: {sorted(REWARDS)}"))
                 continue
             seen.add(row["id"])
             out.rows.append(row)

@@ -30,7 +30,7 @@ from typing_extensions import override
 
 from lit_rlvr.data.adapters import load_rows
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
-from lit_rlvr.data.readers import BadRow
+from lit_rlvr.data.readers import BadRow, HFSource
 from lit_rlvr.data.samplers import BatchKey, PromptBatchSampler, anchor_batch_indices
 
 log = logging.getLogger(__name__)
@@ -39,19 +39,39 @@ _POSITION = "_position"
 
 @dataclass
 class DatasetSpec:
-    """Where a dataset's rows come from.
+    """Where a dataset's rows come from: local files or a Hugging Face dataset (exactly one).
+
+    In YAML: ``{files: data/gsm8k/test.jsonl, adapter: gsm8k}`` or
+    ``{hf: {path: openai/gsm8k, name: main, split: test}, adapter: gsm8k}``. Both give the same
+    rows, ids and order for the same records; nothing is read before ``setup``.
 
     Args:
         files: one path or a list of JSONL/JSON/Parquet files.
         adapter: a name in :data:`lit_rlvr.data.ADAPTERS` (``gsm8k``, ``math``, ``spider``, ``jsonl``).
         name: dataset name, used in row ids and metric names (default: the adapter name).
         options: adapter options (e.g. ``{"db_root": ..., "reward": "math"}``).
+        hf: a Hugging Face ``datasets`` split (:class:`~lit_rlvr.data.readers.HFSource`: ``path``,
+            ``name``, ``split``, ``streaming``, ``kwargs``), instead of ``files``.
     """
 
-    files: str | list[str]
+    files: str | list[str] | None = None
     adapter: str = "jsonl"
     name: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    hf: HFSource | None = None
+
+    def __post_init__(self):
+        if (self.files is None) == (self.hf is None):
+            given = f"both (files={self.files!r}, hf={self.hf!r})" if self.hf is not None else "neither"
+            raise ValueError(
+                f"dataset {self.name or self.adapter!r}: give exactly one of `files` (local files) or `hf` (a Hugging "
+                f"Face dataset), got {given}; to replace one given in a config, set the other to null"
+            )
+
+    @property
+    def source(self) -> str | list[str] | HFSource:
+        """What :func:`~lit_rlvr.data.adapters.load_rows` reads: the files or the Hugging Face split."""
+        return self.files if self.hf is None else self.hf
 
 
 @dataclass
@@ -133,7 +153,7 @@ class _ValCollate:
 
 
 class PromptDataModule(pl.LightningDataModule):
-    """Prompts from local files, formatted and tokenized, with deterministic resumable order.
+    """Prompts from local files or Hugging Face datasets, formatted and tokenized, with deterministic resumable order.
 
     Args:
         tokenizer: path or hub name of the policy's tokenizer (``AutoTokenizer``).
@@ -263,7 +283,7 @@ class PromptDataModule(pl.LightningDataModule):
     def _prepare(self, spec: DatasetSpec) -> _Prepared:
         """Load, validate, format and tokenize one dataset; report bad and over-long rows."""
         name = spec.name or spec.adapter
-        loaded = load_rows(spec.files, spec.adapter, name=name, **spec.options)
+        loaded = load_rows(spec.source, spec.adapter, name=name, **spec.options)
         self.bad_rows[name] = loaded.bad
         if loaded.bad:
             shown = "\n  ".join(str(b) for b in loaded.bad[:10])

@@ -16,6 +16,10 @@ Where this departs from plain ``model.generate(do_sample=True, temperature=...)`
 - Stop strings are matched on the completion text only (never across the prompt boundary) and
   the text is cut after the stop string, as vLLM does with ``include_stop_str_in_output``.
 - A seed makes sampling reproducible without touching the caller's global RNG state.
+- A completion also stops at the token that closes an assistant turn in the tokenizer's chat
+  template (:func:`chat_turn_end_ids`, e.g. ChatML's ``<|im_end|>``), not only at the
+  tokenizer's and the generation config's EOS: base models with a chat template (Qwen2.5-Math)
+  keep ``<|endoftext|>`` as EOS and would run on past the end of the turn.
 - By default (``decode="fast"``) the tokens come from our own decode loop, :func:`decode_fast`,
   not ``generate``: one prefill of the left-padded batch, then one token per step on the KV
   cache under ``inference_mode``, dropping finished rows so late steps get cheaper. It draws
@@ -455,12 +459,53 @@ def build_hf_engine(*, model: nn.Module | None = None, tokenizer=None, model_pat
 
 
 def _eos_ids(model: nn.Module, tokenizer) -> list[int]:
-    """EOS ids from the tokenizer and the model's generation config (vLLM uses both)."""
+    """EOS ids: the tokenizer's, the model's generation config's (vLLM uses both), and the chat's turn end."""
     ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     cfg_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if cfg_eos is not None:
         ids += [cfg_eos] if isinstance(cfg_eos, int) else list(cfg_eos)
-    return list(dict.fromkeys(ids))
+    return list(dict.fromkeys(ids + chat_turn_end_ids(tokenizer)))
+
+
+_TURN_PROBE = "lit_rlvr turn-end probe"
+
+
+def chat_turn_end_ids(tokenizer) -> list[int]:
+    """The special token that closes an assistant turn in the tokenizer's chat template, as ``[id]``.
+
+    ChatML (Qwen) closes turns with ``<|im_end|>``, Llama 3 with ``<|eot_id|>``, Gemma with
+    ``<end_of_turn>``. A chat-formatted completion ends there, whatever the tokenizer's EOS is:
+    base models often keep their pretraining EOS while their template ends turns with another
+    token (Qwen2.5-Math: EOS ``<|endoftext|>``, turns end with ``<|im_end|>``), and a rollout that
+    only stops at the EOS runs past the end of its answer into made-up turns. Found by rendering a
+    user/assistant exchange and reading the special token right after the assistant's text.
+
+    Returns:
+        ``[id]``; ``[]`` without a chat template, when it cannot render a plain exchange, or when
+        no special token follows the assistant's text (e.g. the template ends turns with EOS text).
+
+    Example:
+        >>> from lit_rlvr.demo.tiny import build_char_tokenizer
+        >>> tok = build_char_tokenizer()
+        >>> chat_turn_end_ids(tok)
+        []
+        >>> tok.chat_template = "{% for m in messages %}{{ m['content'] }}<eos>{% endfor %}"
+        >>> chat_turn_end_ids(tok) == [tok.eos_token_id]
+        True
+    """
+    if getattr(tokenizer, "chat_template", None) is None:
+        return []
+    exchange = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _TURN_PROBE}]
+    try:
+        text = tokenizer.apply_chat_template(exchange, tokenize=False)
+    except Exception:  # a template may refuse a bare exchange (required system turn, tools, ...): no turn end known
+        return []
+    if not isinstance(text, str) or _TURN_PROBE not in text:
+        return []
+    after = text.rsplit(_TURN_PROBE, 1)[1]
+    specials = {t.content: i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    ends = [token for token in specials if after.startswith(token)]
+    return [specials[max(ends, key=len)]] if ends else []
 
 
 def _cut_after_stop(text: str, stop: tuple[str, ...]) -> str:

@@ -29,10 +29,13 @@ def shard_data(rank: int) -> dict:
 
 
 def compute_all(data_by_rank: list[dict]) -> dict:
-    metrics = dict(passk=PassAtK(k=KS), maj=MajorityAtK(k=KS), zv=ZeroVarianceShare(), ent=MeanTokenEntropy())
+    metrics = dict(
+        passk=PassAtK(k=KS), pass4=PassAtK(k=4), maj=MajorityAtK(k=KS), zv=ZeroVarianceShare(), ent=MeanTokenEntropy()
+    )
     for data in data_by_rank:
         for c, a, r, g in zip(data["correct"], data["answers"], data["rewards"], data["group_ids"]):
             metrics["passk"].update(c)
+            metrics["pass4"].update(c)
             metrics["maj"].update(a, c)
             metrics["zv"].update(r, g)
         metrics["ent"].update(data["entropy"], data["mask"])
@@ -66,6 +69,7 @@ def test_two_process_gloo_equals_single_process(tmp_path):
     functional = pass_at_k_curve(num_correct=all_counts, n=all_n, k=KS)
     for key in functional:
         assert single["passk"][key].item() == pytest.approx(functional[key].item(), rel=1e-13)
+    assert single["pass4"].ndim == 0 and single["pass4"] == single["passk"]["pass@4"]  # the scalar form
     maj_per_update = [majority_at_k(a, c, k=KS) for d in data for a, c in zip(d["answers"], d["correct"])]
     sizes = [c.shape[0] for d in data for c in d["correct"]]
     for key in maj_per_update[0]:
@@ -77,5 +81,5 @@ def test_two_process_gloo_equals_single_process(tmp_path):
             assert synced[name].keys() == single[name].keys()
             for key in single[name]:
                 assert synced[name][key].item() == pytest.approx(single[name][key].item(), rel=1e-13), (rank, key)
-        for name in ("zv", "ent"):
+        for name in ("pass4", "zv", "ent"):
             assert synced[name].item() == pytest.approx(single[name].item(), rel=1e-13), (rank, name)

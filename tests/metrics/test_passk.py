@@ -3,6 +3,7 @@
 from fractions import Fraction
 from math import comb
 
+import lightning.pytorch as pl
 import pytest
 import torch
 
@@ -123,3 +124,94 @@ def test_bad_inputs_are_specific_errors(kwargs, match):
 def test_bad_budgets_rejected(k):
     with pytest.raises(ValueError, match="PassAtK: k"):
         PassAtK(k=k)
+
+
+@pytest.mark.parametrize("k", [1, 3, 16])
+def test_int_k_is_the_scalar_form_of_the_ladder(k):
+    chunks = [random_correct(P, 16, s) for s, P in enumerate([4, 7])]
+    scalar, ladder = PassAtK(k=k), PassAtK(k=(1, k) if k != 1 else (1,))
+    batch = scalar(chunks[0])  # forward: the batch value, as a tensor
+    assert isinstance(batch, torch.Tensor) and batch.ndim == 0
+    assert batch.item() == pytest.approx(exact_mean([(16, int(c)) for c in chunks[0].sum(1)], k), rel=1e-12)
+    scalar.update(chunks[1])
+    for chunk in chunks:
+        ladder.update(chunk)
+    got = scalar.compute()
+    assert isinstance(got, torch.Tensor) and got.ndim == 0 and got.dtype == torch.float64
+    assert got == ladder.compute()[f"pass@{k}"]
+
+
+@pytest.mark.parametrize("k", [0, -2, True])
+def test_bad_scalar_budget_rejected(k):
+    with pytest.raises(ValueError, match="PassAtK: k"):
+        PassAtK(k=k)
+
+
+class PassAtKModule(pl.LightningModule):
+    """Logs metric objects in ``validation_step``, as a user's LightningModule would."""
+
+    def __init__(self, batches: list[torch.Tensor]):
+        super().__init__()
+        self.batches = batches
+        self.pass16, self.pass1 = PassAtK(k=16), PassAtK(k=1)
+
+    def validation_step(self, batch, batch_idx):
+        self.pass16.update(batch)
+        self.pass1.update(batch)
+        self.log("val/pass@16", self.pass16)  # the metric object: Lightning computes it at epoch end
+        self.log("val/pass@1", self.pass1)
+
+    def val_dataloader(self):
+        return torch.utils.data.DataLoader(self.batches, batch_size=None)
+
+
+def test_scalar_metric_object_logs_in_a_lightning_module(tmp_path):
+    batches = [random_correct(P, 16, s) for s, P in enumerate([5, 2, 9])]
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path)  # fmt: skip
+    (result,) = trainer.validate(PassAtKModule(batches), verbose=False)
+    counts = [(16, int(c)) for b in batches for c in b.sum(1)]
+    for k in (1, 16):
+        assert result[f"val/pass@{k}"] == pytest.approx(exact_mean(counts, k), rel=1e-6)  # over all prompts
+        assert trainer.callback_metrics[f"val/pass@{k}"].item() == pytest.approx(exact_mean(counts, k), rel=1e-6)
+
+
+def test_plot_draws_the_ladder_against_log2_k():
+    pytest.importorskip("matplotlib")
+    correct = random_correct(30, 16, 0)
+    metric = PassAtK(k=(1, 2, 4, 16))
+    metric.update(correct)
+    fig, ax = metric.plot()
+    assert fig is not None and ax.get_xscale() == "log" and len(ax.lines) == 1
+    want = pass_at_k_curve(correct, k=(1, 2, 4, 16))
+    assert ax.lines[0].get_xdata().tolist() == [1, 2, 4, 16]
+    assert ax.lines[0].get_ydata().tolist() == pytest.approx([v.item() for v in want.values()], rel=1e-12)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "16"]
+    assert ax.get_ylim() == (0.0, 1.0) and ax.get_xlabel().startswith("k") and ax.get_ylabel() == "pass@k"
+
+
+def test_plot_of_several_ladders_on_a_given_axis_draws_one_labelled_curve_each():
+    plt = pytest.importorskip("matplotlib.pyplot")
+    early, late = pass_at_k_curve(random_correct(10, 8, 1), k=(1, 8)), pass_at_k_curve(random_correct(10, 8, 2), k=(1, 2, 8))
+    _, ax = plt.subplots()
+    fig, same_ax = PassAtK(k=(1, 8)).plot([early, late], ax=ax)
+    assert fig is None and same_ax is ax  # torchmetrics: no new figure when an axis is given
+    assert [line.get_xdata().tolist() for line in ax.lines] == [[1, 8], [1, 2, 8]]
+    assert ax.lines[1].get_ydata().tolist() == pytest.approx([v.item() for v in late.values()])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["0", "1"]
+    with pytest.raises(ValueError, match="keys like 'pass@16'"):
+        PassAtK(k=(1, 8)).plot({"maj@1": torch.tensor(0.5)})
+    with pytest.raises(ValueError, match="non-empty"):
+        PassAtK(k=(1, 8)).plot([])
+
+
+def test_plot_of_the_scalar_form_is_torchmetrics_single_value_plot():
+    pytest.importorskip("matplotlib")
+    metric = PassAtK(k=4)
+    values = []
+    for seed in range(3):
+        values.append(metric(random_correct(6, 8, seed)))
+    _, ax = metric.plot(values)  # a series over steps
+    assert ax.lines[0].get_ydata().tolist() == pytest.approx([v.item() for v in values])
+    _, ax = metric.plot()
+    assert ax.lines[0].get_ydata().tolist() == pytest.approx([metric.compute().item()])
