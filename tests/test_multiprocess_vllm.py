@@ -74,7 +74,8 @@ def reference(tiny_model_dir, prompts, run_out: Path) -> dict:
 def check_fit(results: list[dict], ref: dict, steps: int) -> None:
     """What every rank of a 2-process vLLM fit must have seen (see the module docstring)."""
     for rank, r in enumerate(results):
-        assert r["vllm"] == {"executor": "ExecutorWithExternalLauncher", "worker_rank": rank, "world": [0, 1], "tp": [rank]}
+        assert r["vllm"] == {"executor": "ExecutorWithExternalLauncher", "worker_rank": rank, "world": [0, 1],
+                             "tp": [rank], "engine_seed": rank}  # unseeded requests differ by rank too
         assert r["seeds"][:steps] == [rank * STRIDE + step for step in range(steps)]  # seed 0 + rank offset + step
         assert len(r["steps"]) == steps and len(r["syncs"]) == steps + 1  # fit start + one per step
         for s in r["steps"]:
@@ -132,6 +133,7 @@ def test_tensor_parallel_group_pools_prompts_and_each_rank_keeps_its_slice(tiny_
     results = ranks(out)
     for rank, r in enumerate(results):
         assert r["vllm"]["tp"] == [0, 1] and r["vllm"]["worker_rank"] == rank
+        assert r["vllm"]["engine_seed"] == 0  # one engine: the same seed on both of its ranks
         for s in r["steps"]:
             # a slice of another rank's rows would be completions of other prompts: large drift
             assert s["drift"] < 1e-4 and len(s["completions"]) == 2 * 4

@@ -99,7 +99,8 @@ class VLLMEngine(EngineBase):
         enable_sleep_mode: free the KV cache and offload (level 1) or drop (level 2) the weights
             between rollouts so training gets the memory back. GPU only.
         sleep_level: 1 or 2; with 2 the engine must be synced before every generation.
-        seed: vLLM's global seed.
+        seed: vLLM's global seed (for requests without their own); under multi-process training
+            offset by the engine's index (``rank // tensor_parallel_size``), as in TRL.
         enable_prefix_caching: reuse KV blocks across the G samples of a prompt.
         generate_timeout_s / sync_timeout_s: see :func:`~lit_rlvr.rollout.engine.run_with_timeout`.
         llm_kwargs: any other ``vllm.LLM`` argument.
@@ -149,6 +150,7 @@ class VLLMEngine(EngineBase):
             _check_tp_groups(world, tensor_parallel_size)
             _set_launcher_env()
             llm_kwargs.setdefault("distributed_executor_backend", "external_launcher")
+            seed += torch.distributed.get_rank() // tensor_parallel_size  # unseeded requests differ by engine
         self._set_num_threads = torch.set_num_threads  # the CPU worker replaces it process-wide
         self.llm = vllm.LLM(
             model=str(model_path),
@@ -170,7 +172,8 @@ class VLLMEngine(EngineBase):
         self._asleep = False  # KV cache (and weights) released
         self._weights_awake = True
         self._weights_stale = False  # level-2 sleep dropped the weights
-        where = f"one engine per rank of {world} ({llm_kwargs['distributed_executor_backend']})" if world > 1 else "in-process"
+        backend = llm_kwargs.get("distributed_executor_backend")
+        where = f"colocated on each of {world} ranks ({backend})" if world > 1 else "in-process"
         announce(
             f"lit_rlvr rollout engine: vLLM {vllm.__version__} {where} on {'CPU' if on_cpu else 'GPU'} "
             f"(VLLMEngine, model {model_path}, dtype {self.llm.llm_engine.model_config.dtype}, "

@@ -87,6 +87,7 @@ class Record(Callback):
             "worker_rank": executor.driver_worker.worker.rank,
             "world": parallel_state.get_world_group().ranks,
             "tp": parallel_state.get_tp_group().ranks,
+            "engine_seed": engine.llm.llm_engine.model_config.seed,
         }
 
     def on_train_start(self, trainer, pl_module):
