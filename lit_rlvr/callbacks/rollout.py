@@ -11,9 +11,18 @@ Callback) sees the rollouts. Validation (and test) batches (``{"rows", "prompt_i
 
 Weight sync follows the optimizer, not the batch: after a batch in which ``trainer.global_step``
 advanced (gradient accumulation steps do not count) and every ``sync_every_n_steps`` steps.
-Each sync is verified with :func:`~lit_rlvr.rollout.engine.check_fingerprint`. The engine is
+Each sync is verified with the probe fingerprint (:func:`~lit_rlvr.rollout.engine.check_fingerprint`). The engine is
 also re-synced at fit start (a vLLM engine starts from the checkpoint on disk, which after a
 resume or a LoRA wrap is not the policy) and before validation if steps went unsynced.
+
+Under multi-process training (DDP, FSDP2) every rank owns an engine and generates for its own
+prompts, with its own seed (``seed + rank · 2**32``, then the step offset). After every engine
+operation (sync, fingerprint, generation) the ranks exchange their status on a gloo group: when
+the engine of one rank raised, every rank raises :class:`RolloutRankError` naming that rank and
+its error, instead of the others waiting for it in the next collective; a rank that does not
+report within the operation's timeout (``sync_timeout_s``, ``generate_timeout_s``) plus
+10 s is named as stuck. The fingerprint's trainer-side forward is a collective
+under FSDP2, so every rank scores the probe with its engine first, and all check together.
 
 Logged: ``rollout/seconds`` (progress bar), ``rollout/tokens_per_s``, ``rollout/mean_len``,
 ``rollout/truncated`` (share of completions cut at ``max_new_tokens``), ``rollout/drift`` (mean
@@ -24,17 +33,28 @@ Logged: ``rollout/seconds`` (progress bar), ``rollout/tokens_per_s``, ``rollout/
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
 
 import torch
+import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
 from lit_rlvr.policy import completion_logprobs
-from lit_rlvr.rollout.engine import ENGINES, RolloutEngine, build_engine, check_fingerprint, logprob_drift, probe_sequence
+from lit_rlvr.rollout.engine import ENGINES, RolloutEngine, build_engine, fingerprint_error, logprob_drift, probe_sequence
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 _VAL_SEED_OFFSET = 1_000_003
+_RANK_SEED_STRIDE = 2**32  # rank r samples from seeds [seed + r·2**32, ...): disjoint for < 2**32 rows and steps
+_RANK_SKEW_S = 10.0  # a rank waits this long for the others beyond an operation's timeout (ranks start apart)
+
+T = TypeVar("T")
+
+
+class RolloutRankError(RuntimeError):
+    """A rollout engine operation failed, or did not finish in time, on some rank (raised on every rank)."""
 
 
 class RolloutCallback(Callback):
@@ -45,7 +65,7 @@ class RolloutCallback(Callback):
             group size in the CLI).
         temperature / top_p / top_k / max_new_tokens / stop / seed: training sampling
             (:class:`~lit_rlvr.rollout.types.SamplingParams`); the seed is offset by the global
-            step so every step samples afresh.
+            step so every step samples afresh, and by ``rank · 2**32`` so ranks sample afresh.
         val_temperature / val_top_p / val_top_k / val_max_new_tokens: validation overrides
             (None = as in training). The sample count comes from ``batch["n_samples"]``.
         engine: a name in :data:`~lit_rlvr.rollout.engine.ENGINES` — ``"auto"`` (vLLM if
@@ -61,7 +81,9 @@ class RolloutCallback(Callback):
         drift_every_n_steps: compute drift every n steps (one no-grad forward over the
             rollouts, ~15% of a small model's step, hence sampled); 0 = never.
         drift_micro_batch_size: rows per forward when computing drift.
-        generate_timeout_s / sync_timeout_s: fail instead of hanging (None = no limit).
+        generate_timeout_s / sync_timeout_s: fail instead of hanging (None = no limit; with
+            several processes the ranks then wait for each other up to torch's default
+            process-group timeout, 30 min).
     """
 
     def __init__(
@@ -135,6 +157,8 @@ class RolloutCallback(Callback):
         self._force_sync = True  # a new engine or restored weights
         self._step_at_batch_start = 0
         self._probe: tuple[list[int], list[int]] | None = None
+        self._rank = 0
+        self._status_group = None  # gloo group for the ranks' status exchange (several processes)
 
     @property
     @override
@@ -159,9 +183,12 @@ class RolloutCallback(Callback):
                     f"RolloutCallback needs the LightningModule to expose its HF model as `.policy` and its "
                     f"tokenizer as `.tokenizer`; {type(pl_module).__name__} has no `.{attr}`"
                 )
+        self._rank = trainer.global_rank
         if self.engine is None:
             self.engine = self.build_engine(pl_module)
             self._force_sync = True
+        if self._status_group is None and trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            self._status_group = dist.new_group(backend="gloo")  # every rank calls setup: a collective
         self._probe = probe_sequence(len(pl_module.tokenizer))
 
     @override
@@ -169,17 +196,30 @@ class RolloutCallback(Callback):
         if self._owns_engine and self.engine is not None:
             self.engine.close()
             self.engine = None
+        self._status_group = None  # the next stage may run in another process group
 
     def sync(self, pl_module: LightningModule) -> dict[str, float]:
         """Push the policy's weights to the engine and verify them; returns sync metrics."""
-        t0 = time.perf_counter()
-        self.engine.update_weights(pl_module.policy)
-        metrics = {"rollout/sync_seconds": time.perf_counter() - t0}
+        # an engine sampling from the policy module itself is identical to it by construction:
+        # comparing the module with itself would cost two forwards per step for a certain 0
+        check = self.fingerprint and getattr(self.engine, "model", None) is not pl_module.policy
+        metrics = {}
+
+        def push() -> list[float] | None:
+            t0 = time.perf_counter()
+            self.engine.update_weights(pl_module.policy)
+            metrics["rollout/sync_seconds"] = time.perf_counter() - t0
+            return self.engine.score(*self._probe) if check else None
+
+        limit = _sum_or_none(self.sync_timeout_s, self.generate_timeout_s if check else 0.0)  # sync + probe scoring
+        engine_lp = self._on_all_ranks(f"{self.engine.name} weight sync", push, limit)
         if self.fingerprint:
-            # an engine sampling from the policy module itself is identical to it by construction:
-            # comparing the module with itself would cost two forwards per step for a certain 0
-            live = getattr(self.engine, "model", None) is pl_module.policy
-            err = 0.0 if live else check_fingerprint(self.engine, pl_module.policy, self._probe, self.fingerprint_atol)
+            err = self._on_all_ranks(  # every rank together: the trainer's forward may be a collective
+                f"{self.engine.name} weight-sync fingerprint",
+                lambda: fingerprint_error(engine_lp, pl_module.policy, self._probe, self.fingerprint_atol, self.engine.name)
+                if check else 0.0,
+                self.sync_timeout_s,
+            )
             self.last_fingerprint_err = err
             metrics["rollout/fingerprint_err"] = self.last_fingerprint_err
         self.steps_since_sync = 0
@@ -208,7 +248,7 @@ class RolloutCallback(Callback):
         metrics = {}
         if self._must_sync():
             metrics.update(self.sync(pl_module))
-        params = self._with_seed(self.train_sampling, trainer.global_step)
+        params = self._with_seed(self.train_sampling, trainer.global_step, self._rank)
         rollouts, gen_metrics = self._generate(batch["prompt_ids"], params, "rollout")
         batch["rollouts"] = rollouts
         metrics.update(gen_metrics)
@@ -234,7 +274,7 @@ class RolloutCallback(Callback):
     ) -> None:
         n = int(batch.get("n_samples", self.train_sampling.n))
         seed = batch_idx + dataloader_idx * 100_003 + _VAL_SEED_OFFSET
-        params = self._with_seed(SamplingParams(**{**self.val_sampling.__dict__, "n": n}), seed)
+        params = self._with_seed(SamplingParams(**{**self.val_sampling.__dict__, "n": n}), seed, self._rank)
         rollouts, metrics = self._generate(batch["prompt_ids"], params, "val_rollout")
         batch["rollouts"] = rollouts
         self._log(pl_module, metrics, len(batch["prompt_ids"]), sync_dist=True)  # epoch means across ranks
@@ -269,7 +309,8 @@ class RolloutCallback(Callback):
         self, prompt_ids: list[list[int]], params: SamplingParams, prefix: str
     ) -> tuple[Rollouts, dict[str, float]]:
         t0 = time.perf_counter()
-        rollouts = self.engine.generate(prompt_ids, params)
+        what = f"{self.engine.name} generate of {len(prompt_ids)} prompts x {params.n} samples"
+        rollouts = self._on_all_ranks(what, lambda: self.engine.generate(prompt_ids, params), self.generate_timeout_s)
         seconds = time.perf_counter() - t0
         tokens = rollouts.num_tokens()
         self.total_rollout_tokens += tokens
@@ -308,10 +349,28 @@ class RolloutCallback(Callback):
         return logprob_drift(padded["old_logprobs"], torch.cat(chunks), padded["response_mask"]).item()
 
     @staticmethod
-    def _with_seed(params: SamplingParams, offset: int) -> SamplingParams:
+    def _with_seed(params: SamplingParams, offset: int, rank: int = 0) -> SamplingParams:
         if params.seed is None:
             return params
-        return SamplingParams(**{**params.__dict__, "seed": params.seed + offset})
+        return SamplingParams(**{**params.__dict__, "seed": params.seed + rank * _RANK_SEED_STRIDE + offset})
+
+    def _on_all_ranks(self, what: str, fn: Callable[[], T], timeout_s: float | None) -> T:
+        """``fn()`` on this rank; raise :class:`RolloutRankError` on every rank if it failed on any.
+
+        ``fn`` may contain collectives only if every rank completes them even when it fails
+        (e.g. the FSDP2 weight stream, which the engine always exhausts).
+        """
+        if self._status_group is None:
+            return fn()
+        try:
+            out, error, cause = fn(), None, None
+        except Exception as err:  # reported to every rank, then re-raised here with the others' view
+            out, error, cause = None, f"{type(err).__name__}: {err}", err
+        try:
+            _exchange_status(self._status_group, what, error, timeout_s)
+        except RolloutRankError as err:
+            raise err from cause
+        return out
 
     @staticmethod
     def _log(
@@ -323,3 +382,39 @@ class RolloutCallback(Callback):
     ) -> None:
         for key, value in metrics.items():
             pl_module.log(key, float(value), prog_bar=key == prog_bar_key, batch_size=batch_size, sync_dist=sync_dist)
+
+
+def _sum_or_none(*seconds: float | None) -> float | None:
+    return None if any(s is None for s in seconds) else sum(seconds)
+
+
+def _exchange_status(group, what: str, error: str | None, timeout_s: float | None) -> None:
+    """Every rank of ``group`` learns whether ``what`` succeeded everywhere; raise on all if not.
+
+    A monitored barrier (gloo) waits ``timeout_s`` + 10 s for every rank (None:
+    the group's timeout) and names the ranks that did not arrive; then the ranks' errors
+    (None = success) are all-gathered.
+
+    Raises:
+        RolloutRankError: on every rank, naming each failed rank and its error, or the ranks
+            that did not finish ``what`` in time.
+    """
+    world = dist.get_world_size(group)
+    timeout = None if timeout_s is None else timedelta(seconds=timeout_s + _RANK_SKEW_S)
+    try:
+        dist.monitored_barrier(group, timeout=timeout, wait_all_ranks=True)
+    except RuntimeError as err:
+        limit = "the process-group timeout" if timeout is None else f"{timeout.total_seconds():g} s"
+        raise RolloutRankError(
+            f"{what}: not every rank of {world} finished within {limit} (the operation's timeout + "
+            f"{_RANK_SKEW_S:g} s); a rank is stuck or slower than its limit, see its log. "
+            f"Raise generate_timeout_s / sync_timeout_s if the work is legitimately slow. ({err})"
+        ) from None
+    errors: list[str | None] = [None] * world
+    dist.all_gather_object(errors, error, group=group)
+    failed = [(r, e) for r, e in enumerate(errors) if e is not None]
+    if failed:
+        where = ", ".join(str(r) for r, _ in failed)
+        raise RolloutRankError(
+            f"{what} failed on rank {where} of {world}: " + "; ".join(f"rank {r}: {e}" for r, e in failed)
+        )

@@ -226,6 +226,47 @@ def run_with_timeout(fn: Callable[[], R], timeout_s: float | None, what: str, kn
         ) from None
 
 
+_TURN_PROBE = "lit_rlvr turn-end probe"
+
+
+def chat_turn_end_ids(tokenizer) -> list[int]:
+    """The special token that closes an assistant turn in the tokenizer's chat template, as ``[id]``.
+
+    ChatML (Qwen) closes turns with ``<|im_end|>``, Llama 3 with ``<|eot_id|>``, Gemma with
+    ``<end_of_turn>``. A chat-formatted completion ends there, whatever the tokenizer's EOS is:
+    base models often keep their pretraining EOS while their template ends turns with another
+    token (Qwen2.5-Math: EOS ``<|endoftext|>``, turns end with ``<|im_end|>``), and a rollout that
+    only stops at the EOS runs past the end of its answer into made-up turns. Found by rendering a
+    user/assistant exchange and reading the special token right after the assistant's text.
+
+    Returns:
+        ``[id]``; ``[]`` without a chat template, when it cannot render a plain exchange, or when
+        no special token follows the assistant's text (e.g. the template ends turns with EOS text).
+
+    Example:
+        >>> from lit_rlvr.demo.tiny import build_char_tokenizer
+        >>> tok = build_char_tokenizer()
+        >>> chat_turn_end_ids(tok)
+        []
+        >>> tok.chat_template = "{% for m in messages %}{{ m['content'] }}<eos>{% endfor %}"
+        >>> chat_turn_end_ids(tok) == [tok.eos_token_id]
+        True
+    """
+    if getattr(tokenizer, "chat_template", None) is None:
+        return []
+    exchange = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _TURN_PROBE}]
+    try:
+        text = tokenizer.apply_chat_template(exchange, tokenize=False)
+    except Exception:  # a template may refuse a bare exchange (required system turn, tools, ...): no turn end known
+        return []
+    if not isinstance(text, str) or _TURN_PROBE not in text:
+        return []
+    after = text.rsplit(_TURN_PROBE, 1)[1]
+    specials = {t.content: i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    ends = [token for token in specials if after.startswith(token)]
+    return [specials[max(ends, key=len)]] if ends else []
+
+
 # --------------------------------------------------------------------------- fingerprint & drift
 
 
@@ -294,9 +335,27 @@ def check_fingerprint(
     Returns:
         The mean absolute difference (log it to watch numerics).
     """
+    return fingerprint_error(engine.score(*probe), model, probe, atol, engine.name)
+
+
+def fingerprint_error(
+    engine_logprobs: Sequence[float],
+    model: nn.Module,
+    probe: tuple[list[int], list[int]],
+    atol: float | None = None,
+    engine_name: str = "rollout",
+) -> float:
+    """The trainer-side half of :func:`check_fingerprint`, given the engine's probe log-probs.
+
+    Split so that several ranks can score the probe on their engines first and then run the
+    trainer's forward together (under FSDP2 that forward is a collective).
+
+    Raises:
+        WeightSyncError: the mean absolute difference exceeds ``atol`` (or is NaN).
+    """
     prompt, completion = probe
     atol = default_fingerprint_atol(model) if atol is None else atol
-    engine_lp = torch.tensor(engine.score(prompt, completion), dtype=torch.float32)
+    engine_lp = torch.tensor(list(engine_logprobs), dtype=torch.float32)
     was_training = model.training
     model.eval()
     try:
@@ -306,7 +365,7 @@ def check_fingerprint(
     err = (engine_lp - trainer_lp).abs().mean().item()
     if not err <= atol:  # also catches NaN
         raise WeightSyncError(
-            f"{engine.name} engine weights do not match the policy after sync: mean |logprob_engine - "
+            f"{engine_name} engine weights do not match the policy after sync: mean |logprob_engine - "
             f"logprob_trainer| on the {len(completion)}-token probe is {err:.3g} > tolerance {atol:.3g}. "
             "The sync did nothing or loaded the wrong tensors (check LoRA merge / parameter names / "
             f"dtype). Engine log-probs {_head(engine_lp)}... vs policy {_head(trainer_lp)}..."

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce
+from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.weights import is_peft_model, sync_weights
 
@@ -435,16 +435,19 @@ class HFEngine(EngineBase):
         if model is self.model:
             return  # sampling from the live module: nothing to copy
         target = self.model.state_dict()
+        seen, unknown = set(), []
         with torch.no_grad(), sync_weights(model) as weights:
-            seen = set()
-            for name, tensor in weights:
+            for name, tensor in weights:  # always exhausted: under FSDP2 every tensor is an all-gather
                 if name not in target:
-                    raise KeyError(
-                        f"HFEngine.update_weights: policy tensor {name!r} has no counterpart in the engine's "
-                        f"model ({type(self.model).__name__}); engine keys look like {sorted(target)[:3]}"
-                    )
+                    unknown.append(name)
+                    continue
                 target[name].copy_(tensor)
                 seen.add(name)
+        if unknown:
+            raise KeyError(
+                f"HFEngine.update_weights: policy tensor {unknown[0]!r} has no counterpart in the engine's "
+                f"model ({type(self.model).__name__}); engine keys look like {sorted(target)[:3]}"
+            )
         missing = set(target) - seen
         if missing:
             raise KeyError(f"HFEngine.update_weights: the policy did not provide {sorted(missing)[:5]}")
@@ -465,47 +468,6 @@ def _eos_ids(model: nn.Module, tokenizer) -> list[int]:
     if cfg_eos is not None:
         ids += [cfg_eos] if isinstance(cfg_eos, int) else list(cfg_eos)
     return list(dict.fromkeys(ids + chat_turn_end_ids(tokenizer)))
-
-
-_TURN_PROBE = "lit_rlvr turn-end probe"
-
-
-def chat_turn_end_ids(tokenizer) -> list[int]:
-    """The special token that closes an assistant turn in the tokenizer's chat template, as ``[id]``.
-
-    ChatML (Qwen) closes turns with ``<|im_end|>``, Llama 3 with ``<|eot_id|>``, Gemma with
-    ``<end_of_turn>``. A chat-formatted completion ends there, whatever the tokenizer's EOS is:
-    base models often keep their pretraining EOS while their template ends turns with another
-    token (Qwen2.5-Math: EOS ``<|endoftext|>``, turns end with ``<|im_end|>``), and a rollout that
-    only stops at the EOS runs past the end of its answer into made-up turns. Found by rendering a
-    user/assistant exchange and reading the special token right after the assistant's text.
-
-    Returns:
-        ``[id]``; ``[]`` without a chat template, when it cannot render a plain exchange, or when
-        no special token follows the assistant's text (e.g. the template ends turns with EOS text).
-
-    Example:
-        >>> from lit_rlvr.demo.tiny import build_char_tokenizer
-        >>> tok = build_char_tokenizer()
-        >>> chat_turn_end_ids(tok)
-        []
-        >>> tok.chat_template = "{% for m in messages %}{{ m['content'] }}<eos>{% endfor %}"
-        >>> chat_turn_end_ids(tok) == [tok.eos_token_id]
-        True
-    """
-    if getattr(tokenizer, "chat_template", None) is None:
-        return []
-    exchange = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _TURN_PROBE}]
-    try:
-        text = tokenizer.apply_chat_template(exchange, tokenize=False)
-    except Exception:  # a template may refuse a bare exchange (required system turn, tools, ...): no turn end known
-        return []
-    if not isinstance(text, str) or _TURN_PROBE not in text:
-        return []
-    after = text.rsplit(_TURN_PROBE, 1)[1]
-    specials = {t.content: i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
-    ends = [token for token in specials if after.startswith(token)]
-    return [specials[max(ends, key=len)]] if ends else []
 
 
 def _cut_after_stop(text: str, stop: tuple[str, ...]) -> str:

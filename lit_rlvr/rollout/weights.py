@@ -5,6 +5,12 @@ weight under ``<module>.base_layer.weight`` and the adapters under ``lora_A``/``
 An engine serving the base architecture wants ``<name>`` and the effective weight
 W + (α/r)·B·A. :func:`sync_weights` merges the adapters in place, yields the renamed tensors,
 and unmerges on exit, so training continues on the unmerged adapters.
+
+Under FSDP2 each tensor of the state dict is a shard (a ``DTensor``): the stream gathers one
+parameter at a time (``full_tensor()``, an all-gather every rank joins in the same order) and
+keeps none, so an engine loading it never sits beside a whole unsharded copy of the model.
+PEFT's merge and unmerge run on the shards as DTensor operations (measured on 2 gloo
+processes: the streamed tensors equal the unsharded merged weights exactly).
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ def sync_weights(model: nn.Module) -> Iterator[Iterator[tuple[str, Tensor]]]:
     """Yield ``(base_name, tensor)`` pairs of the policy's effective weights.
 
     For a PEFT model the adapters are merged on entry and unmerged on exit (even on error);
-    tensors are detached views, valid only inside the ``with`` block.
+    tensors are detached views (gathered copies under FSDP2), valid only inside the ``with``
+    block. Under FSDP2 every rank must consume the whole iterator.
 
     Example:
         >>> lin = nn.Linear(2, 1)
@@ -76,7 +83,14 @@ def _renamed(state_dict: dict[str, Tensor]) -> Iterator[tuple[str, Tensor]]:
     for name, tensor in state_dict.items():
         base = base_weight_name(name)
         if base is not None:
-            yield base, tensor.detach()
+            yield base, _full_tensor(tensor).detach()
+
+
+def _full_tensor(tensor: Tensor) -> Tensor:
+    """The whole tensor of an FSDP2 shard (a ``DTensor``: an all-gather), else ``tensor`` itself."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def engine_model_path(model: nn.Module, tokenizer: Any = None) -> str:
