@@ -50,8 +50,9 @@ the main thread (and in ``BatchScorer`` workers) but not in other threads. math-
 (``parsing_timeout=None``, ``timeout_seconds=None``): they fail off the main thread and only take
 whole seconds.
 
-Memoised per process: gold parses, latex2sympy results, completion parses and verdicts, so a
-group of G completions pays for its gold once and for each distinct answer once.
+Memoised per process: gold parses (4,096), latex2sympy results (16,384), completion parses and
+verdicts (2,048 each, keyed by the whole completion), so a group of G completions pays for its
+gold once and for each distinct answer once.
 """
 
 from __future__ import annotations
@@ -493,7 +494,7 @@ def _integer_verdict(gold: tuple, pred: tuple) -> bool | None:
     )
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=2048)
 def _verdict(gold: str, text: str, extraction: str, options: tuple) -> bool:
     """math-verify ``verify(gold, pred, **options)`` on memoised parses (both must parse)."""
     gold_parsed, pred_parsed = _parse_gold(gold), _parse_prediction(text, extraction)
