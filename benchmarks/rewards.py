@@ -1,16 +1,24 @@
 """Reward throughput on real data: items/s, single process vs a BatchScorer worker pool.
 
-Workloads (synthetic completions around the real gold answers):
+Workloads (synthetic completions around the real gold answers; math uses the default
+``extraction="math_verify"``, i.e. math-verify's parse of the whole completion):
 
 - math / GSM8K: per problem a boxed correct answer, a boxed wrong one (gold + 1), a ``#### N``
-  answer and a completion with no answer (the fast exact-number path).
-- math / MATH-500: per problem the boxed gold LaTeX and ``gold + 1`` (both through math-verify).
+  answer and a completion with no answer (integers: the fast exact paths).
+- math / MATH-500: per problem the boxed gold LaTeX and ``gold + 1`` (2 completions per gold, so
+  the gold parse is half the work).
+- math / MATH-500 groups of 8: per problem a group as a GRPO step scores it — the gold boxed,
+  as "The final answer is $…$", as "Answer: $…$", with ``\\dfrac``, after the problem statement
+  as reasoning (long LaTeX text), ``gold + 1``, another problem's gold, and no answer.
 - sql / Spider dev: per runnable question the gold query in a fence, the gold wrapped in
   ``SELECT * FROM (…) LIMIT 1`` and a query on a missing column (execution + comparison).
 
-The single-process run scores in this process (fresh caches); the pool run uses warm (imported)
-workers with cold caches. Writes ``benchmarks/results/rewards.md``; the last printed line is the
-headline pool/single ratio.
+Each workload starts cold: the single-process run clears the math reward's caches first, the
+pool run gets new worker processes (started and imported before timing). Gold answers are then
+parsed once per process and shared by all their completions. Writes
+``benchmarks/results/rewards.md`` with the load average before and after (timings on a shared
+machine move with it), keeping the file's hand-written agreement section; the last printed
+line is the headline.
 
 Usage: ``python benchmarks/rewards.py [--quick] [--workers 2] [--data ../shared/data]``
 """
@@ -25,7 +33,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import common  # benchmarks/common.py (run as a script from any directory)
+
+ROOT = common.ROOT
+KEPT_SECTION = "## Agreement with math-verify"  # written by hand from the test; kept on rewrite
 
 
 def gsm8k_items(data: Path, limit: int | None) -> tuple[list[str], list[dict]]:
@@ -44,11 +55,33 @@ def gsm8k_items(data: Path, limit: int | None) -> tuple[list[str], list[dict]]:
 def math500_items(data: Path, limit: int | None) -> tuple[list[str], list[dict]]:
     rows = [json.loads(line) for line in (data / "math500" / "test.jsonl").open()][:limit]
     completions, out = [], []
-    for i, r in enumerate(rows):
+    for r in rows:
         row = {"id": r["unique_id"], "prompt": r["problem"], "answer": r["answer"], "reward": "math"}
         for text in (f"Hence \\boxed{{{r['answer']}}}.", f"Hence \\boxed{{{r['answer']} + 1}}."):
             completions.append(text)
             out.append(row)
+    return completions, out
+
+
+def math500_group_items(data: Path, limit: int | None) -> tuple[list[str], list[dict]]:
+    rows = [json.loads(line) for line in (data / "math500" / "test.jsonl").open()][:limit]
+    completions, out = [], []
+    for i, r in enumerate(rows):
+        a, other = r["answer"], rows[(i + len(rows) // 2) % len(rows)]["answer"]
+        dfrac = a.replace("\\frac", "\\dfrac")
+        row = {"id": r["unique_id"], "prompt": r["problem"], "answer": a, "reward": "math"}
+        group = [
+            f"Hence \\boxed{{{a}}}.",
+            f"The final answer is ${a}$. I hope it is correct.",
+            f"Answer: ${a}$",
+            f"So it is $\\boxed{{{dfrac}}}$.",
+            f"{r['problem']}\n\nWorking through it, the answer is $\\boxed{{{a}}}$.",
+            f"Hence \\boxed{{{a} + 1}}.",
+            f"Hence \\boxed{{{other}}}.",
+            "I am not sure how to finish this.",
+        ]
+        completions += group
+        out += [row] * len(group)
     return completions, out
 
 
@@ -66,13 +99,22 @@ def spider_items(data: Path, limit: int | None) -> tuple[list[str], list[dict]]:
     return completions, out
 
 
+def clear_math_caches() -> None:
+    """Forget every memoised parse and verdict of the math reward in this process."""
+    from lit_rlvr.rewards import math as math_reward
+
+    for obj in vars(math_reward).values():
+        if callable(getattr(obj, "cache_clear", None)):
+            obj.cache_clear()
+
+
 def throughput(scorer, completions: list[str], rows: list[dict]) -> tuple[float, dict[str, int]]:
     start = time.perf_counter()
     results = scorer.score(completions, rows)
     elapsed = time.perf_counter() - start
     statuses: dict[str, int] = {}
     for r in results:
-        key = r.status if not r.status.startswith("error") else "error"
+        key = r.status
         statuses[key] = statuses.get(key, 0) + 1
     return len(completions) / elapsed, statuses
 
@@ -86,46 +128,46 @@ def main() -> None:
     args = parser.parse_args()
     if not args.data.is_dir():
         sys.exit(f"real data not found at {args.data} (pass --data)")
-    sys.path.insert(0, str(ROOT))
     from lit_rlvr.rewards import BatchScorer
 
     n_gsm, n_math, n_sql = (300, 100, 300) if args.quick else (None, None, None)
     workloads = {
         "math / GSM8K": gsm8k_items(args.data, n_gsm),
         "math / MATH-500": math500_items(args.data, n_math),
+        "math / MATH-500 groups of 8": math500_group_items(args.data, n_math),
         "sql / Spider dev": spider_items(args.data, n_sql),
     }
     single = BatchScorer(num_workers=0, timeout_s=5.0)
-    pool = BatchScorer(num_workers=args.workers, timeout_s=5.0)
-    warm_c, warm_r = math500_items(args.data, 2)
-    pool.score(warm_c * args.workers, warm_r * args.workers)  # workers imported and ready
-
+    load_before = common.load_average()
     lines = [
-        f"# Reward throughput ({'quick' if args.quick else 'full'}; {time.strftime('%Y-%m-%d %H:%M')})",
+        f"# Reward throughput ({'quick' if args.quick else 'full'}; {time.strftime('%Y-%m-%d %H:%M')}; git {common.git_rev()})",
         "",
-        f"{os.cpu_count()} CPUs (shared), Python {platform.python_version()}; pool = BatchScorer with "
-        f"{args.workers} worker processes, chunk 16; single = in-process. items/s, higher is better.",
+        f"{os.cpu_count()} CPUs (shared with other jobs; preliminary), Python {platform.python_version()}; pool = "
+        f"BatchScorer with {args.workers} worker processes, chunk 16; single = in-process. items/s, higher is better. "
+        f"Load average (1/5/15 min) before: {load_before}.",
         "",
         f"| workload | items | single (items/s) | pool x{args.workers} (items/s) | pool/single | statuses |",
         "|---|---:|---:|---:|---:|---|",
     ]
     print("\n".join(lines[-2:]))
-    ratios = {}
+    rates = {}
     for name, (completions, rows) in workloads.items():
+        clear_math_caches()
         s_rate, statuses = throughput(single, completions, rows)
-        p_rate, _ = throughput(pool, completions, rows)
-        ratios[name] = p_rate / s_rate
-        line = f"| {name} | {len(completions)} | {s_rate:,.0f} | {p_rate:,.0f} | {ratios[name]:.2f}x | {statuses} |"
+        with BatchScorer(num_workers=args.workers, timeout_s=5.0) as pool:
+            pool.score(["0"] * args.workers, [{"id": "warm", "reward": "math", "answer": "1"}] * args.workers)
+            p_rate, _ = throughput(pool, completions, rows)
+        rates[name] = (s_rate, p_rate)
+        line = f"| {name} | {len(completions)} | {s_rate:,.0f} | {p_rate:,.0f} | {p_rate / s_rate:.2f}x | {statuses} |"
         print(line)
         lines.append(line)
-    pool.close()
-    headline = (
-        f"headline: pool(x{args.workers})/single items/s = {ratios['math / GSM8K']:.2f}x math (GSM8K), "
-        f"{ratios['math / MATH-500']:.2f}x math (MATH-500), {ratios['sql / Spider dev']:.2f}x SQL (Spider dev)"
+    headline = "headline: pool(x{}) items/s = ".format(args.workers) + ", ".join(
+        f"{p:,.0f} {name}" for name, (_, p) in rates.items()
     )
-    lines += ["", headline, ""]
+    lines += ["", f"Load average after: {common.load_average()}.", "", headline, ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
+    kept = args.out.read_text().partition(KEPT_SECTION)[1:] if args.out.exists() else ()
+    args.out.write_text("\n".join(lines) + "\n" + "".join(kept))
     print(f"wrote {args.out}")
     print(headline)
 

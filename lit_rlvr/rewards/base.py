@@ -19,9 +19,11 @@ reward in [0, 1] of the cross-part contract.
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -214,26 +216,28 @@ class RewardTimeout(BaseException):
 def deadline(timeout_s: float | None) -> Iterator[bool]:
     """Raise :class:`RewardTimeout` in the block after ``timeout_s`` seconds of wall time.
 
-    Uses ``setitimer(ITIMER_REAL)``, so it interrupts pure-Python work (sympy) but only in the main
-    thread and only between bytecodes: a single long C call (a huge integer power) finishes first,
-    which is why math answers are screened before parsing and why the ``BatchScorer`` also kills
-    workers. The timer re-fires every 50 ms until the block exits, in case the first exception is
-    swallowed. Off the main thread, with ``timeout_s`` None/<= 0, or when another ``ITIMER_REAL``
-    is already armed, it does nothing and yields ``False``.
+    In the main thread it uses ``setitimer(ITIMER_REAL)``; an interval timer that was already
+    armed (e.g. pytest-timeout's) is suspended and re-armed afterwards with its remaining time
+    (at once if it fell due meanwhile), its handler restored. In any other thread a watchdog
+    thread raises the exception asynchronously in this one (``PyThreadState_SetAsyncExc``).
+    Either way the exception arrives between bytecodes: it interrupts pure-Python work (sympy),
+    but a single long C call (a huge integer power) finishes first — which is why math answers
+    are screened before parsing and why the ``BatchScorer`` also kills workers. Regular
+    expression searches check for signals, so the main-thread form also interrupts them; the
+    watchdog cannot. The exception is re-raised every 50 ms until the block exits, in case the
+    first one is swallowed. With ``timeout_s`` None or <= 0 it does nothing and yields ``False``.
 
     Example:
         >>> with deadline(1.0) as armed:
         ...     armed
         True
     """
-    usable = (
-        timeout_s is not None
-        and timeout_s > 0
-        and threading.current_thread() is threading.main_thread()
-        and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    )
-    if not usable:
+    if timeout_s is None or timeout_s <= 0:
         yield False
+        return
+    if threading.current_thread() is not threading.main_thread():
+        with _watchdog(timeout_s):
+            yield True
         return
     state = {"active": True}
 
@@ -242,10 +246,39 @@ def deadline(timeout_s: float | None) -> Iterator[bool]:
             raise RewardTimeout(f"deadline of {timeout_s} s exceeded")
 
     previous = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s, 0.05)
+    other_delay, other_interval = signal.setitimer(signal.ITIMER_REAL, timeout_s, 0.05)
+    start = time.monotonic()
     try:
         yield True
     finally:
         state["active"] = False
         signal.setitimer(signal.ITIMER_REAL, 0.0, 0.0)
         signal.signal(signal.SIGALRM, previous)
+        if other_delay > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(other_delay - (time.monotonic() - start), 1e-6), other_interval)
+
+
+@contextmanager
+def _watchdog(timeout_s: float) -> Iterator[None]:
+    """:func:`deadline` without signals: a thread raises :class:`RewardTimeout` in this one."""
+    target, lock, stop = threading.get_ident(), threading.Lock(), threading.Event()
+    state = {"active": True}
+    set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+
+    def watch():
+        wait = timeout_s
+        while not stop.wait(wait):
+            with lock:  # never raise once the block has exited
+                if not state["active"]:
+                    return
+                set_async_exc(ctypes.c_ulong(target), ctypes.py_object(RewardTimeout))
+            wait = 0.05
+
+    threading.Thread(target=watch, name="reward-deadline", daemon=True).start()
+    try:
+        yield
+    finally:
+        with lock:
+            state["active"] = False
+            set_async_exc(ctypes.c_ulong(target), None)  # drop one raised but not yet delivered
+        stop.set()

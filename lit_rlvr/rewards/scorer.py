@@ -326,7 +326,7 @@ class BatchScorer:
         >>> rows = [{"id": "a", "reward": "math", "answer": "#### 18"},
         ...         {"id": "b", "reward": "math", "answer": "\\\\frac{1}{2}"}]
         >>> with BatchScorer(num_workers=1, timeout_s=5.0) as scorer:
-        ...     scorer.score(["so \\\\boxed{18}", "it is 0.4"], rows)
+        ...     scorer.score(["so \\\\boxed{18}", "no idea"], rows)
         [ScoreResult(reward=1.0, status='ok'), ScoreResult(reward=0.0, status='no_answer')]
         >>> with BatchScorer(num_workers=0) as scorer:
         ...     scorer.score(["so \\\\boxed{18}"], rows[:1], with_answers=True)
