@@ -29,6 +29,13 @@ from lit_rlvr.module import RLVRModule
 from lit_rlvr.plugins import load_plugins
 
 TOOLS = ("cache", "demo-data", "report", "warmstart")
+# values that must agree: (source, target); a target is never set by the user (see _refuse_linked_targets)
+LINKS = (
+    ("rollout.init_args.samples_per_prompt", "model.init_args.samples_per_prompt"),
+    ("rollout.init_args.max_new_tokens", "model.init_args.max_new_tokens"),
+    ("rollout.init_args.temperature", "model.init_args.temperature"),
+    ("model.init_args.model", "data.init_args.tokenizer"),
+)
 
 
 class RLVRCLI(LightningCLI):
@@ -50,15 +57,58 @@ class RLVRCLI(LightningCLI):
         parser.set_defaults({"rollout": {"class_path": "lit_rlvr.callbacks.RolloutCallback"}})
         parser.add_lightning_class_args(HFExport, "export")  # --export.dirpath=…: the trained policy, HF format
         parser.add_lightning_class_args(PassCountsWriter, "pass_counts")  # --pass_counts.path=…: per-prompt counts
-        parser.link_arguments("rollout.init_args.samples_per_prompt", "model.init_args.samples_per_prompt")
-        parser.link_arguments("rollout.init_args.max_new_tokens", "model.init_args.max_new_tokens")
-        parser.link_arguments("rollout.init_args.temperature", "model.init_args.temperature")
-        parser.link_arguments("model.init_args.model", "data.init_args.tokenizer")
+        for source, target in LINKS:
+            parser.link_arguments(source, target)
+
+    @override
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        if not isinstance(args, dict):
+            _refuse_linked_targets(list(sys.argv[1:] if args is None else args))
+        super().parse_arguments(parser, args)
 
     @override
     def before_instantiate_classes(self) -> None:
         config = self.config.get(str(self.subcommand), self.config)
         load_plugins(config.get("imports") or [])
+
+
+def _short(key: str) -> str:
+    """``model.init_args.x`` → ``model.x``: how users write the model and data sections."""
+    return key.replace(".init_args.", ".") if key.startswith(("model.", "data.")) else key
+
+
+def _refuse_linked_targets(args: list[str]) -> None:
+    """Raise ``ValueError`` if a config file or a flag sets a linked target.
+
+    jsonargparse overwrites a link's target with its source's value without a word, so
+    ``model.samples_per_prompt: 4`` in a YAML file would silently become the rollout's value.
+    """
+    import yaml
+
+    targets = {variant: (source, target) for source, target in LINKS for variant in (target, _short(target))}
+    found: list[tuple[str, str]] = []  # (where, key)
+    for i, arg in enumerate(args):
+        if arg.startswith("--") and (key := arg[2:].split("=", 1)[0]) in targets:
+            found.append((f"the flag {arg.split('=', 1)[0]}", key))
+        if arg in ("--config", "-c") and i + 1 < len(args) or arg.startswith("--config="):
+            path = args[i + 1] if "=" not in arg else arg.split("=", 1)[1]
+            try:
+                config = yaml.safe_load(open(path))  # noqa: SIM115 (parsing errors are the parser's to report)
+            except (OSError, yaml.YAMLError):
+                continue
+            for key in targets:
+                node = config
+                for part in key.split("."):
+                    node = node.get(part) if isinstance(node, dict) else None
+                if node is not None:
+                    found.append((f"the config file {path}", key))
+    if found:
+        where, key = found[0]
+        source, target = targets[key]
+        raise ValueError(
+            f"{where} sets {_short(target)}, which is linked to {_short(source)} and always takes its value; "
+            f"set {_short(source)} instead (values that must agree are given once)"
+        )
 
 
 def _tools() -> dict[str, Callable[[list[str]], object]]:

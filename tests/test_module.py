@@ -273,12 +273,17 @@ def test_more_start_up_errors_name_key_value_and_choices(tiny_model_dir):
 
 @pytest.mark.timeout(120)
 def test_a_refused_reward_option_value_fails_at_setup_before_any_generation(tiny_model_dir, tmp_path):
+    import sqlite3
+
     from lit_rlvr.callbacks import RolloutCallback
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import ValSet
 
+    db = tmp_path / "toy.sqlite"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t(a INT)")
     files = tmp_path / "sql.jsonl"
-    files.write_text(json.dumps({"id": "s", "prompt": "q", "answer": "SELECT 1", "reward": "sql", "db_path": "x.sqlite"}) + "\n")
+    files.write_text(json.dumps({"id": "s", "prompt": "q", "answer": "SELECT a FROM t", "reward": "sql", "db_path": str(db)}) + "\n")
     dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=str(files), name="s", n_samples=2)])
     module = RLVRModule(model=str(tiny_model_dir), reward_options={"sql": {"mode": "strict"}})
 

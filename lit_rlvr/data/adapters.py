@@ -16,6 +16,7 @@ reports it with file and line and carries on.
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import sqlite3
 from collections.abc import Iterable
@@ -229,18 +230,57 @@ class LoadedRows:
         rows: the prompt rows, in file order.
         bad: one :class:`BadRow` per record that could not become a row.
         total: number of records read (good + bad).
+        positions: per row, ``(file or source label, line)`` it came from (for later reports).
     """
 
     rows: list[dict] = field(default_factory=list)
     bad: list[BadRow] = field(default_factory=list)
     total: int = 0
+    positions: list[tuple[str, int]] = field(default_factory=list)
+
+    def drop(self, problems: list[str | None]) -> None:
+        """Move rows with a problem (``problems[i]`` not None) to :attr:`bad`, with their file:line.
+
+        Example:
+            >>> out = LoadedRows(rows=[{"id": "a"}, {"id": "b"}], total=2, positions=[("f", 1), ("f", 2)])
+            >>> out.drop([None, "malformed gold"])
+            >>> [r["id"] for r in out.rows], [str(b) for b in out.bad]
+            (['a'], ['f:2: malformed gold'])
+        """
+        keep = [i for i, p in enumerate(problems) if p is None]
+        self.bad += [BadRow(*self.positions[i], p) for i, p in enumerate(problems) if p is not None]
+        self.rows = [self.rows[i] for i in keep]
+        self.positions = [self.positions[i] for i in keep]
 
     @property
     def bad_fraction(self) -> float:
         return len(self.bad) / self.total if self.total else 0.0
 
 
-def load_rows(source: str | Path | Iterable[str | Path] | HFSource, adapter: str, name: str | None = None, **options) -> LoadedRows:
+def check_adapter_options(adapter: str, options: dict, key: str = "options") -> None:
+    """Raise ``ValueError`` unless every option is a keyword parameter of the adapter, naming ``key``.
+
+    Example:
+        >>> check_adapter_options("jsonl", {"extra_fields": ["digits"]})
+        >>> check_adapter_options("jsonl", {"extra_feilds": ["digits"]}, "data.train.options")
+        Traceback (most recent call last):
+        ...
+        ValueError: data.train.options: unknown option(s) ['extra_feilds'] of adapter 'jsonl'; accepted: ['answer_field', 'extra_fields', 'id_field', 'prompt_field', 'reward', 'reward_field']
+    """
+    fn = ADAPTERS.get_checked(adapter, "adapter")
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = sorted(p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY)
+    accepted = [p for p in accepted if p not in ("index", "name", "source")]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"{key}: unknown option(s) {unknown} of adapter {adapter!r}; accepted: {accepted}")
+
+
+def load_rows(
+    source: str | Path | Iterable[str | Path] | HFSource, adapter: str, name: str | None = None, *, options_key: str = "options", **options
+) -> LoadedRows:
     """Read every record of ``source`` through the named adapter.
 
     Args:
@@ -249,7 +289,9 @@ def load_rows(source: str | Path | Iterable[str | Path] | HFSource, adapter: str
             are numbered by position, and the adapters' ``source`` is ``Path(source.path)``.
         adapter: a name in :data:`ADAPTERS`.
         name: dataset name used in row ids (default: the adapter name).
-        **options: passed to the adapter (e.g. ``db_root``, ``reward``, ``prompt_field``).
+        options_key: the config key of ``options``, for errors (``data.train.options``).
+        **options: passed to the adapter (e.g. ``db_root``, ``reward``, ``prompt_field``);
+            an option the adapter does not take is a ``ValueError`` before any reading.
 
     Returns:
         :class:`LoadedRows`, rows in source order; a duplicate id (ids must be unique to key the
@@ -266,6 +308,7 @@ def load_rows(source: str | Path | Iterable[str | Path] | HFSource, adapter: str
         (['gsm8k/0'], [2], 2)
     """
     fn = ADAPTERS.get_checked(adapter, "adapter")
+    check_adapter_options(adapter, options, options_key)
     name = name or adapter
     if isinstance(source, HFSource):
         sources = [(source.label, Path(source.path), read_hf_records(source))]
@@ -292,4 +335,5 @@ def load_rows(source: str | Path | Iterable[str | Path] | HFSource, adapter: str
                 continue
             seen.add(row["id"])
             out.rows.append(row)
+            out.positions.append((label, line))
     return out

@@ -87,6 +87,19 @@ class _Prepared:
     prompt_ids: list[list[int]]
 
 
+def check_golds(rows: list[dict], workers: int, timeout_s: float) -> list[str | None]:
+    """Per row, why its gold is unusable (None if fine), checked in ``workers`` reward processes.
+
+    No process starts when no row's reward has a gold check.
+    """
+    from lit_rlvr.rewards import REWARDS, BatchScorer
+
+    if all(REWARDS[row["reward"]].check_gold is None for row in rows):
+        return [None] * len(rows)
+    with BatchScorer(num_workers=workers, timeout_s=timeout_s) as scorer:
+        return scorer.check_golds(rows)
+
+
 def _identity(batch):
     return batch
 
@@ -170,7 +183,13 @@ class PromptDataModule(pl.LightningDataModule):
         shuffle: reshuffle training prompts every epoch.
         drop_last: drop the last, smaller training batch of an epoch.
         max_bad_fraction: stop with an error when a dataset has a larger share of bad rows
-            (missing fields, unreadable database); below it bad rows are reported and skipped.
+            (missing fields, unknown reward names, malformed golds, unreadable database); below it
+            bad rows are reported with file:line and skipped.
+        gold_check_workers: reward worker processes that parse every row's gold once at set-up
+            (its reward's ``check_gold``: math-verify for math, the gold query for SQL), so a
+            malformed gold is a bad row before training, not a crash at the step that draws it;
+            0 checks in this process; None skips the check.
+        gold_check_timeout_s: per-gold deadline of that check (a gold past it is a bad row).
         cache: a reference-cache directory (DPH-RL); enables the D_pef/D_exp split and anchors.
         perfect_threshold: pass count (of the cache's n) for D_pef; None = n.
         anchor_samples: ``"correct"`` (default: cached correct samples of D_pef prompts) or ``"all"``.
@@ -195,6 +214,8 @@ class PromptDataModule(pl.LightningDataModule):
         shuffle: bool = True,
         drop_last: bool = False,
         max_bad_fraction: float = 0.1,
+        gold_check_workers: int | None = 1,
+        gold_check_timeout_s: float = 10.0,
         cache: str | None = None,
         perfect_threshold: int | None = None,
         anchor_samples: Literal["correct", "all"] = "correct",
@@ -221,7 +242,10 @@ class PromptDataModule(pl.LightningDataModule):
         self.prompt_format = PromptFormat(instruction, system_prompt, use_chat_template, plain_template)
         self.max_prompt_tokens, self.batch_size = max_prompt_tokens, batch_size
         self.val_batch_size = val_batch_size or batch_size
+        if gold_check_workers is not None and gold_check_workers < 0:
+            raise ValueError(f"gold_check_workers must be >= 0 (0 = in this process) or null (no check), got {gold_check_workers}")
         self.seed, self.shuffle, self.drop_last, self.max_bad_fraction = seed, shuffle, drop_last, max_bad_fraction
+        self.gold_check_workers, self.gold_check_timeout_s = gold_check_workers, gold_check_timeout_s
         self.cache_path, self.perfect_threshold, self.anchor_samples = cache, perfect_threshold, anchor_samples
         self.anchor_batch_size, self.train_split, self.cache_verify = anchor_batch_size, train_split, cache_verify
         self.tokenizer = None
@@ -245,16 +269,16 @@ class PromptDataModule(pl.LightningDataModule):
 
             self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
         if stage in ("fit", None) and self.train_spec is not None and not self.train_rows:
-            prepared = self._prepare(self.train_spec)
+            prepared = self._prepare(self.train_spec, "data.train")
             self.train_rows, self.train_prompt_ids = prepared.rows, prepared.prompt_ids
             self._train_index = list(range(len(self.train_rows)))
             if self.cache_path is not None:
                 self._attach_cache()
         if stage in ("fit", "validate", None):
-            for spec in self.val_specs:
+            for i, spec in enumerate(self.val_specs):
                 name = spec.name or spec.adapter
                 if name not in self.val_sets:
-                    self.val_sets[name] = self._prepare(spec)
+                    self.val_sets[name] = self._prepare(spec, f"data.val[{i}]")
 
     @property
     def pad_id(self) -> int:
@@ -280,10 +304,12 @@ class PromptDataModule(pl.LightningDataModule):
         """π_ref pass count (of the cache's n) per prompt id, for the retention metric; None without a cache."""
         return None if self.reference_cache is None else self.reference_cache.base_pass_counts()
 
-    def _prepare(self, spec: DatasetSpec) -> _Prepared:
-        """Load, validate, format and tokenize one dataset; report bad and over-long rows."""
+    def _prepare(self, spec: DatasetSpec, key: str) -> _Prepared:
+        """Load, validate, format and tokenize one dataset (config key ``key``); report bad and over-long rows."""
         name = spec.name or spec.adapter
-        loaded = load_rows(spec.source, spec.adapter, name=name, **spec.options)
+        loaded = load_rows(spec.source, spec.adapter, name=name, options_key=f"{key}.options", **spec.options)
+        if self.gold_check_workers is not None and loaded.rows:
+            loaded.drop(check_golds(loaded.rows, self.gold_check_workers, self.gold_check_timeout_s))
         self.bad_rows[name] = loaded.bad
         if loaded.bad:
             shown = "\n  ".join(str(b) for b in loaded.bad[:10])

@@ -551,6 +551,29 @@ def gold_answer(answer: str | int | float, row: dict) -> str:
     return text
 
 
+def check_math_gold(answer: str | int | float, *, timeout_s: float | None = DEFAULT_TIMEOUT_S, **row) -> None:
+    """Raise :class:`GoldAnswerError` unless ``answer`` is a usable gold: a supported format that
+    math-verify parses within ``timeout_s`` (run once per row at start-up, in the reward workers).
+
+    Example:
+        >>> check_math_gold("\\\\frac{1}{2}", id="m1")
+        >>> check_math_gold("\\\\boxed{}", id="m2")
+        Traceback (most recent call last):
+        ...
+        lit_rlvr.rewards.base.GoldAnswerError: row id='m2': math-verify cannot parse the gold answer '\\\\boxed{}'
+    """
+    gold = gold_answer(answer, row)
+    try:
+        with deadline(timeout_s):
+            parsed = _parse_gold(gold)
+    except RewardTimeout:
+        raise gold_error(row, f"parsing the gold answer {gold!r} took longer than {timeout_s} s") from None
+    except Exception as e:  # latex2sympy / sympy failing on the gold itself
+        raise gold_error(row, f"math-verify fails on the gold answer {gold!r}: {type(e).__name__}: {str(e)[:200]}") from e
+    if not parsed:
+        raise gold_error(row, f"math-verify cannot parse the gold answer {gold!r}")
+
+
 def _judge(gold: str, text: str, extraction: str, options: tuple, timeout_s: float | None, row: dict) -> ScoreResult:
     """Screened, memoised math-verify parse + verify of ``text`` against ``gold`` under a deadline."""
     try:
@@ -686,4 +709,4 @@ def math_answer_key(
         return "".join(text.split())
 
 
-register_reward("math", answer_key=math_answer_key)(math_score)
+register_reward("math", answer_key=math_answer_key, check_gold=check_math_gold)(math_score)

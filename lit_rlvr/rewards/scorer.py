@@ -209,6 +209,42 @@ def score_one(
     return result
 
 
+def check_gold_one(table: Mapping[str, Reward], row: dict, timeout_s: float | None) -> ScoreResult:
+    """Run ``row``'s reward's gold check; ``ok`` when it passes (or the reward has none).
+
+    Raises:
+        GoldAnswerError: the gold is malformed (any exception of the check counts as that).
+
+    Example:
+        >>> import lit_rlvr.rewards
+        >>> check_gold_one(reward_table(), {"id": "g", "reward": "math", "answer": "\\\\frac{1}{2}"}, 5.0)
+        ScoreResult(reward=1.0, status='ok')
+    """
+    record = table[row["reward"]]
+    if record.check_gold is not None:
+        kwargs = {k: v for k, v in row.items() if k != "answer"}
+        if _takes(record.check_gold, "timeout_s"):
+            kwargs["timeout_s"] = timeout_s
+        try:
+            record.check_gold(row["answer"], **kwargs)
+        except GoldAnswerError:
+            raise
+        except Exception as e:
+            raise GoldAnswerError(f"row id={row.get('id')!r}: the gold check of {record.name!r} raised {type(e).__name__}: {e}") from e
+    return ScoreResult(1.0, "ok")
+
+
+def run_task(table: Mapping[str, Reward], task: str, completion: str, row: dict, timeout_s: float | None,
+             options: Mapping[str, Mapping] | None = None) -> ScoreResult:  # fmt: skip
+    """One item of a worker's (or the in-process) work: ``task`` is one of :data:`TASKS`."""
+    if task == "gold":
+        return check_gold_one(table, row, timeout_s)
+    return score_one(table, completion, row, timeout_s, options, with_answer=task == "answer")
+
+
+TASKS = ("score", "answer", "gold")  # score; score + canonical answer; check the row's gold
+
+
 def _takes(fn: Callable, name: str) -> bool:
     params = inspect.signature(fn).parameters
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -245,9 +281,9 @@ def _worker_main(fd: int) -> None:
             return
         if chunk is None:
             return
-        for index, completion, row, with_answer in chunk:
+        for index, completion, row, task in chunk:
             try:
-                r = score_one(table, completion, row, timeout_s, options, with_answer)
+                r = run_task(table, task, completion, row, timeout_s, options)
                 _send(sock, (index, r.reward, r.status, r.reason, r.answer, False))
             except GoldAnswerError as e:
                 _send(sock, (index, 0.0, STATUS_ERROR, f"malformed gold: {e}", None, True))
@@ -412,6 +448,15 @@ class BatchScorer:
         """
         if len(completions) != len(rows):
             raise ValueError(f"got {len(completions)} completions for {len(rows)} rows; they must pair up")
+        self._check_rows(rows)
+        results, gold_errors = self._run("answer" if with_answers else "score", list(completions), list(rows))
+        if gold_errors:
+            raise GoldAnswerError(f"{len(gold_errors)} row(s) with malformed gold answers; first: {gold_errors[0]}")
+        return results
+
+    def _check_rows(self, rows: Sequence[dict]) -> None:
+        """Every row names a reward this scorer can run (rebuilding the table for rewards or
+        plug-ins registered after it was built); raise ``ValueError`` otherwise."""
         for row in rows:
             if "reward" not in row or "answer" not in row:
                 raise ValueError(f"row id={row.get('id')!r} needs 'reward' and 'answer' keys; has {sorted(row)}")
@@ -430,11 +475,43 @@ class BatchScorer:
                     f"reward {name!r} cannot run in worker processes: {self.local_only[name]}; define it in an "
                     "importable module or use num_workers=0"
                 )
+
+    def check_golds(self, rows: Sequence[dict]) -> list[str | None]:
+        """Check every row's gold once (its reward's ``check_gold``), in the workers.
+
+        Args:
+            rows: prompt rows (names checked as in :meth:`score`).
+
+        Returns:
+            Per row, None when the gold is usable, else why not (a malformed gold, or a check
+            that ran past the hard deadline). Rows whose reward has no gold check pass.
+        """
+        self._check_rows(rows)
+        todo = [i for i, row in enumerate(rows) if self.table[row["reward"]].check_gold is not None]
+        problems: list[str | None] = [None] * len(rows)
+        if not todo:
+            return problems
+        results, _ = self._run("gold", [""] * len(todo), [rows[i] for i in todo])
+        for i, result in zip(todo, results):
+            if result.status == STATUS_TIMEOUT:
+                problems[i] = f"row id={rows[i].get('id')!r}: the gold check did not finish ({result.reason})"
+            elif result.status != "ok":
+                problems[i] = result.reason.removeprefix("malformed gold: ")
+        return problems
+
+    def _run(self, task: str, completions: list[str], rows: list[dict]) -> tuple[list[ScoreResult], list[str]]:
+        """``task`` on every item, in the workers or in this thread: results and gold errors."""
         if self.num_workers == 0:
-            return [score_one(self.table, c, dict(r), self.timeout_s, self.reward_options, with_answers)
-                    for c, r in zip(completions, rows)]  # fmt: skip
+            results, gold_errors = [], []
+            for c, r in zip(completions, rows):
+                try:
+                    results.append(run_task(self.table, task, c, dict(r), self.timeout_s, self.reward_options))
+                except GoldAnswerError as e:
+                    results.append(ScoreResult(0.0, STATUS_ERROR, f"malformed gold: {e}"))
+                    gold_errors.append(str(e))
+            return results, gold_errors
         try:
-            return self._score_pool(list(completions), list(rows), with_answers)
+            return self._score_pool(completions, rows, task)
         except BaseException:  # interrupted mid-batch: workers hold stale work, start afresh
             self._restart_workers()
             raise
@@ -467,7 +544,7 @@ class BatchScorer:
             except (ValueError, TypeError) as err:
                 raise ValueError(f"{key}.{name}: {err}") from err
 
-    def _score_pool(self, completions: list[str], rows: list[dict], with_answers: bool) -> list[ScoreResult]:
+    def _score_pool(self, completions: list[str], rows: list[dict], task: str) -> tuple[list[ScoreResult], list[str]]:
         batch = _Batch(completions, rows, self.chunk_size)
         while batch.remaining:
             now = time.monotonic()
@@ -479,7 +556,7 @@ class BatchScorer:
                         worker.clock = now
                     worker.pending.extend(chunk)
                     try:
-                        _send(worker.sock, [(i, completions[i], rows[i], with_answers) for i in chunk])
+                        _send(worker.sock, [(i, completions[i], rows[i], task) for i in chunk])
                     except OSError:  # it died on an earlier item; reading its socket will say EOF
                         worker.broken = True
             deadlines = [w.clock + self.hard_timeout_s for w in self._workers if w.pending]
@@ -491,10 +568,7 @@ class BatchScorer:
             for sock in readable:
                 self._collect(by_sock[sock], batch)
             self._enforce_deadlines(batch)
-        if batch.gold_errors:
-            first = batch.gold_errors[0]
-            raise GoldAnswerError(f"{len(batch.gold_errors)} row(s) with malformed gold answers; first: {first}")
-        return batch.results  # type: ignore[return-value]
+        return batch.results, batch.gold_errors  # type: ignore[return-value]
 
     def _collect(self, worker: _Worker, batch: _Batch) -> None:
         """Record what ``worker`` has sent; if it has died, its current item fails."""

@@ -391,6 +391,34 @@ def sql_score(
     return ScoreResult(float(spider_result_eq(list(gold), pred, order_matters)), STATUS_OK)
 
 
+def check_sql_gold(answer: str, *, timeout_s: float | None = DEFAULT_TIMEOUT_S, **row) -> None:
+    """Raise :class:`GoldAnswerError` unless the gold query is one read-only statement that runs on
+    the row's database within ``timeout_s`` (run once per row at start-up; its result is cached).
+
+    Example:
+        >>> import sqlite3, tempfile, os
+        >>> db = os.path.join(tempfile.mkdtemp(), "toy.sqlite")
+        >>> with sqlite3.connect(db) as c:
+        ...     _ = c.executescript("CREATE TABLE t(a INT);")
+        >>> check_sql_gold("SELECT a FROM t", db_path=db, id="q1")
+        >>> check_sql_gold("SELECT b FROM t", db_path=db, id="q2")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        lit_rlvr.rewards.base.GoldAnswerError: row id='q2': gold query 'SELECT b FROM t' failed on ...: no such column: b
+    """
+    db_path = _db_path(row)
+    if not isinstance(answer, str) or not answer.strip():
+        raise gold_error(row, f"the gold SQL must be a non-empty string; got {answer!r}")
+    if (reason := check_read_only(answer)) is not None:
+        raise gold_error(row, f"the gold SQL is not a read-only query: {reason}")
+    try:
+        _gold_rows(db_path, answer, timeout_s)
+    except _QueryTimeout:
+        raise gold_error(row, f"gold query {answer!r} took longer than {timeout_s} s on {db_path}") from None
+    except (sqlite3.Error, _ResultTooLarge) as e:
+        raise gold_error(row, f"gold query {answer!r} failed on {db_path}: {type(e).__name__}: {e}") from e
+
+
 def _canonical_value(v):
     """Integral floats as ints, so ``1`` and ``1.0`` (equal under ``==``) get one key."""
     return int(v) if isinstance(v, float) and v.is_integer() else v
@@ -432,4 +460,4 @@ def sql_answer_key(completion: str, *, timeout_s: float | None = DEFAULT_TIMEOUT
     return hashlib.sha1("\n".join(canonical).encode("utf-8", "replace")).hexdigest()
 
 
-register_reward("sql", answer_key=sql_answer_key)(sql_score)
+register_reward("sql", answer_key=sql_answer_key, check_gold=check_sql_gold)(sql_score)
