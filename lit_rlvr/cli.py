@@ -27,6 +27,7 @@ from lit_rlvr.callbacks import HFExport, PassCountsWriter, RolloutCallback
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.module import RLVRModule
 from lit_rlvr.plugins import load_plugins
+from lit_rlvr.strategies import FSDP2Strategy  # noqa: F401  (registers --trainer.strategy=fsdp2)
 
 TOOLS = ("cache", "demo-data", "report", "warmstart")
 # values that must agree: (source, target); a target is never set by the user (see _refuse_linked_targets)

@@ -53,6 +53,7 @@ from lit_rlvr.functional.losses import (
 from lit_rlvr.functional.metrics import mixed_reward_rows
 from lit_rlvr.metrics.panel import ValidationPanel
 from lit_rlvr.policy import LoraOptions, completion_logprobs, load_policy, shard_fsdp2
+from lit_rlvr.rewards.base import STATUSES
 from lit_rlvr.rewards.scorer import BatchScorer, check_reward_options, reward_table
 
 
@@ -296,10 +297,11 @@ class RLVRModule(LightningModule):
 
     def score(self, texts: list[str], rows: list[dict], prefix: str, with_answers: bool = False):
         """Score results from the batch scorer (with canonical answers for validation); logs each status's share."""
-        results = self.scorer.score(texts, rows, with_answers=with_answers)
-        for status, count in Counter(r.status for r in results).items():
-            self.log(f"{prefix}/reward_status/{status}", count / len(results), batch_size=len(results),
-                     add_dataloader_idx=False)  # the validation set's name is in the prefix
+        results = self.scorer.score(texts, rows, with_answers=with_answers) if rows else []
+        counts = Counter(r.status for r in results)
+        for status in STATUSES:  # every status, every batch: the same keys on every rank (synced means)
+            self.log(f"{prefix}/reward_status/{status}", counts[status] / max(len(results), 1), batch_size=max(len(results), 1),
+                     add_dataloader_idx=False, sync_dist=True)  # the validation set's name is in the prefix
         return results
 
     def advantages(self, data: dict[str, Tensor]) -> Tensor:
@@ -435,16 +437,19 @@ class RLVRModule(LightningModule):
         name, n = batch["set_name"], batch["n_samples"]
         if name not in self.val_panels:
             self.val_panels[name] = ValidationPanel(n, self.hparams.pass_k).to(self.device)
-        rows = [row for row in batch["rows"] for _ in range(n)]
-        results = self.score(rollouts.texts, rows, prefix=f"val/{name}", with_answers=True)  # (P·n,)
-        rewards = _rewards(results)
+        # padding prompts only keep the ranks in step (EvalShardSampler): generated, never counted
+        real = [p for p, pad in enumerate(batch.get("padding") or [False] * len(batch["rows"])) if not pad]
+        prompts = [batch["rows"][p] for p in real]
+        texts = [rollouts.texts[p * n : (p + 1) * n] for p in real]  # (P, n)
+        results = self.score([t for group in texts for t in group], [row for row in prompts for _ in range(n)],
+                             prefix=f"val/{name}", with_answers=True)  # fmt: skip
+        rewards = _rewards(results)  # (P·n,)
         correct = (rewards > 0.5).view(-1, n)  # (P, n)
-        P = len(batch["rows"])
-        ids = [row["id"] for row in batch["rows"]]
+        ids = [row["id"] for row in prompts]
         self.val_panels[name].update(
             correct,
-            answers=[[r.answer for r in results[p * n : (p + 1) * n]] for p in range(P)],
-            texts=[rollouts.texts[p * n : (p + 1) * n] for p in range(P)],
+            answers=[[r.answer for r in results[p * n : (p + 1) * n]] for p in range(len(prompts))],
+            texts=texts,
             rewards=rewards,
             base_solved=self._base_solved(name, ids),
         )

@@ -6,6 +6,8 @@ engines' weight-sync fingerprint, so all three agree on positions, padding and t
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,3 +151,33 @@ def _decoder_layers(policy: nn.Module) -> list[nn.Module]:
     if layers is None:
         raise ValueError(f"cannot find decoder layers to shard in {type(base).__name__} (expected .model.layers)")
     return list(layers)
+
+
+_GATHERED: set[int] = set()  # ids of FSDP1 roots whose full parameters are summoned right now
+
+
+@contextlib.contextmanager
+def gathered_parameters(trainer) -> Iterator[None]:
+    """Full (unflattened) policy parameters outside the training forward, under Lightning's FSDP1.
+
+    ``strategy="fsdp"`` wraps the LightningModule in one ``FullyShardedDataParallel`` whose
+    parameters are flat shards outside its forward; rollouts, weight syncs, the drift check and
+    the export run outside it, so they summon the full parameters (read-only) for their duration.
+    Re-entrant; a no-op for every other strategy (FSDP2 gathers per layer in its own forward).
+    Written against torch's FSDP1 API and not run by us: Lightning's FSDP refuses CPU.
+    """
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    strategy = getattr(trainer, "strategy", None) if trainer is not None else None
+    root = getattr(strategy, "model", None) if isinstance(strategy, FSDPStrategy) else None
+    if root is None or id(root) in _GATHERED:
+        yield
+        return
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    _GATHERED.add(id(root))
+    try:
+        with FullyShardedDataParallel.summon_full_params(root, writeback=False):
+            yield
+    finally:
+        _GATHERED.discard(id(root))

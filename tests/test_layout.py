@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlvr"
-CORE = {"registry", "plugins", "functional", "policy", "rewards", "metrics", "rollout", "cache", "data", "callbacks", "module"}
+CORE = {"registry", "plugins", "strategies", "functional", "policy", "rewards", "metrics", "rollout", "cache", "data", "callbacks", "module"}
 ALLOWED = {
     "registry": set(),
     "plugins": set(),
+    "strategies": set(),
     "functional": {"registry"},
     "policy": {"functional"},
     "rewards": {"registry", "plugins"},

@@ -25,7 +25,8 @@ from lit_rlvr.callbacks import RolloutCallback
 from lit_rlvr.rollout import SamplingParams
 
 SCRIPT = Path(__file__).parent / "scripts" / "vllm_fit.py"
-STRIDE = 2**32  # the rank seed stride of RolloutCallback
+STRIDE = 2**48  # the rank seed stride of RolloutCallback
+STEP = 2**20  # the step seed stride
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 _REFERENCE: dict[str, dict] = {}
 
@@ -76,7 +77,7 @@ def check_fit(results: list[dict], ref: dict, steps: int) -> None:
     for rank, r in enumerate(results):
         assert r["vllm"] == {"executor": "ExecutorWithExternalLauncher", "worker_rank": rank, "world": [0, 1],
                              "tp": [rank], "engine_seed": rank}  # unseeded requests differ by rank too
-        assert r["seeds"][:steps] == [rank * STRIDE + step for step in range(steps)]  # seed 0 + rank offset + step
+        assert r["seeds"][:steps] == [rank * STRIDE + step * STEP for step in range(steps)]  # seed 0 + rank offset + step offset
         assert len(r["steps"]) == steps and len(r["syncs"]) == steps + 1  # fit start + one per step
         for s in r["steps"]:
             assert s["rollout_prompt_ids"] == s["prompt_ids"] and len(s["completions"]) == 2 * 4
@@ -161,9 +162,13 @@ def test_a_rank_stuck_in_its_weight_sync_is_named_by_the_others_within_the_timeo
 
 
 def test_rank_seeds_are_distinct_and_rank_zero_samples_as_a_single_process():
+    from lit_rlvr.callbacks.rollout import _STEP_SEED_STRIDE
+
     params = SamplingParams(n=4, seed=7)
-    seeds = {(rank, step): RolloutCallback._with_seed(params, step, rank).seed for rank in range(4) for step in range(3)}
-    assert len(set(seeds.values())) == len(seeds)
-    assert [seeds[0, step] for step in range(3)] == [7, 8, 9]  # what one process has always used
-    assert seeds[3, 2] == 7 + 3 * STRIDE + 2
+    starts = {(rank, step): RolloutCallback._with_seed(params, step * _STEP_SEED_STRIDE, rank).seed for rank in range(4) for step in range(3)}
+    # an engine seeds row j of a call with start + j: 1,024-row calls never share a sample seed
+    rows = [start + j for start in starts.values() for j in range(1024)]
+    assert len(set(rows)) == len(rows)
+    assert [starts[0, step] for step in range(3)] == [7 + step * _STEP_SEED_STRIDE for step in range(3)]  # rank 0 = one process
+    assert starts[3, 2] == 7 + 3 * STRIDE + 2 * _STEP_SEED_STRIDE
     assert RolloutCallback._with_seed(SamplingParams(n=4), 5, 1).seed is None  # unseeded stays unseeded

@@ -10,9 +10,14 @@ by the verifiable reward, with per-token log π_ref stored. Departures from the 
   needs the untruncated π_ref(y).
 - The build is resumable and reproducible: prompts are processed in fixed shards, each engine
   call is seeded from the run seed and the ids of its prompts, and each finished shard is
-  written atomically (temporary file + rename) before the manifest lists it. A build that is
+  written atomically (temporary file + rename), then its manifest entry beside it
+  (``shard-XXXXX.safetensors.entry.json``), before the manifest lists it. A build that is
   killed at any point and started again skips finished shards and ends byte-identical to an
   uninterrupted one.
+- Several ranks (``rank``/``world_size``) build disjoint shards (shard ``s`` on rank
+  ``s mod world_size``) with the same per-call seeds, so an N-rank build is byte-identical to a
+  1-rank build; rank 0 assembles the final manifest from the entries once every rank finished
+  (:func:`finish_manifest`), and a rerun after any rank died resumes from the finished shards.
 """
 
 from __future__ import annotations
@@ -164,6 +169,8 @@ def build_reference_cache(
     logprob_batch_size: int = 16,
     correct_threshold: float = 1.0,
     progress: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> Path:
     """Sample, score and store π_ref completions for every prompt; resume a partial build in place.
 
@@ -184,7 +191,11 @@ def build_reference_cache(
             identity because batching changes the sampled streams).
         logprob_batch_size: completions per log-prob forward pass.
         correct_threshold: reward at or above which a sample counts as passed.
-        progress: show a tqdm progress bar.
+        progress: show a tqdm progress bar (rank 0).
+        rank: this process's rank of ``world_size`` building the cache together (each builds the
+            shards ``s`` with ``s % world_size == rank``).
+        world_size: ranks building the cache; with more than one, the manifest is only marked
+            complete by :func:`finish_manifest` on rank 0 after every rank has returned.
 
     Returns:
         The cache directory.
@@ -195,6 +206,8 @@ def build_reference_cache(
         raise ValueError("cannot build a reference cache from zero prompts")
     if prompts_per_shard < 1 or prompts_per_call < 1:
         raise ValueError(f"prompts_per_shard and prompts_per_call must be >= 1, got {prompts_per_shard}, {prompts_per_call}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.eval()
@@ -217,13 +230,17 @@ def build_reference_cache(
         "shards": [],
     }
     done = _resume_shards(out, manifest)
-    manifest["shards"] = sorted(done.values(), key=lambda e: e["file"])
-    write_json_atomic(out / MANIFEST, manifest)
+    if rank == 0:
+        manifest["shards"] = sorted(done.values(), key=lambda e: e["file"])
+        write_json_atomic(out / MANIFEST, manifest)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     num_shards = -(-len(rows) // prompts_per_shard)
-    finished_prompts = sum(e["num_prompts"] for e in done.values())
-    bar = tqdm(total=len(rows), initial=finished_prompts, desc="reference cache", unit="prompt", disable=not progress)
-    for s in range(num_shards):
+    mine = [s for s in range(num_shards) if s % world_size == rank]
+    finished_prompts = sum(e["num_prompts"] for e in done.values() if int(e["file"][6:11]) % world_size == rank)
+    total = sum(min(prompts_per_shard, len(rows) - s * prompts_per_shard) for s in mine)
+    bar = tqdm(total=total, initial=finished_prompts, desc=f"reference cache (rank {rank} of {world_size})" if world_size > 1
+               else "reference cache", unit="prompt", disable=not progress or rank != 0)  # fmt: skip
+    for s in mine:
         if shard_name(s) in done:
             continue
         lo, hi = s * prompts_per_shard, min((s + 1) * prompts_per_shard, len(rows))
@@ -244,13 +261,45 @@ def build_reference_cache(
             correct_threshold,
             shard["statuses"],
         )
+        write_json_atomic(out / _entry_name(entry["file"]), entry)  # the shard's own record of itself
         done[entry["file"]] = entry
-        manifest["shards"] = sorted(done.values(), key=lambda e: e["file"])
-        write_json_atomic(out / MANIFEST, manifest)
+        if rank == 0:  # progress visible in the manifest; other ranks' shards are found by their entries
+            manifest["shards"] = sorted(done.values(), key=lambda e: e["file"])
+            write_json_atomic(out / MANIFEST, manifest)
     bar.close()
+    if world_size == 1:
+        finish_manifest(out)
+    return out
+
+
+def finish_manifest(out_dir: str | Path) -> dict:
+    """Mark a build complete once every shard is there: list every verified shard and drop the entries.
+
+    Called by rank 0 after all ranks returned (or by a 1-rank build at its end).
+
+    Raises:
+        CacheCorruptError: a shard is missing (some rank did not finish), naming the first.
+    """
+    out = Path(out_dir)
+    manifest = json.loads((out / MANIFEST).read_text())
+    done = _resume_shards(out, manifest)
+    num_shards = -(-manifest["num_prompts"] // manifest["prompts_per_shard"])
+    missing = [shard_name(s) for s in range(num_shards) if shard_name(s) not in done]
+    if missing:
+        raise CacheCorruptError(
+            f"{out}: {len(missing)} of {num_shards} shards are not built (first: {missing[0]}); a rank did not "
+            "finish: run the same command again to resume"
+        )
+    manifest["shards"] = sorted(done.values(), key=lambda e: e["file"])
     manifest["complete"] = True
     write_json_atomic(out / MANIFEST, manifest)
-    return out
+    for s in range(num_shards):
+        (out / _entry_name(shard_name(s))).unlink(missing_ok=True)
+    return manifest
+
+
+def _entry_name(shard_file: str) -> str:
+    return shard_file + ".entry.json"
 
 
 def _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, params, seed, pad_id, logprob_batch_size, shard) -> None:
@@ -272,7 +321,8 @@ def _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, par
 
 
 def _resume_shards(out: Path, manifest: dict) -> dict[str, dict]:
-    """Finished shards of a previous build in ``out`` that are intact; raise if it built something else."""
+    """Finished shards of a previous build in ``out`` that are intact (listed in its manifest or
+    recorded by their entry files); raise if it built something else."""
     path = out / MANIFEST
     if not path.is_file():
         return {}
@@ -282,8 +332,15 @@ def _resume_shards(out: Path, manifest: dict) -> dict[str, dict]:
             f"{out} holds a reference cache built with different settings; use another directory or "
             "delete it. Differences:\n  " + "\n  ".join(diffs)
         )
+    entries = {e["file"]: e for e in old["shards"]}
+    for sidecar in sorted(out.glob("shard-*.safetensors.entry.json")):
+        try:
+            entry = json.loads(sidecar.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # half-written: the shard is redone
+        entries.setdefault(entry["file"], entry)
     done = {}
-    for entry in old["shards"]:
+    for entry in entries.values():
         try:
             verify_shard(out, entry)
         except CacheCorruptError as e:

@@ -13,6 +13,8 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from typing_extensions import override
 
+from lit_rlvr.policy import gathered_parameters
+
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
     """The unsharded state dict of an FSDP2-sharded ``model`` on CPU (all ranks must call it);
@@ -42,10 +44,11 @@ class HFExport(Callback):
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.dirpath is None:
             return
-        state = full_state_dict(pl_module.policy)  # a collective under FSDP2: every rank
-        if trainer.is_global_zero:
-            path = Path(self.dirpath)
-            path.mkdir(parents=True, exist_ok=True)
-            pl_module.policy.save_pretrained(path, **({"state_dict": state} if state is not None else {}))
-            pl_module.tokenizer.save_pretrained(path)
+        with gathered_parameters(trainer):  # FSDP1: full parameters on every rank
+            state = full_state_dict(pl_module.policy)  # a collective under FSDP2: every rank
+            if trainer.is_global_zero:
+                path = Path(self.dirpath)
+                path.mkdir(parents=True, exist_ok=True)
+                pl_module.policy.save_pretrained(path, **({"state_dict": state} if state is not None else {}))
+                pl_module.tokenizer.save_pretrained(path)
         trainer.strategy.barrier("lit_rlvr_export")

@@ -42,12 +42,16 @@ import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
-from lit_rlvr.policy import completion_logprobs
+from lit_rlvr.policy import completion_logprobs, gathered_parameters
 from lit_rlvr.rollout.engine import ENGINES, RolloutEngine, build_engine, fingerprint_error, logprob_drift, probe_sequence
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
-_VAL_SEED_OFFSET = 1_000_003
-_RANK_SEED_STRIDE = 2**32  # rank r samples from seeds [seed + r·2**32, ...): disjoint for < 2**32 rows and steps
+# Sampling seeds (an engine seeds each sample of a call from the call's seed: vLLM uses seed + row):
+# step s of rank r starts at seed + r·2**48 + s·2**20, so calls of up to 2**20 rows never share a
+# seed across steps or ranks; validation batches live in their own half, from seed + r·2**48 + 2**47.
+_STEP_SEED_STRIDE = 2**20
+_VAL_SEED_BASE = 2**47
+_RANK_SEED_STRIDE = 2**48
 _RANK_SKEW_S = 10.0  # a rank waits this long for the others beyond an operation's timeout (ranks start apart)
 
 T = TypeVar("T")
@@ -200,6 +204,10 @@ class RolloutCallback(Callback):
 
     def sync(self, pl_module: LightningModule) -> dict[str, float]:
         """Push the policy's weights to the engine and verify them; returns sync metrics."""
+        with gathered_parameters(pl_module._trainer):
+            return self._sync(pl_module)
+
+    def _sync(self, pl_module: LightningModule) -> dict[str, float]:
         # an engine sampling from the policy module itself is identical to it by construction:
         # comparing the module with itself would cost two forwards per step for a certain 0
         check = self.fingerprint and getattr(self.engine, "model", None) is not pl_module.policy
@@ -248,12 +256,13 @@ class RolloutCallback(Callback):
         metrics = {}
         if self._must_sync():
             metrics.update(self.sync(pl_module))
-        params = self._with_seed(self.train_sampling, trainer.global_step, self._rank)
-        rollouts, gen_metrics = self._generate(batch["prompt_ids"], params, "rollout")
-        batch["rollouts"] = rollouts
-        metrics.update(gen_metrics)
-        if self.drift_every_n_steps and trainer.global_step % self.drift_every_n_steps == 0:
-            metrics["rollout/drift"] = self.drift(pl_module, rollouts, params.temperature)
+        params = self._with_seed(self.train_sampling, trainer.global_step * _STEP_SEED_STRIDE, self._rank)
+        with gathered_parameters(trainer):  # FSDP1 only: the live HF engine samples the full policy
+            rollouts, gen_metrics = self._generate(batch["prompt_ids"], params, "rollout")
+            batch["rollouts"] = rollouts
+            metrics.update(gen_metrics)
+            if self.drift_every_n_steps and trainer.global_step % self.drift_every_n_steps == 0:
+                metrics["rollout/drift"] = self.drift(pl_module, rollouts, params.temperature)
         self.last_metrics = metrics
         self._log(pl_module, metrics, len(batch["prompt_ids"]), prog_bar_key="rollout/seconds")
 
@@ -273,9 +282,10 @@ class RolloutCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         n = int(batch.get("n_samples", self.train_sampling.n))
-        seed = batch_idx + dataloader_idx * 100_003 + _VAL_SEED_OFFSET
+        seed = _VAL_SEED_BASE + (dataloader_idx * 2**12 + batch_idx) * _STEP_SEED_STRIDE
         params = self._with_seed(SamplingParams(**{**self.val_sampling.__dict__, "n": n}), seed, self._rank)
-        rollouts, metrics = self._generate(batch["prompt_ids"], params, "val_rollout")
+        with gathered_parameters(trainer):
+            rollouts, metrics = self._generate(batch["prompt_ids"], params, "val_rollout")
         batch["rollouts"] = rollouts
         self._log(pl_module, metrics, len(batch["prompt_ids"]), sync_dist=True)  # epoch means across ranks
 

@@ -4,7 +4,7 @@ from lit_rlvr.data.adapters import ADAPTERS, BadRowError, LoadedRows, load_rows,
 from lit_rlvr.data.datamodule import DatasetSpec, PromptDataModule, ValSet
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
 from lit_rlvr.data.readers import BadRow, HFSource, read_records
-from lit_rlvr.data.samplers import BatchKey, PromptBatchSampler, anchor_batch_indices, epoch_order
+from lit_rlvr.data.samplers import BatchKey, EvalShardSampler, PromptBatchSampler, anchor_batch_indices, epoch_order
 
 __all__ = [
     "ADAPTERS",
@@ -12,6 +12,7 @@ __all__ = [
     "BadRowError",
     "BatchKey",
     "DatasetSpec",
+    "EvalShardSampler",
     "HFSource",
     "LoadedRows",
     "PromptBatchSampler",

@@ -6,7 +6,9 @@ Batches follow the library's contract:
   ``input_ids (A, L)``, ``attention_mask (A, L)``, ``response_mask (A, T)``,
   ``ref_logprobs (A, T)``, ``rewards (A,)``) when a reference cache is configured and D_pef has
   anchor samples;
-- validation (one dataloader per named set): ``{"rows", "prompt_ids", "set_name", "n_samples"}``.
+- validation (one dataloader per named set): ``{"rows", "prompt_ids", "padding", "set_name",
+  "n_samples"}``; each rank gets its share of the set (:class:`~lit_rlvr.data.samplers.EvalShardSampler`),
+  and ``padding[i]`` marks repeats that only keep the ranks in step (generated, never counted).
 
 With a cache, training prompts are D_exp (prompts the reference policy does not already solve
 ``perfect_threshold`` times of n) and each step's anchor batch holds cached correct π_ref samples
@@ -31,7 +33,7 @@ from typing_extensions import override
 from lit_rlvr.data.adapters import load_rows
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
 from lit_rlvr.data.readers import BadRow, HFSource
-from lit_rlvr.data.samplers import BatchKey, PromptBatchSampler, anchor_batch_indices
+from lit_rlvr.data.samplers import BatchKey, EvalShardSampler, PromptBatchSampler, anchor_batch_indices
 
 log = logging.getLogger(__name__)
 _POSITION = "_position"
@@ -141,11 +143,14 @@ class _TrainLoader(DataLoader):
 
 
 class _ValBatches(Dataset):
+    """Maps an :class:`EvalShardSampler` key ``(index, padding)`` to ``(row, prompt ids, padding)``."""
+
     def __init__(self, prepared: _Prepared):
         self.prepared = prepared
 
-    def __getitem__(self, i: int) -> tuple[dict, list[int]]:
-        return dict(self.prepared.rows[i]), list(self.prepared.prompt_ids[i])
+    def __getitem__(self, key: tuple[int, bool]) -> tuple[dict, list[int], bool]:
+        i, padding = key
+        return dict(self.prepared.rows[i]), list(self.prepared.prompt_ids[i]), padding
 
     def __len__(self) -> int:
         return len(self.prepared.rows)
@@ -156,10 +161,11 @@ class _ValCollate:
     set_name: str
     n_samples: int
 
-    def __call__(self, items: list[tuple[dict, list[int]]]) -> dict:
+    def __call__(self, items: list[tuple[dict, list[int], bool]]) -> dict:
         return {
-            "rows": [r for r, _ in items],
-            "prompt_ids": [p for _, p in items],
+            "rows": [r for r, _, _ in items],
+            "prompt_ids": [p for _, p, _ in items],
+            "padding": [pad for _, _, pad in items],
             "set_name": self.set_name,
             "n_samples": self.n_samples,
         }
@@ -377,11 +383,12 @@ class PromptDataModule(pl.LightningDataModule):
 
     @override
     def val_dataloader(self) -> list[DataLoader]:
+        world, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer is not None else (1, 0)
         return [
             DataLoader(
                 _ValBatches(self.val_sets[name]),
                 batch_size=self.val_batch_size,
-                shuffle=False,
+                sampler=EvalShardSampler(len(self.val_sets[name].rows), num_replicas=world, rank=rank),
                 collate_fn=_ValCollate(name, spec.n_samples),
             )
             for name, spec in zip(self.val_set_names, self.val_specs)

@@ -110,6 +110,36 @@ class PromptBatchSampler(DistributedSampler):
             yield BatchKey(epoch, step, tuple(indices[step * self.batch_size : (step + 1) * self.batch_size]))
 
 
+class EvalShardSampler(DistributedSampler):
+    """One rank's share of an evaluation set: items ``rank, rank + R, rank + 2R, …`` as ``(index, padding)``.
+
+    Every rank yields ``ceil(num_items / R)`` keys, so all ranks run the same number of
+    validation steps (generation and metric syncs are collectives under FSDP and with several
+    engines); the missing tail of a rank is filled with ``padding=True`` repeats of its own items,
+    which are generated but never counted. The union of the ranks' unpadded items is the whole set,
+    each item once, so synced metrics equal one process's over the same prompts. (Lightning leaves
+    a ``DistributedSampler`` subclass in place instead of injecting one that pads by duplication.)
+
+    Example:
+        >>> [list(EvalShardSampler(5, num_replicas=2, rank=r)) for r in range(2)]
+        [[(0, False), (2, False), (4, False)], [(1, False), (3, False), (1, True)]]
+    """
+
+    def __init__(self, num_items: int, num_replicas: int = 1, rank: int = 0):
+        if num_items < 1:
+            raise ValueError(f"an evaluation set needs at least one item, got {num_items}")
+        super().__init__(range(num_items), num_replicas=num_replicas, rank=rank, shuffle=False)
+        self.num_items = num_items
+
+    def __len__(self) -> int:
+        return -(-self.num_items // self.num_replicas)
+
+    def __iter__(self) -> Iterator[tuple[int, bool]]:
+        own = list(range(self.rank, self.num_items, self.num_replicas))  # empty when rank >= num_items
+        for j in range(len(self)):
+            yield (own[j], False) if j < len(own) else (own[0] if own else 0, True)
+
+
 @functools.lru_cache(maxsize=4)
 def _anchor_permutation(num_anchors: int, seed: int, cycle: int) -> np.ndarray:
     return np.random.default_rng([seed, cycle]).permutation(num_anchors)

@@ -83,20 +83,25 @@ class ValidationPanel(nn.Module):
         m["distinct_correct_answers"].update(answers, correct)
         m["distinct_completions"].update(texts)
         m["zero_variance_groups"].update(rewards, torch.arange(P).repeat_interleave(self.n))
-        if base_solved is not None and base_solved.any():
-            m["retention"].update(correct[base_solved.to(correct.device)])
+        solved = base_solved.to(correct.device) if base_solved is not None else torch.zeros(P, dtype=torch.bool)
+        m["retention"].update(correct[solved])  # possibly no prompt: every metric is updated on every rank
 
     def compute(self) -> dict[str, Tensor]:
-        """Every updated metric's value by logged name (``pass@k``, ``maj@k``, ``retention/pass@k``, …)."""
+        """Every metric's value by logged name (``pass@k``, ``maj@k``, ``retention/pass@k``, …).
+
+        Under several processes each metric syncs its sum states here, so every rank must call
+        this (it does: Lightning calls the validation epoch end on all ranks); values that no rank
+        measured (retention without base counts, a set with no prompts) are left out.
+        """
         out: dict[str, Tensor] = {}
         for key, metric in self.metrics.items():
             if not metric.update_called:
                 continue
             values = metric.compute()
-            if isinstance(values, dict):
-                out.update({f"{key}/{k}" if key == "retention" else k: v.float() for k, v in values.items()})
-            else:
-                out[key] = values.float()
+            values = values if isinstance(values, dict) else {key: values}
+            for k, v in values.items():
+                if not torch.isnan(v):
+                    out[f"{key}/{k}" if key == "retention" else k] = v.float()
         return out
 
     def reset(self) -> None:

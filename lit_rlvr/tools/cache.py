@@ -18,10 +18,21 @@ Example config (``lit-rlvr cache --config cache.yaml``)::
 
 Running the same command again after an interruption resumes the build; the end prints the
 pass-count histogram and |D_pef| / |D_exp|.
+
+Several processes build disjoint shards (each its own engine and reward scorer) and give the same
+cache as one process: ``lit-rlvr cache --config cache.yaml --devices 4`` starts 3 more processes
+itself (one device each: ``CUDA_VISIBLE_DEVICES`` per process on GPUs), or launch it with
+``torchrun --nproc-per-node 4 -m lit_rlvr.cli cache --config cache.yaml`` (or SLURM's ``srun``
+with ``RANK``/``WORLD_SIZE`` set) across nodes sharing the output directory. If a process dies,
+the others' finished shards are kept and the same command resumes.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentParser
@@ -53,6 +64,8 @@ def build_cache(
     correct_threshold: float = 1.0,
     perfect_threshold: int | None = None,
     progress: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> str:
     """Build the reference cache of ``data``'s training prompts under the initial policy ``model``.
 
@@ -79,16 +92,17 @@ def build_cache(
         correct_threshold: reward counted as a pass.
         perfect_threshold: pass count for D_pef in the printed summary (None = n).
         progress: show a progress bar.
+        rank: this process's rank among ``world_size`` building the cache (set by :func:`main`).
+        world_size: processes building the cache; rank 0 prints the summary once they all finished.
 
     Returns:
-        The printed summary.
+        The printed summary (empty on ranks other than 0, and on rank 0 of a multi-process build,
+        whose caller finishes the manifest first).
     """
     import torch
     from transformers import AutoModelForCausalLM
 
     from lit_rlvr.cache.builder import build_reference_cache
-    from lit_rlvr.cache.reader import ReferenceCache
-    from lit_rlvr.cache.split import summary
     from lit_rlvr.rewards import BatchScorer
     from lit_rlvr.rollout import ENGINES, build_engine
     from lit_rlvr.rollout.types import SamplingParams
@@ -109,11 +123,19 @@ def build_cache(
                 out, data.train_rows, data.train_prompt_ids, engine=rollout_engine, scorer=scorer, model=policy,
                 tokenizer=data.tokenizer, params=params, seed=seed, prompts_per_shard=prompts_per_shard,
                 prompts_per_call=prompts_per_call, logprob_batch_size=logprob_batch_size,
-                correct_threshold=correct_threshold, progress=progress,
+                correct_threshold=correct_threshold, progress=progress, rank=rank, world_size=world_size,
             )  # fmt: skip
     finally:
         if hasattr(rollout_engine, "close"):
             rollout_engine.close()
+    return print_summary(out, perfect_threshold) if world_size == 1 else ""
+
+
+def print_summary(out: str, perfect_threshold: int | None) -> str:
+    """Print (and return) the finished cache's pass-count summary."""
+    from lit_rlvr.cache.reader import ReferenceCache
+    from lit_rlvr.cache.split import summary
+
     with ReferenceCache(out) as cache:
         text = summary(cache, perfect_threshold)
     print(text)
@@ -126,15 +148,88 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--config", action=ActionConfigFile, help="YAML file with any of the options below")
     parser.add_argument("--imports", type=list[str], default=[], help="plug-in modules to import first (lit_rlvr.plugins)")
     parser.add_class_arguments(PromptDataModule, "data")
-    parser.add_function_arguments(build_cache, skip={"data"})
+    parser.add_function_arguments(build_cache, skip={"data", "rank", "world_size"})
+    parser.add_argument("--devices", type=int, default=1, help="processes building the cache (each one device); torchrun sets its own")
     return parser
 
 
 def main(argv: list[str] | None = None) -> str:
-    """Entry point of ``lit-rlvr cache``; returns the summary it printed."""
+    """Entry point of ``lit-rlvr cache``; returns the summary it printed (rank 0)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     cfg = parser.parse_args(argv)
+    rank, world_size, children = _launch(cfg.devices, argv)
     load_plugins(cfg.imports)
     init = parser.instantiate(cfg)
-    kwargs = {k: v for k, v in vars(init).items() if k not in ("config", "imports", "data", "__default_config__")}
-    return build_cache(init.data, **kwargs)
+    kwargs = {k: v for k, v in vars(init).items() if k not in ("config", "imports", "devices", "data", "__default_config__")}
+    try:
+        text = build_cache(init.data, **kwargs, rank=rank, world_size=world_size)
+    except BaseException:
+        for child in children:
+            child.kill()
+        raise
+    if world_size == 1:
+        return text
+    _wait_for_ranks(children, world_size)
+    if rank != 0:
+        return ""
+    from lit_rlvr.cache.builder import finish_manifest
+
+    finish_manifest(kwargs["out"])
+    return print_summary(kwargs["out"], kwargs["perfect_threshold"])
+
+
+def _launch(devices: int, argv: list[str]) -> tuple[int, int, list[subprocess.Popen]]:
+    """``(rank, world_size, children)``: from torchrun/SLURM's environment, or by starting ``devices - 1``
+    copies of this command (this process is rank 0)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched by torchrun, srun, or our own rank 0
+        rank = int(os.environ["RANK"])
+        _one_device(int(os.environ.get("LOCAL_RANK", rank)))
+        return rank, int(os.environ["WORLD_SIZE"]), []
+    if devices < 1:
+        raise ValueError(f"--devices must be >= 1, got {devices}")
+    if devices == 1:
+        return 0, 1, []
+    children = []
+    for r in range(1, devices):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(devices), LIT_RLVR_CACHE_SPAWNED="1")
+        children.append(subprocess.Popen([sys.executable, "-m", "lit_rlvr.cli", "cache", *argv], env=env))
+    _one_device(0)
+    return 0, devices, children
+
+
+def _one_device(local_rank: int) -> None:
+    """On a GPU machine, give this process its own device (before CUDA is initialised)."""
+    import torch
+
+    if torch.cuda.is_available() and "," in os.environ.get("CUDA_VISIBLE_DEVICES", ","):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        devices = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices[local_rank % len(devices)]
+
+
+def _wait_for_ranks(children: list[subprocess.Popen], world_size: int) -> None:
+    """Rank 0 of a self-launched build waits for its children; torchrun ranks meet at a barrier."""
+    if children:
+        while any(c.poll() is None for c in children):
+            time.sleep(0.2)
+            failed = [(r, c.returncode) for r, c in enumerate(children, 1) if c.returncode not in (None, 0)]
+            if failed:
+                for c in children:
+                    c.kill()
+                raise RuntimeError(
+                    f"reference cache build: rank {failed[0][0]} of {world_size} exited with code {failed[0][1]} "
+                    "(its log is above); the finished shards are kept: run the same command again to resume"
+                )
+        failed = [(r, c.returncode) for r, c in enumerate(children, 1) if c.returncode != 0]
+        if failed:
+            raise RuntimeError(
+                f"reference cache build: rank {failed[0][0]} of {world_size} exited with code {failed[0][1]}; "
+                "run the same command again to resume"
+            )
+    elif os.environ.get("LIT_RLVR_CACHE_SPAWNED") != "1":  # torchrun / srun: every rank meets rank 0
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")
+        dist.barrier()

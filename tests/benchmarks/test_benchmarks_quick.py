@@ -44,3 +44,17 @@ def test_overhead_quick_prints_all_three_ratios(tmp_path):
     for row in ("raw (direct calls)", "lit_rlvr (Trainer + callback)", "DPH-F (offline cache)", "RKL (online reference)"):
         assert f"| {row} |" in table
     assert "|D_pef|=" in table and "|D_pef|=0," not in table  # the easy prompts really became anchors
+
+
+@pytest.mark.timeout(180)
+def test_gpu_step_smoke_runs_the_gpu_check_script_on_cpu():
+    """`benchmarks/gpu_check.sh` runs gpu_step.py on a GPU; its logic is checked here with a tiny model."""
+    import json
+
+    proc = subprocess.run([sys.executable, "gpu_step.py", "--smoke"], capture_output=True, text=True, timeout=170,
+                          cwd=ROOT / "benchmarks")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["device"] == "cpu" and result["step_ms"] > 0 and result["rollout_tokens_per_s"] > 0
+    assert result["loss"] == result["loss"]  # finite
+    assert (ROOT / "benchmarks" / "gpu_check.sh").read_text().count("gpu_step.py --strategy") == 1
