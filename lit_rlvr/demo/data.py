@@ -6,8 +6,9 @@ and ``db_path`` for SQL; a relative ``db_path`` is resolved against the data fil
 
 | file | rows | reward | extras |
 |---|---|---|---|
-| ``countdown_train.jsonl`` | every training (digits, target) pair | ``countdown`` | ``digits``, ``n_solutions`` |
-| ``countdown_val.jsonl`` | the held-out pairs (~10 %, never trained on) | ``countdown`` | ``digits``, ``n_solutions`` |
+| ``countdown_train.jsonl`` | the training (digits, target) pairs RL trains on | ``countdown`` | ``digits``, ``n_solutions`` |
+| ``countdown_select.jsonl`` | every 10th training pair, left out of RL: the split on which settings are chosen | ``countdown`` | ``digits``, ``n_solutions`` |
+| ``countdown_val.jsonl`` | the held-out pairs (~10 %, never trained on, not used to choose anything) | ``countdown`` | ``digits``, ``n_solutions`` |
 | ``addition_val.jsonl`` | 200 two-digit additions, out of domain, never in RL nor warm start | ``math`` | ``a``, ``b`` |
 | ``sql_train.jsonl`` / ``sql_val.jsonl`` | SQL toy questions (80/20) | ``sql`` | ``db_path`` |
 | ``sql_toy.sqlite`` | the SQL toy's database | | |
@@ -114,6 +115,7 @@ def write_demo_data(
     addition_val_size: int = ADDITION_VAL_SIZE,
     addition_width: int = ADDITION_WIDTH,
     sql_holdout: float = 0.2,
+    select_every: int = 10,
 ) -> dict[str, Path]:
     """Write the demo's data files into ``out_dir`` (module docstring); idempotent.
 
@@ -124,16 +126,18 @@ def write_demo_data(
         addition_val_size: number of out-of-domain addition prompts.
         addition_width: digits per addition operand.
         sql_holdout: share of SQL toy questions in ``sql_val``.
+        select_every: every this-many-th training pair goes to ``countdown_select`` (left out of RL,
+            seen by the warm start like every training pair) instead of ``countdown_train``.
 
     Returns:
-        ``{"countdown_train", "countdown_val", "addition_val", "sql_train", "sql_val", "sql_db"}``
-        → the paths written.
+        ``{"countdown_train", "countdown_select", "countdown_val", "addition_val", "sql_train",
+        "sql_val", "sql_db"}`` → the paths written.
 
     Example:
         >>> import tempfile
         >>> paths = write_demo_data(tempfile.mkdtemp())
         >>> sorted(paths), sum(1 for _ in open(paths["countdown_val"]))
-        (['addition_val', 'countdown_train', 'countdown_val', 'sql_db', 'sql_train', 'sql_val'], 142)
+        (['addition_val', 'countdown_select', 'countdown_train', 'countdown_val', 'sql_db', 'sql_train', 'sql_val'], 142)
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -143,8 +147,10 @@ def write_demo_data(
         db = sql_toy.build_database(Path(tmp) / db_name, seed)
         paths = {"sql_db": _write_if_changed(out / db_name, db.read_bytes())}
     sql_train, sql_val = sql_toy.split_questions(seed, sql_holdout)
+    select = set(train[::select_every])
     paths |= {
-        "countdown_train": _write_jsonl(out / "countdown_train.jsonl", countdown_rows(train, seed)),
+        "countdown_train": _write_jsonl(out / "countdown_train.jsonl", countdown_rows([p for p in train if p not in select], seed)),
+        "countdown_select": _write_jsonl(out / "countdown_select.jsonl", countdown_rows(train[::select_every], seed)),
         "countdown_val": _write_jsonl(out / "countdown_val.jsonl", countdown_rows(val, seed)),
         "addition_val": _write_jsonl(
             out / "addition_val.jsonl",

@@ -99,6 +99,28 @@ def questions(seed: int = 0, num_rows: int = NUM_ROWS) -> list[dict]:
     return [{"id": f"sql_toy/{i:03d}", **q} for i, q in enumerate(out)]
 
 
+def equivalent_queries(gold: str) -> list[str]:
+    """Queries with the gold's result written differently: ``count(*)`` as ``count(id)``/``count(a)``/
+    ``count(b)`` (no NULLs in ``t``), and the comparison flipped (``a>3`` as ``3<a``).
+
+    They are the "many valid answers" of the SQL toy, as several expressions are of countdown.
+
+    Example:
+        >>> equivalent_queries("SELECT count(*) FROM t WHERE a>3;")[:3]
+        ['SELECT count(*) FROM t WHERE a>3;', 'SELECT count(*) FROM t WHERE 3<a;', 'SELECT count(id) FROM t WHERE a>3;']
+        >>> equivalent_queries("SELECT id FROM t WHERE g='x';")
+        ["SELECT id FROM t WHERE g='x';", "SELECT id FROM t WHERE 'x'=g;"]
+    """
+    head, predicate = gold.removesuffix(";").split(" WHERE ")
+    for op in OPERATORS:
+        if op in predicate:
+            left, right = predicate.split(op)
+            flipped = right + {"<": ">", ">": "<", "=": "="}[op] + left
+            break
+    heads = [head] + ([head.replace("count(*)", f"count({c})") for c in ("id", "a", "b")] if "count(*)" in head else [])
+    return [f"{h} WHERE {p};" for h in heads for p in (predicate, flipped)]
+
+
 def split_questions(seed: int = 0, holdout: float = 0.2) -> tuple[list[dict], list[dict]]:
     """Deterministic train / validation split of :func:`questions` (validation = ``holdout`` share).
 

@@ -40,6 +40,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
+from lit_rlvr.demo import sql_toy
 from lit_rlvr.demo.countdown import addition_completion, countdown_prompt, solutions, split_countdown
 from lit_rlvr.demo.data import ADDITION_WIDTH, DEMO_CHARS, addition_rows, addition_val_pairs, countdown_rows
 from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama, save_tiny_model
@@ -78,6 +79,18 @@ def addition_example(rng: random.Random, width: int, exclude: frozenset[tuple[in
             return {"prompt": row["prompt"], "answer": row["answer"]}, addition_completion(a, b, width)
 
 
+def sql_example(rng: random.Random, questions: list[dict]) -> tuple[dict, str]:
+    """A random SQL toy training question and a random query with its gold's result.
+
+    Example:
+        >>> row, completion = sql_example(random.Random(0), [{"prompt": "Q:count a>3;", "answer": "SELECT count(*) FROM t WHERE a>3;"}])
+        >>> row["prompt"], completion
+        ('Q:count a>3;', 'SELECT count(b) FROM t WHERE a>3;')
+    """
+    question = rng.choice(questions)
+    return {"prompt": question["prompt"], "answer": question["answer"]}, rng.choice(sql_toy.equivalent_queries(question["answer"]))
+
+
 def collate_examples(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, Tensor]:
     """Right-pad ``(prompt_ids, completion_ids)`` pairs; labels are the completion tokens only.
 
@@ -102,7 +115,7 @@ def collate_examples(examples: list[tuple[list[int], list[int]]], pad_id: int) -
 
 
 class _ExampleStream(IterableDataset):
-    """Endless batches of mixed countdown / addition examples (one RNG, so one worker)."""
+    """Endless batches of mixed countdown / SQL / addition examples (one RNG, so one worker)."""
 
     def __init__(self, data: WarmStartData):
         self.data = data
@@ -113,8 +126,11 @@ class _ExampleStream(IterableDataset):
         while True:
             examples = []
             for _ in range(d.batch_size):
-                if rng.random() < d.countdown_share:
+                draw = rng.random()  # one draw per example whatever the mix, so sql_share=0 keeps the old stream
+                if draw < d.countdown_share:
                     row, completion = countdown_example(rng, d.train_pairs)
+                elif draw < d.countdown_share + d.sql_share:
+                    row, completion = sql_example(rng, d.sql_train)
                 else:
                     row, completion = addition_example(rng, d.addition_width, d.addition_exclude)
                 examples.append((d.encode(row), d.encode_completion(completion)))
@@ -128,7 +144,9 @@ class WarmStartData(pl.LightningDataModule):
         tokenizer: the char-level tokenizer.
         prompt_format: how a row becomes prompt text; must match the RL run's.
         batch_size: examples per batch.
-        countdown_share: probability that an example is countdown (else addition).
+        countdown_share: probability that an example is countdown.
+        sql_share: probability that it is an SQL toy question (training split) answered by a
+            random query with the gold's result; the rest is addition.
         holdout: share of countdown pairs held out (never drawn), as in :func:`split_countdown`.
         addition_width: digits per addition operand.
         addition_val_size: number of held-out addition pairs (never drawn).
@@ -145,16 +163,18 @@ class WarmStartData(pl.LightningDataModule):
         addition_width: int = ADDITION_WIDTH,
         addition_val_size: int = 200,
         seed: int = 0,
+        sql_share: float = 0.0,
     ):
         super().__init__()
-        if not 0.0 <= countdown_share <= 1.0:
-            raise ValueError(f"countdown_share must be in [0, 1], got {countdown_share}")
+        if not (0.0 <= countdown_share <= 1.0 and 0.0 <= sql_share <= 1.0 - countdown_share):
+            raise ValueError(f"countdown_share and sql_share must be in [0, 1] with sum <= 1, got {countdown_share} and {sql_share}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.tokenizer = tokenizer
         self.prompt_format = prompt_format
         self.batch_size = batch_size
-        self.countdown_share = countdown_share
+        self.countdown_share, self.sql_share = countdown_share, sql_share
+        self.sql_train, self.sql_val = sql_toy.split_questions(seed)
         self.addition_width = addition_width
         self.seed = seed
         self.train_pairs, self.val_pairs = split_countdown(seed, holdout)
@@ -277,6 +297,7 @@ def warmstart(
     head_dim: int = 32,
     intermediate_size: int = 512,
     countdown_share: float = 0.5,
+    sql_share: float = 0.0,
     holdout: float = 0.1,
     addition_width: int = ADDITION_WIDTH,
     addition_val_size: int = 200,
@@ -294,7 +315,7 @@ def warmstart(
         seed: model init, data split and example stream.
         lr / batch_size / warmup_steps: optimisation.
         hidden_size / num_layers / num_heads / head_dim / intermediate_size: the Llama's size.
-        countdown_share / holdout / addition_width / addition_val_size: see :class:`WarmStartData`.
+        countdown_share / sql_share / holdout / addition_width / addition_val_size: see :class:`WarmStartData`.
         prompt_format: prompt construction, must match the RL run's ``PromptFormat``.
         threads: torch CPU threads.
         eval_samples: samples per prompt when measuring the base (0 skips measuring).
@@ -305,6 +326,8 @@ def warmstart(
     """
     out = Path(out_dir)
     settings = {k: v for k, v in locals().items() if k not in ("out_dir", "out", "progress_bar")}
+    if not sql_share:
+        del settings["sql_share"]  # bases warm-started before the SQL mix existed stay reusable
     settings["prompt_format"] = asdict(prompt_format)
     settings["chars"] = DEMO_CHARS
     info_path = out / INFO_FILE
@@ -318,7 +341,8 @@ def warmstart(
     pl.seed_everything(seed, verbose=False)
     tokenizer = build_char_tokenizer(DEMO_CHARS)
     model = build_tiny_llama(tokenizer, hidden_size, num_layers, num_heads, head_dim, intermediate_size, seed=seed)
-    data = WarmStartData(tokenizer, prompt_format, batch_size, countdown_share, holdout, addition_width, addition_val_size, seed)
+    data = WarmStartData(tokenizer, prompt_format, batch_size, countdown_share, holdout, addition_width, addition_val_size, seed,
+                         sql_share)  # fmt: skip
     module = WarmStartModule(model.train(), lr=lr, warmup_steps=warmup_steps, total_steps=steps)
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -354,6 +378,11 @@ def warmstart(
             "countdown_val": measure(model, tokenizer, val_rows, REWARDS["countdown"], eval_samples, ks, prompt_format, seed=seed),
             "addition_val": measure(model, tokenizer, add_rows, REWARDS["math"], eval_samples, ks, prompt_format, seed=seed),
         }
+        if sql_share:
+            db = str(sql_toy.build_database(out / "sql_toy.sqlite", seed))
+            sql_rows = [{**q, "db_path": db} for q in data.sql_val]
+            info["metrics"]["sql_val"] = measure(model, tokenizer, sql_rows, REWARDS["sql"], eval_samples, ks, prompt_format,
+                                                 max_new_tokens=40, seed=seed)  # fmt: skip
         info["eval_seconds"] = round(time.perf_counter() - t0, 1)
     info_path.write_text(json.dumps(info, indent=2) + "\n")  # written last: marks the warm start finished
     return out

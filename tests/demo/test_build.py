@@ -9,7 +9,7 @@ import pytest
 from lit_rlvr.demo.countdown import countdown_reward, solutions
 from lit_rlvr.demo.data import ADDITION_WIDTH, DEMO_CHARS, addition_val_pairs, read_rows, write_demo_data
 
-FILES = ("countdown_train", "countdown_val", "addition_val", "sql_train", "sql_val")
+FILES = ("countdown_train", "countdown_select", "countdown_val", "addition_val", "sql_train", "sql_val")
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +52,12 @@ def test_rows_are_well_formed(rows):
 
 
 def test_countdown_split_and_gold(rows):
-    train, val = rows["countdown_train"], rows["countdown_val"]
-    assert len(train) + len(val) == len(solutions()) and len(val) == 142
+    train, select, val = rows["countdown_train"], rows["countdown_select"], rows["countdown_val"]
+    assert len(train) + len(select) + len(val) == len(solutions()) and len(val) == 142 and len(select) == 128
     key = lambda r: ("".join(sorted(r["digits"])), int(r["answer"]))  # noqa: E731
-    assert not {key(r) for r in train} & {key(r) for r in val}
-    for r in train + val:
+    splits = [{key(r) for r in part} for part in (train, select, val)]
+    assert not (splits[0] & splits[1] or splits[0] & splits[2] or splits[1] & splits[2])  # disjoint
+    for r in train + select + val:
         assert r["prompt"] == f"C{r['digits']}={int(r['answer']):03d}:"
         exprs = solutions()[key(r)]
         assert r["n_solutions"] == len(exprs) >= 1
