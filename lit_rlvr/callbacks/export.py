@@ -134,7 +134,7 @@ def model_card(
         *front,
         f"# {Path(base_model).name}, RL with verifiable rewards (lit_rlvr)",
         "",
-        f"Trained from `{base_model}` for {step} optimizer steps with lit_rlvr (RL with verifiable rewards on "
+        f"Trained from `{base_model}` for {step} optimizer step{'s' * (step != 1)} with lit_rlvr (RL with verifiable rewards on "
         f"PyTorch Lightning); {what}.",
         "",
         "## Method",
