@@ -451,7 +451,7 @@ class RLVRModule(LightningModule):
             base_solved=self._base_solved(name, ids),
         )
         if batch_idx + 1 == self._num_val_batches(dataloader_idx):
-            self.log_panel(name, batch_size=P)  # logged inside its dataloader: listed under it, not under every set
+            self.log_panel(name)  # logged inside its dataloader: listed under it, not under every set
         return {"set": name, "ids": ids, "num_correct": correct.sum(-1).tolist()}
 
     def _num_val_batches(self, dataloader_idx: int) -> int | float:
@@ -469,7 +469,7 @@ class RLVRModule(LightningModule):
             return None
         return torch.tensor([counts.get(i, 0) > 0 for i in ids], dtype=torch.bool)
 
-    def log_panel(self, name: str, batch_size: int = 1) -> None:
+    def log_panel(self, name: str) -> None:
         """Log set ``name``'s panel as ``val/<name>/<metric>`` and reset it (nothing if it has no update).
 
         Called at the last batch of the set's dataloader, Lightning files the values under that
@@ -478,7 +478,8 @@ class RLVRModule(LightningModule):
         """
         panel = self.val_panels[name]
         values = {f"val/{name}/{k}": v for k, v in panel.compute().items()}  # synced across ranks by the sum states
-        self.log_dict(values, sync_dist=False, batch_size=batch_size, add_dataloader_idx=False)  # the name is in the key
+        # one value per epoch (its batch weight is moot); the set's name is in the key
+        self.log_dict(values, sync_dist=False, batch_size=1, add_dataloader_idx=False)
         panel.reset()
 
     @override

@@ -222,7 +222,8 @@ def load_logs(paths: list[str | Path]) -> dict[str, Series]:
     for given in map(Path, paths):
         if not given.exists():
             raise FileNotFoundError(f"lit-rlvr report: {given} does not exist")
-        files = sorted(f for f in given.rglob("*") if _log_kind(f) in ("csv", "events")) if given.is_dir() else [given]
+        found_in = (f for f in given.rglob("*") if f.name == "metrics.csv" or _log_kind(f) == "events")
+        files = sorted(found_in) if given.is_dir() else [given]
         if given.is_dir() and not files:
             raise ValueError(f"lit-rlvr report: no metrics.csv or {_EVENTS}* file under {given}")
         for f in files:
@@ -293,13 +294,14 @@ def curve_panels(runs: dict[str, Series]) -> list[list[Panel]]:
         for name, series in runs.items():
             p1, pk = series.get(f"val/{s}/pass@1"), series.get(f"val/{s}/pass@{k}")
             if p1:
-                passes[name] = [("pass@1", p1)] + ([(f"pass@{k}", pk)] if pk and k != 1 else [])
-            if p1 and pk:
+                passes[name] = [("pass@1", p1)] + ([(f"pass@{k}", pk)] if pk and k > 1 else [])
+            if p1 and pk and k > 1:
                 gap[name] = [("gap", {t: round(pk[t] - p1[t], 12) for t in sorted(p1.keys() & pk.keys())})]
             for lines, key in ((distinct, "distinct_correct_answers"), (zero_var, "zero_variance_groups")):
                 if series.get(f"val/{s}/{key}"):
                     lines[name] = [(key, series[f"val/{s}/{key}"])]
-        rows.append([Panel(f"{s}: pass@1 (—), pass@{k} (- -)", passes), Panel(f"{s}: pass@{k} − pass@1", gap),
+        title = f"{s}: pass@1 (—), pass@{k} (- -)" if k > 1 else f"{s}: pass@1"
+        rows.append([Panel(title, passes), Panel(f"{s}: pass@{k} − pass@1", gap, "no pass@k with k > 1 logged by every run"),
                      Panel(f"{s}: distinct correct answers", distinct), Panel(f"{s}: zero-variance share", zero_var)])  # fmt: skip
     if any(key.startswith("train/") for series in runs.values() for key in series):
         rows.append([Panel(title, {name: [(key, series[key])] for name, series in runs.items() if series.get(key)}, absent)

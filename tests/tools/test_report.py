@@ -78,6 +78,7 @@ def test_logs_of_every_kind_become_runs_named_after_their_folders(tmp_path):
     jsonl = tmp_path / "metrics.jsonl"
     jsonl.write_text("\n".join(json.dumps(r) for r in [
         {"step": 0, "label": "base", "val/a/pass@1": 0.3}, {"step": 5, "label": "base", "val/a/pass@1": 0.35}]) + "\n")  # fmt: skip
+    (tmp_path / "logs" / "prompts.csv").write_text("q,a\n1,2\n")  # in a folder only metrics.csv is a log
     runs = load_logs([tmp_path / "logs", TB_FILE.parent, jsonl])
     assert runs == {
         "dph_f": {"val/a/pass@1": {19: 0.5}},
@@ -97,12 +98,12 @@ def test_curve_panels_per_set_and_for_training():
         "dph_f": {"val/a/pass@1": {10: 0.25}, "val/a/pass@4": {10: 0.875}, "val/a/zero_variance_groups": {10: 0.5}},
     }  # fmt: skip
     rows = curve_panels(runs)
-    assert [row[0].title for row in rows] == ["a: pass@1 (—), pass@4 (- -)", "b: pass@1 (—), pass@1 (- -)", "training reward"]
+    assert [row[0].title for row in rows] == ["a: pass@1 (—), pass@4 (- -)", "b: pass@1", "training reward"]
     a = rows[0]
     assert a[0].lines["grpo"] == [("pass@1", {10: 0.25, 20: 0.5}), ("pass@4", {10: 0.75, 20: 0.625})]  # k both logged
     assert a[1].lines == {"grpo": [("gap", {10: 0.5, 20: 0.125})], "dph_f": [("gap", {10: 0.625})]}
     assert list(a[2].lines) == ["grpo"] and list(a[3].lines) == ["dph_f"]
-    assert rows[1][0].lines == {"grpo": [("pass@1", {20: 0.5})]}
+    assert rows[1][0].lines == {"grpo": [("pass@1", {20: 0.5})]} and not rows[1][1].lines  # no gap with k = 1 only
     training = {panel.title: panel for panel in rows[2]}
     assert training["training reward"].lines == {"grpo": [("train/reward", {1: 0.1, 2: 0.2})]}
     assert not training["mean token entropy"].lines and "recompute_old_logprobs" in training["mean token entropy"].absent
