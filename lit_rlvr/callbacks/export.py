@@ -53,27 +53,31 @@ class HFExport(Callback):
             return
         state = full_state_dict(pl_module.policy)  # a collective under FSDP2: every rank
         if trainer.is_global_zero:
-            from transformers import AutoTokenizer
-
             path = Path(self.dirpath)
             path.mkdir(parents=True, exist_ok=True)
             pl_module.policy.save_pretrained(path, **({"state_dict": state} if state is not None else {}))
             pl_module.tokenizer.save_pretrained(path)
-            # saved through from_pretrained: a padding_side set on the live object is not written
-            AutoTokenizer.from_pretrained(path, padding_side="left").save_pretrained(path)
-            hparams = dict(pl_module.hparams)
-            if getattr(pl_module, "advantage_name", hparams.get("advantage")) != hparams.get("advantage"):
-                hparams["advantage_at_end"] = pl_module.advantage_name  # switched by an AdvantageSchedule
-            card = model_card(
-                base_model=str(hparams.get("model") or pl_module.policy.name_or_path),
-                hparams=hparams,
-                metrics={k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1},
-                step=trainer.global_step,
-                config=_cli_config(trainer),
-                adapter=hparams.get("lora") is not None,
-            )
-            (path / "README.md").write_text(card)
+            self.finish(path, trainer, pl_module)
         trainer.strategy.barrier("lit_rlvr_export")
+
+    def finish(self, path: Path, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Make the saved tokenizer pad on the left and write the model card (rank 0)."""
+        from transformers import AutoTokenizer
+
+        # saved through from_pretrained: a padding_side set on the live object is not written
+        AutoTokenizer.from_pretrained(path, padding_side="left").save_pretrained(path)
+        hparams = dict(pl_module.hparams)
+        if getattr(pl_module, "advantage_name", hparams.get("advantage")) != hparams.get("advantage"):
+            hparams["advantage_at_end"] = pl_module.advantage_name  # switched by an AdvantageSchedule
+        card = model_card(
+            base_model=str(hparams.get("model") or pl_module.policy.name_or_path),
+            hparams=hparams,
+            metrics={k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1},
+            step=trainer.global_step,
+            config=_cli_config(trainer),
+            adapter=hparams.get("lora") is not None,
+        )
+        (path / "README.md").write_text(card)
 
 
 def model_card(
