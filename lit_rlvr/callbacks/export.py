@@ -20,8 +20,6 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from typing_extensions import override
 
-_PASS = re.compile(r"^val/(?P<set>[^/]+)/pass@(?P<k>\d+)$")
-
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
     """The unsharded state dict of an FSDP2-sharded ``model`` on CPU (all ranks must call it);
@@ -176,6 +174,9 @@ def _method_rows(hp: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("samples per prompt · temperature · max new tokens",
                      f"{hp['samples_per_prompt']} · {hp.get('temperature')} · {hp.get('max_new_tokens')}"))  # fmt: skip
     return rows
+
+
+_PASS = re.compile(r"^val/(?P<set>[^/]+)/pass@(?P<k>\d+)$")
 
 
 def _results(metrics: Mapping[str, float], step: int) -> list[str]:
