@@ -27,8 +27,9 @@ clean-venv:
 	rm -rf $(VENV)
 
 # ---------------------------------------------------------------------------- the CPU demo
-# Warm start (or reuse) → reference cache → validate the base → for each method: fit → validate
-# the exported policy → Pass@k table and PNG. GRPO shows the collapse, DPH-F the cure.
+# Warm start (or reuse) → reference cache → validate the base → for each method: fit (validating
+# every 30 steps, CSV logs in $(DEMO)/runs/logs/<method>) → validate the exported policy → Pass@k
+# table and PNG, and the curves over training. GRPO shows the collapse, DPH-F the cure.
 DEMO := artifacts/demo
 LIT := $(VENV)/bin/lit-rlvr
 DEMO_METHODS ?= grpo dph_f
@@ -48,3 +49,4 @@ demo: install
 			--model.model=$(DEMO)/runs/$$method/hf --model.retention_reference=$(DEMO)/base_pass_counts.json || exit 1; \
 	done
 	$(LIT) report $(DEMO)/metrics.jsonl --out $(DEMO)/passk.png
+	$(LIT) report --curves $(DEMO)/curves.png $(addprefix $(DEMO)/runs/logs/,$(DEMO_METHODS))

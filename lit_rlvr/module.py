@@ -413,17 +413,19 @@ class RLVRModule(LightningModule):
             self.log("train/loss", mean["loss"], prog_bar=True, batch_size=B)
         rewards = data["rewards"]
         lengths = torch.tensor([len(c) for c in rollouts.completion_ids], dtype=torch.float32)
-        self.log_dict(
-            {
-                "train/nonfinite_old_logprobs": nonfinite_count(data["old_logprobs"], data["response_mask"]).float(),
-                "train/reward": rewards.mean() if len(rewards) else torch.zeros(()),
-                "train/kept_rows": keep.float().mean(),
-                "train/response_length": lengths.mean(),
-                "train/truncated": torch.tensor([r == "length" for r in rollouts.finish_reasons]).float().mean(),
-            },
-            prog_bar=False,
-            batch_size=B,
-        )
+        shown = {  # on the progress bar
+            "train/reward": rewards.mean() if len(rewards) else torch.zeros(()),
+            "train/response_length": lengths.mean(),
+        }
+        self.log_dict(shown, prog_bar=True, batch_size=B)
+        stats = {
+            "train/nonfinite_old_logprobs": nonfinite_count(data["old_logprobs"], data["response_mask"]).float(),
+            "train/kept_rows": keep.float().mean(),
+            "train/truncated": torch.tensor([r == "length" for r in rollouts.finish_reasons]).float().mean(),
+        }
+        if "entropies" in data and len(data["entropies"]):  # computed for the step already: logging is free
+            stats["train/entropy"] = data["entropies"].mean()
+        self.log_dict(stats, batch_size=B)
 
     # ------------------------------------------------------------------ validation
     @override
@@ -453,7 +455,14 @@ class RLVRModule(LightningModule):
             rewards=rewards,
             base_solved=self._base_solved(name, ids),
         )
+        if batch_idx + 1 == self._num_val_batches(dataloader_idx):
+            self.log_panel(name)  # logged inside its dataloader: listed under it, not under every set
         return {"set": name, "ids": ids, "num_correct": correct.sum(-1).tolist()}
+
+    def _num_val_batches(self, dataloader_idx: int) -> int | float:
+        """Batches this validation runs on dataloader ``dataloader_idx`` (inf for a loader without a length)."""
+        trainer = self.trainer
+        return (trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches)[dataloader_idx]
 
     def _base_solved(self, set_name: str, ids: list[str]) -> Tensor | None:
         """``(P,)`` bool: prompts the base policy solved (None when no base counts are known)."""
@@ -465,12 +474,23 @@ class RLVRModule(LightningModule):
             return None
         return torch.tensor([counts.get(i, 0) > 0 for i in ids], dtype=torch.bool)
 
+    def log_panel(self, name: str) -> None:
+        """Log set ``name``'s panel as ``val/<name>/<metric>`` and reset it (nothing if it has no update).
+
+        Called at the last batch of the set's dataloader, Lightning files the values under that
+        dataloader (``trainer.validate`` returns them in that dataloader's dict); logged at
+        epoch end they would be listed under every dataloader.
+        """
+        panel = self.val_panels[name]
+        values = {f"val/{name}/{k}": v for k, v in panel.compute().items()}  # synced across ranks by the sum states
+        # one value per epoch (its batch weight is moot); the set's name is in the key
+        self.log_dict(values, sync_dist=False, batch_size=1, add_dataloader_idx=False)
+        panel.reset()
+
     @override
     def on_validation_epoch_end(self) -> None:
-        for name, panel in self.val_panels.items():
-            values = panel.compute()  # synced across ranks by the metrics' sum states
-            self.log_dict({f"val/{name}/{k}": v for k, v in values.items()}, sync_dist=False)
-            panel.reset()
+        for name in self.val_panels:  # sets whose dataloader has no length: their last batch was not known
+            self.log_panel(name)
 
     # ------------------------------------------------------------------ checkpoints
     @override

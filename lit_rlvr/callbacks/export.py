@@ -1,13 +1,20 @@
 """HFExport: save the trained policy (or its LoRA adapter) in Hugging Face format at the end of ``fit``.
 
 The export folder loads with ``AutoModelForCausalLM.from_pretrained`` / ``PeftModel`` and vLLM.
-Under FSDP2 every rank takes part in gathering the full state dict (a collective), streamed to
-CPU, and rank 0 writes it; the export is never the sharded local view.
+Its tokenizer pads on the left, as generation with a decoder-only model needs (transformers warns
+about right padding); lit_rlvr pads its own batches, so training never depended on the side. A
+model card (``README.md``, as on the Hub) names the base model, the method's settings, the last
+validation's pass@k and the ``lit-rlvr`` config. Under FSDP2 every rank takes part in gathering
+the full state dict (a collective), streamed to CPU, and rank 0 writes it; the export is never
+the sharded local view.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from lightning import Callback, LightningModule, Trainer
@@ -29,7 +36,7 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
 
 
 class HFExport(Callback):
-    """At the end of ``fit``, write ``pl_module.policy`` and ``pl_module.tokenizer`` to ``dirpath``.
+    """At the end of ``fit``, write ``pl_module.policy``, ``pl_module.tokenizer`` and a model card to ``dirpath``.
 
     A LoRA policy saves its adapter only (``adapter_config.json`` + weights), as peft does.
 
@@ -51,4 +58,153 @@ class HFExport(Callback):
                 path.mkdir(parents=True, exist_ok=True)
                 pl_module.policy.save_pretrained(path, **({"state_dict": state} if state is not None else {}))
                 pl_module.tokenizer.save_pretrained(path)
+                self.finish(path, trainer, pl_module)
         trainer.strategy.barrier("lit_rlvr_export")
+
+    def finish(self, path: Path, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Make the saved tokenizer pad on the left and write the model card (rank 0)."""
+        from transformers import AutoTokenizer
+
+        # saved through from_pretrained: a padding_side set on the live object is not written
+        AutoTokenizer.from_pretrained(path, padding_side="left").save_pretrained(path)
+        hparams = dict(pl_module.hparams)
+        if getattr(pl_module, "advantage_name", hparams.get("advantage")) != hparams.get("advantage"):
+            hparams["advantage_at_end"] = pl_module.advantage_name  # switched by an AdvantageSchedule
+        card = model_card(
+            base_model=str(hparams.get("model") or pl_module.policy.name_or_path),
+            hparams=hparams,
+            metrics={k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1},
+            step=trainer.global_step,
+            config=_cli_config(trainer),
+            adapter=hparams.get("lora") is not None,
+        )
+        (path / "README.md").write_text(card)
+
+
+def model_card(
+    base_model: str,
+    hparams: Mapping[str, Any],
+    metrics: Mapping[str, float],
+    step: int,
+    config: str | None = None,
+    adapter: bool = False,
+) -> str:
+    """A Hub-style model card (YAML front matter + markdown) for an exported policy.
+
+    Args:
+        base_model: the policy trained from (hub name or local path; only a hub name goes into
+            the front matter, where the Hub expects a repository id).
+        hparams: the module's hyper-parameters (those of :class:`~lit_rlvr.module.RLVRModule` are named).
+        metrics: logged values by name; ``val/<set>/pass@<k>`` and ``val/<set>/distinct_correct_answers``
+            fill the results table.
+        step: optimizer steps trained.
+        config: the ``lit-rlvr`` config text (None: not run through the CLI).
+        adapter: a LoRA adapter rather than full weights.
+
+    Example:
+        >>> card = model_card("Qwen/Qwen2.5-Math-1.5B", {"advantage": "grpo", "divergence": "forward_kl",
+        ...                   "divergence_coef": 1.0}, {"val/math500/pass@1": 0.5, "val/math500/pass@4": 0.75}, step=300)
+        >>> print(card.split("## Config")[0])  # doctest: +NORMALIZE_WHITESPACE
+        ---
+        base_model: Qwen/Qwen2.5-Math-1.5B
+        library_name: transformers
+        pipeline_tag: text-generation
+        tags: [lit_rlvr, rlvr, grpo, dph-rl]
+        ---
+        # Qwen2.5-Math-1.5B, RL with verifiable rewards (lit_rlvr)
+        <BLANKLINE>
+        Trained from `Qwen/Qwen2.5-Math-1.5B` for 300 optimizer steps with lit_rlvr (RL with verifiable rewards on PyTorch Lightning); full weights.
+        <BLANKLINE>
+        ## Method
+        <BLANKLINE>
+        | setting | value |
+        |---|---|
+        | advantage | `grpo` |
+        | f-divergence anchor to π_ref (DPH-RL) | `forward_kl`, η = 1.0 |
+        <BLANKLINE>
+        ## Final validation (step 300)
+        <BLANKLINE>
+        | set | pass@1 | pass@4 | distinct correct answers |
+        |---|---|---|---|
+        | math500 | 0.500 | 0.750 | – |
+        <BLANKLINE>
+    """
+    tags = ["lit_rlvr", "rlvr", str(hparams.get("advantage", ""))]
+    tags += ["dph-rl"] if hparams.get("divergence") and hparams.get("divergence_coef", 0) > 0 else []
+    hub_name = not Path(base_model).exists() and base_model.count("/") == 1
+    front = ["---", *([f"base_model: {base_model}"] if hub_name else []), f"library_name: {'peft' if adapter else 'transformers'}",
+             "pipeline_tag: text-generation", f"tags: [{', '.join(t for t in tags if t)}]", "---"]  # fmt: skip
+    what = "a LoRA adapter (load it with peft on the base model)" if adapter else "full weights"
+    lines = [
+        *front,
+        f"# {Path(base_model).name}, RL with verifiable rewards (lit_rlvr)",
+        "",
+        f"Trained from `{base_model}` for {step} optimizer step{'s' * (step != 1)} with lit_rlvr (RL with verifiable rewards on "
+        f"PyTorch Lightning); {what}.",
+        "",
+        "## Method",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        *[f"| {name} | {value} |" for name, value in _method_rows(hparams)],
+        "",
+        *_results(metrics, step),
+    ]
+    if config is not None:
+        lines += ["## Config", "", "<details><summary>the <code>lit-rlvr fit</code> config</summary>", "",
+                  "```yaml", config.rstrip(), "```", "", "</details>", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _method_rows(hp: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The method's settings present in ``hp``, as (name, markdown value)."""
+    rows = []
+    if "advantage" in hp:
+        rows.append(("advantage", f"`{hp['advantage']}`" + (f" {dict(hp['advantage_options'])}" if hp.get("advantage_options") else "")))
+    if "advantage_at_end" in hp:
+        rows.append(("advantage at the end (AdvantageSchedule)", f"`{hp['advantage_at_end']}`"))
+    if "loss_agg" in hp:
+        rows.append(("loss aggregation", f"`{hp['loss_agg']}`"))
+    if "clip_low" in hp:
+        rows.append(("clip ε_low / ε_high", f"{hp['clip_low']} / {hp.get('clip_high')}" + (f", dual clip {hp['dual_clip']}" if hp.get("dual_clip") else "")))
+    if hp.get("divergence") and hp.get("divergence_coef", 0) > 0:
+        options = f" {dict(hp['divergence_options'])}" if hp.get("divergence_options") else ""
+        level = f", {hp['divergence_level']} level" if "divergence_level" in hp else ""
+        rows.append(("f-divergence anchor to π_ref (DPH-RL)", f"`{hp['divergence']}`{options}, η = {hp['divergence_coef']}{level}"))
+    if hp.get("kl_coef", 0) > 0:
+        rows.append(("KL(π_θ‖π_ref) penalty", f"β = {hp['kl_coef']} ({hp.get('kl_estimator')})"))
+    if "samples_per_prompt" in hp:
+        rows.append(("samples per prompt · temperature · max new tokens",
+                     f"{hp['samples_per_prompt']} · {hp.get('temperature')} · {hp.get('max_new_tokens')}"))  # fmt: skip
+    return rows
+
+
+_PASS = re.compile(r"^val/(?P<set>[^/]+)/pass@(?P<k>\d+)$")
+
+
+def _results(metrics: Mapping[str, float], step: int) -> list[str]:
+    """The last validation's pass@k ladder per set (and distinct correct answers), as markdown lines."""
+    ladders: dict[str, dict[int, float]] = {}
+    for key, value in metrics.items():
+        if m := _PASS.match(key):
+            ladders.setdefault(m["set"], {})[int(m["k"])] = value
+    if not ladders:
+        return ["## Final validation", "", "No validation ran during training.", ""]
+    ks = sorted({k for ladder in ladders.values() for k in ladder})
+    lines = [f"## Final validation (step {step})", "",
+             "| set | " + " | ".join(f"pass@{k}" for k in ks) + " | distinct correct answers |", "|---" * (len(ks) + 2) + "|"]  # fmt: skip
+    for name, ladder in sorted(ladders.items()):
+        distinct = metrics.get(f"val/{name}/distinct_correct_answers")
+        cells = [f"{ladder[k]:.3f}" if k in ladder else "–" for k in ks] + [f"{distinct:.2f}" if distinct is not None else "–"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _cli_config(trainer: Trainer) -> str | None:
+    """The config ``lit-rlvr`` saved for this run (its SaveConfigCallback), None outside the CLI."""
+    from lightning.pytorch.cli import SaveConfigCallback
+
+    for callback in trainer.callbacks:
+        if isinstance(callback, SaveConfigCallback):
+            return callback.parser.dump(callback.config, skip_none=False)
+    return None

@@ -24,7 +24,7 @@ report within the operation's timeout (``sync_timeout_s``, ``generate_timeout_s`
 10 s is named as stuck. The fingerprint's trainer-side forward is a collective
 under FSDP2, so every rank scores the probe with its engine first, and all check together.
 
-Logged: ``rollout/seconds`` (progress bar), ``rollout/tokens_per_s``, ``rollout/mean_len``,
+Logged: ``rollout/seconds`` and ``rollout/tokens_per_s`` (progress bar), ``rollout/mean_len``,
 ``rollout/truncated`` (share of completions cut at ``max_new_tokens``), ``rollout/drift`` (mean
 |sampler − trainer log-prob|, :func:`~lit_rlvr.rollout.engine.logprob_drift`), and on syncs
 ``rollout/sync_seconds`` and ``rollout/fingerprint_err``.
@@ -264,7 +264,7 @@ class RolloutCallback(Callback):
             if self.drift_every_n_steps and trainer.global_step % self.drift_every_n_steps == 0:
                 metrics["rollout/drift"] = self.drift(pl_module, rollouts, params.temperature)
         self.last_metrics = metrics
-        self._log(pl_module, metrics, len(batch["prompt_ids"]), prog_bar_key="rollout/seconds")
+        self._log(pl_module, metrics, len(batch["prompt_ids"]), prog_bar=("rollout/seconds", "rollout/tokens_per_s"))
 
     @override
     def on_train_batch_end(
@@ -387,11 +387,11 @@ class RolloutCallback(Callback):
         pl_module: LightningModule,
         metrics: dict[str, float],
         batch_size: int,
-        prog_bar_key: str | None = None,
+        prog_bar: tuple[str, ...] = (),
         sync_dist: bool = False,
     ) -> None:
         for key, value in metrics.items():
-            pl_module.log(key, float(value), prog_bar=key == prog_bar_key, batch_size=batch_size, sync_dist=sync_dist)
+            pl_module.log(key, float(value), prog_bar=key in prog_bar, batch_size=batch_size, sync_dist=sync_dist)
 
 
 def _sum_or_none(*seconds: float | None) -> float | None:

@@ -90,8 +90,9 @@ class ValidationPanel(nn.Module):
         """Every metric's value by logged name (``pass@k``, ``maj@k``, ``retention/pass@k``, …).
 
         Under several processes each metric syncs its sum states here, so every rank must call
-        this (it does: Lightning calls the validation epoch end on all ranks); values that no rank
-        measured (retention without base counts, a set with no prompts) are left out.
+        this at the same point (RLVRModule does, at each set's last validation batch, which
+        EvalShardSampler makes the same batch on every rank); values that no rank measured
+        (retention without base counts, a set with no prompts) are left out.
         """
         out: dict[str, Tensor] = {}
         for key, metric in self.metrics.items():

@@ -1,23 +1,48 @@
-"""``lit-rlvr report``: a Pass@k table (markdown) and a PNG of pass@k curves from MetricsWriter files.
+"""``lit-rlvr report``: the Pass@k table of finished runs, and the curves of a run over training.
 
-    lit-rlvr report artifacts/demo/metrics.jsonl --out artifacts/demo/passk.png
+    lit-rlvr report artifacts/demo/metrics.jsonl --out artifacts/demo/passk.png     # table + pass@k against k
+    lit-rlvr report --curves artifacts/demo/curves.png artifacts/demo/runs/logs    # curves over steps
 
-Each label's last record is one run (e.g. ``base`` and ``dph_f``); each validation set is one
-panel (in-domain and out-of-domain).
+The table (and ``--out``, pass@k against k) reads MetricsWriter files: each label's last record
+is one run (e.g. ``base`` and ``dph_f``); each validation set is one panel (in-domain and
+out-of-domain).
+
+``--curves`` reads what a run logged: Lightning's ``CSVLogger`` (``metrics.csv``), its
+``TensorBoardLogger`` (``events.out.tfevents.*``, read here without tensorboard) and MetricsWriter
+files (``*.jsonl``, named explicitly). A folder is searched for CSV and TensorBoard logs; each
+folder holding logs is one run, named after its path below the folder given (or its own name).
+It draws, per validation set, pass@1 and pass@k over steps, the gap pass@k − pass@1 (what the
+diversity collapse closes), distinct correct answers and the zero-variance share, and the
+training reward, mean token entropy and response length: one PNG. The x axis is the step the
+loggers record (Lightning's: training batches that stepped the optimizer; MetricsWriter writes
+``trainer.global_step``, the same unless a batch takes several optimizer steps).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import re
+import struct
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 _PASS = re.compile(r"^val/(?P<set>[^/]+)/pass@(?P<k>\d+)$")
+_EVENTS = "events.out.tfevents."
+
+Series = dict[str, dict[int, float]]  # metric name → {step: value}
 
 
 def load_runs(path: str | Path) -> dict[str, dict[str, float]]:
     """``{label: metrics}`` keeping each label's last record (in file order)."""
-    runs: dict[str, dict[str, float]] = {}
+    return {label: records[-1] for label, records in _jsonl_records(path).items()}
+
+
+def _jsonl_records(path: str | Path) -> dict[str, list[dict]]:
+    """MetricsWriter records by label, in file order."""
+    runs: dict[str, list[dict]] = {}
     for line_no, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
             continue
@@ -25,7 +50,7 @@ def load_runs(path: str | Path) -> dict[str, dict[str, float]]:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{line_no}: not a JSON record ({err})") from err
-        runs[record.get("label", "run")] = record
+        runs.setdefault(record.get("label", "run"), []).append(record)
     return runs
 
 
@@ -73,11 +98,7 @@ def markdown_table(runs: dict[str, dict[str, float]]) -> str:
 
 def plot(runs: dict[str, dict[str, float]], out: str | Path) -> Path:
     """pass@k against k (log scale), one panel per validation set, one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     curves = {label: pass_curves(m) for label, m in runs.items()}
     sets = sorted({s for c in curves.values() for s in c})
     fig, axes = plt.subplots(1, max(len(sets), 1), figsize=(5 * max(len(sets), 1), 4), squeeze=False)
@@ -92,6 +113,242 @@ def plot(runs: dict[str, dict[str, float]], out: str | Path) -> Path:
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
         ax.legend()
+    return _save(fig, out)
+
+
+# ---------------------------------------------------------------------------------- run logs
+
+
+def read_csv_log(path: str | Path) -> Series:
+    """Every metric of a Lightning ``CSVLogger`` ``metrics.csv`` (one row per logging call, blanks elsewhere).
+
+    Example:
+        >>> import tempfile
+        >>> f = Path(tempfile.mkdtemp()) / "metrics.csv"
+        >>> _ = f.write_text("epoch,step,train/reward,val/a/pass@1\\n0,9,0.5,\\n0,9,,0.25\\n0,19,0.75,\\n")
+        >>> read_csv_log(f)
+        {'train/reward': {9: 0.5, 19: 0.75}, 'val/a/pass@1': {9: 0.25}}
+    """
+    series: Series = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            step = int(float(row.pop("step")))
+            row.pop("epoch", None)
+            for key, value in row.items():
+                if value not in ("", None):
+                    series.setdefault(key, {})[step] = float(value)
+    return series
+
+
+def read_event_file(path: str | Path) -> Series:
+    """The scalars (``simple_value``, as Lightning's TensorBoardLogger writes them) of a TensorBoard event file.
+
+    The file is a sequence of TFRecords (length, CRC, an ``Event`` protobuf, CRC); the few
+    protobuf fields a scalar needs are decoded here, so no tensorboard install is required. A
+    record cut short (a run still writing) ends the read.
+    """
+    series: Series = {}
+    data = Path(path).read_bytes()
+    for event in _tfrecords(data):
+        step, values = 0, []
+        for field, value in _proto_fields(event):
+            if field == 2:  # Event.step (int64)
+                step = value
+            elif field == 5:  # Event.summary
+                values += [v for f, v in _proto_fields(value) if f == 1]  # Summary.value
+        for raw in values:
+            fields = dict(_proto_fields(raw))  # Summary.Value: tag = 1, simple_value = 2 (float)
+            if 1 in fields and 2 in fields:
+                series.setdefault(fields[1].decode(), {})[step] = struct.unpack("<f", fields[2])[0]
+    return series
+
+
+def _tfrecords(data: bytes) -> Iterator[bytes]:
+    """The payloads of TFRecord framing: uint64 length, uint32 CRC, payload, uint32 CRC (CRCs not checked)."""
+    pos = 0
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, pos)
+        end = pos + 12 + length + 4
+        if end > len(data):
+            return
+        yield data[pos + 12 : pos + 12 + length]
+        pos = end
+
+
+def _proto_fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """``(field number, value)`` of a protobuf message: varints as int, other wire types as bytes."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            value, pos = buf[pos : pos + length], pos + length
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            value, pos = buf[pos : pos + size], pos + size
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire} (field {field})")
+        yield field, value
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = buf[pos]
+        value |= (byte & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _jsonl_series(path: str | Path) -> dict[str, Series]:
+    """MetricsWriter records as ``{label: series}`` (x = each record's ``step``)."""
+    runs: dict[str, Series] = {}
+    for label, records in _jsonl_records(path).items():
+        series = runs.setdefault(label, {})
+        for record in records:
+            for key, value in record.items():
+                if key not in ("step", "label"):
+                    series.setdefault(key, {})[int(record.get("step", 0))] = float(value)
+    return runs
+
+
+def load_logs(paths: list[str | Path]) -> dict[str, Series]:
+    """``{run: series}`` from log files and folders (searched for ``metrics.csv`` and event files)."""
+    runs: dict[str, Series] = {}
+    for given in map(Path, paths):
+        if not given.exists():
+            raise FileNotFoundError(f"lit-rlvr report: {given} does not exist")
+        found_in = (f for f in given.rglob("*") if f.name == "metrics.csv" or _log_kind(f) == "events")
+        files = sorted(found_in) if given.is_dir() else [given]
+        if given.is_dir() and not files:
+            raise ValueError(f"lit-rlvr report: no metrics.csv or {_EVENTS}* file under {given}")
+        for f in files:
+            kind = _log_kind(f)
+            if kind == "jsonl":
+                found = _jsonl_series(f)
+            elif kind is None:
+                raise ValueError(
+                    f"lit-rlvr report: {f} is not a log it reads; accepted: a CSVLogger metrics.csv, a TensorBoard "
+                    f"{_EVENTS}* file, a MetricsWriter .jsonl file, or a folder holding CSV/TensorBoard logs"
+                )
+            else:
+                name = str(f.parent.relative_to(given)) if given.is_dir() and f.parent != given else f.parent.name
+                found = {name: read_csv_log(f) if kind == "csv" else read_event_file(f)}
+            for name, series in found.items():
+                for key, points in series.items():
+                    runs.setdefault(name, {}).setdefault(key, {}).update(points)
+    return runs
+
+
+def _log_kind(path: Path) -> str | None:
+    if path.name.endswith(".csv") and path.is_file():
+        return "csv"
+    if path.name.startswith(_EVENTS) and path.is_file():
+        return "events"
+    return "jsonl" if path.suffix == ".jsonl" and path.is_file() else None
+
+
+# ---------------------------------------------------------------------------------- curves
+
+
+class Panel(NamedTuple):
+    """One axes of the curves figure."""
+
+    title: str
+    lines: dict[str, list[tuple[str, dict[int, float]]]]  # run → [(line, {step: value})]: the first solid, others dashed
+    absent: str = "not logged"  # shown when no run has a line
+
+
+_TRAIN_PANELS = (
+    ("train/reward", "training reward", "not logged"),
+    ("train/entropy", "mean token entropy", "not logged: the module logs it when the step computes it anyway "
+     "(model.recompute_old_logprobs, or an entropy-using advantage)"),
+    ("train/response_length", "response length (tokens)", "not logged"),
+)  # fmt: skip
+
+
+def curve_panels(runs: dict[str, Series]) -> list[list[Panel]]:
+    """The curves figure as rows of :class:`Panel`.
+
+    One row per validation set (pass@1 and pass@k, their gap, distinct correct answers,
+    zero-variance share; k is the largest budget every run logged for the set), then one row of
+    training curves (reward, token entropy, response length) when any run logged ``train/``.
+
+    Example:
+        >>> runs = {"grpo": {"val/a/pass@1": {10: 0.4, 20: 0.5}, "val/a/pass@4": {10: 0.6, 20: 0.6}}}
+        >>> [[panel.title for panel in row] for row in curve_panels(runs)]
+        [['a: pass@1 (—), pass@4 (- -)', 'a: pass@4 − pass@1', 'a: distinct correct answers', 'a: zero-variance share']]
+        >>> curve_panels(runs)[0][1].lines
+        {'grpo': [('gap', {10: 0.2, 20: 0.1})]}
+    """
+    sets = sorted({m["set"] for series in runs.values() for key in series if (m := _PASS.match(key))})
+    rows = []
+    for s in sets:
+        logged = [{int(m["k"]) for key in series if (m := _PASS.match(key)) and m["set"] == s} for series in runs.values()]
+        k = max(set.intersection(*[ks for ks in logged if ks]))
+        passes, gap, distinct, zero_var = {}, {}, {}, {}
+        for name, series in runs.items():
+            p1, pk = series.get(f"val/{s}/pass@1"), series.get(f"val/{s}/pass@{k}")
+            if p1:
+                passes[name] = [("pass@1", p1)] + ([(f"pass@{k}", pk)] if pk and k > 1 else [])
+            if p1 and pk and k > 1:
+                gap[name] = [("gap", {t: round(pk[t] - p1[t], 12) for t in sorted(p1.keys() & pk.keys())})]
+            for lines, key in ((distinct, "distinct_correct_answers"), (zero_var, "zero_variance_groups")):
+                if series.get(f"val/{s}/{key}"):
+                    lines[name] = [(key, series[f"val/{s}/{key}"])]
+        title = f"{s}: pass@1 (—), pass@{k} (- -)" if k > 1 else f"{s}: pass@1"
+        rows.append([Panel(title, passes), Panel(f"{s}: pass@{k} − pass@1", gap, "no pass@k with k > 1 logged by every run"),
+                     Panel(f"{s}: distinct correct answers", distinct), Panel(f"{s}: zero-variance share", zero_var)])  # fmt: skip
+    if any(key.startswith("train/") for series in runs.values() for key in series):
+        rows.append([Panel(title, {name: [(key, series[key])] for name, series in runs.items() if series.get(key)}, absent)
+                     for key, title, absent in _TRAIN_PANELS])  # fmt: skip
+    return rows
+
+
+def plot_curves(runs: dict[str, Series], out: str | Path) -> Path:
+    """Draw :func:`curve_panels` into one PNG, a colour per run."""
+    plt = _pyplot()
+    rows = curve_panels(runs)
+    if not rows:
+        raise ValueError("lit-rlvr report --curves: no val/<set>/pass@k and no train/ metric in the logs given")
+    ncols = max(len(r) for r in rows)
+    fig, axes = plt.subplots(len(rows), ncols, figsize=(4.2 * ncols, 3.2 * len(rows)), squeeze=False)
+    colours = {name: f"C{i}" for i, name in enumerate(runs)}
+    for row, ax_row in zip(rows, axes):
+        for panel, ax in zip(row, ax_row):
+            for name, lines in panel.lines.items():
+                for i, (_, points) in enumerate(lines):
+                    steps = sorted(points)
+                    ax.plot(steps, [points[t] for t in steps], marker="o", ms=3, color=colours[name],
+                            linestyle="-" if i == 0 else "--", label=name if i == 0 else None)  # fmt: skip
+            if panel.lines:
+                ax.legend(fontsize=7)
+            else:
+                ax.text(0.5, 0.5, textwrap.fill(panel.absent, 36), ha="center", va="center", fontsize=8, transform=ax.transAxes)
+            ax.set_title(panel.title, fontsize=9)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+        for ax in ax_row[len(row) :]:
+            ax.set_visible(False)
+    return _save(fig, out)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out: str | Path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -101,18 +358,31 @@ def plot(runs: dict[str, dict[str, float]], out: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> str:
-    """Print the table and write the PNG (``--out``)."""
+    """Print the table of the MetricsWriter files given and write the PNGs (``--out``, ``--curves``)."""
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser(prog="lit-rlvr report", description=__doc__)
-    parser.add_argument("metrics", type=str, help="a JSON-lines file written by MetricsWriter")
-    parser.add_argument("--out", type=str | None, default=None, help="PNG of the pass@k curves")
+    parser.add_argument("paths", nargs="+", help="MetricsWriter .jsonl files; with --curves also log folders and files")
+    parser.add_argument("--out", type=str | None, default=None, help="PNG of pass@k against k (the table's runs)")
+    parser.add_argument("--curves", type=str | None, default=None, help="PNG of the curves over training steps")
     args = parser.parse_args(argv)
-    runs = load_runs(args.metrics)
-    if not runs:
-        raise SystemExit(f"{args.metrics}: no records")
-    table = markdown_table(runs)
-    print(table)
+    jsonl = [p for p in args.paths if str(p).endswith(".jsonl")]
+    if args.curves is None and len(jsonl) < len(args.paths):
+        others = [p for p in args.paths if p not in jsonl]
+        raise SystemExit(f"lit-rlvr report: {others}: the table reads MetricsWriter .jsonl files; logs need --curves OUT.png")
+    runs = {label: record for path in jsonl for label, record in load_runs(path).items()}
+    if not runs and (args.curves is None or args.out):
+        raise SystemExit(f"lit-rlvr report: no records in {', '.join(jsonl) or 'no .jsonl file'} for the table/--out")
+    table = markdown_table(runs) if runs else ""
+    if table:
+        print(table)
     if args.out:
         print(f"plot: {plot(runs, args.out)}")
+    if args.curves:
+        logs = load_logs(args.paths)
+        for name, series in logs.items():
+            trained = any(key.startswith("train/") for key in series)
+            absent = [f"; {key} {note}" for key, _, note in _TRAIN_PANELS if trained and key not in series]
+            print(f"curves: {name}: {len(series)} metrics" + "".join(absent))
+        print(f"curves: {plot_curves(logs, args.curves)}")
     return table

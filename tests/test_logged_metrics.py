@@ -1,0 +1,131 @@
+"""What lit_rlvr logs: each validation set under its own dataloader, the progress bar, and the README's table.
+
+One tiny fit (two validation sets, KL, recomputed log-probs, drift every step) and one
+``trainer.validate``, recorded by a logger that keeps every name; plus one DPH-RL step on a batch
+with anchors (``train/pef``). The README's metric table must match those names both ways.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from lightning import Trainer
+from lightning.pytorch.loggers import Logger
+from torch.utils.data import DataLoader
+
+from lit_rlvr.callbacks import RolloutCallback
+from lit_rlvr.data import PromptDataModule
+from lit_rlvr.data.datamodule import DatasetSpec, ValSet
+from lit_rlvr.module import RLVRModule
+from lit_rlvr.rollout.types import Rollouts
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+PLACEHOLDERS = {"<set>": r"[^/]+", "<k>": r"\d+", "<status>": r"(ok|no_answer|timeout|rejected|error)"}
+LIGHTNING_KEYS = {"epoch"}
+
+
+class Names(Logger):
+    """A logger that keeps every metric name it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: set[str] = set()
+
+    name, version = "names", 0
+
+    def log_metrics(self, metrics, step=None):
+        self.names |= set(metrics)
+
+    def log_hyperparams(self, *args, **kwargs):
+        pass
+
+
+def prompts_file(path: Path, reward: str, n: int = 6) -> str:
+    path.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "x", "reward": reward}) + "\n"
+                            for i in range(n)))  # fmt: skip
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def fit_then_validate(tiny_model_dir, seven_reward, tmp_path_factory):
+    """A 2-step fit validating two sets at its end, then ``trainer.validate``: (logger names, trainer, outputs)."""
+    tmp = tmp_path_factory.mktemp("logged")
+    files = prompts_file(tmp / "p.jsonl", seven_reward)
+    reference = tmp / "base_counts.json"  # every prompt "solved by the base": retention is logged
+    reference.write_text(json.dumps({"a_val": {f"a_val/{i}": 1 for i in range(6)}}))
+    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"),
+                          val=[ValSet(files=files, name="a_val", n_samples=4), ValSet(files=files, name="b_val", n_samples=2)],
+                          batch_size=2, val_batch_size=4, seed=0)  # fmt: skip
+    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=6, kl_coef=0.1,
+                        recompute_old_logprobs=True, retention_reference=str(reference))  # fmt: skip
+    logger = Names()
+    trainer = Trainer(max_steps=2, accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=2, log_every_n_steps=1,
+                      callbacks=[RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=0, engine="hf", drift_every_n_steps=1)])  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    progress_bar = set(trainer.progress_bar_metrics)
+    outputs = trainer.validate(module, datamodule=dm, verbose=False)
+    return logger.names, progress_bar, outputs
+
+
+def dph_step_names(model_dir: Path, reward: str) -> set[str]:
+    """One DPH-RL step on a fixed batch with cached-anchor samples: the names it logs."""
+    module = RLVRModule(model=str(model_dir), samples_per_prompt=2, max_new_tokens=4, divergence="forward_kl",
+                        divergence_coef=1.0, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))  # fmt: skip
+    tok = module.tokenizer
+    prompt, texts = tok("C12=3:").input_ids, ["7", "12"]
+    completions = [tok(t).input_ids for t in texts]
+    rollouts = Rollouts([prompt], completions, [[-1.0] * len(c) for c in completions], ["stop", "stop"], n=2, texts=texts)
+    anchor = Rollouts([prompt], completions, [[0.0] * len(c) for c in completions], ["stop", "stop"], n=2).to_padded(tok.pad_token_id)
+    anchor = {k: anchor[k] for k in ("input_ids", "attention_mask", "response_mask")} | {"ref_logprobs": -torch.ones(anchor["response_mask"].shape)}
+    batch = {"rows": [{"id": "p", "prompt": "C12=3:", "answer": "", "reward": reward}], "prompt_ids": [prompt],
+             "rollouts": rollouts, "anchor": anchor}  # fmt: skip
+    logger = Names()
+    trainer = Trainer(max_steps=1, accelerator="cpu", logger=logger, log_every_n_steps=1, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(module, train_dataloaders=DataLoader([batch], batch_size=None, collate_fn=lambda b: b))
+    return logger.names
+
+
+def readme_metric_patterns() -> dict[str, re.Pattern]:
+    """``{documented name: regex}`` from the README's metric table (first column, back-quoted names)."""
+    text = README.read_text().split("<!-- metrics-table -->", 1)[1].strip()
+    rows = [line for line in text.split("\n\n", 1)[0].splitlines() if line.startswith("| `")]
+    names = [name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])]
+    patterns = {}
+    for name in names:
+        regex = re.escape(name)
+        for placeholder, part in PLACEHOLDERS.items():
+            regex = regex.replace(re.escape(placeholder), part)
+        patterns[name] = re.compile(regex + "$")
+    return patterns
+
+
+def test_each_validation_set_is_reported_once_under_its_own_dataloader(fit_then_validate):
+    _, _, (a, b) = fit_then_validate
+    assert {k.split("/")[1] for k in a if k.startswith("val/")} == {"a_val"}
+    assert {k.split("/")[1] for k in b if k.startswith("val/")} == {"b_val"}
+    assert {"val/a_val/pass@4", "val/a_val/reward_status/ok", "val/a_val/retention/pass@4", "val_rollout/seconds/dataloader_idx_0"} <= set(a)
+    assert {"val/b_val/pass@2", "val/b_val/reward_status/ok", "val_rollout/seconds/dataloader_idx_1"} <= set(b)
+    assert not {k for k in a if k.endswith("dataloader_idx_1")} and not {k for k in b if k.endswith("dataloader_idx_0")}
+
+
+def test_progress_bar_shows_reward_response_length_and_rollout_speed(fit_then_validate):
+    _, progress_bar, _ = fit_then_validate
+    assert {"train/loss", "train/reward", "train/response_length", "rollout/tokens_per_s", "rollout/seconds"} <= progress_bar
+
+
+def test_readme_metric_table_lists_exactly_the_logged_names(fit_then_validate, tiny_model_dir, seven_reward):
+    names, _, _ = fit_then_validate
+    names = names | dph_step_names(tiny_model_dir, seven_reward)
+    logged = {re.sub(r"/dataloader_idx_\d+$", "", n) for n in names} - LIGHTNING_KEYS
+    patterns = readme_metric_patterns()
+    assert len(patterns) > 30
+    undocumented = sorted(n for n in logged if not any(p.match(n) for p in patterns.values()))
+    assert not undocumented, f"logged but not in README.md's metric table: {undocumented}"
+    never_logged = sorted(doc for doc, p in patterns.items() if not any(p.match(n) for n in logged))
+    assert not never_logged, f"in README.md's metric table but not logged by the runs: {never_logged}"

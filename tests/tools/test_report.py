@@ -1,0 +1,152 @@
+"""``lit-rlvr report``: the Pass@k table, and curves over training from CSV, TensorBoard and MetricsWriter logs."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from lit_rlvr.tools.report import curve_panels, load_logs, main, read_event_file
+
+DATA = Path(__file__).parent / "data"
+# Written by Lightning's TensorBoardLogger with tensorboard 2.21 (hparams, a text summary, then
+# log_metrics: train/reward 0.25·step for steps 0–3, the val/a metrics at step 3); these are
+# the scalars tensorboard's own EventAccumulator reads from it.
+TB_FILE = DATA / "tensorboard_run" / "events.out.tfevents.lightning"
+TB_SCALARS = {
+    "hp_metric": {0: -1.0},
+    "train/reward": {0: 0.0, 1: 0.25, 2: 0.5, 3: 0.75},
+    "epoch": {0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0},
+    "val/a/pass@1": {3: 0.375},
+    "val/a/pass@4": {3: 0.625},
+    "val/a/zero_variance_groups": {3: 0.5},
+}
+
+
+def run_main(*args: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(list(args))
+    return out.getvalue()
+
+
+def csv_run(root: Path, name: str, points: dict[int, dict[str, float]]) -> Path:
+    """A metrics.csv written by Lightning's CSVLogger itself."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(root, name="", version=name)
+    for step, metrics in points.items():
+        logger.log_metrics(metrics, step=step)
+    logger.save()
+    return Path(logger.log_dir) / "metrics.csv"
+
+
+def test_event_file_reader_gives_what_tensorboard_reads_from_a_file_lightning_wrote():
+    assert read_event_file(TB_FILE) == TB_SCALARS  # the text summary (no simple_value) is skipped
+
+
+def test_a_cut_event_file_reads_up_to_its_last_whole_record(tmp_path):
+    cut = tmp_path / "events.out.tfevents.cut"
+    cut.write_bytes(TB_FILE.read_bytes()[:-3])  # a run still writing its last record
+    scalars = read_event_file(cut)
+    assert scalars["train/reward"] == TB_SCALARS["train/reward"] and "val/a/zero_variance_groups" not in scalars
+
+
+def test_event_file_reader_matches_tensorboard_on_a_fresh_file(tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed (the committed file covers the format)")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = TensorBoardLogger(tmp_path, name="", version="r")
+    for step in range(0, 50, 7):
+        logger.log_metrics({"train/loss": 1.0 / (step + 1), "val/s/pass@8": step / 49}, step=step)
+    logger.finalize("success")
+    acc = EventAccumulator(logger.log_dir)
+    acc.Reload()
+    expected = {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+    (events,) = Path(logger.log_dir).glob("events.out.tfevents.*")
+    assert read_event_file(events) == expected
+
+
+def test_logs_of_every_kind_become_runs_named_after_their_folders(tmp_path):
+    csv_run(tmp_path / "logs", "grpo", {9: {"train/reward": 0.5}, 19: {"train/reward": 0.75, "val/a/pass@1": 0.25}})
+    csv_run(tmp_path / "logs", "dph_f", {19: {"val/a/pass@1": 0.5}})
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in [
+        {"step": 0, "label": "base", "val/a/pass@1": 0.3}, {"step": 5, "label": "base", "val/a/pass@1": 0.35}]) + "\n")  # fmt: skip
+    (tmp_path / "logs" / "prompts.csv").write_text("q,a\n1,2\n")  # in a folder only metrics.csv is a log
+    runs = load_logs([tmp_path / "logs", TB_FILE.parent, jsonl])
+    assert runs == {
+        "dph_f": {"val/a/pass@1": {19: 0.5}},
+        "grpo": {"train/reward": {9: 0.5, 19: 0.75}, "val/a/pass@1": {19: 0.25}},
+        "tensorboard_run": TB_SCALARS,
+        "base": {"val/a/pass@1": {0: 0.3, 5: 0.35}},
+    }
+    assert load_logs([tmp_path / "logs" / "grpo"]) == {"grpo": runs["grpo"]}  # the run folder itself
+    assert load_logs([tmp_path / "logs" / "grpo" / "metrics.csv"]) == {"grpo": runs["grpo"]}
+
+
+def test_curve_panels_per_set_and_for_training():
+    runs = {
+        "grpo": {"val/a/pass@1": {10: 0.25, 20: 0.5}, "val/a/pass@4": {10: 0.75, 20: 0.625},
+                 "val/a/pass@8": {10: 0.875, 20: 0.75}, "val/a/distinct_correct_answers": {10: 2.0, 20: 1.0},
+                 "val/b/pass@1": {20: 0.5}, "train/reward": {1: 0.1, 2: 0.2}},
+        "dph_f": {"val/a/pass@1": {10: 0.25}, "val/a/pass@4": {10: 0.875}, "val/a/zero_variance_groups": {10: 0.5}},
+    }  # fmt: skip
+    rows = curve_panels(runs)
+    assert [row[0].title for row in rows] == ["a: pass@1 (—), pass@4 (- -)", "b: pass@1", "training reward"]
+    a = rows[0]
+    assert a[0].lines["grpo"] == [("pass@1", {10: 0.25, 20: 0.5}), ("pass@4", {10: 0.75, 20: 0.625})]  # k both logged
+    assert a[1].lines == {"grpo": [("gap", {10: 0.5, 20: 0.125})], "dph_f": [("gap", {10: 0.625})]}
+    assert list(a[2].lines) == ["grpo"] and list(a[3].lines) == ["dph_f"]
+    assert rows[1][0].lines == {"grpo": [("pass@1", {20: 0.5})]} and not rows[1][1].lines  # no gap with k = 1 only
+    training = {panel.title: panel for panel in rows[2]}
+    assert training["training reward"].lines == {"grpo": [("train/reward", {1: 0.1, 2: 0.2})]}
+    assert not training["mean token entropy"].lines and "recompute_old_logprobs" in training["mean token entropy"].absent
+
+
+def test_curves_cli_writes_one_png_and_says_what_is_not_logged(tmp_path):
+    csv_run(tmp_path / "logs", "grpo", {9: {"train/reward": 0.5, "train/response_length": 6.0},
+                                        19: {"val/a/pass@1": 0.25, "val/a/pass@4": 0.5}})  # fmt: skip
+    out = tmp_path / "png" / "curves.png"
+    printed = run_main("--curves", str(out), str(tmp_path / "logs"), str(TB_FILE))
+    assert f"curves: {out}" in printed
+    assert "curves: grpo: 4 metrics; train/entropy not logged" in printed
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", out.read_bytes()[16:24])
+    assert (width, height) == (1680, 640)  # 4 panels × (one set + training) at 100 dpi
+
+
+def test_table_mode_is_unchanged_and_the_modes_combine(tmp_path):
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in [
+        {"step": 0, "label": "base", "val/a/pass@1": 0.1}, {"step": 0, "label": "base", "val/a/pass@1": 0.25, "val/a/pass@2": 0.5}]))  # fmt: skip
+    printed = run_main(str(jsonl), "--out", str(tmp_path / "passk.png"))
+    assert printed.splitlines()[:3] == [
+        "| set | run | pass@1 | pass@2 | distinct correct | retention@max k |",
+        "|---|---|---|---|---|---|",
+        "| a | base | 0.250 | 0.500 | – | – |",
+    ]  # each label's last record
+    assert (tmp_path / "passk.png").is_file()
+    both = run_main(str(jsonl), str(TB_FILE.parent), "--curves", str(tmp_path / "c.png"))
+    assert "| a | base | 0.250 |" in both and (tmp_path / "c.png").is_file()
+
+
+def test_report_errors_name_the_path_and_what_is_accepted(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"notes.txt is not a log it reads; accepted: a CSVLogger metrics.csv"):
+        load_logs([tmp_path / "notes.txt"])
+    with pytest.raises(ValueError, match=r"no metrics.csv or events.out.tfevents.\* file under .*empty"):
+        load_logs([tmp_path / "empty"])
+    with pytest.raises(FileNotFoundError, match="missing does not exist"):
+        load_logs([tmp_path / "missing"])
+    with pytest.raises(SystemExit, match=r"the table reads MetricsWriter .jsonl files; logs need --curves OUT.png"):
+        main([str(TB_FILE.parent)])
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(SystemExit, match="no records in .*empty.jsonl"):
+        main([str(tmp_path / "empty.jsonl")])
