@@ -153,7 +153,7 @@ class Study:
     def validate(self, label: str, model: Path, seed: int, domain: str, counts: Path | None, out_counts: Path | None) -> None:
         """Validate ``model`` on the domain's sets (countdown: selection, held-out, addition; sql: sql_val, addition)."""
         extra = [f"--model.retention_reference={counts}"] if counts else [f"--pass_counts.path={out_counts}"]
-        self.lit("validate", *self.configs(domain), "--config", "configs/demo/record.yaml",
+        self.lit("validate", "--config", "configs/demo/base.yaml", "--config", "configs/demo/record.yaml", *self.configs(domain)[2:],
                  f"--trainer.callbacks.init_args.path={self.metrics}", f"--trainer.callbacks.init_args.label={label}",
                  f"--model.model={model}", f"--rollout.init_args.seed={1000 + seed}", "--trainer.enable_progress_bar=false",
                  *extra, log=label.replace("/", "_"))  # fmt: skip
@@ -197,7 +197,8 @@ class Study:
         seconds = self.lit("fit", *self.configs(job.domain, job.method), f"--model.model={base}", *cache,
                            f"--seed_everything={job.seed}", f"--data.seed={job.seed}", f"--rollout.init_args.seed={job.seed}",
                            f"--trainer.max_steps={job.steps}", f"--export.dirpath={out / 'hf'}", "--trainer.enable_progress_bar=false",
-                           f"--trainer.default_root_dir={out}", "--trainer.callbacks+=diversity_collapse.FitTimer",
+                           f"--trainer.default_root_dir={out}", "--trainer.logger=false", "--trainer.limit_val_batches=0",
+                           "--trainer.callbacks+=diversity_collapse.FitTimer",
                            f"--trainer.callbacks.init_args.path={timer}", *job.overrides, log=job.label.replace("/", "_"))  # fmt: skip
         self.validate(job.label, out / "hf", job.seed, job.domain, self.counts_path(job.base_seed, job.seed, job.domain), None)
         timing = {"label": job.label, "wall_seconds": round(seconds, 1), **json.loads(timer.read_text())}

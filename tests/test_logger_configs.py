@@ -14,7 +14,7 @@ import yaml
 from lit_rlvr.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-DEMO_METHODS = sorted(p.stem for p in (CONFIGS / "demo").glob("*.yaml") if p.stem not in ("base", "cache", "record", "warmstart"))
+DEMO_METHODS = sorted(p.stem for p in (CONFIGS / "demo").glob("*.yaml") if p.stem not in ("base", "cache", "record", "warmstart", "sql", "sql_cache", "study_sets"))
 
 
 def print_config(*args: str) -> dict:
