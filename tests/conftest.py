@@ -14,6 +14,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("LIT_RLVR_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
+@pytest.fixture(autouse=True)
+def _plugin_list_restored():
+    """A test that loads a plug-in must not send it to later tests' reward workers."""
+    from lit_rlvr import plugins
+
+    loaded = list(plugins._LOADED)
+    yield
+    plugins._LOADED[:] = loaded
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The read-only benchmark data (`../shared/data`); tests using it skip when it is absent."""

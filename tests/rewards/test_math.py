@@ -326,7 +326,8 @@ def test_adversarial_inputs_score_zero_within_deadline(name, where, extraction):
         worker.join(10)
         assert not worker.is_alive()
     assert out["result"].reward == 0.0
-    assert out["elapsed"] < 1.5, out
+    # the deadline is 1 s; the slack is for a loaded CI machine, a hang would take minutes
+    assert out["elapsed"] < 4.0, out
 
 
 # ----------------------------------------------------------------------------------------------

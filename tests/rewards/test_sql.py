@@ -262,7 +262,7 @@ def test_adversarial_sql_scores_zero_within_deadline_and_leaves_db_intact(db_cop
         assert result.status == "rejected", result
     elif "RECURSIVE c(x)" in sql or "singer s15" in sql or "n a, n b" in sql:
         assert result.status == "timeout", result
-    assert elapsed < 2.0, (elapsed, result)
+    assert elapsed < 4.0, (elapsed, result)  # deadline 0.5 s; slack for a loaded CI machine
     assert _sha256(db_copy) == before
 
 
