@@ -111,11 +111,12 @@ class RLVRModule(LightningModule):
             micro-batch is cropped to its longest row: it costs rows × (longest prompt + longest
             completion) tokens (rows × longest row when padding-free). A row longer than the
             budget is a micro-batch of its own. Also bounds every no-grad log-prob pass.
-        padding_free: ``auto`` (default: pack rows end to end where the attention does so
-            natively, i.e. flash-attention's varlen kernel), ``true`` (also with sdpa/eager, through
-            transformers' block-diagonal masks for packed position ids; exact, see
-            ``benchmarks/results/PERFORMANCE.md`` for the speed), ``false`` (always padded).
-            Checked on a probe once per model (:func:`lit_rlvr.policy.packs_sequences`).
+        padding_free: pack each micro-batch's rows end to end instead of padding them: ``auto``
+            (default: where measured faster, flash-attention's varlen kernel anywhere and sdpa on
+            CPU, through transformers' block-diagonal mask for packed position ids), ``true``
+            (wherever the attention keeps packed sequences apart, e.g. eager, sdpa on GPU),
+            ``false`` (always padded). Same log-probs; checked on a probe once per model
+            (:func:`lit_rlvr.policy.packs_sequences`).
         dynamic_sampling: drop groups whose rewards are all equal (DAPO).
         recompute_old_logprobs: use the trainer's log-probs at rollout time as old log-probs
             instead of the sampler's.

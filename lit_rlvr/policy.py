@@ -159,6 +159,15 @@ def _attention_kind(model: nn.Module) -> str | None:
     return "mask" if impl in ("sdpa", "eager", "flex_attention") else None
 
 
+def _packing_pays(model: nn.Module, kind: str | None) -> bool:
+    """``padding_free="auto"``: flash varlen anywhere, sdpa's block-diagonal mask on CPU (measured)."""
+    if kind == "varlen":
+        return True
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    impl = getattr(getattr(base, "config", None), "_attn_implementation", None)
+    return kind == "mask" and impl == "sdpa" and next(model.parameters()).device.type == "cpu"
+
+
 _PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> max |Δ log-prob| on the probe
 PADDING_FREE = ("auto", True, False)
 
@@ -166,12 +175,14 @@ PADDING_FREE = ("auto", True, False)
 def packs_sequences(model: nn.Module, padding_free: bool | str) -> bool:
     """Whether to use the padding-free forward for ``model`` under the ``padding_free`` option.
 
-    ``False``: never. ``"auto"``: where the attention packs natively (flash-attention's varlen
-    kernel: no padding and no mask at all); on CPU and with sdpa/eager the padded forward of
-    length-sorted micro-batches stays (``benchmarks/results/PERFORMANCE.md`` has the
-    measurement). ``True``: wherever the model keeps packed sequences apart. Both ``"auto"`` and
-    ``True`` first check that on a two-sequence probe (once per model): packed and separate
-    log-probs must agree.
+    ``False``: never. ``True``: wherever the model keeps packed sequences apart. ``"auto"``:
+    where that was measured to pay: flash-attention's varlen kernel (no padding, no mask) on any
+    device, and sdpa on CPU, where the block-diagonal mask of first-fit-decreasing bins computed
+    a ragged batch's forward + backward in 0.92x the CPU time of the best padded token budget
+    and 0.35x of one padded micro-batch (one preliminary measurement on a shared machine,
+    ``benchmarks/results/PERFORMANCE.md``); sdpa on GPU and
+    eager stay padded under ``"auto"`` (not measured). Both ``"auto"`` and ``True`` first check on
+    a two-sequence probe (once per model) that packed and separate log-probs agree.
 
     Raises:
         ValueError: ``padding_free`` is not one of ``"auto"``, ``True``, ``False``; or ``True``
@@ -180,7 +191,7 @@ def packs_sequences(model: nn.Module, padding_free: bool | str) -> bool:
     if padding_free not in PADDING_FREE or not isinstance(padding_free, (bool, str)):
         raise ValueError(f"model.padding_free must be 'auto', true or false, got {padding_free!r}")
     kind = _attention_kind(model)
-    if padding_free is False or (padding_free == "auto" and kind != "varlen"):
+    if padding_free is False or (padding_free == "auto" and not _packing_pays(model, kind)):
         return False
     if model not in _PACKS:
         _PACKS[model] = _probe_packing(model) if kind is not None else float("inf")

@@ -329,14 +329,15 @@ def forward_shapes(module: RLVRModule) -> list[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
-@pytest.mark.parametrize("tokens,rows", [(1, None), (30, None), (48, 3)])
-def test_token_budget_accumulation_gives_the_full_batch_update(tiny_model_dir, agg, tokens, rows):
-    """Length-sorted, cropped micro-batches under a token budget give the full-batch step in every mode
-    (Dr. GRPO's normaliser stays max_new_tokens = 8, never a micro-batch's crop length)."""
+@pytest.mark.parametrize("tokens,rows,padding_free", [(1, None, "auto"), (30, None, False), (30, None, "auto"), (48, 3, False)])
+def test_token_budget_accumulation_gives_the_full_batch_update(tiny_model_dir, agg, tokens, rows, padding_free):
+    """Length-sorted, cropped micro-batches under a token budget give the full-batch step in every mode,
+    padded or packed (Dr. GRPO's normaliser stays max_new_tokens = 8, never a micro-batch's crop length)."""
     results, shapes = [], []
     for budget, micro in ((None, None), (tokens, rows)):
         module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, loss_agg=agg,
-                            micro_batch_size=micro, micro_batch_tokens=budget, max_grad_norm=None, optimizer=sgd)  # fmt: skip
+                            micro_batch_size=micro, micro_batch_tokens=budget, padding_free=padding_free,
+                            max_grad_norm=None, optimizer=sgd)  # fmt: skip
         shapes.append(forward_shapes(module))
         results.append(one_step(module, fixed_batch(module.tokenizer, with_anchor=False)))
     for name in results[0]:
@@ -374,17 +375,19 @@ def test_padding_free_step_equals_the_padded_step(tiny_model_dir, attn):
         assert torch.allclose(results[0][name], results[1][name], atol=1e-5), name
 
 
-def test_no_grad_passes_follow_the_token_budget(tiny_model_dir):
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_no_grad_passes_follow_the_token_budget(tiny_model_dir, padding_free):
     """Old log-probs and the RKL reference pass run in the same budgeted micro-batches as training."""
     module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, kl_coef=0.1,
-                        recompute_old_logprobs=True, micro_batch_tokens=24, max_grad_norm=None, optimizer=sgd)  # fmt: skip
+                        recompute_old_logprobs=True, micro_batch_tokens=24, padding_free=padding_free,
+                        max_grad_norm=None, optimizer=sgd)  # fmt: skip
     module.on_fit_start()  # builds the frozen reference copy
     policy_shapes, reference_shapes = forward_shapes(module), []
     module._reference.model.register_forward_pre_hook(lambda mod, a, kw: reference_shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
     one_step(module, fixed_batch(module.tokenizer, with_anchor=False))
-    for shapes in (policy_shapes, reference_shapes):
+    for shapes in (policy_shapes, reference_shapes):  # packed: bins of rows, within the budget as well
         assert len(shapes) > 1 and all(b * L <= 24 or b == 1 for b, L in shapes)
-    assert sum(b for b, _ in reference_shapes) == 8
+    assert padding_free or sum(b for b, _ in reference_shapes) == 8
 
 
 def test_micro_batching_options_are_checked(tiny_model_dir):

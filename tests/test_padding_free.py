@@ -104,7 +104,8 @@ def test_micro_batched_forwards_are_length_sorted_cropped_and_within_budget():
 
 def test_packing_support_is_probed_and_refused_where_sequences_would_mix():
     model = tiny("sdpa")
-    assert packs_sequences(model, True) and not packs_sequences(model, "auto") and not packs_sequences(model, False)
+    assert packs_sequences(model, True) and packs_sequences(model, "auto") and not packs_sequences(model, False)
+    assert packs_sequences(tiny("eager"), True) and not packs_sequences(tiny("eager"), "auto")  # eager: not measured
 
     class Mixing(torch.nn.Module):  # claims sdpa but hides the packing from transformers' mask builder
         def __init__(self, inner):
@@ -128,6 +129,13 @@ def test_packing_support_is_probed_and_refused_where_sequences_would_mix():
         packs_sequences(model, "yes")
 
 
-def test_auto_packs_where_the_attention_packs_natively(monkeypatch):
+def test_auto_packs_flash_varlen_anywhere_and_sdpa_on_cpu_only(monkeypatch):
+    model = tiny("eager")
     monkeypatch.setattr(policy_mod, "_attention_kind", lambda model: "varlen")
-    assert packs_sequences(tiny("sdpa"), "auto")
+    assert packs_sequences(model, "auto")
+    monkeypatch.setattr(policy_mod, "_attention_kind", lambda model: "mask")
+    assert not policy_mod._packing_pays(model, "mask")
+    model.config._attn_implementation = "sdpa"
+    assert policy_mod._packing_pays(model, "mask")
+    monkeypatch.setattr(model, "parameters", lambda: iter([torch.nn.Parameter(torch.zeros(1, device="meta"))]))
+    assert not policy_mod._packing_pays(model, "mask")  # sdpa off CPU: padded under auto
