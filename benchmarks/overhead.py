@@ -35,15 +35,18 @@ from pathlib import Path
 import common  # benchmarks/common.py (run as a script from any directory)
 
 
-def raw_run(model_dir: Path, rows: list[dict], cfg: common.Workload) -> common.StepRun:
+def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload) -> common.StepRun:
     """The work of one GRPO step called directly (no Trainer, no callback, no logging).
 
-    The same micro-batches as ``RLVRModule``'s defaults: length-sorted, cropped, packed where
+    The same prompts in the same order (the same ``PromptDataModule``), the same sampling seeds
+    (seed + step, as the callback's), so the same completions as lit_rlvr's. The same micro-batches as ``RLVRModule``'s defaults: length-sorted, cropped, packed where
     ``padding_free="auto"`` packs (sdpa on CPU), losses weighted by ``aggregation_weight``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import DatasetSpec
     from lit_rlvr.functional.advantages import ADVANTAGES
     from lit_rlvr.functional.batching import aggregation_weight, crop_padding
     from lit_rlvr.functional.losses import policy_loss
@@ -57,13 +60,16 @@ def raw_run(model_dir: Path, rows: list[dict], cfg: common.Workload) -> common.S
     engine = HFEngine(policy, tok)
     scorer = BatchScorer(num_workers=0, timeout_s=10.0)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.0)
-    prompt_ids = [tok(r["prompt"] + "\n").input_ids for r in rows]
+    dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"),
+                          batch_size=cfg.prompts, seed=0)  # fmt: skip
+    dm.setup("fit")
+    batches = iter(dm.train_dataloader())
     batching = MicroBatching(padding_free="auto")
     packed = packs_sequences(policy, batching.padding_free)
     clock = common.StepClock()
     for step in range(1 + cfg.warmup + cfg.steps):
-        lo = (step * cfg.prompts) % len(rows)
-        batch_rows, batch_ids = rows[lo : lo + cfg.prompts], prompt_ids[lo : lo + cfg.prompts]
+        batch = next(batches)
+        batch_rows, batch_ids = batch["rows"], batch["prompt_ids"]
         params = SamplingParams(n=cfg.samples, temperature=1.0, max_new_tokens=cfg.new_tokens, seed=step)
         rollouts = engine.generate(batch_ids, params)
         scored = scorer.score(rollouts.texts, [r for r in batch_rows for _ in range(cfg.samples)])
@@ -82,6 +88,16 @@ def raw_run(model_dir: Path, rows: list[dict], cfg: common.Workload) -> common.S
         clock.tick([len(c) for c in rollouts.completion_ids])
     scorer.close()
     return clock.run(cfg.warmup)
+
+
+def raw_setup(model_dir: Path, prompts_file: str, work: common.Workload):
+    """The raw contender (in its worker process): one call = one run of the steps."""
+    return lambda: raw_run(model_dir, prompts_file, work)
+
+
+def lit_setup(model_dir: Path, prompts_file: str, shape: dict, options: dict):
+    """A lit_rlvr contender: ``options`` are :func:`common.lit_fit_times` keyword arguments."""
+    return lambda: common.lit_fit_times(model_dir, prompts_file, **shape, **options)
 
 
 def build_reference_cache(model_dir: Path, prompts_file: str, out: Path, cfg: common.Workload) -> dict[str, int]:
@@ -119,27 +135,28 @@ def main() -> None:
     no_drift = {"drift_every_n_steps": 0}
 
     runs = {
-        "raw (direct calls)": lambda: raw_run(model_dir, plain, work),
-        "lit_rlvr (Trainer + callback)": lambda: common.lit_fit_times(
-            model_dir, plain_file, **shape, callback_kwargs=no_drift),
-    }  # fmt: skip
+        "raw (direct calls)": (raw_setup, (model_dir, plain_file, work)),
+        "lit_rlvr (Trainer + callback)": (lit_setup, (model_dir, plain_file, shape, {"callback_kwargs": no_drift})),
+    }
     if with_dph:
         t0 = time.perf_counter()
         split = build_reference_cache(model_dir, prompts_file, dirs / "cache", work)
         cache_seconds = time.perf_counter() - t0
         print(f"reference cache built in {cache_seconds:.1f} s: {split}", flush=True)
+        dph = {"callback_kwargs": no_drift, "data_kwargs": {"cache": str(dirs / "cache")},
+               "module_kwargs": {"divergence": "forward_kl", "divergence_coef": cfg.eta}}  # fmt: skip
         runs |= {
-            "DPH-F (offline cache)": lambda: common.lit_fit_times(
-                model_dir, prompts_file, **shape, callback_kwargs=no_drift, data_kwargs={"cache": str(dirs / "cache")},
-                module_kwargs={"divergence": "forward_kl", "divergence_coef": cfg.eta}),
-            "RKL (online reference)": lambda: common.lit_fit_times(
-                model_dir, prompts_file, **shape, callback_kwargs=no_drift, module_kwargs={"kl_coef": cfg.eta}),
-        }  # fmt: skip
-    if cfg.only:
+            "DPH-F (offline cache)": (lit_setup, (model_dir, prompts_file, shape, dph)),
+            "RKL (online reference)": (lit_setup, (model_dir, prompts_file, shape,
+                                                   {"callback_kwargs": no_drift, "module_kwargs": {"kl_coef": cfg.eta}})),
+        }
+    if cfg.only:  # in this process, for a profiler
         keep = {"raw": "raw (direct calls)", "lit": "lit_rlvr (Trainer + callback)", "dph": "DPH-F (offline cache)",
                 "rkl": "RKL (online reference)"}[cfg.only]  # fmt: skip
-        runs = {keep: runs[keep]}
-    pooled = common.alternate(runs, work.rounds)
+        setup, args = runs[keep]
+        pooled = common.alternate({keep: setup(*args)}, work.rounds)
+    else:
+        pooled, _ = common.alternate_in_workers(runs, work.rounds, cfg.threads)
     load_after = common.load_average()
     med = {name: common.median_ms(run.times) for name, run in pooled.items()}
 
@@ -149,7 +166,7 @@ def main() -> None:
         "",
         f"Work per step: P={work.prompts} prompts × G={work.samples} samples × up to T={work.new_tokens} new tokens; "
         f"random Llama, {work.model.label()}; {work.rounds} alternated rounds × {work.steps} timed steps (first "
-        f"{1 + work.warmup} of each run dropped); all contenders alternate in one rotation, in one process.",
+        f"{1 + work.warmup} of each run dropped); all contenders alternate in one rotation, each in a process of its own.",
         f"{common.machine_line(cfg.threads)}. Load average (1/5/15 min) before: {load_before}; after: {load_after}.",
         "",
         "| contender | median step (ms) | p25–p75 (ms) | steps | ratio | generated lengths: mean ± sd [min–max] |",

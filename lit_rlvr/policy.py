@@ -93,9 +93,10 @@ def _packed_logprobs(model, input_ids, attention_mask, response_len, temperature
     varlen = _attention_kind(model) == "varlen"  # flash-attention's varlen path takes one packed row
     bins = pack_bins(n, capacity=None if varlen else int(n.max()))
     flat = input_ids[attention_mask.bool()]  # (N,) real tokens, row after row
-    packed, positions, dest = _pack(flat, n, bins, pad_id=0)
-    row_of = torch.arange(B, device=dev).repeat_interleave(n.to(dev))  # (N,) row of every real token
-    j = torch.arange(len(flat), device=dev) - (n.cumsum(0) - n).to(dev)[row_of]  # (N,) index in its row
+    n = n.to(dev)
+    row_of = torch.arange(B, device=dev).repeat_interleave(n)  # (N,) row of every real token
+    j = torch.arange(len(flat), device=dev) - (n.cumsum(0) - n)[row_of]  # (N,) index in its row
+    packed, positions, dest = _pack(flat, n, row_of, j, bins, pad_id=0)
     prompt = lengths[:, 0].to(dev)[row_of]  # (N,)
     target = (j >= prompt).nonzero().squeeze(-1)  # (Nc,) completion tokens; the token before predicts each
     W = packed.shape[1]
@@ -114,15 +115,15 @@ def _packed_logprobs(model, input_ids, attention_mask, response_len, temperature
     return lp, entropy
 
 
-def _pack(tokens: Tensor, n: Tensor, bins: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Lay rows of ``n`` tokens (``tokens``: row-major concatenation) end to end into ``bins``.
+def _pack(tokens: Tensor, n: Tensor, row_of: Tensor, j: Tensor, bins: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Lay rows of ``n (B,)`` tokens end to end into ``bins``.
 
-    Returns ``packed (nb, W)``, ``positions (nb, W)`` restarting at 0 for each row (the tail of a
-    bin is one more sequence of padding, so nothing attends to it) and ``dest (N,)``, the flat
-    slot of every token.
+    ``tokens (N,)`` is the row-major concatenation of the rows, ``row_of (N,)`` and ``j (N,)`` each
+    token's row and index in it. Returns ``packed (nb, W)``, ``positions (nb, W)`` restarting at 0
+    for each row (the tail of a bin is one more sequence, of padding, so nothing attends to it)
+    and ``dest (N,)``, the flat slot of every token.
     """
     dev = tokens.device
-    n = n.to(dev)
     bin_of = torch.empty_like(n)
     start = torch.empty_like(n)  # offset of each row inside its bin
     used = torch.zeros(len(bins), dtype=torch.long, device=dev)
@@ -132,8 +133,6 @@ def _pack(tokens: Tensor, n: Tensor, bins: list[Tensor], pad_id: int) -> tuple[T
         start[rows] = n[rows].cumsum(0) - n[rows]
         used[k] = n[rows].sum()
     W = max(int(used.max()), 1)
-    row_of = torch.arange(len(n), device=dev).repeat_interleave(n)
-    j = torch.arange(len(tokens), device=dev) - (n.cumsum(0) - n)[row_of]
     dest = bin_of[row_of] * W + start[row_of] + j
     cols = torch.arange(W, device=dev).repeat(len(bins))
     positions = (cols - used.repeat_interleave(W)).clamp(min=0)  # the tail: 0, 1, 2, ...
@@ -169,7 +168,12 @@ def _packing_pays(model: nn.Module, kind: str | None) -> bool:
 
 
 _PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> max |Δ log-prob| on the probe
-PADDING_FREE = ("auto", True, False)
+
+
+def check_padding_free(value) -> None:
+    """Raise ``ValueError`` unless ``value`` is ``"auto"``, ``True`` or ``False`` (not 1, not "true")."""
+    if not (value == "auto" or isinstance(value, bool)):
+        raise ValueError(f"model.padding_free must be 'auto', true or false, got {value!r}")
 
 
 def packs_sequences(model: nn.Module, padding_free: bool | str) -> bool:
@@ -188,8 +192,7 @@ def packs_sequences(model: nn.Module, padding_free: bool | str) -> bool:
         ValueError: ``padding_free`` is not one of ``"auto"``, ``True``, ``False``; or ``True``
             for a model whose attention does not keep packed sequences apart.
     """
-    if padding_free not in PADDING_FREE or not isinstance(padding_free, (bool, str)):
-        raise ValueError(f"model.padding_free must be 'auto', true or false, got {padding_free!r}")
+    check_padding_free(padding_free)
     kind = _attention_kind(model)
     if padding_free is False or (padding_free == "auto" and not _packing_pays(model, kind)):
         return False
