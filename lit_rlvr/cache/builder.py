@@ -5,7 +5,7 @@ training needs no reference model: for every prompt, n completions at temperatur
 by the verifiable reward, with per-token log π_ref stored. Departures from the released code:
 
 - The stored log-probs come from the policy's own forward pass (:func:`lit_rlvr.policy.
-  completion_logprobs`) at temperature 1.0 over the full vocabulary, not from the sampler: a
+  batched_completion_logprobs`) at temperature 1.0 over the full vocabulary, not from the sampler: a
   sampler may truncate (top-p/top-k) or run in another precision, and the divergence estimator
   needs the untruncated π_ref(y).
 - The build is resumable and reproducible: prompts are processed in fixed shards, each engine
@@ -48,7 +48,7 @@ from lit_rlvr.cache.format import (
     tokenizer_fingerprint,
     write_json_atomic,
 )
-from lit_rlvr.policy import completion_logprobs
+from lit_rlvr.policy import MicroBatching, batched_completion_logprobs
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -67,30 +67,36 @@ def call_seed(seed: int, ids: list[str]) -> int:
 
 @torch.no_grad()
 def reference_logprobs(
-    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, batch_size: int = 16
+    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, batch_size: int = 16,
+    max_tokens: int | None = None,
 ) -> list[np.ndarray]:
     """log π_ref of each completion token given its prompt, at temperature 1.0, in micro-batches.
+
+    Rows are grouped by length (at most ``batch_size`` rows and ``max_tokens`` tokens per forward,
+    :class:`~lit_rlvr.policy.MicroBatching`) and each forward is cropped to its longest row, so a
+    short completion is not padded to the longest of the call.
 
     Args:
         model: the policy (a transformers causal LM), in eval mode.
         prompts: B prompt token-id lists (one per completion).
         completions: B completion token-id lists.
         pad_id: padding token id.
-        batch_size: completions per forward pass.
+        batch_size: completions per forward pass at most.
+        max_tokens: tokens per forward pass at most, padding included (None = no budget).
 
     Returns:
         B float32 arrays, the i-th of length ``len(completions[i])``.
     """
+    if not completions:
+        return []
     device = next(model.parameters()).device
-    out: list[np.ndarray] = []
-    for s in range(0, len(completions), batch_size):
-        p, c = prompts[s : s + batch_size], completions[s : s + batch_size]
-        padded = Rollouts(p, c, [[0.0] * len(x) for x in c], ["stop"] * len(c), n=1).to_padded(pad_id)
-        logprobs, _ = completion_logprobs(
-            model, padded["input_ids"].to(device), padded["attention_mask"].to(device), padded["response_mask"].shape[1]
-        )  # (b, T)
-        out.extend(logprobs[i, : len(x)].float().cpu().numpy() for i, x in enumerate(c))
-    return out
+    padded = Rollouts(prompts, completions, [[0.0] * len(x) for x in completions], ["stop"] * len(completions), n=1).to_padded(pad_id)
+    logprobs, _ = batched_completion_logprobs(
+        model, padded["input_ids"].to(device), padded["attention_mask"].to(device), padded["response_mask"].shape[1],
+        batching=MicroBatching(max_rows=batch_size, max_tokens=max_tokens),
+    )  # (B, T)
+    logprobs = logprobs.float().cpu().numpy()
+    return [logprobs[i, : len(x)].copy() for i, x in enumerate(completions)]
 
 
 def _flat(lists: list, dtype) -> tuple[np.ndarray, np.ndarray]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -42,7 +43,7 @@ import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
-from lit_rlvr.policy import completion_logprobs, gathered_parameters
+from lit_rlvr.policy import MicroBatching, batched_completion_logprobs, gathered_parameters
 from lit_rlvr.rollout.engine import ENGINES, RolloutEngine, build_engine, fingerprint_error, logprob_drift, probe_sequence
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
@@ -84,7 +85,9 @@ class RolloutCallback(Callback):
         fingerprint_atol: tolerance of the check (default by policy dtype).
         drift_every_n_steps: compute drift every n steps (one no-grad forward over the
             rollouts, ~15% of a small model's step, hence sampled); 0 = never.
-        drift_micro_batch_size: rows per forward when computing drift.
+        drift_micro_batch_size: rows per forward when computing drift; the forwards also follow
+            the module's token budget and padding-free setting when it has them
+            (``pl_module.micro_batching``, :class:`~lit_rlvr.policy.MicroBatching`).
         generate_timeout_s / sync_timeout_s: fail instead of hanging (None = no limit; with
             several processes the ranks then wait for each other up to torch's default
             process-group timeout, 30 min).
@@ -334,29 +337,33 @@ class RolloutCallback(Callback):
 
     @torch.no_grad()
     def drift(self, pl_module: LightningModule, rollouts: Rollouts, temperature: float) -> float:
-        """Mean |sampler − trainer log-prob| over the rollouts' completion tokens."""
+        """Mean |sampler − trainer log-prob| over the rollouts' completion tokens.
+
+        The trainer's log-probs come from length-sorted micro-batches of at most
+        ``drift_micro_batch_size`` rows (and the module's token budget), each cropped to its
+        longest row, so short completions are not padded to the batch's longest one.
+        """
         policy = pl_module.policy
         pad_id = pl_module.tokenizer.pad_token_id
         padded = rollouts.to_padded(pad_id if pad_id is not None else 0)
         T = padded["response_mask"].shape[1]
         device = next(policy.parameters()).device
+        module = getattr(pl_module, "micro_batching", None) or MicroBatching()
+        batching = replace(module, max_rows=min(self.drift_micro_batch_size, module.max_rows or self.drift_micro_batch_size))
         was_training = policy.training
         policy.eval()
         try:
-            chunks = []
-            for i in range(0, padded["input_ids"].shape[0], self.drift_micro_batch_size):
-                sl = slice(i, i + self.drift_micro_batch_size)
-                lp, _ = completion_logprobs(
-                    policy,
-                    padded["input_ids"][sl].to(device),
-                    padded["attention_mask"][sl].to(device),
-                    T,
-                    temperature=temperature if temperature > 0 else 1.0,  # greedy: temperature-1 log-probs
-                )
-                chunks.append(lp.float().cpu())
+            lp, _ = batched_completion_logprobs(
+                policy,
+                padded["input_ids"].to(device),
+                padded["attention_mask"].to(device),
+                T,
+                temperature=temperature if temperature > 0 else 1.0,  # greedy: temperature-1 log-probs
+                batching=batching,
+            )
         finally:
             policy.train(was_training)
-        return logprob_drift(padded["old_logprobs"], torch.cat(chunks), padded["response_mask"]).item()
+        return logprob_drift(padded["old_logprobs"], lp.float().cpu(), padded["response_mask"]).item()
 
     @staticmethod
     def _with_seed(params: SamplingParams, offset: int, rank: int = 0) -> SamplingParams:

@@ -194,8 +194,10 @@ def decode_fast(
     the processed distribution, and samples with :func:`sample_next`, which consumes the global
     RNG exactly as ``generate`` does. A row stops at an EOS id, at a completed stop string or at
     ``max_new_tokens``; finished rows leave the batch and its KV cache (``drop_finished``), or,
-    for caches that cannot drop rows, stay in it fed with ``pad_id``. Rows leave in bulk, once a
-    quarter of the batch has finished, so the cache is copied O(log B) times, not once per row.
+    for caches that cannot drop rows, stay in it fed with ``pad_id``. Rows leave in bulk, once an
+    eighth of the batch has finished, so the cache is copied O(log B) times, not once per row,
+    and at most an eighth of a step's rows are finished ones (a quarter computed ~10% dead
+    row-steps on ragged 256-token completions, an eighth ~3%; a copy costs ~1 ms per layer).
 
     Args:
         model: a decoder-only transformers causal LM (possibly PEFT-wrapped) whose forward takes
@@ -257,7 +259,7 @@ def decode_fast(
         t += 1
         if t == T or not live.any():
             return tokens[:, :t], logprobs[:, :t], stop_len
-        if drop and 4 * int(live.sum()) <= 3 * live.numel():  # a quarter finished: copying the cache pays
+        if drop and 8 * int(live.sum()) <= 7 * live.numel():  # an eighth finished: copying the cache pays
             keep = live.nonzero().squeeze(-1)
             cache.batch_select_indices(keep)
             rows, live, tok, mask, pos = rows[keep], live[keep], tok[keep], mask[keep], pos[keep]

@@ -1,8 +1,8 @@
 """The benchmark scripts' ``--quick`` runs: they finish, write their table and end with the headline.
 
 Never timed assertions: only that each script runs end to end and prints a parseable headline
-(the numbers themselves are recorded in ``benchmarks/results/PERFORMANCE.md``). ``step_time.py``
-(TRL, ~25 s) is left to manual runs to keep the suite fast.
+(the numbers themselves are recorded in ``benchmarks/results/PERFORMANCE.md``). ``step_time.py
+--quick`` (TRL and lit_rlvr, each in a worker process of its own, ~45 s) is marked slow.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_quick(script: str, out: Path) -> list[str]:
+def run_quick(script: str, out: Path, *args: str) -> list[str]:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(out)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(out), *args],
+        capture_output=True, text=True, timeout=150, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()
@@ -58,3 +58,25 @@ def test_gpu_step_smoke_runs_the_gpu_check_script_on_cpu():
     assert result["device"] == "cpu" and result["step_ms"] > 0 and result["rollout_tokens_per_s"] > 0
     assert result["loss"] == result["loss"]  # finite
     assert (ROOT / "benchmarks" / "gpu_check.sh").read_text().count("gpu_step.py --strategy") == 1
+
+
+@pytest.mark.timeout(120)
+def test_overhead_quick_on_the_ragged_workload_reports_lengths(tmp_path):
+    lines = run_quick("overhead.py", tmp_path / "r.md", "--workload", "ragged")
+    assert re.fullmatch(r"overhead_ratio=\d+\.\d{3}", lines[-1])
+    table = (tmp_path / "r.md").read_text()
+    assert "ragged workload" in table and "DPH-F" not in table
+    assert re.search(r"\| raw \(direct calls\) \|.*\| \d+ ± \d+ \[\d+–\d+\], n=\d+ \|", table)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_step_time_quick_runs_each_framework_in_its_own_process(tmp_path):
+    lines = run_quick("step_time.py", tmp_path / "s.md")
+    assert re.fullmatch(r"step_time_ratio_vs_trl=\d+\.\d{3}", lines[-1])
+    table = (tmp_path / "s.md").read_text()
+    assert "ragged workload" in table
+    for row in ("lit_rlvr (hf, same work)", "TRL GRPOTrainer (hf)"):
+        match = re.search(rf"\| {re.escape(row)} \|.*\| (\d+) ± \d+ \[\d+–\d+\], n=\d+ \| (\d+) \| (\d+) \|", table)
+        assert match, row
+        assert int(match[2]) >= int(match[3]) > 100  # peak RSS >= RSS after set-up, both real process sizes (MB)
