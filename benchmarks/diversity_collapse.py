@@ -2,6 +2,7 @@
 whose choice is made on a selection split, the pass@1–pass@16 Pareto, equal wall-clock, and SQL.
 
     python benchmarks/diversity_collapse.py                   # the whole study (preset "study", ~2 h on 2 cores)
+    python benchmarks/diversity_collapse.py --preset budget   # the smaller grid this repo's results come from (~75 min)
     python benchmarks/diversity_collapse.py --preset quick    # GRPO, DPH-F, Pass@k: 1 base, 1 seed, 60 steps
     python benchmarks/diversity_collapse.py --preset robust   # one part only (ablation | robust | pareto | wallclock | sql)
     python benchmarks/diversity_collapse.py --report-only     # summarise an existing --work folder
@@ -234,8 +235,14 @@ class FitTimer(Callback):
 # ---------------------------------------------------------------------------- the presets
 
 
-def ablation_jobs(seeds=(0, 1)) -> list[Job]:
-    return [Job(name, "dph_f", 0, s, flags) for name, flags in ABLATION.items() for s in seeds]
+# The budget preset (benchmarks/results/study_plan.md, amendment written before its runs): one
+# factor at a time around the paper's coverage, seed 0 only.
+BUDGET_ABLATION = ("thr6_exp_correct_eta1", "thr4_exp_correct_eta1", "thr8_exp_correct_eta1", "thr4_all_correct_eta1",
+                   "thr6_exp_all_eta1", "thr6_exp_correct_eta2")  # fmt: skip
+
+
+def ablation_jobs(seeds=(0, 1), names=tuple(ABLATION)) -> list[Job]:
+    return [Job(name, "dph_f", 0, s, ABLATION[name]) for name in names for s in seeds]
 
 
 def choose_dph(study: Study) -> tuple[str, list[str], list[str]]:
@@ -258,17 +265,22 @@ def choose_dph(study: Study) -> tuple[str, list[str], list[str]]:
     return best[0], ABLATION[best[0]], [why, *table]
 
 
-def robust_jobs(dph_flags: list[str], bases=(0, 1), seeds=(0, 1, 2)) -> list[Job]:
-    variants = [("grpo", "grpo", []), ("dph_f", "dph_f", dph_flags), ("passk", "passk", []), ("passk_then_pass1", "passk_then_pass1", [])]
+def robust_jobs(dph_flags: list[str], bases=(0, 1), seeds=(0, 1, 2), schedule: bool = True) -> list[Job]:
+    variants = [("grpo", "grpo", []), ("dph_f", "dph_f", dph_flags), ("passk", "passk", [])]
+    variants += [("passk_then_pass1", "passk_then_pass1", [])] if schedule else []
     return [Job(v, m, b, s, f) for v, m, f in variants for b in bases for s in seeds]
 
 
-def pareto_jobs(dph_flags: list[str], seeds=(0, 1)) -> list[Job]:
+def pareto_jobs(dph_flags: list[str], seeds=(0, 1), schedule: bool = False) -> list[Job]:
+    """The knobs' other values (their robust-preset value is the robust run); ``schedule``: Pass@k → Pass@1 too."""
     coverage = [f for f in dph_flags if not f.startswith("--model.divergence_coef")]
+    chosen = next((f.split("=")[1] for f in dph_flags if f.startswith("--model.divergence_coef")), "1.0")
+    etas = [e for e in ("0.5", "1.0", "2.0") if float(e) != float(chosen)][:2]
     jobs = [Job(f"grpo_lr{lr}", "grpo", 0, s, [f"--model.optimizer.init_args.lr={lr}"]) for lr in ("1.0e-4", "4.0e-4") for s in seeds]
-    jobs += [Job(f"dph_f_eta{eta}", "dph_f", 0, s, [*coverage, f"--model.divergence_coef={eta}"]) for eta in ("0.5", "2.0") for s in seeds]
+    jobs += [Job(f"dph_f_eta{eta}", "dph_f", 0, s, [*coverage, f"--model.divergence_coef={eta}"]) for eta in etas for s in seeds]
     jobs += [Job(f"dph_js_eta{eta}", "dph_js", 0, s, [*coverage, f"--model.divergence_coef={eta}"]) for eta in ("2.0", "4.0", "8.0") for s in seeds]
     jobs += [Job(f"passk_k{k}", "passk", 0, s, [f"--model.advantage_options={{k: {k}}}"]) for k in (2, 8) for s in seeds]
+    jobs += [Job("passk_then_pass1", "passk_then_pass1", 0, s) for s in seeds] if schedule else []
     return jobs
 
 
@@ -375,8 +387,12 @@ def targets(by: dict) -> list[str]:
     return out
 
 
-def pareto_plot(by: dict, out: Path) -> None:
-    """pass@1 (x) vs pass@16 (y) per method, each a curve over its knob, CI bars; in-domain and OOD panels."""
+def pareto_plot(by: dict, out: Path, chosen_eta: float = 1.0) -> None:
+    """pass@1 (x) vs pass@16 (y) per method, each a curve over its knob, CI bars; in-domain and OOD panels.
+
+    ``chosen_eta``: the η of the chosen DPH-F setting, whose runs are the variant ``dph_f``.
+    """
+    dph_f = {"dph_f": chosen_eta, **{f"dph_f_eta{e}": float(e) for e in ("0.5", "1.0", "2.0") if float(e) != chosen_eta}}
     import matplotlib
 
     matplotlib.use("Agg")
@@ -384,7 +400,7 @@ def pareto_plot(by: dict, out: Path) -> None:
 
     curves = {
         "GRPO (lr 1e-4, 2e-4, 4e-4)": ["grpo_lr1.0e-4", "grpo", "grpo_lr4.0e-4"],
-        "DPH-F (η 0.5, 1, 2)": ["dph_f_eta0.5", "dph_f", "dph_f_eta2.0"],
+        "DPH-F (η 0.5, 1, 2)": sorted(dph_f, key=dph_f.get),
         "DPH-JS (η 2, 4, 8)": ["dph_js_eta2.0", "dph_js_eta4.0", "dph_js_eta8.0"],
         "Pass@k (k 2, 4, 8)": ["passk_k2", "passk", "passk_k8"],
         "Pass@k → Pass@1": ["passk_then_pass1"],
@@ -433,28 +449,32 @@ def wallclock_table(by: dict, study: Study) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="study", choices=["study", "quick", "ablation", "robust", "pareto", "wallclock", "sql"])
+    parser.add_argument("--preset", default="study", choices=["study", "budget", "quick", "ablation", "robust", "pareto", "wallclock", "sql"])
     parser.add_argument("--work", type=Path, default=ROOT / "artifacts" / "study")
     parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
     study = Study(args.work, args.slots)
     t0 = time.perf_counter()
-    parts = ["ablation", "robust", "wallclock", "pareto", "sql"] if args.preset == "study" else [args.preset]
+    parts = {"study": ["ablation", "robust", "wallclock", "pareto", "sql"], "budget": ["ablation", "robust", "sql", "wallclock", "pareto"]}
+    parts = parts.get(args.preset, [args.preset])
+    budget = args.preset == "budget"  # seed 0 only outside robust, priority order (study_plan.md's amendment)
     if not args.report_only:
         study.prepare(base_seeds=[0] if args.preset in ("quick", "ablation", "pareto", "wallclock") else [0, 1],
-                      sql_seeds=[0] if args.preset in ("study", "sql") else [])  # fmt: skip
+                      sql_seeds=[0] if args.preset in ("study", "budget", "sql") else [])  # fmt: skip
         if args.preset == "quick":
             study.run([Job(v, v, 0, 0, steps=60) for v in ("grpo", "dph_f", "passk")])
         for part in parts:
             if part == "ablation":
-                study.run(ablation_jobs())
+                study.run(ablation_jobs(seeds=(0,), names=BUDGET_ABLATION) if budget else ablation_jobs())
                 continue
             if part == "quick":
                 continue
             name, flags, _ = choose_dph(study)
-            jobs = {"robust": lambda: robust_jobs(flags), "pareto": lambda: pareto_jobs(flags),
-                    "wallclock": lambda: wallclock_jobs(study, flags), "sql": lambda: sql_jobs(flags)}[part]()  # fmt: skip
+            seeds = (0,) if budget else (0, 1)
+            jobs = {"robust": lambda: robust_jobs(flags, schedule=not budget), "pareto": lambda: pareto_jobs(flags, seeds, schedule=budget),
+                    "wallclock": lambda: wallclock_jobs(study, flags, seeds=(0,) if budget else (0, 1, 2)),
+                    "sql": lambda: sql_jobs(flags, seeds=(0,) if budget else (0, 1, 2))}[part]()  # fmt: skip
             study.run(jobs)
         with (args.work / "seconds.txt").open("a") as f:
             f.write(f"{args.preset} {time.perf_counter() - t0:.0f}\n")
@@ -482,9 +502,11 @@ def write_report(study: Study, preset: str) -> None:
         sections += ["\n## 2. Robustness: the chosen settings on every base × seed\n", *summary_table(by, ["grpo", "dph_f", "passk", "passk_then_pass1"], [HELD_OUT, OOD]),
                      "\n### Targets (held-out countdown; Δ = a run minus its own base's validation with the same seed)\n", *targets(by)]  # fmt: skip
     if any(k.startswith(("grpo_lr", "dph_js", "passk_k")) for k in by):
-        pareto_plot(by, RESULTS / "study_pareto.png")
+        chosen = choose_dph(study)[1] if any(v in by for v in ABLATION) else []
+        eta = next((float(f.split("=")[1]) for f in chosen if f.startswith("--model.divergence_coef")), 1.0)
+        pareto_plot(by, RESULTS / f"{'study' if preset == 'study' else f'study_{preset}'}_pareto.png", eta)
         variants = sorted(k for k in by if k.startswith(("grpo", "dph_f", "dph_js", "passk")) and "_time" not in k and k not in ABLATION)
-        sections += ["\n## 3. pass@1 vs pass@16 (base 0)\n", "![Pareto](study_pareto.png)\n", *summary_table(by, variants, [HELD_OUT, OOD])]
+        sections += ["\n## 3. pass@1 vs pass@16 (base 0)\n", f"![Pareto]({'study' if preset == 'study' else f'study_{preset}'}_pareto.png)\n", *summary_table(by, variants, [HELD_OUT, OOD])]
     if any("_time" in k for k in by):
         sections += ["\n## 4. Equal wall-clock (base 0): DPH-F and Pass@k stopped at GRPO's median training seconds\n", *wallclock_table(by, study)]
     if any(k.startswith("sql_") for k in by):
