@@ -174,10 +174,26 @@ def dataset_fingerprint(rows: list[dict], prompt_ids: list[list[int]]) -> str:
     return h.hexdigest()
 
 
+def _same_model(a: dict | None, b: dict | None) -> bool:
+    """The model is its weights: the same folder named by a relative or an absolute path is the same."""
+    return (a or {}).get("weights_sha256") == (b or {}).get("weights_sha256")
+
+
+_SAME = {"model": _same_model}  # identity keys compared by more than equality
+
+
 def identity_diff(expected: dict, found: dict) -> list[str]:
-    """Human-readable differences between two manifests on :data:`IDENTITY_KEYS`."""
+    """Human-readable differences between two manifests on :data:`IDENTITY_KEYS`.
+
+    Example:
+        >>> a = {"model": {"name_or_path": "base", "weights_sha256": "ab"}}
+        >>> identity_diff(a, {"model": {"name_or_path": "/abs/base", "weights_sha256": "ab"}})
+        []
+        >>> identity_diff(a, {"model": {"name_or_path": "base", "weights_sha256": "cd"}})[0].startswith("model: cache has")
+        True
+    """
     return [
         f"{key}: cache has {found.get(key)!r}, expected {expected.get(key)!r}"
         for key in IDENTITY_KEYS
-        if expected.get(key) != found.get(key)
+        if not _SAME.get(key, lambda x, y: x == y)(expected.get(key), found.get(key))
     ]
