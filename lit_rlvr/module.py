@@ -14,7 +14,8 @@ Pass@k Training picks a ``passk*`` advantage; RKL sets ``kl_coef`` (β).
 Engineering choices: optimisation is manual, because one rollout batch feeds ``ppo_epochs`` ×
 mini-batches optimizer steps, each accumulated over micro-batches whose losses are scaled by
 :func:`lit_rlvr.functional.batching.aggregation_weight` so that accumulation does not change the
-update. Micro-batches group rows of similar length under a row cap and a token budget, each
+update, also across data-parallel ranks (each micro-batch over the ranks' mean normaliser; every
+rank runs as many steps and passes, see :meth:`RLVRModule.optimizer_step_on`). Micro-batches group rows of similar length under a row cap and a token budget, each
 cropped to its own longest row (:class:`~lit_rlvr.policy.MicroBatching`), and every log-prob
 pass (training, old log-probs, reference, anchors) goes through them; with ``padding_free`` the
 rows of a micro-batch are packed end to end instead of padded. The sampler's log-probs are the
@@ -43,7 +44,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lit_rlvr.functional.advantages import ADVANTAGES
-from lit_rlvr.functional.batching import aggregation_weight, crop_padding, split_indices
+from lit_rlvr.functional.batching import aggregation_normaliser, aggregation_weight, crop_padding, split_indices
 from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES, divergence_units, f_divergence
 from lit_rlvr.functional.losses import (
     KL_ESTIMATORS,
@@ -309,17 +310,23 @@ class RLVRModule(LightningModule):
         keep = self.rows_to_train(data)
         if self.hparams.kl_coef > 0:
             data["ref_logprobs"] = self.reference_logprobs(data)
-        data = {k: v[keep] for k, v in data.items()}
         anchor = batch.get("anchor") if self.hparams.divergence_coef > 0 else None
         if self.hparams.divergence_coef > 0 and anchor is None:
             rank_zero_warn("DPH-RL: this batch has no anchor samples (empty D_pef?); L_pef is skipped")
         if anchor is not None:
             anchor = {k: v.to(self.device) for k, v in anchor.items()}
 
-        losses = []
-        for _ in range(self.hparams.ppo_epochs if keep.any() else 0):  # nothing to learn from: no step
-            for mini in split_indices(int(keep.sum()), self.hparams.mini_batch_size, self.generator):
-                losses.append(self.optimizer_step_on({k: v[mini] for k, v in data.items()}, anchor))
+        filler = {k: v[:1] for k, v in data.items()}  # a row for the forwards that keep ranks in step
+        data = {k: v[keep] for k, v in data.items()}
+        losses, kept = [], int(keep.sum())
+        # every rank takes the same number of optimizer steps (the most any rank has; none if no rank
+        # has a row to learn from): a rank with fewer steps takes steps without rows of its own
+        steps = self.lockstep(len(split_indices(kept, self.hparams.mini_batch_size)) if kept else 0)
+        for _ in range(self.hparams.ppo_epochs if steps else 0):
+            minis = split_indices(kept, self.hparams.mini_batch_size, self.generator) if kept else []
+            for i in range(steps):
+                mini = {k: v[minis[i]] for k, v in data.items()} if i < len(minis) else None
+                losses.append(self.optimizer_step_on(mini, anchor, filler))
         self.log_step(data, rollouts, losses, keep)
         return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
 
@@ -355,8 +362,9 @@ class RLVRModule(LightningModule):
         """
         T = data["response_mask"].shape[1]
         temperature = self.hparams.temperature if temperature is None else temperature
+        lockstep = None if torch.is_grad_enabled() else self.lockstep  # a training micro-batch is one forward
         return batched_completion_logprobs(model or self.policy, data["input_ids"], data["attention_mask"], T,
-                                           temperature, with_entropy, self.micro_batching)  # fmt: skip
+                                           temperature, with_entropy, self.micro_batching, lockstep)  # fmt: skip
 
     def micro_batches(self, batch: dict[str, Tensor]) -> list[dict[str, Tensor]]:
         """``batch`` (padded rows) as length-sorted micro-batches, each cropped to its longest row."""
@@ -372,31 +380,61 @@ class RLVRModule(LightningModule):
                 return self.logprobs(data)[0]
         return self.logprobs(data, model=self._reference)[0]
 
-    def optimizer_step_on(self, mini: dict[str, Tensor], anchor: dict[str, Tensor] | None) -> dict[str, Tensor]:
-        """One optimizer step: accumulate micro-batch gradients of L_exp (+ η L_pef) (+ β KL)."""
+    def across_ranks(self, value: float, op: str) -> float:
+        """``value`` reduced over the training ranks (``"sum"`` or ``"max"``); ``value`` itself in one process."""
+        if self._trainer is None or self.trainer.world_size == 1:
+            return float(value)
+        return float(self.trainer.strategy.reduce(torch.tensor(float(value), device=self.device), reduce_op=op))
+
+    def lockstep(self, passes: int) -> int:
+        """The number of forward passes every rank runs when this rank has ``passes``: the most any has."""
+        return int(self.across_ranks(passes, "max"))
+
+    def optimizer_step_on(self, mini: dict[str, Tensor] | None, anchor: dict[str, Tensor] | None,
+                          filler: dict[str, Tensor] | None = None) -> dict[str, Tensor]:  # fmt: skip
+        """One optimizer step: accumulate micro-batch gradients of L_exp (+ η L_pef) (+ β KL).
+
+        Under data parallelism the ranks' gradients are averaged, so each micro-batch is weighted by
+        its normaliser over the ranks' mean one: the step is the global batch's, however unevenly
+        its tokens (or rows) fall on the ranks. Every rank runs as many forward/backward passes as
+        the rank with the most micro-batches (DDP and FSDP2 communicate in each): the extra ones are
+        on ``filler`` (one row of this step's rollouts) with weight 0. ``mini`` None: a step without
+        rows of this rank's own (another rank has one more mini-batch).
+        """
+        hp = self.hparams
         optimizer = self.optimizers()
         optimizer.zero_grad()
         totals: Counter = Counter()
-        for part in self.micro_batches(mini):
-            weight = aggregation_weight(part["response_mask"], mini["response_mask"], self.hparams.loss_agg)
-            parts = self.rl_loss(part)
-            self.manual_backward(parts["loss"] * weight)
-            totals.update({k: float(v.detach()) * weight for k, v in parts.items()})
-        if anchor is not None:
-            level = self.hparams.divergence_level  # η multiplies the mean over the level's units
-            units = divergence_units(anchor["response_mask"], level)
-            for part in self.micro_batches(anchor):
-                weight = aggregation_weight(divergence_units(part["response_mask"], level), units, "token_mean")
+        parts = self.micro_batches(mini) if mini is not None else []
+        anchors = self.micro_batches(anchor) if anchor is not None else []
+        extra = self.lockstep(len(parts) + len(anchors)) - len(parts) - len(anchors)  # before any backward's collective
+        world = self.trainer.world_size if self._trainer is not None else 1
+        den = self.across_ranks(aggregation_normaliser(mini["response_mask"], hp.loss_agg) if mini is not None else 0.0, "sum") / world
+        for part in parts:
+            weight = aggregation_weight(part["response_mask"], den, hp.loss_agg)
+            losses = self.rl_loss(part)
+            self.manual_backward(losses["loss"] * weight)
+            totals.update({k: float(v.detach()) * weight for k, v in losses.items()})
+        if anchor is not None or hp.divergence_coef > 0:
+            level = hp.divergence_level  # η multiplies the mean over the level's units, over every rank's anchors
+            units = float(divergence_units(anchor["response_mask"], level).sum()) if anchor is not None else 0.0
+            units = self.across_ranks(units, "sum") / world
+            for part in anchors:
+                weight = float(divergence_units(part["response_mask"], level).sum()) / units if units > 0 else 0.0
                 pef = self.anchor_loss(part)
-                self.manual_backward(self.hparams.divergence_coef * pef * weight)
+                self.manual_backward(hp.divergence_coef * pef * weight)
                 totals["pef"] += float(pef.detach()) * weight
-                totals["loss"] += self.hparams.divergence_coef * float(pef.detach()) * weight
-        if self.hparams.max_grad_norm is not None:
-            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm")
+                totals["loss"] += hp.divergence_coef * float(pef.detach()) * weight
+        for _ in range(extra):
+            logprobs, _ = self.logprobs(filler)  # weight 0: only the passes' collectives
+            self.manual_backward(logprobs.nan_to_num().sum() * 0.0)
+        if hp.max_grad_norm is not None:
+            self.clip_gradients(optimizer, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
         optimizer.step()
         scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()
+        totals.setdefault("loss", 0.0)
         return {k: torch.tensor(v) for k, v in totals.items()}
 
     def rl_loss(self, part: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -268,18 +268,23 @@ def batched_completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     batching: MicroBatching = MicroBatching(),
+    lockstep: Callable[[int], int] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """:func:`completion_logprobs` over length-sorted micro-batches, each cropped to its longest row.
 
     Same arguments and result (``(B, T)`` each, rows in the input's order); ``batching`` sets the
     row cap, the token budget and padding-free packing. Differentiable: under autograd every
     micro-batch's graph is kept (split the backward yourself, as ``RLVRModule`` does, to bound memory).
+    ``lockstep``: under FSDP every forward is a collective, so ranks must run as many; it maps this
+    rank's number of forwards to the number every rank runs (the most any rank has), and the
+    extra forwards run on the first row and are discarded.
     """
     T = response_len
     response_mask = attention_mask[:, -T:]
     packed = packs_sequences(model, batching.padding_free)
     lps, ents, order = [], [], []
-    for rows in batching.split(attention_mask, response_mask, packed):
+    groups = batching.split(attention_mask, response_mask, packed)
+    for rows in groups:
         rows = rows.to(input_ids.device)
         part = crop_padding({"input_ids": input_ids[rows], "attention_mask": attention_mask[rows], "response_mask": response_mask[rows]})
         t = part["response_mask"].shape[1]
@@ -287,6 +292,9 @@ def batched_completion_logprobs(
         lps.append(F.pad(lp, (0, T - t)))
         ents.append(F.pad(ent, (0, T - t)) if ent is not None else None)
         order.append(rows)
+    for _ in range((lockstep(len(groups)) if lockstep is not None else len(groups)) - len(groups)):
+        with torch.no_grad():
+            completion_logprobs(model, input_ids[:1], attention_mask[:1], T, temperature, False, packed)
     inverse = torch.empty_like(torch.cat(order))
     inverse[torch.cat(order)] = torch.arange(len(inverse), device=inverse.device)
     entropy = torch.cat(ents)[inverse] if with_entropy else None

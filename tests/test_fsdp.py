@@ -63,3 +63,30 @@ def test_fsdp2_weight_stream_gathers_one_parameter_at_a_time(tmp_path):
             assert r["tensors"] == r["expected"] and r["err"] == 0.0 and r["plain"], (rank, kind, r)
             assert r["max_alive"] == 0, (rank, kind, r)  # the stream keeps no gathered tensor
             assert r["shard_moved"] < 1e-6, (rank, kind, r)  # float32 rounding of merge/unmerge at most
+
+
+UNEVEN = SCRIPT.with_name("uneven_ranks_step.py")
+
+
+def run_uneven(model_dir, out: Path, strategy: str, case: str) -> list[dict]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(UNEVEN), str(model_dir), str(out), strategy, case],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=out.parent)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(1 if strategy == "single" else 2)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("case", ["tokens", "dropped"])
+def test_uneven_ranks_take_the_global_batchs_step(tiny_model_dir, tmp_path, case):
+    """Ranks with different token counts and micro-batch counts (``tokens``), or one rank with no row
+    left after dynamic sampling (``dropped``): DDP and FSDP2 end the step (nobody waits in a
+    collective) with the update of one process on the whole global batch (token-mean over all ranks)."""
+    (single,) = run_uneven(tiny_model_dir, tmp_path / "single", "single", case)
+    for strategy in ("ddp", "fsdp2"):
+        ranks = run_uneven(tiny_model_dir, tmp_path / strategy, strategy, case)
+        assert all(r["steps"] == 1 for r in ranks)
+        for name, values in single["params"].items():
+            for r in ranks:
+                assert r["params"][name] == pytest.approx(values, abs=1e-5), (strategy, name)

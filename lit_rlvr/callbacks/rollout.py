@@ -360,6 +360,7 @@ class RolloutCallback(Callback):
                 T,
                 temperature=temperature if temperature > 0 else 1.0,  # greedy: temperature-1 log-probs
                 batching=batching,
+                lockstep=getattr(pl_module, "lockstep", None),  # FSDP: as many forwards on every rank
             )
         finally:
             policy.train(was_training)

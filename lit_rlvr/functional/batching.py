@@ -16,12 +16,26 @@ from torch import Tensor
 from lit_rlvr.functional.losses import AGGREGATIONS, checked_aggregation
 
 
-def aggregation_weight(micro_mask: Tensor, full_mask: Tensor, mode: str) -> float:
+def aggregation_normaliser(mask: Tensor, mode: str) -> float:
+    """What ``aggregate(…, mode)`` divides by on ``mask`` ``(B, T)``: tokens, non-empty rows or rows.
+
+    Example:
+        >>> aggregation_normaliser(torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]]), "token_mean")
+        4.0
+    """
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation mode {mode!r}; valid: {sorted(AGGREGATIONS)}")
+    return float(checked_aggregation(mode, "mode").normaliser(mask))
+
+
+def aggregation_weight(micro_mask: Tensor, full_mask: Tensor | float, mode: str) -> float:
     """Scale for a micro-batch's ``aggregate(…, mode)`` so the micro-batch sum equals the full one.
 
     Args:
         micro_mask: ``(b, T)`` response mask of the micro-batch.
-        full_mask: ``(B, T')`` response mask of the whole mini-batch it belongs to.
+        full_mask: ``(B, T')`` response mask of the whole mini-batch it belongs to, or that
+            mini-batch's :func:`aggregation_normaliser` (under data parallelism: the mean over the
+            ranks of theirs, so that the averaged gradient is the global batch's).
         mode: an aggregation mode of :data:`lit_rlvr.functional.losses.AGGREGATIONS`.
 
     Returns:
@@ -35,12 +49,11 @@ def aggregation_weight(micro_mask: Tensor, full_mask: Tensor, mode: str) -> floa
         0.5
         >>> aggregation_weight(full[:1], full, "seq_mean_token_sum_norm")  # 1 of 3 rows
         0.3333333333333333
+        >>> aggregation_weight(full[:1], 6.0, "token_mean")  # 2 ranks of 4 and 8 tokens: mean 6
+        0.5
     """
-    if mode not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation mode {mode!r}; valid: {sorted(AGGREGATIONS)}")
-    normaliser = checked_aggregation(mode, "mode").normaliser
-    den = float(normaliser(full_mask))
-    return float(normaliser(micro_mask)) / den if den > 0 else 0.0
+    den = full_mask if isinstance(full_mask, float) else aggregation_normaliser(full_mask, mode)
+    return aggregation_normaliser(micro_mask, mode) / den if den > 0 else 0.0
 
 
 def split_indices(n: int, size: int | None, generator: torch.Generator | None = None) -> list[Tensor]:
