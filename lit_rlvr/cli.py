@@ -67,6 +67,17 @@ class RLVRCLI(LightningCLI):
             _refuse_linked_targets(list(sys.argv[1:] if args is None else args))
         super().parse_arguments(parser, args)
 
+    def validate(self, **kwargs) -> list[dict[str, float]]:
+        """``trainer.validate``, printing one table with a column per validation set (Lightning's
+        own lists every set's metrics under every dataloader); ``--verbose=false``: no table."""
+        from lit_rlvr.tools.report import results_table
+
+        verbose = kwargs.pop("verbose", True)
+        results = self.trainer.validate(**kwargs, verbose=False)
+        if verbose and self.trainer.is_global_zero and results:
+            print(results_table(results), flush=True)
+        return results
+
     @override
     def before_instantiate_classes(self) -> None:
         config = self.config.get(str(self.subcommand), self.config)

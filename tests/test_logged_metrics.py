@@ -129,3 +129,32 @@ def test_readme_metric_table_lists_exactly_the_logged_names(fit_then_validate, t
     assert not undocumented, f"logged but not in README.md's metric table: {undocumented}"
     never_logged = sorted(doc for doc, p in patterns.items() if not any(p.match(n) for n in logged))
     assert not never_logged, f"in README.md's metric table but not logged by the runs: {never_logged}"
+
+
+def test_lit_rlvr_validate_prints_each_sets_metrics_once(tiny_model_dir, seven_reward, tmp_path, capsys):
+    """`lit-rlvr validate` with two sets: one table, a column per set (Lightning's lists every set's
+    metrics under every dataloader); `--verbose=false` prints none."""
+    import yaml
+
+    from lit_rlvr.cli import main
+
+    files = prompts_file(tmp_path / "p.jsonl", seven_reward, n=4)
+    config = {
+        "trainer": {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False},
+        "model": {"model": str(tiny_model_dir), "reward_workers": 0},
+        "rollout": {"init_args": {"engine": "hf", "samples_per_prompt": 2, "max_new_tokens": 4, "seed": 0}},
+        "data": {"train": {"files": files, "name": "toy"},
+                 "val": [{"files": files, "name": "a_val", "n_samples": 2}, {"files": files, "name": "b_val", "n_samples": 4}]},
+    }  # fmt: skip
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump(config))
+    main(["validate", "--config", str(path)])
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["metric"])
+    assert lines[head].split() == ["metric", "a_val", "b_val"]
+    table = {line.split()[0]: line.split()[1:] for line in lines[head + 1:] if len(line.split()) == 3}
+    assert table["pass@1"][0] != "–" and table["pass@1"][1] != "–"
+    assert table["pass@4"] == ["–", table["pass@4"][1]] and table["pass@4"][1] != "–"  # b_val only: 4 samples
+    assert not any("val/" in line for line in lines[head:])
+    main(["validate", "--config", str(path), "--verbose=false"])
+    assert not any(line.startswith("metric") for line in capsys.readouterr().out.splitlines())

@@ -96,6 +96,33 @@ def markdown_table(runs: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def results_table(results: list[dict[str, float]]) -> str:
+    """``trainer.validate``'s results (one dict per dataloader) as one table: a column per
+    validation set, a row per metric, so each set's metrics appear once.
+
+    Example:
+        >>> print(results_table([{"val/a/pass@1": 0.25, "val_rollout/seconds/dataloader_idx_0": 2.0},
+        ...                      {"val/b/pass@1": 0.5, "val/b/pass@4": 0.75}]))
+        metric               a      b
+        pass@1          0.2500 0.5000
+        rollout/seconds 2.0000      –
+        pass@4               – 0.7500
+    """
+    columns: dict[str, dict[str, float]] = {}
+    for i, metrics in enumerate(results):
+        names = {k.split("/")[1] for k in metrics if k.startswith("val/") and k.count("/") >= 2}
+        name = names.pop() if len(names) == 1 else f"dataloader {i}"
+        column = columns.setdefault(name, {})
+        for key, value in metrics.items():
+            key = re.sub(r"/dataloader_idx_\d+$", "", key)
+            key = key.removeprefix(f"val/{name}/").removeprefix("val_")
+            column[key] = float(value)
+    rows = list(dict.fromkeys(k for c in columns.values() for k in c))
+    cells = [["metric", *columns]] + [[r, *(f"{c[r]:.4f}" if r in c else "–" for c in columns.values())] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return "\n".join(" ".join(v.ljust(widths[0]) if i == 0 else v.rjust(widths[i]) for i, v in enumerate(row)) for row in cells)
+
+
 def plot(runs: dict[str, dict[str, float]], out: str | Path) -> Path:
     """pass@k against k (log scale), one panel per validation set, one line per run."""
     plt = _pyplot()
