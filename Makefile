@@ -36,6 +36,7 @@ DEMO_METHODS ?= grpo dph_f
 RECORD := --config configs/demo/record.yaml --trainer.callbacks.init_args.path=$(DEMO)/metrics.jsonl
 
 .PHONY: demo
+demo: export OMP_NUM_THREADS := 2
 demo: install
 	$(LIT) warmstart --config configs/demo/warmstart.yaml --out_dir $(DEMO)/base
 	$(LIT) demo-data --out_dir $(DEMO)/data
