@@ -80,5 +80,9 @@ def test_two_rank_build_equals_one_rank_and_resumes_after_a_rank_dies(tmp_path, 
                               cache=str(tmp_path / "two"), train_split="all")  # fmt: skip
         dm.setup("fit")
         assert set(dm.base_pass_counts) == {f"toy/{i}" for i in range(8)}
-    finally:
+    finally:  # later tests' reward workers must not be sent a reward from this temporary module
+        from lit_rlvr.rewards import REWARDS
+
+        REWARDS.pop("crashy_contains", None)
+        sys.modules.pop("crashy_plugin", None)
         sys.path.remove(str(tmp_path))
