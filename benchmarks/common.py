@@ -343,9 +343,9 @@ def lit_fit_times(
     """One lit_rlvr ``Trainer.fit`` of ``1 + warmup + steps`` steps; the steps after warm-up.
 
     A step is the gap between consecutive ``on_train_batch_end`` calls: data, rollout, rewards,
-    advantages, loss, backward, optimizer, weight sync and logging. AdamW at lr 1e-6, no logger.
+    advantages, loss, backward, optimizer, weight sync and logging. The library's optimizer (AdamW at lr
+    1e-6, fused; TRL's default is fused AdamW too), no logger.
     """
-    import torch
     from lightning import Callback, Trainer
 
     from lit_rlvr.callbacks import RolloutCallback
@@ -361,8 +361,7 @@ def lit_fit_times(
 
     dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"),
                           batch_size=prompts, seed=0, **(data_kwargs or {}))  # fmt: skip
-    module = RLVRModule(model=str(model_dir), samples_per_prompt=samples, max_new_tokens=new_tokens,
-                        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-6, weight_decay=0.0), **(module_kwargs or {}))  # fmt: skip
+    module = RLVRModule(model=str(model_dir), samples_per_prompt=samples, max_new_tokens=new_tokens, **(module_kwargs or {}))
     rollout = RolloutCallback(samples_per_prompt=samples, max_new_tokens=new_tokens, seed=0, engine=engine,
                               **(callback_kwargs or {}))  # fmt: skip
     trainer = Trainer(max_steps=1 + warmup + steps, accelerator="cpu", logger=False, enable_checkpointing=False,

@@ -39,38 +39,41 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload) -> common.
     """The work of one GRPO step called directly (no Trainer, no callback, no logging).
 
     The same prompts in the same order (the same ``PromptDataModule``), the same sampling seeds
-    (seed + step, as the callback's), so the same completions as lit_rlvr's. The same micro-batches as ``RLVRModule``'s defaults: length-sorted, cropped, packed where
+    (the callback's :meth:`~lit_rlvr.callbacks.RolloutCallback.train_params`), so the same
+    completions as lit_rlvr's. The same micro-batches as ``RLVRModule``'s defaults: length-sorted, cropped, packed where
     ``padding_free="auto"`` packs (sdpa on CPU), losses weighted by ``aggregation_weight``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lit_rlvr.callbacks import RolloutCallback
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec
     from lit_rlvr.functional.advantages import ADVANTAGES
     from lit_rlvr.functional.batching import aggregation_weight, crop_padding
     from lit_rlvr.functional.losses import policy_loss
+    from lit_rlvr.module import default_optimizer
     from lit_rlvr.policy import MicroBatching, completion_logprobs, packs_sequences
     from lit_rlvr.rewards import BatchScorer
     from lit_rlvr.rollout.hf import HFEngine
-    from lit_rlvr.rollout.types import SamplingParams
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32").train()
     engine = HFEngine(policy, tok)
     scorer = BatchScorer(num_workers=0, timeout_s=10.0)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.0)
+    optimizer = default_optimizer(policy.parameters())  # the library's: AdamW at lr 1e-6, fused
     dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"),
                           batch_size=cfg.prompts, seed=0)  # fmt: skip
     dm.setup("fit")
     batches = iter(dm.train_dataloader())
     batching = MicroBatching(padding_free="auto")
     packed = packs_sequences(policy, batching.padding_free)
+    sampling = RolloutCallback(samples_per_prompt=cfg.samples, max_new_tokens=cfg.new_tokens, seed=0)  # its seeds only
     clock = common.StepClock()
     for step in range(1 + cfg.warmup + cfg.steps):
         batch = next(batches)
         batch_rows, batch_ids = batch["rows"], batch["prompt_ids"]
-        params = SamplingParams(n=cfg.samples, temperature=1.0, max_new_tokens=cfg.new_tokens, seed=step)
+        params = sampling.train_params(step)  # the callback's per-step seed
         rollouts = engine.generate(batch_ids, params)
         scored = scorer.score(rollouts.texts, [r for r in batch_rows for _ in range(cfg.samples)])
         rewards = torch.tensor([s.reward for s in scored])
@@ -183,6 +186,11 @@ def main() -> None:
     for name, run in pooled.items():
         lines.append(f"| {name} | {med[name]:.1f} | {common.iqr_ms(run.times)} | {len(run.times)} | "
                      f"{ratio_of.get(name, '1.00x')} | {common.length_summary(run.lengths)} |")  # fmt: skip
+    raw, lit = pooled.get("raw (direct calls)"), pooled.get("lit_rlvr (Trainer + callback)")
+    if raw is not None and lit is not None:
+        same = "the same" if raw.lengths == lit.lengths else "**different**"
+        lines += ["", f"Completions: raw and lit_rlvr generated {same} completion lengths in every timed step "
+                      f"({len(lit.lengths)} completions), so both did the same work."]  # fmt: skip
     if "DPH-F (offline cache)" in med and "RKL (online reference)" in med:
         dph_steps, rkl_steps = math.ceil(split["exp"] / work.prompts), math.ceil(split["prompts"] / work.prompts)
         epoch = (dph_steps * med["DPH-F (offline cache)"]) / (rkl_steps * med["RKL (online reference)"])

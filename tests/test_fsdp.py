@@ -44,6 +44,7 @@ def test_fsdp2_fit_with_live_rollouts_on_two_processes(tiny_model_dir, toy_promp
     for rank in range(2):
         result = json.loads(Path(f"{out}.rank{rank}").read_text())
         assert result["steps"] == 2 and result["loss"] == result["loss"]  # finite, not NaN
+        assert result["fused"] is True  # the default fused AdamW steps sharded (DTensor) parameters
 
 
 @pytest.mark.slow

@@ -395,3 +395,24 @@ def test_micro_batching_options_are_checked(tiny_model_dir):
         RLVRModule(model=str(tiny_model_dir), micro_batch_tokens=0)
     with pytest.raises(ValueError, match="model.padding_free must be 'auto', true or false, got 'always'"):
         RLVRModule(model=str(tiny_model_dir), padding_free="always")
+
+
+def test_default_optimizer_is_fused_adamw_with_the_reference_update():
+    """The default AdamW is fused on CPU (one kernel, not a Python loop) and updates as torch's for-loop AdamW."""
+    from lit_rlvr.module import default_optimizer
+
+    torch.manual_seed(0)
+    ref = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
+    ours = [torch.nn.Parameter(p.detach().clone()) for p in ref]
+    opt, ref_opt = default_optimizer(ours), torch.optim.AdamW(ref, lr=1e-6, weight_decay=0.0, foreach=False)
+    assert opt.defaults["fused"] is True and opt.defaults["lr"] == 1e-6 and opt.defaults["weight_decay"] == 0.0
+    for _ in range(3):
+        grads = [torch.randn_like(p) for p in ref]
+        for p, q, g in zip(ref, ours, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        ref_opt.step()
+        opt.step()
+    for p, q in zip(ref, ours):
+        torch.testing.assert_close(q, p, rtol=0, atol=1e-7)
+    meta = [torch.nn.Parameter(torch.empty(2, device="meta"))]  # no fused kernel there: torch's default
+    assert not default_optimizer(meta).defaults["fused"]

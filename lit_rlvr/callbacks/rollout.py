@@ -259,7 +259,7 @@ class RolloutCallback(Callback):
         metrics = {}
         if self._must_sync():
             metrics.update(self.sync(pl_module))
-        params = self._with_seed(self.train_sampling, trainer.global_step * _STEP_SEED_STRIDE, self._rank)
+        params = self.train_params(trainer.global_step, self._rank)
         with gathered_parameters(trainer):  # FSDP1 only: the live HF engine samples the full policy
             rollouts, gen_metrics = self._generate(batch["prompt_ids"], params, "rollout")
             batch["rollouts"] = rollouts
@@ -365,6 +365,10 @@ class RolloutCallback(Callback):
         finally:
             policy.train(was_training)
         return logprob_drift(padded["old_logprobs"], lp.float().cpu(), padded["response_mask"]).item()
+
+    def train_params(self, global_step: int, rank: int = 0) -> SamplingParams:
+        """The sampling parameters of the training rollout at ``global_step`` on ``rank`` (seeded per step and rank)."""
+        return self._with_seed(self.train_sampling, global_step * _STEP_SEED_STRIDE, rank)
 
     @staticmethod
     def _with_seed(params: SamplingParams, offset: int, rank: int = 0) -> SamplingParams:
