@@ -195,27 +195,110 @@ def write_jsonl(path: Path, rows: Sequence[dict]) -> str:
 
 @dataclass
 class StepRun:
-    """Per-step seconds of the timed steps and the completion lengths those steps generated."""
+    """Per-step seconds of the timed steps, the completion lengths those steps generated and, where
+    measured (:class:`SharedCalls`), each step's seconds outside the work every contender shares."""
 
     times: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
+    own: list[float] = field(default_factory=list)
 
     def __iadd__(self, other: StepRun) -> StepRun:
         self.times += other.times
         self.lengths += other.lengths
+        self.own += other.own
         return self
 
 
-class StepClock:
-    """Timestamps of step ends (and each step's completion lengths); gaps between ends are step times."""
+# (module, class or None, attribute): the calls that do the work both overhead contenders share
+SHARED_CALLS = (
+    ("lit_rlvr.rollout.hf", "HFEngine", "generate"),  # the rollout
+    ("lit_rlvr.policy", None, "completion_logprobs"),  # every log-prob forward
+    ("torch", "Tensor", "backward"),
+    ("torch.optim", "AdamW", "step"),
+)
+
+
+class SharedCalls:
+    """Seconds spent inside :data:`SHARED_CALLS` while active (a context manager that wraps them).
+
+    A step's time minus its shared seconds is what the contender itself adds around the same
+    work: for the raw loop its glue (scoring, padding, advantages, clipping), for lit_rlvr that
+    plus the Trainer, the callback and logging. Far less noisy than a ratio of step medians, which
+    moves by ±5–10% between processes doing identical work on this machine. Nested shared calls
+    count once.
+    """
 
     def __init__(self) -> None:
+        self.seconds, self._depth, self._saved = 0.0, 0, []
+        self.by_call: dict[str, float] = {}  # seconds per shared call (outermost calls only)
+
+    def __enter__(self) -> SharedCalls:
+        import importlib
+
+        for module, cls, name in SHARED_CALLS:
+            owner = importlib.import_module(module)
+            owner = getattr(owner, cls) if cls else owner
+            self._saved.append((owner, name, vars(owner).get(name)))  # None: inherited (AdamW.step is Adam's)
+            setattr(owner, name, self._timed(getattr(owner, name), f"{cls or module}.{name}"))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, name, original in reversed(self._saved):
+            if original is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+        self._saved.clear()
+
+    def _timed(self, fn: Callable, label: str) -> Callable:
+        import functools
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            self._depth += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    seconds = time.perf_counter() - t0
+                    self.seconds += seconds
+                    self.by_call[label] = self.by_call.get(label, 0.0) + seconds
+
+        return timed
+
+
+def report_shared(run: Callable[[], StepRun], shared: SharedCalls) -> Callable[[], StepRun]:
+    """``run`` that also prints, per shared call, the seconds it took in this run (``LIT_RLVR_BENCH_CALLS=1``)."""
+    if not os.environ.get("LIT_RLVR_BENCH_CALLS"):
+        return run
+
+    def reported() -> StepRun:
+        before = dict(shared.by_call)
+        out = run()
+        print("  shared calls: " + ", ".join(f"{k} {v - before.get(k, 0.0):.2f} s" for k, v in shared.by_call.items()), flush=True)
+        return out
+
+    return reported
+
+
+class StepClock:
+    """Timestamps of step ends (and each step's completion lengths); gaps between ends are step times.
+
+    With ``shared`` (:class:`SharedCalls`), each step's seconds outside the shared calls too.
+    """
+
+    def __init__(self, shared: SharedCalls | None = None) -> None:
         self.ends: list[float] = []
         self.step_lengths: list[list[int]] = []
+        self.shared, self.shared_at = shared, []
 
     def tick(self, lengths: Sequence[int] = ()) -> None:
         self.ends.append(time.perf_counter())
         self.step_lengths.append(list(lengths))
+        if self.shared is not None:
+            self.shared_at.append(self.shared.seconds)
 
     def durations(self, warmup: int) -> list[float]:
         """Per-step seconds, dropping the first step (no start mark) and ``warmup`` more."""
@@ -223,8 +306,11 @@ class StepClock:
         return gaps[warmup:]
 
     def run(self, warmup: int) -> StepRun:
-        """The timed steps: their durations and the lengths they generated."""
-        return StepRun(self.durations(warmup), [n for step in self.step_lengths[1 + warmup :] for n in step])
+        """The timed steps: their durations, the lengths they generated, their seconds outside shared calls."""
+        times = self.durations(warmup)
+        shared = [b - a for a, b in zip(self.shared_at, self.shared_at[1:])][warmup:]
+        own = [t - s for t, s in zip(times, shared)] if self.shared is not None else []
+        return StepRun(times, [n for step in self.step_lengths[1 + warmup :] for n in step], own)
 
 
 def alternate(runs: dict[str, Callable[[], StepRun]], rounds: int) -> dict[str, StepRun]:
@@ -339,8 +425,11 @@ def lit_fit_times(
     data_kwargs: dict | None = None,
     module_kwargs: dict | None = None,
     callback_kwargs: dict | None = None,
+    shared: SharedCalls | None = None,
 ) -> StepRun:
     """One lit_rlvr ``Trainer.fit`` of ``1 + warmup + steps`` steps; the steps after warm-up.
+
+    ``shared``: an active :class:`SharedCalls` to also report each step's seconds outside them.
 
     A step is the gap between consecutive ``on_train_batch_end`` calls: data, rollout, rewards,
     advantages, loss, backward, optimizer, weight sync and logging. The library's optimizer (AdamW at lr
@@ -353,7 +442,7 @@ def lit_fit_times(
     from lit_rlvr.data.datamodule import DatasetSpec
     from lit_rlvr.module import RLVRModule
 
-    clock = StepClock()
+    clock = StepClock(shared)
 
     class Clock(Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -385,7 +474,8 @@ def machine_line(threads: int) -> str:
 
 def git_rev() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        # "-dirty": the working tree had uncommitted changes (the result is not that commit's alone)
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     except OSError:
         return "unknown"
 

@@ -23,7 +23,13 @@ per-step ratio, and the per-epoch ratio (steps per epoch × step time). Target: 
     python benchmarks/overhead.py --workload ragged    # overhead only: ≈10M params, up to 256 tokens
     python benchmarks/overhead.py --quick              # < 1 minute
 
-Last line: ``overhead_ratio=<lit/raw> dph_vs_rkl_step=<x> dph_vs_rkl_epoch=<y>`` (ragged: ``overhead_ratio`` only).
+Besides the ratio of step medians, each contender times the calls both share (``common.SharedCalls``:
+generate, log-prob forwards, backward, AdamW step); what a step spends outside them is the
+contender's own, and ``accounted_overhead`` = (S + lit_rlvr's own) / (S + raw's own), with S the
+median shared seconds, is the overhead without the shared work's process-to-process noise.
+
+Last line: ``overhead_ratio=<lit/raw> accounted_overhead=<a> dph_vs_rkl_step=<x> dph_vs_rkl_epoch=<y>``
+(ragged: the first two only).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from pathlib import Path
 import common  # benchmarks/common.py (run as a script from any directory)
 
 
-def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload) -> common.StepRun:
+def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload, shared: common.SharedCalls | None = None) -> common.StepRun:
     """The work of one GRPO step called directly (no Trainer, no callback, no logging).
 
     The same prompts in the same order (the same ``PromptDataModule``), the same sampling seeds
@@ -69,7 +75,7 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload) -> common.
     batching = MicroBatching(padding_free="auto")
     packed = packs_sequences(policy, batching.padding_free)
     sampling = RolloutCallback(samples_per_prompt=cfg.samples, max_new_tokens=cfg.new_tokens, seed=0)  # its seeds only
-    clock = common.StepClock()
+    clock = common.StepClock(shared)
     for step in range(1 + cfg.warmup + cfg.steps):
         batch = next(batches)
         batch_rows, batch_ids = batch["rows"], batch["prompt_ids"]
@@ -94,13 +100,24 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload) -> common.
 
 
 def raw_setup(model_dir: Path, prompts_file: str, work: common.Workload):
-    """The raw contender (in its worker process): one call = one run of the steps."""
-    return lambda: raw_run(model_dir, prompts_file, work)
+    """The raw contender (in its worker process): one call = one run of the steps; shared calls timed."""
+    shared = common.SharedCalls().__enter__()  # for the worker's lifetime
+    return common.report_shared(lambda: raw_run(model_dir, prompts_file, work, shared), shared)
 
 
 def lit_setup(model_dir: Path, prompts_file: str, shape: dict, options: dict):
-    """A lit_rlvr contender: ``options`` are :func:`common.lit_fit_times` keyword arguments."""
-    return lambda: common.lit_fit_times(model_dir, prompts_file, **shape, **options)
+    """A lit_rlvr contender: ``options`` are :func:`common.lit_fit_times` keyword arguments; shared calls timed."""
+    shared = common.SharedCalls().__enter__()
+    return common.report_shared(lambda: common.lit_fit_times(model_dir, prompts_file, **shape, **options, shared=shared), shared)
+
+
+def accounted_overhead(raw: common.StepRun, lit: common.StepRun) -> float:
+    """``(S + lit_own) / (S + raw_own)``: medians of each contender's seconds outside the shared calls,
+    ``S`` the median seconds inside them over both contenders' steps (the same work, measured twice)."""
+    import statistics
+
+    shared = statistics.median([t - o for run in (raw, lit) for t, o in zip(run.times, run.own)])
+    return (shared + statistics.median(lit.own)) / (shared + statistics.median(raw.own))
 
 
 def build_reference_cache(model_dir: Path, prompts_file: str, out: Path, cfg: common.Workload) -> dict[str, int]:
@@ -172,8 +189,9 @@ def main() -> None:
         f"{1 + work.warmup} of each run dropped); all contenders alternate in one rotation, each in a process of its own.",
         f"{common.machine_line(cfg.threads)}. Load average (1/5/15 min) before: {load_before}; after: {load_after}.",
         "",
-        "| contender | median step (ms) | p25–p75 (ms) | steps | ratio | generated lengths: mean ± sd [min–max] |",
-        "|---|---:|---:|---:|---:|---|",
+        "| contender | median step (ms) | p25–p75 (ms) | steps | ratio | outside the shared calls (ms, median) | "
+        "generated lengths: mean ± sd [min–max] |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     headline = []
     pairs = [("lit_rlvr (Trainer + callback)", "raw (direct calls)", "overhead_ratio"),
@@ -184,13 +202,22 @@ def main() -> None:
             ratio_of[a] = f"{med[a] / med[b]:.2f}x of {b.split(' (')[0]}"
             headline.append(f"{key}={med[a] / med[b]:.3f}")
     for name, run in pooled.items():
+        own = f"{common.median_ms(run.own):.1f}" if run.own else "n/a"
         lines.append(f"| {name} | {med[name]:.1f} | {common.iqr_ms(run.times)} | {len(run.times)} | "
-                     f"{ratio_of.get(name, '1.00x')} | {common.length_summary(run.lengths)} |")  # fmt: skip
+                     f"{ratio_of.get(name, '1.00x')} | {own} | {common.length_summary(run.lengths)} |")  # fmt: skip
     raw, lit = pooled.get("raw (direct calls)"), pooled.get("lit_rlvr (Trainer + callback)")
     if raw is not None and lit is not None:
         same = "the same" if raw.lengths == lit.lengths else "**different**"
+        accounted = accounted_overhead(raw, lit)
+        headline.insert(1, f"accounted_overhead={accounted:.3f}")  # after overhead_ratio
         lines += ["", f"Completions: raw and lit_rlvr generated {same} completion lengths in every timed step "
-                      f"({len(lit.lengths)} completions), so both did the same work."]  # fmt: skip
+                      f"({len(lit.lengths)} completions), so both did the same work.",
+                  "",
+                  f"Accounted overhead: {accounted:.3f}x = (S + lit_rlvr's time outside the shared calls) / (S + raw's), "
+                  f"S = {common.median_ms([t - o for r in (raw, lit) for t, o in zip(r.times, r.own)]):.1f} ms, the median "
+                  "time inside the shared calls (generate, log-prob forwards, backward, AdamW step; `common.SHARED_CALLS`) "
+                  "over both contenders' steps. The step-time ratio above also carries the run-to-run noise of the shared "
+                  "work itself (±5–10% between processes doing identical work here)."]  # fmt: skip
     if "DPH-F (offline cache)" in med and "RKL (online reference)" in med:
         dph_steps, rkl_steps = math.ceil(split["exp"] / work.prompts), math.ceil(split["prompts"] / work.prompts)
         epoch = (dph_steps * med["DPH-F (offline cache)"]) / (rkl_steps * med["RKL (online reference)"])

@@ -443,6 +443,7 @@ class RLVRModule(LightningModule):
         if hp.max_grad_norm is not None:
             self.clip_gradients(optimizer, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
         optimizer.step()
+        optimizer.zero_grad()  # free the gradients now, not at the next step: the rollout in between needs no grads
         scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()

@@ -110,3 +110,23 @@ def chat_model_dir(tmp_path_factory) -> Path:
     )  # fmt: skip
     model = build_tiny_llama(tok, seed=0)
     return save_tiny_model(tmp_path_factory.mktemp("chat_llama"), model, tok)
+
+
+@pytest.fixture
+def print_config():
+    """``print_config("fit", "--config", …)``: the CLI's ``--print_config`` output, parsed (a parse error fails the test)."""
+    import contextlib
+    import io
+
+    import yaml
+
+    from lit_rlvr.cli import main
+
+    def run(*args: str) -> dict:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
+            main([*args, "--print_config"])
+        assert exit_info.value.code in (0, None), out.getvalue()
+        return yaml.safe_load(out.getvalue())
+
+    return run

@@ -17,14 +17,6 @@ METHOD_FILES = sorted(
 )
 
 
-def print_config(*args: str) -> dict:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
-        main([*args, "--print_config"])
-    assert exit_info.value.code in (0, None), out.getvalue()
-    return yaml.safe_load(out.getvalue())
-
-
 def test_every_method_has_a_config_in_both_domains():
     names = {"grpo", "dapo", "dr_grpo", "rloo", "rkl", "dph_f", "dph_js", "dph_alpha", "passk", "passk_combined",
              "passk_then_pass1"}
@@ -33,7 +25,7 @@ def test_every_method_has_a_config_in_both_domains():
 
 
 @pytest.mark.parametrize("method", METHOD_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_method_config_parses_with_its_base(method):
+def test_method_config_parses_with_its_base(method, print_config):
     base = method.parent / "base.yaml"
     config = print_config("fit", "--config", str(base), "--config", str(method))
     overlay = yaml.safe_load(method.read_text())

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lit_rlvr.cli import main
 
@@ -17,22 +14,14 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 DEMO_METHODS = sorted(p.stem for p in (CONFIGS / "demo").glob("*.yaml") if p.stem not in ("base", "cache", "record", "warmstart", "sql", "sql_cache", "study_sets"))
 
 
-def print_config(*args: str) -> dict:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
-        main([*args, "--print_config"])
-    assert exit_info.value.code in (0, None), out.getvalue()
-    return yaml.safe_load(out.getvalue())
-
-
 @pytest.mark.parametrize("domain", ["math", "sql"])
-def test_math_and_sql_configs_log_with_lightnings_default_logger_and_validate_during_fit(domain):
+def test_math_and_sql_configs_log_with_lightnings_default_logger_and_validate_during_fit(domain, print_config):
     trainer = print_config("fit", "--config", str(CONFIGS / domain / "base.yaml"))["trainer"]
     assert trainer["logger"] is True  # TensorBoard when tensorboard/tensorboardX is installed, else CSV
     assert trainer["val_check_interval"] <= trainer["max_steps"] / 5  # enough points for the curves
 
 
-def test_wandb_is_one_flag_away():
+def test_wandb_is_one_flag_away(print_config):
     trainer = print_config("fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--trainer.logger=WandbLogger",
                            "--trainer.logger.project=lit_rlvr")["trainer"]  # fmt: skip
     assert trainer["logger"]["class_path"] == "lightning.pytorch.loggers.WandbLogger"
@@ -40,7 +29,7 @@ def test_wandb_is_one_flag_away():
 
 
 @pytest.mark.parametrize("method", DEMO_METHODS)
-def test_demo_fit_logs_csv_curves_per_method(method):
+def test_demo_fit_logs_csv_curves_per_method(method, print_config):
     config = print_config("fit", "--config", str(CONFIGS / "demo" / "base.yaml"), "--config", str(CONFIGS / "demo" / f"{method}.yaml"))
     trainer = config["trainer"]
     assert trainer["logger"]["class_path"] == "lightning.pytorch.loggers.CSVLogger"
@@ -49,7 +38,7 @@ def test_demo_fit_logs_csv_curves_per_method(method):
     assert [v["n_samples"] for v in config["data"]["init_args"]["val"]] == [8, 8]
 
 
-def test_demo_before_after_validation_keeps_32_samples_on_the_same_sets():
+def test_demo_before_after_validation_keeps_32_samples_on_the_same_sets(print_config):
     base = print_config("validate", "--config", str(CONFIGS / "demo" / "base.yaml"))
     record = print_config("validate", "--config", str(CONFIGS / "demo" / "base.yaml"), "--config", str(CONFIGS / "demo" / "record.yaml"))
     fit_sets, eval_sets = base["data"]["init_args"]["val"], record["data"]["init_args"]["val"]

@@ -102,6 +102,7 @@ def test_dph_step_equals_hand_computed_gradient(tiny_model_dir):
     for name, p in reference.policy.named_parameters():
         want = start[name] - p.grad  # SGD, lr = 1
         assert torch.allclose(after[name], want, atol=2e-5), name
+    assert all(p.grad is None for p in module.policy.parameters())  # freed after the step, not held through the next rollout
 
 
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])

@@ -39,7 +39,8 @@ def test_metrics_speed_quick_prints_headline_and_exact_result(tmp_path):
 @pytest.mark.timeout(120)
 def test_overhead_quick_prints_all_three_ratios(tmp_path):
     lines = run_quick("overhead.py", tmp_path / "o.md")
-    assert re.fullmatch(r"overhead_ratio=\d+\.\d{3} dph_vs_rkl_step=\d+\.\d{3} dph_vs_rkl_epoch=\d+\.\d{3}", lines[-1])
+    assert re.fullmatch(r"overhead_ratio=\d+\.\d{3} accounted_overhead=\d+\.\d{3} dph_vs_rkl_step=\d+\.\d{3} "
+                        r"dph_vs_rkl_epoch=\d+\.\d{3}", lines[-1])
     table = (tmp_path / "o.md").read_text()
     for row in ("raw (direct calls)", "lit_rlvr (Trainer + callback)", "DPH-F (offline cache)", "RKL (online reference)"):
         assert f"| {row} |" in table
@@ -63,7 +64,7 @@ def test_gpu_step_smoke_runs_the_gpu_check_script_on_cpu():
 @pytest.mark.timeout(120)
 def test_overhead_quick_on_the_ragged_workload_reports_lengths(tmp_path):
     lines = run_quick("overhead.py", tmp_path / "r.md", "--workload", "ragged")
-    assert re.fullmatch(r"overhead_ratio=\d+\.\d{3}", lines[-1])
+    assert re.fullmatch(r"overhead_ratio=\d+\.\d{3} accounted_overhead=\d+\.\d{3}", lines[-1])
     table = (tmp_path / "r.md").read_text()
     assert "ragged workload" in table and "DPH-F" not in table
     assert re.search(r"\| raw \(direct calls\) \|.*\| \d+ ± \d+ \[\d+–\d+\], n=\d+ \|", table)
