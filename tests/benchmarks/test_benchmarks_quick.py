@@ -92,7 +92,7 @@ def test_the_readmes_step_time_flags_parse_and_a_bad_size_is_refused(capsys):
     import step_time
 
     readme = (ROOT / "README.md").read_text()
-    shown = _re.findall(r"\(`(--(?:workload|crossover) [^`]+)`\)", readme)
+    shown = _re.findall(r"`(--(?:workload|crossover) [^`]+)`", readme)
     assert any(f.startswith("--crossover") for f in shown) and any(f.startswith("--workload") for f in shown), shown
     for flags in shown:
         step_time.parse_args(flags.split())
