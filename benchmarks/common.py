@@ -229,8 +229,13 @@ class SharedCalls:
     """
 
     def __init__(self) -> None:
-        self.seconds, self._depth, self._saved = 0.0, 0, []
+        self._depth, self._saved = 0, []
         self.by_call: dict[str, float] = {}  # seconds per shared call (outermost calls only)
+
+    @property
+    def seconds(self) -> float:
+        """Seconds inside any shared call so far."""
+        return sum(self.by_call.values())
 
     def __enter__(self) -> SharedCalls:
         import importlib
@@ -262,9 +267,7 @@ class SharedCalls:
             finally:
                 self._depth -= 1
                 if self._depth == 0:
-                    seconds = time.perf_counter() - t0
-                    self.seconds += seconds
-                    self.by_call[label] = self.by_call.get(label, 0.0) + seconds
+                    self.by_call[label] = self.by_call.get(label, 0.0) + time.perf_counter() - t0
 
         return timed
 

@@ -7,28 +7,25 @@ import io
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lit_rlvr.cli import main
 
 BASE = Path(__file__).resolve().parents[1] / "configs" / "math" / "base.yaml"
 
 
-def model_options(*args: str) -> dict:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(BASE), *args, "--print_config"])
-    assert exit_info.value.code in (0, None), out.getvalue()
-    return yaml.safe_load(out.getvalue())["model"]["init_args"]
+@pytest.fixture
+def model_options(print_config):
+    """The parsed ``model.init_args`` of the math base config with ``args`` on top."""
+    return lambda *args: print_config("fit", "--config", str(BASE), *args)["model"]["init_args"]
 
 
 @pytest.mark.parametrize("given,parsed", [("auto", "auto"), ("true", True), ("false", False)])
-def test_padding_free_and_token_budget_parse(given, parsed):
+def test_padding_free_and_token_budget_parse(given, parsed, model_options):
     model = model_options(f"--model.padding_free={given}", "--model.micro_batch_tokens=4096")
     assert model["padding_free"] == parsed and model["micro_batch_tokens"] == 4096
 
 
-def test_defaults_are_auto_and_no_budget():
+def test_defaults_are_auto_and_no_budget(model_options):
     model = model_options()
     assert model["padding_free"] == "auto" and model["micro_batch_tokens"] is None
 

@@ -6,14 +6,11 @@ Everything runs offline (``HF_DATASETS_OFFLINE=1``) on datasets built in the tes
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 datasets = pytest.importorskip("datasets")
 
@@ -157,16 +154,6 @@ def test_datamodule_order_and_resume_state_equal_the_jsonl_path(tiny_model_dir, 
     assert [r["id"] for b in by_hf.val_dataloader()[0] for r in b["rows"]] == [f"val/{i}" for i in range(10) if i not in (3, 6)]
 
 
-def _print_config(*args: str) -> dict:
-    from lit_rlvr.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
-        main([*args, "--print_config"])
-    assert exit_info.value.code in (0, None), out.getvalue()
-    return yaml.safe_load(out.getvalue())
-
-
 def _instantiate_data(config: dict) -> PromptDataModule:
     """The DataModule as the CLI builds it from the parsed ``data:`` section (no setup)."""
     from jsonargparse import ArgumentParser
@@ -192,8 +179,8 @@ def no_loading(monkeypatch):
 
 
 @pytest.mark.parametrize("domain", ["math", "sql"])
-def test_shipped_configs_name_hub_datasets_and_parse_without_loading_them(no_loading, domain):
-    config = _print_config("fit", "--config", str(CONFIGS / domain / "base.yaml"), "--config", str(CONFIGS / domain / "grpo.yaml"))
+def test_shipped_configs_name_hub_datasets_and_parse_without_loading_them(no_loading, domain, print_config):
+    config = print_config("fit", "--config", str(CONFIGS / domain / "base.yaml"), "--config", str(CONFIGS / domain / "grpo.yaml"))
     hub = {v["name"]: v["hf"] for v in config["data"]["init_args"]["val"] if v["hf"]}
     if domain == "math":
         assert {k: (v["path"], v["name"], v["split"]) for k, v in hub.items()} == {
@@ -205,10 +192,10 @@ def test_shipped_configs_name_hub_datasets_and_parse_without_loading_them(no_loa
     assert no_loading == []  # parsing and instantiating read nothing: loading happens in setup()
 
 
-def test_math_config_loads_its_hub_sets_in_setup(monkeypatch, tiny_model_dir):
+def test_math_config_loads_its_hub_sets_in_setup(monkeypatch, tiny_model_dir, print_config):
     from transformers import AutoTokenizer
 
-    config = _print_config("fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--config", str(CONFIGS / "math" / "grpo.yaml"))
+    config = print_config("fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--config", str(CONFIGS / "math" / "grpo.yaml"))
     dm = _instantiate_data(config)
     dm.val_specs = [v for v in dm.val_specs if v.hf]  # the local aime24 file is not here
     dm.tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
