@@ -47,7 +47,7 @@ demo: install
 	for method in $(DEMO_METHODS); do \
 		$(LIT) fit --config configs/demo/base.yaml --config configs/demo/$$method.yaml || exit 1; \
 		$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=$$method \
-			--model.model=$(DEMO)/runs/$$method/hf --model.retention_reference=$(DEMO)/base_pass_counts.json || exit 1; \
+			--model.policy.path=$(DEMO)/runs/$$method/hf --model.evaluation.retention_reference=$(DEMO)/base_pass_counts.json || exit 1; \
 	done
 	$(LIT) report $(DEMO)/metrics.jsonl --out $(DEMO)/passk.png
 	$(LIT) report --curves $(DEMO)/curves.png $(addprefix $(DEMO)/runs/logs/,$(DEMO_METHODS))

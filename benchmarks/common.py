@@ -444,18 +444,19 @@ def lit_fit_times(
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec
     from lit_rlvr.module import RLVRModule
+    from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
 
     clock = StepClock(shared)
 
     class Clock(Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            clock.tick([len(c) for c in batch["rollouts"].completion_ids])
+            clock.tick([len(c) for c in batch.rollouts.completion_ids])
 
     dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"),
                           batch_size=prompts, seed=0, **(data_kwargs or {}))  # fmt: skip
-    module = RLVRModule(model=str(model_dir), samples_per_prompt=samples, max_new_tokens=new_tokens, **(module_kwargs or {}))
-    rollout = RolloutCallback(samples_per_prompt=samples, max_new_tokens=new_tokens, seed=0, engine=engine,
-                              **(callback_kwargs or {}))  # fmt: skip
+    module = RLVRModule(PolicyOptions(str(model_dir)), sampling=SamplingParams(n=samples, max_new_tokens=new_tokens, seed=0),
+                        scoring=ScoringOptions(workers=0), **(module_kwargs or {}))  # fmt: skip
+    rollout = RolloutCallback(engine=engine, **(callback_kwargs or {}))
     trainer = Trainer(max_steps=1 + warmup + steps, accelerator="cpu", logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                       limit_val_batches=0, callbacks=[rollout, Clock()])  # fmt: skip

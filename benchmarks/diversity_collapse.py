@@ -51,15 +51,15 @@ KS = (1, 4, 16, 32)
 # correct samples); eta's paper values (0.01–0.05 at lr 1e-6 on 7B models) do not transfer to this
 # 1.3M-parameter model at lr 2e-4, so every eta here is ours.
 ABLATION = {
-    "thr6_exp_correct_eta1": ["--data.perfect_threshold=6", "--data.train_split=exp", "--data.anchor_samples=correct", "--model.divergence_coef=1.0"],
-    "thr8_exp_correct_eta1": ["--data.perfect_threshold=8", "--data.train_split=exp", "--data.anchor_samples=correct", "--model.divergence_coef=1.0"],
-    "thr4_exp_correct_eta1": ["--data.perfect_threshold=4", "--data.train_split=exp", "--data.anchor_samples=correct", "--model.divergence_coef=1.0"],
-    "thr6_all_correct_eta1": ["--data.perfect_threshold=6", "--data.train_split=all", "--data.anchor_samples=correct", "--model.divergence_coef=1.0"],
-    "thr8_all_correct_eta1": ["--data.perfect_threshold=8", "--data.train_split=all", "--data.anchor_samples=correct", "--model.divergence_coef=1.0"],
-    "thr4_all_correct_eta1": ["--data.perfect_threshold=4", "--data.train_split=all", "--data.anchor_samples=correct", "--model.divergence_coef=1.0"],
-    "thr6_exp_all_eta1": ["--data.perfect_threshold=6", "--data.train_split=exp", "--data.anchor_samples=all", "--model.divergence_coef=1.0"],
-    "thr6_exp_correct_eta0.5": ["--data.perfect_threshold=6", "--data.train_split=exp", "--data.anchor_samples=correct", "--model.divergence_coef=0.5"],
-    "thr6_exp_correct_eta2": ["--data.perfect_threshold=6", "--data.train_split=exp", "--data.anchor_samples=correct", "--model.divergence_coef=2.0"],
+    "thr6_exp_correct_eta1": ["--data.cache.perfect_threshold=6", "--data.cache.train_split=exp", "--data.cache.anchor_samples=correct", "--model.anchor.coef=1.0"],
+    "thr8_exp_correct_eta1": ["--data.cache.perfect_threshold=8", "--data.cache.train_split=exp", "--data.cache.anchor_samples=correct", "--model.anchor.coef=1.0"],
+    "thr4_exp_correct_eta1": ["--data.cache.perfect_threshold=4", "--data.cache.train_split=exp", "--data.cache.anchor_samples=correct", "--model.anchor.coef=1.0"],
+    "thr6_all_correct_eta1": ["--data.cache.perfect_threshold=6", "--data.cache.train_split=all", "--data.cache.anchor_samples=correct", "--model.anchor.coef=1.0"],
+    "thr8_all_correct_eta1": ["--data.cache.perfect_threshold=8", "--data.cache.train_split=all", "--data.cache.anchor_samples=correct", "--model.anchor.coef=1.0"],
+    "thr4_all_correct_eta1": ["--data.cache.perfect_threshold=4", "--data.cache.train_split=all", "--data.cache.anchor_samples=correct", "--model.anchor.coef=1.0"],
+    "thr6_exp_all_eta1": ["--data.cache.perfect_threshold=6", "--data.cache.train_split=exp", "--data.cache.anchor_samples=all", "--model.anchor.coef=1.0"],
+    "thr6_exp_correct_eta0.5": ["--data.cache.perfect_threshold=6", "--data.cache.train_split=exp", "--data.cache.anchor_samples=correct", "--model.anchor.coef=0.5"],
+    "thr6_exp_correct_eta2": ["--data.cache.perfect_threshold=6", "--data.cache.train_split=exp", "--data.cache.anchor_samples=correct", "--model.anchor.coef=2.0"],
 }  # fmt: skip
 PAPER_SETTINGS = {"thr6_exp_correct_eta1", "thr8_exp_correct_eta1"}  # coverage as in the paper (eta is ours)
 
@@ -120,8 +120,8 @@ class Study:
             self.lit("warmstart", "--config", "configs/demo/warmstart.yaml", "--out_dir", str(self.base_dir(seed, domain)),
                      "--seed", str(seed), "--progress_bar", "false", *extra, log=f"warmstart_{domain}_s{seed}")  # fmt: skip
             config = "configs/demo/cache.yaml" if domain == "countdown" else "configs/demo/sql_cache.yaml"
-            self.lit("cache", "--config", config, f"--model={self.base_dir(seed, domain)}", f"--data.tokenizer={self.base_dir(seed, domain)}",
-                     f"--out={self.base_dir(seed, domain) / 'ref_cache'}", "--progress=false", log=f"cache_{domain}_s{seed}")  # fmt: skip
+            self.lit("cache", "--config", config, f"--policy.path={self.base_dir(seed, domain)}",
+                     f"--data.cache.path={self.base_dir(seed, domain) / 'ref_cache'}", "--progress=false", log=f"cache_{domain}_s{seed}")  # fmt: skip
 
         self.parallel([lambda s=s: warm(s, "countdown") for s in base_seeds] + [lambda s=s: warm(s, "sql") for s in sql_seeds])
 
@@ -153,10 +153,10 @@ class Study:
 
     def validate(self, label: str, model: Path, seed: int, domain: str, counts: Path | None, out_counts: Path | None) -> None:
         """Validate ``model`` on the domain's sets (countdown: selection, held-out, addition; sql: sql_val, addition)."""
-        extra = [f"--model.retention_reference={counts}"] if counts else [f"--pass_counts.path={out_counts}"]
+        extra = [f"--model.evaluation.retention_reference={counts}"] if counts else [f"--pass_counts.path={out_counts}"]
         self.lit("validate", "--config", "configs/demo/base.yaml", "--config", "configs/demo/record.yaml", *self.configs(domain)[2:],
                  f"--trainer.callbacks.init_args.path={self.metrics}", f"--trainer.callbacks.init_args.label={label}",
-                 f"--model.model={model}", f"--rollout.init_args.seed={1000 + seed}", "--trainer.enable_progress_bar=false",
+                 f"--model.policy.path={model}", f"--model.sampling.seed={1000 + seed}", "--trainer.enable_progress_bar=false",
                  *extra, log=label.replace("/", "_"))  # fmt: skip
 
     @staticmethod
@@ -194,9 +194,9 @@ class Study:
         out = self.work / "runs" / job.label.replace("/", "_")
         base = self.base_dir(job.base_seed, job.domain)
         timer = out / "timer.json"
-        cache = [f"--data.cache={base / 'ref_cache'}"] if job.method.startswith("dph") else []
-        seconds = self.lit("fit", *self.configs(job.domain, job.method), f"--model.model={base}", *cache,
-                           f"--seed_everything={job.seed}", f"--data.seed={job.seed}", f"--rollout.init_args.seed={job.seed}",
+        cache = [f"--data.cache.path={base / 'ref_cache'}"] if job.method.startswith("dph") else []
+        seconds = self.lit("fit", *self.configs(job.domain, job.method), f"--model.policy.path={base}", *cache,
+                           f"--seed_everything={job.seed}", f"--data.seed={job.seed}", f"--model.sampling.seed={job.seed}",
                            f"--trainer.max_steps={job.steps}", f"--export.dirpath={out / 'hf'}", "--trainer.enable_progress_bar=false",
                            f"--trainer.default_root_dir={out}", "--trainer.logger=false", "--trainer.limit_val_batches=0",
                            "--trainer.callbacks+=diversity_collapse.FitTimer",
@@ -276,13 +276,13 @@ def robust_jobs(dph_flags: list[str], bases=(0, 1), seeds=(0, 1, 2), schedule: b
 
 def pareto_jobs(dph_flags: list[str], seeds=(0, 1), schedule: bool = False) -> list[Job]:
     """The knobs' other values (their robust-preset value is the robust run); ``schedule``: Pass@k → Pass@1 too."""
-    coverage = [f for f in dph_flags if not f.startswith("--model.divergence_coef")]
-    chosen = next((f.split("=")[1] for f in dph_flags if f.startswith("--model.divergence_coef")), "1.0")
+    coverage = [f for f in dph_flags if not f.startswith("--model.anchor.coef")]
+    chosen = next((f.split("=")[1] for f in dph_flags if f.startswith("--model.anchor.coef")), "1.0")
     etas = [e for e in ("0.5", "1.0", "2.0") if float(e) != float(chosen)][:2]
     jobs = [Job(f"grpo_lr{lr}", "grpo", 0, s, [f"--model.optimizer.init_args.lr={lr}"]) for lr in ("1.0e-4", "4.0e-4") for s in seeds]
-    jobs += [Job(f"dph_f_eta{eta}", "dph_f", 0, s, [*coverage, f"--model.divergence_coef={eta}"]) for eta in etas for s in seeds]
-    jobs += [Job(f"dph_js_eta{eta}", "dph_js", 0, s, [*coverage, f"--model.divergence_coef={eta}"]) for eta in ("2.0", "4.0", "8.0") for s in seeds]
-    jobs += [Job(f"passk_k{k}", "passk", 0, s, [f"--model.advantage_options={{k: {k}}}"]) for k in (2, 8) for s in seeds]
+    jobs += [Job(f"dph_f_eta{eta}", "dph_f", 0, s, [*coverage, f"--model.anchor.coef={eta}"]) for eta in etas for s in seeds]
+    jobs += [Job(f"dph_js_eta{eta}", "dph_js", 0, s, [*coverage, f"--model.anchor.coef={eta}"]) for eta in ("2.0", "4.0", "8.0") for s in seeds]
+    jobs += [Job(f"passk_k{k}", "passk", 0, s, [f"--model.loss.advantage_options={{k: {k}}}"]) for k in (2, 8) for s in seeds]
     jobs += [Job("passk_then_pass1", "passk_then_pass1", 0, s) for s in seeds] if schedule else []
     return jobs
 
@@ -512,7 +512,7 @@ def write_report(study: Study, preset: str) -> None:
                      "\n### Targets (held-out countdown; Δ = a run minus its own base's validation with the same seed)\n", *targets(by)]  # fmt: skip
     if any(k.startswith(("grpo_lr", "dph_js", "passk_k")) for k in by):
         chosen = choose_dph(study)[1] if any(v in by for v in ABLATION) else []
-        eta = next((float(f.split("=")[1]) for f in chosen if f.startswith("--model.divergence_coef")), 1.0)
+        eta = next((float(f.split("=")[1]) for f in chosen if f.startswith("--model.anchor.coef")), 1.0)
         pareto_plot(by, RESULTS / f"{'study' if preset == 'study' else f'study_{preset}'}_pareto.png", eta)
         variants = sorted(k for k in by if k.startswith(("grpo", "dph_f", "dph_js", "passk")) and "_time" not in k and k not in ABLATION)
         sections += ["\n## 3. pass@1 vs pass@16 (base 0)\n", f"![Pareto]({'study' if preset == 'study' else f'study_{preset}'}_pareto.png)\n", *summary_table(by, variants, [HELD_OUT, OOD])]

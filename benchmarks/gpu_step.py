@@ -37,7 +37,7 @@ class Times(Callback):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         self.ends.append(time.perf_counter())
-        r = batch["rollouts"]
+        r = batch.rollouts
         self.tokens.append(r.num_tokens())
         self.train_tokens.append(r.num_tokens() + sum(len(p) for p in r.prompt_ids) * r.n)
 
@@ -66,6 +66,7 @@ def main() -> None:
     from lit_rlvr.data import DatasetSpec, PromptDataModule
     from lit_rlvr.demo.tiny import build_char_tokenizer, save_tiny_model
     from lit_rlvr.module import RLVRModule
+    from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
     from lit_rlvr.strategies import FSDP2Strategy  # noqa: F401  (registers fsdp2)
 
     common.quiet_libraries()
@@ -81,12 +82,12 @@ def main() -> None:
     rows = common.countdown_rows(cfg.prompts * (cfg.steps + 2))
     prompts = common.write_jsonl(work / "prompts.jsonl", rows)
     dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts, name="bench"), batch_size=cfg.prompts,
-                          gold_check_workers=None)  # fmt: skip
-    module = RLVRModule(model=str(model_dir), dtype="bfloat16" if on_gpu else "float32", samples_per_prompt=cfg.samples,
-                        max_new_tokens=cfg.new_tokens, attn_implementation="sdpa",
-                        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-6))  # fmt: skip
+                          gold_check=None)  # fmt: skip
+    policy = PolicyOptions(str(model_dir), dtype="bfloat16" if on_gpu else "float32", attn_implementation="sdpa")
+    module = RLVRModule(policy, sampling=SamplingParams(n=cfg.samples, max_new_tokens=cfg.new_tokens, seed=0),
+                        scoring=ScoringOptions(workers=0), optimizer=lambda p: torch.optim.AdamW(p, lr=1e-6))  # fmt: skip
     times = Times()
-    rollout = RolloutCallback(samples_per_prompt=cfg.samples, max_new_tokens=cfg.new_tokens, seed=0, engine="hf", drift_every_n_steps=0)
+    rollout = RolloutCallback(engine="hf", drift_every_n_steps=0)
     trainer = Trainer(accelerator="gpu" if on_gpu else "cpu", devices=1, strategy=cfg.strategy, max_steps=cfg.steps + 2,
                       logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                       num_sanity_val_steps=0, limit_val_batches=0, callbacks=[rollout, times])  # fmt: skip

@@ -45,14 +45,14 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload, shared: co
     """The work of one GRPO step called directly (no Trainer, no callback, no logging).
 
     The same prompts in the same order (the same ``PromptDataModule``), the same sampling seeds
-    (the callback's :meth:`~lit_rlvr.callbacks.RolloutCallback.train_params`), so the same
+    (the callback's :func:`~lit_rlvr.callbacks.rollout.step_sampling`), so the same
     completions as lit_rlvr's. The same micro-batches as ``RLVRModule``'s defaults: length-sorted, cropped, packed where
     ``padding_free="auto"`` packs (sdpa on CPU), losses weighted by ``aggregation_weight``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.callbacks.rollout import step_sampling
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec
     from lit_rlvr.functional.advantages import ADVANTAGES
@@ -62,11 +62,12 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload, shared: co
     from lit_rlvr.policy import MicroBatching, completion_logprobs, packs_sequences
     from lit_rlvr.rewards import BatchScorer
     from lit_rlvr.rollout.hf import HFEngine
+    from lit_rlvr.rollout.types import SamplingParams
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32").train()
     engine = HFEngine(policy, tok)
-    scorer = BatchScorer(num_workers=0, timeout_s=10.0)
+    scorer = BatchScorer(workers=0, timeout_s=10.0)
     optimizer = default_optimizer(policy.parameters())  # the library's: AdamW at lr 1e-6, fused
     dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"),
                           batch_size=cfg.prompts, seed=0)  # fmt: skip
@@ -74,12 +75,12 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload, shared: co
     batches = iter(dm.train_dataloader())
     batching = MicroBatching(padding_free="auto")
     packed = packs_sequences(policy, batching.padding_free)
-    sampling = RolloutCallback(samples_per_prompt=cfg.samples, max_new_tokens=cfg.new_tokens, seed=0)  # its seeds only
+    sampling = SamplingParams(n=cfg.samples, max_new_tokens=cfg.new_tokens, seed=0)  # lit_fit_times's
     clock = common.StepClock(shared)
     for step in range(1 + cfg.warmup + cfg.steps):
         batch = next(batches)
-        batch_rows, batch_ids = batch["rows"], batch["prompt_ids"]
-        params = sampling.train_params(step)  # the callback's per-step seed
+        batch_rows, batch_ids = batch.rows, batch.prompt_ids
+        params = step_sampling(sampling, step)  # the callback's per-step seed
         rollouts = engine.generate(batch_ids, params)
         scored = scorer.score(rollouts.texts, [r for r in batch_rows for _ in range(cfg.samples)])
         rewards = torch.tensor([s.reward for s in scored])
@@ -124,13 +125,15 @@ def build_reference_cache(model_dir: Path, prompts_file: str, out: Path, cfg: co
     """``build_cache`` over the benchmark prompts (n = 8 π_ref samples each); returns split sizes."""
     from lit_rlvr.cache.reader import ReferenceCache
     from lit_rlvr.cache.split import split_by_pass_count
-    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data import CacheOptions, PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec
+    from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
     from lit_rlvr.tools.cache import build_cache
 
-    dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"), batch_size=cfg.prompts)
-    build_cache(dm, model=str(model_dir), out=str(out), n=8, max_new_tokens=cfg.new_tokens, engine="hf",
-                num_workers=0, progress=False, prompts_per_call=8)  # fmt: skip
+    dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"), batch_size=cfg.prompts,
+                          cache=CacheOptions(str(out)))  # fmt: skip
+    build_cache(dm, PolicyOptions(str(model_dir)), SamplingParams(n=8, max_new_tokens=cfg.new_tokens, seed=0), engine="hf",
+                scoring=ScoringOptions(workers=0), progress=False, prompts_per_call=8)  # fmt: skip
     cache = ReferenceCache(str(out))
     split = split_by_pass_count(cache.ids, cache.pass_counts, cache.n, None)
     return {"prompts": len(cache.ids), "pef": len(split.pef), "exp": len(split.exp)}
@@ -159,16 +162,19 @@ def main() -> None:
         "lit_rlvr (Trainer + callback)": (lit_setup, (model_dir, plain_file, shape, {"callback_kwargs": no_drift})),
     }
     if with_dph:
+        from lit_rlvr.data import CacheOptions
+        from lit_rlvr.options import AnchorOptions, KLOptions
+
         t0 = time.perf_counter()
         split = build_reference_cache(model_dir, prompts_file, dirs / "cache", work)
         cache_seconds = time.perf_counter() - t0
         print(f"reference cache built in {cache_seconds:.1f} s: {split}", flush=True)
-        dph = {"callback_kwargs": no_drift, "data_kwargs": {"cache": str(dirs / "cache")},
-               "module_kwargs": {"divergence": "forward_kl", "divergence_coef": cfg.eta}}  # fmt: skip
+        dph = {"callback_kwargs": no_drift, "data_kwargs": {"cache": CacheOptions(str(dirs / "cache"))},
+               "module_kwargs": {"anchor": AnchorOptions(divergence="forward_kl", coef=cfg.eta)}}  # fmt: skip
         runs |= {
             "DPH-F (offline cache)": (lit_setup, (model_dir, prompts_file, shape, dph)),
             "RKL (online reference)": (lit_setup, (model_dir, prompts_file, shape,
-                                                   {"callback_kwargs": no_drift, "module_kwargs": {"kl_coef": cfg.eta}})),
+                                                   {"callback_kwargs": no_drift, "module_kwargs": {"kl": KLOptions(coef=cfg.eta)}})),
         }
     if cfg.only:  # in this process, for a profiler
         keep = {"raw": "raw (direct calls)", "lit": "lit_rlvr (Trainer + callback)", "dph": "DPH-F (offline cache)",

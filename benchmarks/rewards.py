@@ -137,7 +137,7 @@ def main() -> None:
         "math / MATH-500 groups of 8": math500_group_items(args.data, n_math),
         "sql / Spider dev": spider_items(args.data, n_sql),
     }
-    single = BatchScorer(num_workers=0, timeout_s=5.0)
+    single = BatchScorer(workers=0, timeout_s=5.0)
     load_before = common.load_average()
     lines = [
         f"# Reward throughput ({'quick' if args.quick else 'full'}; {time.strftime('%Y-%m-%d %H:%M')}; git {common.git_rev()})",
@@ -154,7 +154,7 @@ def main() -> None:
     for name, (completions, rows) in workloads.items():
         clear_math_caches()
         s_rate, statuses = throughput(single, completions, rows)
-        with BatchScorer(num_workers=args.workers, timeout_s=5.0) as pool:
+        with BatchScorer(workers=args.workers, timeout_s=5.0) as pool:
             pool.score(["0"] * args.workers, [{"id": "warm", "reward": "math", "answer": "1"}] * args.workers)
             p_rate, _ = throughput(pool, completions, rows)
         rates[name] = (s_rate, p_rate)

@@ -36,7 +36,7 @@ class StepTimer(Callback):
         self.path = path
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        rollouts = batch["rollouts"]
+        rollouts = batch.rollouts
         seconds = float(trainer.callback_metrics.get("rollout/seconds", float("nan")))
         with open(f"{self.path}.rank{trainer.global_rank}", "a") as f:
             f.write(json.dumps({"end": time.perf_counter(), "tokens": rollouts.num_tokens(), "rollout_s": seconds}) + "\n")
@@ -51,10 +51,10 @@ def run(model_dir: Path, rows_file: str, work: Path, devices: int, strategy: str
                     "max_steps": cfg.steps + 2, "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
                     "enable_model_summary": False, "num_sanity_val_steps": 0, "limit_val_batches": 0,
                     "callbacks": [{"class_path": "scale_out.StepTimer", "init_args": {"path": str(out)}}]},
-        "model": {"model": str(model_dir), "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-6}}},
-        "rollout": {"init_args": {"engine": engine, "samples_per_prompt": cfg.samples, "max_new_tokens": cfg.new_tokens,
-                                  "seed": 0, "drift_every_n_steps": 0,
-                                  "engine_kwargs": engine_kwargs if engine == "vllm" else {}}},
+        "model": {"policy": {"path": str(model_dir)}, "sampling": {"n": cfg.samples, "max_new_tokens": cfg.new_tokens, "seed": 0},
+                  "scoring": {"workers": 0}, "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-6}}},
+        "rollout": {"init_args": {"engine": engine, "drift_every_n_steps": 0,
+                                  "engine_options": engine_kwargs if engine == "vllm" else {}}},
         "data": {"train": {"files": rows_file}, "batch_size": cfg.prompts // devices},
     }  # fmt: skip
     import yaml

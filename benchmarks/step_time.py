@@ -150,7 +150,10 @@ def contenders(cfg: argparse.Namespace, work: common.Workload, model_dir: Path, 
         TRL: (trl_setup, (model_dir, rows, work)),
     }
     if work.name == "ragged":
-        runs[LIT_PADDED] = (lit_setup, (model_dir, prompts_file, work, "hf", {"padding_free": False, "micro_batch_tokens": 1024}, same))
+        from lit_rlvr.options import BatchingOptions
+
+        runs[LIT_PADDED] = (lit_setup, (model_dir, prompts_file, work, "hf",
+                                        {"batching": BatchingOptions(padding_free=False, micro_batch_tokens=1024)}, same))  # fmt: skip
     else:
         runs[LIT_DRIFT] = (lit_setup, (model_dir, prompts_file, work, "hf", {}, {"drift_every_n_steps": 1}))
     if cfg.quick and cfg.only is None:
@@ -220,7 +223,7 @@ def crossover(cfg: argparse.Namespace, work: common.Workload) -> None:
     print("vllm_over_hf=" + ",".join(headline))
 
 
-MICRO_BATCHING = {  # name -> RLVRModule options
+MICRO_BATCHING = {  # name -> model.batching options (BatchingOptions)
     "padded, one micro-batch": {"padding_free": False},
     "padded, micro_batch_tokens=1024": {"padding_free": False, "micro_batch_tokens": 1024},
     "padded, micro_batch_tokens=2048": {"padding_free": False, "micro_batch_tokens": 2048},
@@ -239,11 +242,13 @@ def micro_batching(cfg: argparse.Namespace, work: common.Workload) -> None:
     import torch
 
     from lit_rlvr.module import RLVRModule
+    from lit_rlvr.options import BatchingOptions, PolicyOptions, ScoringOptions
     from lit_rlvr.rollout.hf import HFEngine
     from lit_rlvr.rollout.types import SamplingParams
 
     load_before, dirs, model_dir = common.start_bench(cfg, work.model)
-    modules = {name: RLVRModule(model=str(model_dir), **options).train() for name, options in MICRO_BATCHING.items()}
+    modules = {name: RLVRModule(PolicyOptions(str(model_dir)), batching=BatchingOptions(**options), scoring=ScoringOptions(workers=0)).train()
+               for name, options in MICRO_BATCHING.items()}  # fmt: skip
     prompts = [modules[next(iter(modules))].tokenizer(r["prompt"] + "\n").input_ids for r in common.countdown_rows(work.prompts)]
     any_module = next(iter(modules.values()))
     rollouts = HFEngine(any_module.policy, any_module.tokenizer).generate(

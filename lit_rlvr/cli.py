@@ -6,10 +6,12 @@
     lit-rlvr warmstart --config configs/demo/warmstart.yaml
     lit-rlvr demo-data --out_dir artifacts/demo/data                   # the demo's task files
     lit-rlvr report runs/demo/metrics.jsonl --out runs/demo/passk.png   # table + plot
+    lit-rlvr upgrade config old.yaml                                    # a 0.1 config in today's groups
 
-Configs are parsed with OmegaConf interpolation (``${model.samples_per_prompt}``). Values that
-must agree are linked rather than repeated: the rollout callback's samples per prompt and max new
-tokens and temperature feed the module; the module's model path feeds the DataModule's tokenizer.
+Configs are parsed with OmegaConf interpolation (``${model.sampling.n}``) and read by option
+group (``model.loss.advantage``, :mod:`lit_rlvr.options`). Every setting has one owner: the
+rollouts' sampling is the module's (``model.sampling``), which the rollout callback reads; the
+one value given twice, the DataModule's tokenizer, is linked to ``model.policy.path``.
 ``model:`` and ``data:`` take a user's subclass (``class_path: myproj.MyModule``); the top-level
 ``imports:`` list names plug-in modules (a user's rewards, estimators, divergences, adapters) to
 import before anything is built (:mod:`lit_rlvr.plugins`).
@@ -29,14 +31,9 @@ from lit_rlvr.module import RLVRModule
 from lit_rlvr.plugins import load_plugins
 from lit_rlvr.strategies import FSDP2Strategy  # noqa: F401  (registers --trainer.strategy=fsdp2)
 
-TOOLS = ("cache", "demo-data", "report", "warmstart")
+TOOLS = ("cache", "demo-data", "report", "upgrade", "warmstart")
 # values that must agree: (source, target); a target is never set by the user (see _refuse_linked_targets)
-LINKS = (
-    ("rollout.init_args.samples_per_prompt", "model.init_args.samples_per_prompt"),
-    ("rollout.init_args.max_new_tokens", "model.init_args.max_new_tokens"),
-    ("rollout.init_args.temperature", "model.init_args.temperature"),
-    ("model.init_args.model", "data.init_args.tokenizer"),
-)
+LINKS = (("model.init_args.policy.path", "data.init_args.tokenizer"),)
 
 
 class RLVRCLI(LightningCLI):
@@ -89,11 +86,44 @@ def _short(key: str) -> str:
     return key.replace(".init_args.", ".") if key.startswith(("model.", "data.")) else key
 
 
+_SECTIONS = ("--model.", "--data.", "--rollout.")
+
+
+def _nulls_as_dicts(args: list[str]) -> list[str]:
+    """``--model.loss.dual_clip=null`` as ``--model.loss={dual_clip: null}`` (the same setting).
+
+    jsonargparse (4.53) refuses ``null`` for a field of an option group inside a subclass-mode
+    section (``model:``, ``data:``, ``rollout:``) given as a flag, though it takes it from YAML and
+    in the dict form, which merges into the group like the flag would.
+
+    Example:
+        >>> _nulls_as_dicts(["--model.loss.dual_clip=null", "--data.cache.perfect_threshold", "null", "--model.kl=null"])
+        ['--model.loss={dual_clip: null}', '--data.cache={perfect_threshold: null}', '--model.kl=null']
+    """
+    out, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        key, eq, value = arg.partition("=")
+        if not eq and i + 1 < len(args) and arg.startswith(_SECTIONS) and args[i + 1] in ("null", "None"):
+            value, i = args[i + 1], i + 1
+        parts = key.removeprefix("--").split(".")
+        if "init_args" in parts:
+            parts.remove("init_args")
+        if key.startswith(_SECTIONS) and value in ("null", "None") and len(parts) >= 3:
+            out.append(f"--{'.'.join(parts[:-1])}={{{parts[-1]}: null}}")
+        elif not eq and value:
+            out += [arg, value]
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
 def _refuse_linked_targets(args: list[str]) -> None:
     """Raise ``ValueError`` if a config file or a flag sets a linked target.
 
     jsonargparse overwrites a link's target with its source's value without a word, so
-    ``model.samples_per_prompt: 4`` in a YAML file would silently become the rollout's value.
+    ``data.tokenizer: other`` in a YAML file would silently become the policy's path.
     """
     import yaml
 
@@ -128,8 +158,9 @@ def _tools() -> dict[str, Callable[[list[str]], object]]:
     from lit_rlvr.demo.warmstart import main as warmstart_main
     from lit_rlvr.tools.cache import main as cache_main
     from lit_rlvr.tools.report import main as report_main
+    from lit_rlvr.tools.upgrade import main as upgrade_main
 
-    return {"cache": cache_main, "demo-data": demo_data_main, "report": report_main, "warmstart": warmstart_main}
+    return {"cache": cache_main, "demo-data": demo_data_main, "report": report_main, "upgrade": upgrade_main, "warmstart": warmstart_main}
 
 
 HELP = (
@@ -145,6 +176,10 @@ def main(argv: list[str] | None = None) -> None:
     if args and args[0] in TOOLS:
         _tools()[args[0]](args[1:])
         return
+    if argv is None:  # LightningCLI reads sys.argv itself
+        sys.argv[1:] = _nulls_as_dicts(sys.argv[1:])
+    else:
+        argv = _nulls_as_dicts(list(argv))
     omegaconf = {"parser_mode": "omegaconf"}
     RLVRCLI(
         RLVRModule,

@@ -14,6 +14,36 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("LIT_RLVR_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
+_NOT_THE_TREE = {".git", ".venv", "__pycache__", ".pytest_cache"}
+
+
+def _tree_state(root: Path = REPO_ROOT) -> dict[str, int]:
+    """``{path: mtime_ns}`` of every file and folder of the working tree (outside .git, .venv, caches)."""
+    state, stack = {}, [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.name in _NOT_THE_TREE or entry.name.endswith(".egg-info"):
+                    continue
+                state[entry.path] = entry.stat(follow_symlinks=False).st_mtime_ns
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return state
+
+
+@pytest.fixture(autouse=True)
+def _working_tree_untouched(request):
+    """A test never writes into the working tree (a CLI run without ``default_root_dir`` would):
+    it fails naming what it created or changed."""
+    before = _tree_state()
+    yield
+    after = _tree_state()
+    touched = sorted(p for p in after.keys() | before.keys() if after.get(p) != before.get(p) and not Path(p).is_dir())
+    if touched:
+        shown = ", ".join(str(Path(p).relative_to(REPO_ROOT)) for p in touched[:5])
+        pytest.fail(f"{request.node.nodeid} wrote into the working tree: {shown} (write under tmp_path instead)", pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def _plugin_list_restored():
     """A test that loads a plug-in must not send it to later tests' reward workers."""

@@ -89,8 +89,8 @@ def prompts_file(tmp_path_factory) -> str:
 
 
 def prepared(model_dir, prompts_file) -> PromptDataModule:
-    dm = PromptDataModule(str(model_dir), train=DatasetSpec(prompts_file, "jsonl", name="copy"), instruction="{prompt}",
-                          system_prompt=SYSTEM, use_chat_template=True, batch_size=len(NUMBERS))  # fmt: skip
+    dm = PromptDataModule(str(model_dir), train=DatasetSpec(prompts_file, "jsonl", name="copy"), prompt=FORMAT,
+                          batch_size=len(NUMBERS))  # fmt: skip
     dm.setup("fit")
     return dm
 
@@ -115,7 +115,7 @@ def check_turn_ends(rollouts, tok, min_share: float = 0.75) -> None:
 def check_rewards(rollouts, rows, tok) -> list[float]:
     """Rewards of the engine's texts equal math-verify on the decoded answers; some are earned."""
     sample_rows = [r for r in rows for _ in range(rollouts.n)]
-    with BatchScorer(num_workers=0) as scorer:
+    with BatchScorer(workers=0) as scorer:
         rewards = [s.reward for s in scorer.score(list(rollouts.texts), sample_rows)]
     decoded = [tok.decode(ids, skip_special_tokens=True) for ids in rollouts.completion_ids]
     assert rewards == [math_score(d, r["answer"]).reward for d, r in zip(decoded, sample_rows)]
@@ -191,11 +191,11 @@ def test_reference_cache_then_export_reloads_with_the_chat_template(chat_dirs, p
     from lit_rlvr.cache import build_reference_cache
     from lit_rlvr.cache.format import dataset_fingerprint, tokenizer_fingerprint
     from lit_rlvr.cache.reader import ReferenceCache
-    from lit_rlvr.policy import load_policy
+    from lit_rlvr.policy import PolicyOptions, load_policy
 
-    policy, tok = load_policy(str(chat_dirs["base"]))  # what the module trains and exports
+    policy, tok = load_policy(PolicyOptions(str(chat_dirs["base"])))  # what the module trains and exports
     dm = prepared(chat_dirs["base"], prompts_file)
-    with BatchScorer(num_workers=0) as scorer:
+    with BatchScorer(workers=0) as scorer:
         out = build_reference_cache(tmp_path / "ref", dm.train_rows, dm.train_prompt_ids, engine=HFEngine(policy, tok),
                                     scorer=scorer, model=policy, tokenizer=tok, params=PARAMS, progress=False)  # fmt: skip
     im_end = tok.convert_tokens_to_ids("<|im_end|>")

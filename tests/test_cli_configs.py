@@ -31,14 +31,15 @@ def test_method_config_parses_with_its_base(method, print_config):
     overlay = yaml.safe_load(method.read_text())
     model, data = config["model"]["init_args"], config["data"]["init_args"]  # model:/data: take subclasses
     assert config["model"]["class_path"] == "lit_rlvr.module.RLVRModule"
-    for key, value in overlay.get("model", {}).items():  # the overlay's values survive the merge
-        assert model[key] == value, key
-    # linked values are set from their source at instantiation, so they never appear twice
-    assert not {"samples_per_prompt", "max_new_tokens", "temperature"} & set(model)
+    for key, value in overlay.get("model", {}).items():  # the overlay's values survive the merge, group by group
+        assert (value.items() <= model[key].items()) if isinstance(value, dict) else model[key] == value, key
+    # every setting has one owner: the rollouts' sampling is the module's, the tokenizer is linked to its policy
+    assert {"engine", "engine_options"} <= set(config["rollout"]["init_args"])
+    assert not {"samples_per_prompt", "max_new_tokens", "temperature", "seed"} & set(config["rollout"]["init_args"])
     assert "tokenizer" not in data
-    assert config["rollout"]["init_args"]["samples_per_prompt"] >= (model["advantage_options"] or {}).get("k", 1)
-    if model.get("divergence"):
-        assert data["cache"], "a DPH config needs data.cache"
+    assert model["sampling"]["n"] >= (model["loss"]["advantage_options"] or {}).get("k", 1)
+    if model.get("anchor"):
+        assert data["cache"]["path"], "a DPH config needs data.cache"
 
 
 @pytest.mark.parametrize("domain", ["math", "sql"])
@@ -47,13 +48,15 @@ def test_cache_config_parses(domain):
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
         main(["cache", "--config", str(CONFIGS / domain / "cache.yaml"), "--print_config"])
     assert exit_info.value.code in (0, None)
-    assert yaml.safe_load(out.getvalue())["n"] == 8
+    config = yaml.safe_load(out.getvalue())
+    assert config["sampling"]["n"] == 8 and config["data"]["cache"]["path"] == f"runs/{domain}/ref_cache"
+    assert "tokenizer" not in config["data"]  # linked to policy.path
 
 
 def test_wrong_type_is_reported_with_the_key():
     err = io.StringIO()
     with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--model.clip_low", "wide", "--print_config"])
+        main(["fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--model.loss.clip_low", "wide", "--print_config"])
     assert exit_info.value.code != 0
     assert "clip_low" in err.getvalue()
 
@@ -61,20 +64,25 @@ def test_wrong_type_is_reported_with_the_key():
 def tiny_fit_args(tiny_model_dir, tmp_path) -> list[str]:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "C375=026:", "answer": "26", "reward": "countdown", "digits": "375"}\n')
-    return ["fit", "--imports=[lit_rlvr.demo]", f"--model.model={tiny_model_dir}", f"--data.train.files={prompts}", "--trainer.accelerator=cpu",
-            "--trainer.max_steps=1", "--trainer.logger=false", "--rollout.init_args.engine=hf",
-            "--rollout.init_args.samples_per_prompt=4", "--rollout.init_args.max_new_tokens=4",
+    return ["fit", "--imports=[lit_rlvr.demo]", f"--model.policy.path={tiny_model_dir}", f"--data.train.files={prompts}",
+            "--trainer.accelerator=cpu", "--trainer.max_steps=1", "--trainer.logger=false", "--rollout.init_args.engine=hf",
+            "--model.sampling.n=4", "--model.sampling.max_new_tokens=4", "--model.scoring.workers=0",
             f"--trainer.default_root_dir={tmp_path}"]
 
 
 def test_unknown_registry_name_fails_at_start_up(tiny_model_dir, tmp_path):
-    with pytest.raises(ValueError, match=r"model.advantage: unknown advantage estimator 'pass@k'; valid names"):
-        main([*tiny_fit_args(tiny_model_dir, tmp_path), "--model.advantage=pass@k"])
+    with pytest.raises(ValueError, match=r"model.loss.advantage: unknown advantage estimator 'pass@k'; valid names"):
+        main([*tiny_fit_args(tiny_model_dir, tmp_path), "--model.loss.advantage=pass@k"])
 
 
 def test_k_above_samples_per_prompt_fails_at_start_up(tiny_model_dir, tmp_path):
-    with pytest.raises(ValueError, match="advantage_options.k=8 must be between 1 and samples_per_prompt=4"):
-        main([*tiny_fit_args(tiny_model_dir, tmp_path), "--model.advantage=passk", "--model.advantage_options={k: 8}"])
+    with pytest.raises(ValueError, match="model.loss.advantage_options.k=8 must be between 1 and model.sampling.n=4"):
+        main([*tiny_fit_args(tiny_model_dir, tmp_path), "--model.loss.advantage=passk", "--model.loss.advantage_options={k: 8}"])
+
+
+def test_a_linked_value_given_twice_is_refused(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="sets data.tokenizer, which is linked to model.policy.path"):
+        main([*tiny_fit_args(tiny_model_dir, tmp_path), f"--data.tokenizer={tiny_model_dir}"])
 
 
 def test_missing_training_file_fails_at_start_up(tiny_model_dir, tmp_path):

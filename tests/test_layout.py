@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlvr"
-CORE = {"registry", "plugins", "strategies", "functional", "policy", "rewards", "metrics", "rollout", "cache", "data", "callbacks", "module"}
+CORE = {"registry", "plugins", "strategies", "functional", "policy", "rewards", "metrics", "rollout", "contracts", "options",
+        "lockstep", "upgrade", "cache", "data", "callbacks", "module"}
 ALLOWED = {
     "registry": set(),
     "plugins": set(),
@@ -22,10 +23,14 @@ ALLOWED = {
     "rewards": {"registry", "plugins"},
     "metrics": {"functional"},
     "rollout": {"policy", "registry"},
-    "cache": {"policy", "rollout"},
-    "data": {"registry", "rewards", "cache"},
-    "callbacks": {"policy", "rollout"},
-    "module": {"functional", "metrics", "policy", "rewards"},
+    "contracts": {"rollout"},  # the batches and what callbacks require of the module
+    "options": {"functional", "policy", "rewards", "rollout"},  # the recipe's option groups
+    "lockstep": {"functional"},
+    "upgrade": {"options"},  # the 0.1 layout, read into the option groups
+    "cache": {"policy", "rollout", "contracts"},
+    "data": {"registry", "rewards", "cache", "contracts"},
+    "callbacks": {"policy", "rollout", "contracts"},
+    "module": {"functional", "metrics", "policy", "rewards", "contracts", "lockstep", "options", "upgrade"},
     "demo": CORE,  # the demo plugs into lit_rlvr like a user's package
     "tools": CORE | {"demo"},
     "cli": CORE | {"demo", "tools"},

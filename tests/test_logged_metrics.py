@@ -20,7 +20,9 @@ from torch.utils.data import DataLoader
 from lit_rlvr.callbacks import RolloutCallback
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.data.datamodule import DatasetSpec, ValSet
+from lit_rlvr.contracts import AnchorBatch, TrainBatch
 from lit_rlvr.module import RLVRModule
+from lit_rlvr.options import AnchorOptions, EvalOptions, KLOptions, PolicyOptions, SamplingParams, ScoringOptions
 from lit_rlvr.rollout.types import Rollouts
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -60,12 +62,13 @@ def fit_then_validate(tiny_model_dir, seven_reward, tmp_path_factory):
     dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"),
                           val=[ValSet(files=files, name="a_val", n_samples=4), ValSet(files=files, name="b_val", n_samples=2)],
                           batch_size=2, val_batch_size=4, seed=0)  # fmt: skip
-    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=6, kl_coef=0.1,
-                        recompute_old_logprobs=True, retention_reference=str(reference))  # fmt: skip
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=6, seed=0), kl=KLOptions(coef=0.1),
+                        scoring=ScoringOptions(workers=0), evaluation=EvalOptions(retention_reference=str(reference)),
+                        recompute_old_logprobs=True)  # fmt: skip
     logger = Names()
     trainer = Trainer(max_steps=2, accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,
                       enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=2, log_every_n_steps=1,
-                      callbacks=[RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=0, engine="hf", drift_every_n_steps=1)])  # fmt: skip
+                      callbacks=[RolloutCallback(engine="hf", drift_every_n_steps=1)])  # fmt: skip
     trainer.fit(module, datamodule=dm)
     progress_bar = set(trainer.progress_bar_metrics)
     outputs = trainer.validate(module, datamodule=dm, verbose=False)
@@ -74,16 +77,15 @@ def fit_then_validate(tiny_model_dir, seven_reward, tmp_path_factory):
 
 def dph_step_names(model_dir: Path, reward: str) -> set[str]:
     """One DPH-RL step on a fixed batch with cached-anchor samples: the names it logs."""
-    module = RLVRModule(model=str(model_dir), samples_per_prompt=2, max_new_tokens=4, divergence="forward_kl",
-                        divergence_coef=1.0, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))  # fmt: skip
+    module = RLVRModule(PolicyOptions(str(model_dir)), sampling=SamplingParams(n=2, max_new_tokens=4), anchor=AnchorOptions(divergence="forward_kl", coef=1.0), scoring=ScoringOptions(workers=0), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))  # fmt: skip
     tok = module.tokenizer
     prompt, texts = tok("C12=3:").input_ids, ["7", "12"]
     completions = [tok(t).input_ids for t in texts]
     rollouts = Rollouts([prompt], completions, [[-1.0] * len(c) for c in completions], ["stop", "stop"], n=2, texts=texts)
     anchor = Rollouts([prompt], completions, [[0.0] * len(c) for c in completions], ["stop", "stop"], n=2).to_padded(tok.pad_token_id)
-    anchor = {k: anchor[k] for k in ("input_ids", "attention_mask", "response_mask")} | {"ref_logprobs": -torch.ones(anchor["response_mask"].shape)}
-    batch = {"rows": [{"id": "p", "prompt": "C12=3:", "answer": "", "reward": reward}], "prompt_ids": [prompt],
-             "rollouts": rollouts, "anchor": anchor}  # fmt: skip
+    anchor = AnchorBatch(anchor["input_ids"], anchor["attention_mask"], anchor["response_mask"],
+                         -torch.ones(anchor["response_mask"].shape), torch.ones(2))  # fmt: skip
+    batch = TrainBatch([{"id": "p", "prompt": "C12=3:", "answer": "", "reward": reward}], [prompt], anchor, rollouts)
     logger = Names()
     trainer = Trainer(max_steps=1, accelerator="cpu", logger=logger, log_every_n_steps=1, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
@@ -116,7 +118,7 @@ def test_each_validation_set_is_reported_once_under_its_own_dataloader(fit_then_
 
 def test_progress_bar_shows_reward_response_length_and_rollout_speed(fit_then_validate):
     _, progress_bar, _ = fit_then_validate
-    assert {"train/loss", "train/reward", "train/response_length", "rollout/tokens_per_s", "rollout/seconds"} <= progress_bar
+    assert {"train/loss", "train/reward", "rollout/mean_len", "rollout/tokens_per_s", "rollout/seconds"} <= progress_bar
 
 
 def test_readme_metric_table_lists_exactly_the_logged_names(fit_then_validate, tiny_model_dir, seven_reward):
@@ -140,9 +142,11 @@ def test_lit_rlvr_validate_prints_each_sets_metrics_once(tiny_model_dir, seven_r
 
     files = prompts_file(tmp_path / "p.jsonl", seven_reward, n=4)
     config = {
-        "trainer": {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False},
-        "model": {"model": str(tiny_model_dir), "reward_workers": 0},
-        "rollout": {"init_args": {"engine": "hf", "samples_per_prompt": 2, "max_new_tokens": 4, "seed": 0}},
+        "trainer": {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
+                    "default_root_dir": str(tmp_path)},
+        "model": {"policy": {"path": str(tiny_model_dir)}, "sampling": {"n": 2, "max_new_tokens": 4, "seed": 0},
+                  "scoring": {"workers": 0}},
+        "rollout": {"init_args": {"engine": "hf"}},
         "data": {"train": {"files": files, "name": "toy"},
                  "val": [{"files": files, "name": "a_val", "n_samples": 2}, {"files": files, "name": "b_val", "n_samples": 4}]},
     }  # fmt: skip

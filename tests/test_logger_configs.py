@@ -55,12 +55,12 @@ def test_a_fit_with_the_default_logger_writes_logs_report_draws(tiny_model_dir, 
     prompts.write_text("".join(json.dumps({"prompt": f"C{d}={t}:", "answer": t, "reward": "countdown", "digits": d}) + "\n"
                                for d, t in [("375", "26"), ("124", "9"), ("563", "33"), ("218", "10")]))  # fmt: skip
     val = f"[{{files: {prompts}, adapter: jsonl, name: cd_val, n_samples: 4, options: {{extra_fields: [digits]}}}}]"
-    main(["fit", "--imports=[lit_rlvr.demo]", f"--model.model={tiny_model_dir}", f"--data.train.files={prompts}",
+    main(["fit", "--imports=[lit_rlvr.demo]", f"--model.policy.path={tiny_model_dir}", f"--data.train.files={prompts}",
           "--data.train.options={extra_fields: [digits]}", f"--data.val={val}", "--data.batch_size=2",
           "--trainer.accelerator=cpu", "--trainer.max_steps=4", "--trainer.logger=true", "--trainer.val_check_interval=2",
           "--trainer.log_every_n_steps=1", "--trainer.num_sanity_val_steps=0", "--trainer.enable_progress_bar=false",
-          "--rollout.init_args.engine=hf", "--rollout.init_args.samples_per_prompt=4", "--rollout.init_args.max_new_tokens=4",
-          f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
+          "--rollout.init_args.engine=hf", "--model.sampling.n=4", "--model.sampling.max_new_tokens=4",
+          "--model.scoring.workers=0", f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
     run = tmp_path / "lightning_logs" / "version_0"
     tensorboard = any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX"))
     assert bool(list(run.glob("events.out.tfevents.*"))) == tensorboard and (run / "metrics.csv").is_file() != tensorboard

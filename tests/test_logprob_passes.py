@@ -33,7 +33,8 @@ def record_shapes(model) -> list[tuple[int, int]]:
     return shapes, handle
 
 
-@pytest.mark.parametrize("module_batching", [None, MicroBatching(max_tokens=64), MicroBatching(max_rows=2, padding_free=True)])
+@pytest.mark.parametrize("module_batching", [MicroBatching(max_rows=3), MicroBatching(max_rows=3, max_tokens=64),
+                                             MicroBatching(max_rows=2, padding_free=True)])
 def test_drift_in_micro_batches_equals_drift_of_one_padded_forward(model_and_tok, module_batching):
     model, tok = model_and_tok
     prompts = [tok("C375=026:").input_ids, tok("C1=2:").input_ids]
@@ -43,17 +44,15 @@ def test_drift_in_micro_batches_equals_drift_of_one_padded_forward(model_and_tok
     with torch.no_grad():
         lp, _ = completion_logprobs(model, pad["input_ids"], pad["attention_mask"], pad["response_mask"].shape[1])
     want = logprob_drift(pad["old_logprobs"], lp, pad["response_mask"]).item()
-    pl_module = types.SimpleNamespace(policy=model, tokenizer=tok)
-    if module_batching is not None:
-        pl_module.micro_batching = module_batching
-    packed = module_batching is not None and packs_sequences(model, module_batching.padding_free)  # probes first
+    pl_module = types.SimpleNamespace(policy=model, tokenizer=tok, micro_batching=module_batching, lockstep=lambda passes: passes)
+    packed = packs_sequences(model, module_batching.padding_free)  # probes first
     shapes, handle = record_shapes(model)
-    got = RolloutCallback(drift_micro_batch_size=3).drift(pl_module, rollouts, 1.0)
+    got = RolloutCallback().drift(pl_module, rollouts, 1.0)
     handle.remove()
     assert got == pytest.approx(want, abs=1e-6) and got < 1e-4
-    assert all(b <= 3 for b, _ in shapes)  # drift_micro_batch_size still caps rows (packed: bins of them)
+    assert all(b <= module_batching.max_rows for b, _ in shapes)  # the module's row cap (packed: bins of rows)
     assert len(shapes) >= 3 and (packed or sum(b for b, _ in shapes) == 8)
-    if module_batching is not None and module_batching.max_tokens:
+    if module_batching.max_tokens:
         assert all(b * L <= 64 or b == 1 for b, L in shapes)  # the module's token budget
 
 

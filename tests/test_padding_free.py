@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import lit_rlvr.policy as policy_mod
+import lit_rlvr.policy.logprobs as policy_mod
 from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
 from lit_rlvr.policy import (
     MicroBatching,
@@ -118,14 +118,14 @@ def test_packing_support_is_probed_and_refused_where_sequences_would_mix():
         def get_output_embeddings(self):
             return self.inner.get_output_embeddings()
 
-    with pytest.raises(ValueError, match=r"model.padding_free=true: Mixing with attn_implementation='sdpa' does not keep packed"):
+    with pytest.raises(ValueError, match=r"model.batching.padding_free=true: Mixing with attn_implementation='sdpa' does not keep packed"):
         packs_sequences(Mixing(tiny("sdpa")), True)
     assert not packs_sequences(Mixing(tiny("sdpa")), False)
     unknown = tiny("sdpa")
     unknown.config._attn_implementation = "paged_attention"
     with pytest.raises(ValueError, match="does not keep packed sequences apart"):
         packs_sequences(unknown, True)
-    with pytest.raises(ValueError, match="model.padding_free must be 'auto', true or false, got 'yes'"):
+    with pytest.raises(ValueError, match="model.batching.padding_free must be 'auto', true or false, got 'yes'"):
         packs_sequences(model, "yes")
 
 

@@ -126,10 +126,11 @@ def test_fit_from_yaml_with_a_users_reward_estimator_divergence_adapter_and_subc
                     "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
                     "default_root_dir": str(tmp_path / "run")},
         "model": {"class_path": "myproj.module.TaggedModule",
-                  "init_args": {"tag": "from-yaml", "model": str(tiny_model_dir), "advantage": "myproj_centered",
-                                "advantage_options": {"scale": 2.0}, "divergence": "myproj_squared_log",
-                                "reward_workers": 1}},
-        "rollout": {"init_args": {"engine": "hf", "samples_per_prompt": 4, "max_new_tokens": 6, "seed": 0}},
+                  "init_args": {"tag": "from-yaml", "policy": {"path": str(tiny_model_dir)},
+                                "sampling": {"n": 4, "max_new_tokens": 6, "seed": 0},
+                                "loss": {"advantage": "myproj_centered", "advantage_options": {"scale": 2.0}},
+                                "scoring": {"workers": 1}}},
+        "rollout": {"init_args": {"engine": "hf"}},
         "data": {"train": {"files": str(prompts), "adapter": "myproj_lines", "name": "user"}, "batch_size": 2},
     }  # fmt: skip
     path = tmp_path / "user.yaml"
@@ -148,7 +149,10 @@ def test_fit_from_yaml_with_a_users_reward_estimator_divergence_adapter_and_subc
     main(["fit", "--config", str(path)])
     module = cli_state["module"]
     assert type(module).__name__ == "TaggedModule" and module.tag == "from-yaml"
-    assert module.advantage_name == "myproj_centered" and module.hparams.divergence == "myproj_squared_log"
+    assert module.advantage_name == "myproj_centered" and module.advantage_options == {"scale": 2.0}
+    from lit_rlvr.options import AnchorOptions
+
+    AnchorOptions(divergence="myproj_squared_log", coef=1.0)  # the plug-in's divergence is a valid anchor
     assert module.trainer.global_step == 2
     assert 0.0 <= float(module.trainer.callback_metrics["train/reward"]) <= 1.0
     pids = {int(p) for p in marker.read_text().split()}
@@ -159,7 +163,7 @@ def test_an_unknown_plugin_module_is_a_clear_start_up_error(user_package, tiny_m
     from lit_rlvr.cli import main
 
     with pytest.raises(ImportError, match="imports: cannot import plug-in module 'myproj.nope'"):
-        main(["fit", "--imports=[myproj.nope]", f"--model.model={tiny_model_dir}", f"--data.train.files={tmp_path / 'p.jsonl'}",
+        main(["fit", "--imports=[myproj.nope]", f"--model.policy.path={tiny_model_dir}", f"--data.train.files={tmp_path / 'p.jsonl'}",
               "--trainer.accelerator=cpu",
               "--trainer.max_steps=1", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"])
 
@@ -179,7 +183,7 @@ def test_entry_point_plugins_load_in_the_parent_and_in_reward_workers(user_packa
     assert "myproj.ep_plugin" in load_plugins()
     assert REWARDS["myproj_ep_always"]("anything", "x") == 1.0
     row = {"id": "e", "reward": "myproj_ep_always", "answer": "x"}
-    with BatchScorer(num_workers=1, timeout_s=5.0) as scorer:  # the worker loads the entry point itself
+    with BatchScorer(workers=1, timeout_s=5.0) as scorer:  # the worker loads the entry point itself
         assert [r.reward for r in scorer.score(["a", "b"], [row, row])] == [1.0, 1.0]
         assert scorer.local_only == {}  # a lambda: only reachable because the worker ran register()
 
@@ -197,9 +201,10 @@ def test_the_readme_extending_example_trains_from_yaml(user_package, tiny_model_
                     "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
                     "default_root_dir": str(tmp_path / "run")},
         "model": {"class_path": "myproj.module.TaggedModule",
-                  "init_args": {"model": str(tiny_model_dir), "advantage": "mean_baseline",
-                                "advantage_options": {"scale": 2.0}, "divergence": "neyman_chi2", "reward_workers": 1}},
-        "rollout": {"init_args": {"engine": "hf", "samples_per_prompt": 2, "max_new_tokens": 4, "seed": 0}},
+                  "init_args": {"policy": {"path": str(tiny_model_dir)}, "sampling": {"n": 2, "max_new_tokens": 4, "seed": 0},
+                                "loss": {"advantage": "mean_baseline", "advantage_options": {"scale": 2.0}},
+                                "scoring": {"workers": 1}}},
+        "rollout": {"init_args": {"engine": "hf"}},
         "data": {"train": {"files": str(prompts), "adapter": "qa_pairs"}, "batch_size": 2},
     }  # fmt: skip
     path = tmp_path / "qa.yaml"
@@ -214,6 +219,9 @@ def test_the_readme_extending_example_trains_from_yaml(user_package, tiny_model_
     main(["fit", "--config", str(path)])
     module = seen["module"]
     assert module.trainer.global_step == 1 and float(module.trainer.callback_metrics["train/reward_status/ok"]) == 1.0
+    from lit_rlvr.options import AnchorOptions
+
+    AnchorOptions(divergence="neyman_chi2", coef=0.1)  # the README's divergence is a valid anchor (with data.cache)
     # the workers imported myproj.rewards themselves (a worker that cannot import it fails to start)
     shipped, *_, plugin_modules, _ = seen["config"]
     assert "myproj.rewards" in plugin_modules and "exact_match" not in shipped

@@ -12,17 +12,20 @@ from lit_rlvr.callbacks import RolloutCallback
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.data.datamodule import DatasetSpec
 from lit_rlvr.module import RLVRModule
+from lit_rlvr.options import BatchingOptions, LossOptions, PolicyOptions, SamplingParams, ScoringOptions
 
 
 def run(tiny_model_dir, files, root, max_steps: int, ckpt_path=None):
     torch.manual_seed(0)
     dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"), batch_size=2, seed=3)
-    module = RLVRModule(model=str(tiny_model_dir), samples_per_prompt=4, max_new_tokens=5, advantage="passk_bootstrap",
-                        advantage_options={"k": 2}, mini_batch_size=4, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2))
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=5, seed=11),
+                        loss=LossOptions(advantage="passk_bootstrap", advantage_options={"k": 2}),
+                        batching=BatchingOptions(mini_batch_size=4), scoring=ScoringOptions(workers=0),
+                        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2))  # fmt: skip
     checkpoint = ModelCheckpoint(dirpath=root, save_last=True, every_n_train_steps=1)
     trainer = Trainer(max_steps=max_steps, accelerator="cpu", logger=False, enable_progress_bar=False,
                       enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-                      callbacks=[RolloutCallback(samples_per_prompt=4, max_new_tokens=5, seed=11, engine="hf"), checkpoint],
+                      callbacks=[RolloutCallback(engine="hf"), checkpoint],
                       deterministic=True)
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     return trainer, module

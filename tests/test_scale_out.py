@@ -66,9 +66,9 @@ def cli_config(tmp_path: Path, model_dir, engine: str, reward: str = "math") -> 
                     "val_check_interval": 2, "default_root_dir": str(tmp_path / "run"),
                     "callbacks": [{"class_path": "lit_rlvr.callbacks.MetricsWriter",
                                    "init_args": {"path": str(tmp_path / "metrics.jsonl"), "label": engine}}]},
-        "model": {"model": str(model_dir), "loss_agg": "seq_mean_token_mean"},
-        "rollout": {"init_args": {"engine": engine, "samples_per_prompt": 2, "max_new_tokens": 6, "seed": 0,
-                                  "engine_kwargs": engine_kwargs if engine == "vllm" else {}}},
+        "model": {"policy": {"path": str(model_dir)}, "sampling": {"n": 2, "max_new_tokens": 6, "seed": 0},
+                  "loss": {"aggregation": "seq_mean_token_mean"}, "scoring": {"workers": 0}},
+        "rollout": {"init_args": {"engine": engine, "engine_options": engine_kwargs if engine == "vllm" else {}}},
         "data": {"train": {"files": str(rows)}, "val": [{"files": str(rows), "name": "toy", "n_samples": 2}], "batch_size": 2},
     }  # fmt: skip
     path = tmp_path / "fit.yaml"
@@ -93,11 +93,11 @@ def test_lit_rlvr_fit_with_strategy_flags_on_two_processes(tiny_model_dir, tmp_p
     extra = []
     if strategy == "ddp":  # DPH-RL on 2 ranks with a cache built by 2 processes: every prompt is in D_pef
         cache = tmp_path / "ref_cache"
-        run(["-m", "lit_rlvr.cli", "cache", "--imports=[always_plugin]", f"--data.tokenizer={tiny_model_dir}", f"--data.train.files={tmp_path / 'rows.jsonl'}",
-             f"--model={tiny_model_dir}", f"--out={cache}", "--n=2", "--max_new_tokens=6", "--num_workers=0",
-             "--prompts_per_shard=2", "--progress=false", "--device=cpu", "--devices=2"], tmp_path)  # fmt: skip
-        extra = [f"--data.cache={cache}", "--data.perfect_threshold=2", "--data.train_split=all",
-                 "--data.anchor_batch_size=4", "--model.divergence=forward_kl", "--model.divergence_coef=0.5"]  # fmt: skip
+        run(["-m", "lit_rlvr.cli", "cache", "--imports=[always_plugin]", f"--data.train.files={tmp_path / 'rows.jsonl'}",
+             f"--policy.path={tiny_model_dir}", f"--data.cache.path={cache}", "--sampling.n=2", "--sampling.max_new_tokens=6",
+             "--scoring.workers=0", "--prompts_per_shard=2", "--progress=false", "--device=cpu", "--devices=2"], tmp_path)  # fmt: skip
+        extra = [f"--data.cache.path={cache}", "--data.cache.perfect_threshold=2", "--data.cache.train_split=all",
+                 "--data.cache.anchor_batch_size=4", "--model.anchor.divergence=forward_kl", "--model.anchor.coef=0.5"]  # fmt: skip
     proc = run(["-m", "lit_rlvr.cli", "fit", "--config", str(config), f"--trainer.strategy={strategy}", "--trainer.devices=2",
                 *extra], tmp_path, timeout=380)  # fmt: skip
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])

@@ -1,6 +1,6 @@
 """Building the reference cache: n samples per training prompt from π_ref, their rewards and log π_ref.
 
-DPH-RL (arXiv 2509.07430, §3 and METHODS.md §2) pre-samples the initial policy once so that
+DPH-RL (arXiv 2509.07430, §3 and docs/methods.md §2) pre-samples the initial policy once so that
 training needs no reference model: for every prompt, n completions at temperature 1.0, scored
 by the verifiable reward, with per-token log π_ref stored. Departures from the released code:
 
@@ -168,11 +168,10 @@ def build_reference_cache(
     scorer,
     model,
     tokenizer,
-    params: SamplingParams = SamplingParams(n=8, temperature=1.0, max_new_tokens=512),
-    seed: int = 0,
+    params: SamplingParams = SamplingParams(n=8, temperature=1.0, max_new_tokens=512, seed=0),
     prompts_per_shard: int = 256,
     prompts_per_call: int = 1,
-    logprob_batch_size: int = 16,
+    batching: MicroBatching = MicroBatching(max_rows=16),
     correct_threshold: float = 1.0,
     progress: bool = True,
     rank: int = 0,
@@ -189,13 +188,12 @@ def build_reference_cache(
             (e.g. ``lit_rlvr.rewards.BatchScorer``).
         model: the initial policy; its forward pass gives the stored log π_ref (set to eval mode).
         tokenizer: the policy's tokenizer (pad id, decoding when the engine gives no texts).
-        params: sampling parameters; ``params.n`` is the samples per prompt. Its ``seed`` is
-            ignored: each engine call gets :func:`call_seed` of ``seed`` and its prompt ids.
-        seed: run seed.
+        params: sampling parameters; ``params.n`` is the samples per prompt, ``params.seed`` the
+            run seed: each engine call gets :func:`call_seed` of it and the call's prompt ids.
         prompts_per_shard: prompts per shard file (the unit of resumption).
         prompts_per_call: prompts per engine call (larger is faster on vLLM; part of the cache's
             identity because batching changes the sampled streams).
-        logprob_batch_size: completions per log-prob forward pass.
+        batching: the log-prob passes' micro-batches (row cap and token budget).
         correct_threshold: reward at or above which a sample counts as passed.
         progress: show a tqdm progress bar (rank 0).
         rank: this process's rank of ``world_size`` building the cache together (each builds the
@@ -214,6 +212,9 @@ def build_reference_cache(
         raise ValueError(f"prompts_per_shard and prompts_per_call must be >= 1, got {prompts_per_shard}, {prompts_per_call}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+    if params.seed is None:
+        raise ValueError("the reference cache needs a sampling seed (sampling.seed) to be reproducible and resumable")
+    seed = params.seed
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.eval()
@@ -253,7 +254,7 @@ def build_reference_cache(
         shard = {"completions": [], "logprobs": [], "rewards": [], "finished": [], "statuses": []}
         for c in range(lo, hi, prompts_per_call):
             chunk = range(c, min(c + prompts_per_call, hi))
-            _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, params, seed, pad_id, logprob_batch_size, shard)
+            _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, params, pad_id, batching, shard)
             bar.update(len(chunk))
         entry = write_shard(
             out / shard_name(s),
@@ -308,18 +309,18 @@ def _entry_name(shard_file: str) -> str:
     return shard_file + ".entry.json"
 
 
-def _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, params, seed, pad_id, logprob_batch_size, shard) -> None:
+def _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, params, pad_id, batching, shard) -> None:
     """Generate, score and compute log π_ref for the prompts in ``chunk``; append to ``shard``."""
     n = params.n
     ids = [rows[i]["id"] for i in chunk]
-    rollouts = engine.generate([prompt_ids[i] for i in chunk], replace(params, seed=call_seed(seed, ids)))
+    rollouts = engine.generate([prompt_ids[i] for i in chunk], replace(params, seed=call_seed(params.seed, ids)))
     if len(rollouts.completion_ids) != n * len(chunk):
         raise RuntimeError(f"engine returned {len(rollouts.completion_ids)} completions for {len(chunk)} prompts × n={n}")
     texts = rollouts.texts or tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
     sample_rows = [rows[i] for i in chunk for _ in range(n)]
     results = scorer.score(list(texts), sample_rows)
     sample_prompts = [prompt_ids[i] for i in chunk for _ in range(n)]
-    shard["logprobs"] += reference_logprobs(model, sample_prompts, rollouts.completion_ids, pad_id, logprob_batch_size)
+    shard["logprobs"] += reference_logprobs(model, sample_prompts, rollouts.completion_ids, pad_id, batching.max_rows, batching.max_tokens)
     shard["completions"] += [list(c) for c in rollouts.completion_ids]
     shard["rewards"] += [float(r.reward) for r in results]
     shard["statuses"] += [str(r.status).split(":")[0] for r in results]

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from lit_rlvr.cache.builder import verify_shard
+from lit_rlvr.contracts import AnchorBatch
+from lit_rlvr.rollout.types import Rollouts
 from lit_rlvr.cache.format import (
     FORMAT_VERSION,
     MANIFEST,
@@ -212,14 +213,9 @@ class ReferenceCache:
             idx = idx[self.rewards[idx] >= self.manifest["correct_threshold"]]
         return idx
 
-    def anchor_batch(self, indices: Sequence[int], pad_id: int) -> dict[str, Tensor]:
-        """Padded tensors of the given samples, in the policy's layout (prompts left-, completions right-padded).
-
-        Returns:
-            ``input_ids (A, L)``, ``attention_mask (A, L)``, ``response_mask (A, T)``,
-            ``ref_logprobs (A, T)`` (0 on padding) and ``rewards (A,)``.
-        """
-        from lit_rlvr.rollout.types import Rollouts
+    def anchor_batch(self, indices: Sequence[int], pad_id: int) -> AnchorBatch:
+        """The given samples as an :class:`~lit_rlvr.contracts.AnchorBatch`, in the policy's layout
+        (prompts left-, completions right-padded; ``ref_logprobs`` 0 on padding)."""
 
         samples = [self.sample(int(i)) for i in indices]
         padded = Rollouts(
@@ -229,13 +225,13 @@ class ReferenceCache:
             finish_reasons=["stop" if s.finished else "length" for s in samples],
             n=1,
         ).to_padded(pad_id)
-        return {
-            "input_ids": padded["input_ids"],
-            "attention_mask": padded["attention_mask"],
-            "response_mask": padded["response_mask"],
-            "ref_logprobs": padded["old_logprobs"],
-            "rewards": torch.tensor([s.reward for s in samples], dtype=torch.float32),
-        }
+        return AnchorBatch(
+            input_ids=padded["input_ids"],
+            attention_mask=padded["attention_mask"],
+            response_mask=padded["response_mask"],
+            ref_logprobs=padded["old_logprobs"],
+            rewards=torch.tensor([s.reward for s in samples], dtype=torch.float32),
+        )
 
     def close(self) -> None:
         for s in self._shards:

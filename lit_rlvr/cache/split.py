@@ -1,4 +1,4 @@
-"""DPH-RL's split of the training prompts by the reference policy's pass count (METHODS.md §2).
+"""DPH-RL's split of the training prompts by the reference policy's pass count (docs/methods.md §2).
 
 A prompt whose pass count c (of n cached π_ref samples) reaches ``perfect_threshold`` is
 "near-perfect" (D_pef): it is not trained on with RL, and its cached correct samples anchor the

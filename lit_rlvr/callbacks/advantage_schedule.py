@@ -12,6 +12,8 @@ from typing import Any
 from lightning import Callback, LightningModule, Trainer
 from typing_extensions import override
 
+from lit_rlvr.contracts import AdvantageHost, require
+
 
 @dataclass
 class Phase:
@@ -46,6 +48,7 @@ class AdvantageSchedule(Callback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        require(pl_module, AdvantageHost, "AdvantageSchedule")
         for phase in self.phases:  # fail at start-up, not when a phase begins
             pl_module.set_advantage(phase.advantage, phase.options)
         self._apply(pl_module, 0)
@@ -56,5 +59,5 @@ class AdvantageSchedule(Callback):
 
     def _apply(self, pl_module: LightningModule, step: int) -> None:
         phase = self.phase_at(step)
-        if getattr(pl_module, "advantage_name", None) != phase.advantage or pl_module.advantage_options != phase.options:
+        if pl_module.advantage_name != phase.advantage or pl_module.advantage_options != phase.options:
             pl_module.set_advantage(phase.advantage, phase.options)

@@ -20,7 +20,8 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from typing_extensions import override
 
-from lit_rlvr.policy import gathered_parameters
+from lit_rlvr.contracts import PolicyHost, require
+from lit_rlvr.policy import gathered_parameters, is_peft_model
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
@@ -48,6 +49,11 @@ class HFExport(Callback):
         self.dirpath = dirpath
 
     @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self.dirpath is not None:
+            require(pl_module, PolicyHost, "HFExport")
+
+    @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.dirpath is None:
             return
@@ -67,16 +73,19 @@ class HFExport(Callback):
 
         # saved through from_pretrained: a padding_side set on the live object is not written
         AutoTokenizer.from_pretrained(path, padding_side="left").save_pretrained(path)
-        hparams = dict(pl_module.hparams)
-        if getattr(pl_module, "advantage_name", hparams.get("advantage")) != hparams.get("advantage"):
-            hparams["advantage_at_end"] = pl_module.advantage_name  # switched by an AdvantageSchedule
+        # the method as the module ran it (its option groups; a user's module may have none of them)
+        settings = {name: getattr(pl_module, name, None) for name in ("loss", "anchor", "kl", "sampling")}
+        configured = getattr(pl_module, "configured_loss", None)
+        if configured is not None and configured.advantage != pl_module.advantage_name:
+            settings["loss"] = configured
+            settings["advantage_at_end"] = pl_module.advantage_name  # switched by an AdvantageSchedule
         card = model_card(
-            base_model=str(hparams.get("model") or pl_module.policy.name_or_path),
-            hparams=hparams,
+            base_model=str(pl_module.policy.name_or_path),
+            hparams=settings,
             metrics={k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1},
             step=trainer.global_step,
             config=_cli_config(trainer),
-            adapter=hparams.get("lora") is not None,
+            adapter=is_peft_model(pl_module.policy),
         )
         (path / "README.md").write_text(card)
 
@@ -94,7 +103,8 @@ def model_card(
     Args:
         base_model: the policy trained from (hub name or local path; only a hub name goes into
             the front matter, where the Hub expects a repository id).
-        hparams: the module's hyper-parameters (those of :class:`~lit_rlvr.module.RLVRModule` are named).
+        hparams: the method's option groups (those of :class:`~lit_rlvr.module.RLVRModule`:
+            ``loss``, ``anchor``, ``kl``, ``sampling``; None or absent = not used).
         metrics: logged values by name; ``val/<set>/pass@<k>`` and ``val/<set>/distinct_correct_answers``
             fill the results table.
         step: optimizer steps trained.
@@ -102,8 +112,9 @@ def model_card(
         adapter: a LoRA adapter rather than full weights.
 
     Example:
-        >>> card = model_card("Qwen/Qwen2.5-Math-1.5B", {"advantage": "grpo", "divergence": "forward_kl",
-        ...                   "divergence_coef": 1.0}, {"val/math500/pass@1": 0.5, "val/math500/pass@4": 0.75}, step=300)
+        >>> from lit_rlvr.options import AnchorOptions, LossOptions
+        >>> card = model_card("Qwen/Qwen2.5-Math-1.5B", {"loss": LossOptions(), "anchor": AnchorOptions(coef=1.0)},
+        ...                   {"val/math500/pass@1": 0.5, "val/math500/pass@4": 0.75}, step=300)
         >>> print(card.split("## Config")[0])  # doctest: +NORMALIZE_WHITESPACE
         ---
         base_model: Qwen/Qwen2.5-Math-1.5B
@@ -120,7 +131,9 @@ def model_card(
         | setting | value |
         |---|---|
         | advantage | `grpo` |
-        | f-divergence anchor to π_ref (DPH-RL) | `forward_kl`, η = 1.0 |
+        | loss aggregation | `token_mean` |
+        | clip ε_low / ε_high | 0.2 / 0.28 |
+        | f-divergence anchor to π_ref (DPH-RL) | `forward_kl`, η = 1.0, token level |
         <BLANKLINE>
         ## Final validation (step 300)
         <BLANKLINE>
@@ -129,8 +142,9 @@ def model_card(
         | math500 | 0.500 | 0.750 | – |
         <BLANKLINE>
     """
-    tags = ["lit_rlvr", "rlvr", str(hparams.get("advantage", ""))]
-    tags += ["dph-rl"] if hparams.get("divergence") and hparams.get("divergence_coef", 0) > 0 else []
+    loss = hparams.get("loss")
+    tags = ["lit_rlvr", "rlvr", loss.advantage if loss is not None else ""]
+    tags += ["dph-rl"] if hparams.get("anchor") is not None else []
     hub_name = not Path(base_model).exists() and base_model.count("/") == 1
     front = ["---", *([f"base_model: {base_model}"] if hub_name else []), f"library_name: {'peft' if adapter else 'transformers'}",
              "pipeline_tag: text-generation", f"tags: [{', '.join(t for t in tags if t)}]", "---"]  # fmt: skip
@@ -157,25 +171,24 @@ def model_card(
 
 
 def _method_rows(hp: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The method's settings present in ``hp``, as (name, markdown value)."""
+    """The method's settings among the option groups in ``hp``, as (name, markdown value)."""
     rows = []
-    if "advantage" in hp:
-        rows.append(("advantage", f"`{hp['advantage']}`" + (f" {dict(hp['advantage_options'])}" if hp.get("advantage_options") else "")))
-    if "advantage_at_end" in hp:
-        rows.append(("advantage at the end (AdvantageSchedule)", f"`{hp['advantage_at_end']}`"))
-    if "loss_agg" in hp:
-        rows.append(("loss aggregation", f"`{hp['loss_agg']}`"))
-    if "clip_low" in hp:
-        rows.append(("clip ε_low / ε_high", f"{hp['clip_low']} / {hp.get('clip_high')}" + (f", dual clip {hp['dual_clip']}" if hp.get("dual_clip") else "")))
-    if hp.get("divergence") and hp.get("divergence_coef", 0) > 0:
-        options = f" {dict(hp['divergence_options'])}" if hp.get("divergence_options") else ""
-        level = f", {hp['divergence_level']} level" if "divergence_level" in hp else ""
-        rows.append(("f-divergence anchor to π_ref (DPH-RL)", f"`{hp['divergence']}`{options}, η = {hp['divergence_coef']}{level}"))
-    if hp.get("kl_coef", 0) > 0:
-        rows.append(("KL(π_θ‖π_ref) penalty", f"β = {hp['kl_coef']} ({hp.get('kl_estimator')})"))
-    if "samples_per_prompt" in hp:
+    if (loss := hp.get("loss")) is not None:
+        options = f" {dict(loss.advantage_options)}" if loss.advantage_options else ""
+        rows.append(("advantage", f"`{loss.advantage}`{options}"))
+        if "advantage_at_end" in hp:
+            rows.append(("advantage at the end (AdvantageSchedule)", f"`{hp['advantage_at_end']}`"))
+        rows.append(("loss aggregation", f"`{loss.aggregation}`"))
+        dual = f", dual clip {loss.dual_clip}" if loss.dual_clip else ""
+        rows.append(("clip ε_low / ε_high", f"{loss.clip_low} / {loss.clip_high}{dual}"))
+    if (anchor := hp.get("anchor")) is not None:
+        options = f" {dict(anchor.options)}" if anchor.options else ""
+        rows.append(("f-divergence anchor to π_ref (DPH-RL)", f"`{anchor.divergence}`{options}, η = {anchor.coef}, {anchor.level} level"))
+    if (kl := hp.get("kl")) is not None:
+        rows.append(("KL(π_θ‖π_ref) penalty", f"β = {kl.coef} ({kl.estimator})"))
+    if (sampling := hp.get("sampling")) is not None:
         rows.append(("samples per prompt · temperature · max new tokens",
-                     f"{hp['samples_per_prompt']} · {hp.get('temperature')} · {hp.get('max_new_tokens')}"))  # fmt: skip
+                     f"{sampling.n} · {sampling.temperature} · {sampling.max_new_tokens}"))  # fmt: skip
     return rows
 
 

@@ -1,13 +1,15 @@
 """The rollout Callback: generate before each batch, sync weights after each optimizer step.
 
 The LightningModule reads as the research recipe (score, advantages, loss); the sampling
-engine is engineering, so it lives here. Per training batch (``{"rows", "prompt_ids"}``) the
-Callback generates G = ``samples_per_prompt`` completions per prompt with the engine and sets
-``batch["rollouts"]`` (a prompt-major :class:`~lit_rlvr.rollout.types.Rollouts`; the module
-calls ``.to_padded(pad_id)`` for ``input_ids``, masks, ``old_logprobs`` and ``group_ids``).
-Lightning hands the same dict object to ``training_step``, so the module (and any later
-Callback) sees the rollouts. Validation (and test) batches (``{"rows", "prompt_ids",
-"set_name", "n_samples"}``) get ``batch["n_samples"]`` samples per prompt.
+engine is engineering, so it lives here. What to sample is the module's: its ``sampling`` (the
+group size G = ``sampling.n``, temperature, length cap, seed) and ``val_sampling``
+(:class:`~lit_rlvr.contracts.RolloutHost`), so the loss's normaliser and temperature always match
+the rollouts. Per training batch (:class:`~lit_rlvr.contracts.TrainBatch`) the Callback generates
+G completions per prompt with the engine and sets ``batch.rollouts`` (a prompt-major
+:class:`~lit_rlvr.rollout.types.Rollouts`; the module calls ``.to_padded(pad_id)`` for
+``input_ids``, masks, ``old_logprobs`` and ``group_ids``). Lightning hands the same object to
+``training_step``, so the module (and any later Callback) sees the rollouts. Validation (and test)
+batches (:class:`~lit_rlvr.contracts.ValBatch`) get ``batch.n_samples`` samples per prompt.
 
 Weight sync follows the optimizer, not the batch: after a batch in which ``trainer.global_step``
 advanced (gradient accumulation steps do not count) and every ``sync_every_n_steps`` steps.
@@ -16,7 +18,7 @@ also re-synced at fit start (a vLLM engine starts from the checkpoint on disk, w
 resume or a LoRA wrap is not the policy) and before validation if steps went unsynced.
 
 Under multi-process training (DDP, FSDP2) every rank owns an engine and generates for its own
-prompts, with its own seed (``seed + rank · 2**32``, then the step offset). After every engine
+prompts, with its own seed (``seed + rank · 2**48``, then the step offset ``step · 2**20``). After every engine
 operation (sync, fingerprint, generation) the ranks exchange their status on a gloo group: when
 the engine of one rank raised, every rank raises :class:`RolloutRankError` naming that rank and
 its error, instead of the others waiting for it in the next collective; a rank that does not
@@ -43,8 +45,9 @@ import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
-from lit_rlvr.policy import MicroBatching, batched_completion_logprobs, gathered_parameters
-from lit_rlvr.rollout.engine import ENGINES, RolloutEngine, build_engine, fingerprint_error, logprob_drift, probe_sequence
+from lit_rlvr.contracts import RolloutHost, TrainBatch, ValBatch, require
+from lit_rlvr.policy import batched_completion_logprobs, gathered_parameters
+from lit_rlvr.rollout.engine import ENGINE_INJECTED, ENGINES, RolloutEngine, build_engine, fingerprint_error, logprob_drift, probe_sequence
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 # Sampling seeds (an engine seeds each sample of a call from the call's seed: vLLM uses seed + row):
@@ -65,29 +68,24 @@ class RolloutRankError(RuntimeError):
 class RolloutCallback(Callback):
     """Own a rollout engine and attach rollouts to every train/validation batch.
 
+    What to sample comes from the module (``pl_module.sampling``, ``pl_module.val_sampling``);
+    this Callback decides only how: the engine, its weight sync and its checks.
+
     Args:
-        samples_per_prompt: G, completions per prompt in training (link it to the module's
-            group size in the CLI).
-        temperature / top_p / top_k / max_new_tokens / stop / seed: training sampling
-            (:class:`~lit_rlvr.rollout.types.SamplingParams`); the seed is offset by the global
-            step so every step samples afresh, and by ``rank · 2**32`` so ranks sample afresh.
-        val_temperature / val_top_p / val_top_k / val_max_new_tokens: validation overrides
-            (None = as in training). The sample count comes from ``batch["n_samples"]``.
         engine: a name in :data:`~lit_rlvr.rollout.engine.ENGINES` — ``"auto"`` (vLLM if
             importable, else transformers), ``"vllm"``, ``"hf"`` — or a ready
             :class:`~lit_rlvr.rollout.engine.RolloutEngine` (then not closed by the Callback).
-        engine_kwargs: passed to the engine (e.g. ``dtype``, ``max_model_len``,
-            ``kv_cache_memory_bytes``, ``gpu_memory_utilization``, ``enable_sleep_mode``).
+        engine_options: the engine's options (e.g. vLLM's ``dtype``, ``max_model_len``,
+            ``kv_cache_memory_bytes``, ``gpu_memory_utilization``, ``enable_sleep_mode``; the HF
+            engine's ``max_batch_rows``, ``decode``), checked against the engine at start-up.
         model_path: what vLLM loads (default: the policy's ``name_or_path``).
         sync_every_n_steps: optimizer steps between weight syncs (1 = on-policy).
         fingerprint: verify every sync (one forward of a 24-token probe on each side; an engine
             that samples from the policy module itself is identical to it and reports 0).
         fingerprint_atol: tolerance of the check (default by policy dtype).
         drift_every_n_steps: compute drift every n steps (one no-grad forward over the
-            rollouts, ~15% of a small model's step, hence sampled); 0 = never.
-        drift_micro_batch_size: rows per forward when computing drift; the forwards also follow
-            the module's token budget and padding-free setting when it has them
-            (``pl_module.micro_batching``, :class:`~lit_rlvr.policy.MicroBatching`).
+            rollouts, in the module's micro-batches; ~15% of a small model's step, hence
+            sampled); 0 = never.
         generate_timeout_s / sync_timeout_s: fail instead of hanging (None = no limit; with
             several processes the ranks then wait for each other up to torch's default
             process-group timeout, 30 min).
@@ -95,68 +93,39 @@ class RolloutCallback(Callback):
 
     def __init__(
         self,
-        samples_per_prompt: int = 8,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        max_new_tokens: int = 256,
-        stop: list[str] | None = None,
-        seed: int | None = None,
-        val_temperature: float | None = None,
-        val_top_p: float | None = None,
-        val_top_k: int | None = None,
-        val_max_new_tokens: int | None = None,
         engine: str | RolloutEngine = "auto",
-        engine_kwargs: dict[str, Any] | None = None,
+        engine_options: dict[str, Any] | None = None,
         model_path: str | None = None,
         sync_every_n_steps: int = 1,
         fingerprint: bool = True,
         fingerprint_atol: float | None = None,
         drift_every_n_steps: int = 10,
-        drift_micro_batch_size: int = 16,
         generate_timeout_s: float | None = None,
         sync_timeout_s: float | None = None,
     ):
         super().__init__()
-        self.train_sampling = SamplingParams(
-            n=samples_per_prompt,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            max_new_tokens=max_new_tokens,
-            stop=tuple(stop or ()),
-            seed=seed,
-        )
-        self.val_sampling = SamplingParams(
-            n=1,
-            temperature=temperature if val_temperature is None else val_temperature,
-            top_p=top_p if val_top_p is None else val_top_p,
-            top_k=top_k if val_top_k is None else val_top_k,
-            max_new_tokens=max_new_tokens if val_max_new_tokens is None else val_max_new_tokens,
-            stop=tuple(stop or ()),
-            seed=seed,
-        )
         if sync_every_n_steps < 1:
-            raise ValueError(f"sync_every_n_steps must be >= 1, got {sync_every_n_steps}")
-        if drift_every_n_steps < 0 or drift_micro_batch_size < 1:
-            raise ValueError(
-                f"drift_every_n_steps must be >= 0 and drift_micro_batch_size >= 1, got "
-                f"{drift_every_n_steps} and {drift_micro_batch_size}"
-            )
+            raise ValueError(f"rollout.sync_every_n_steps must be >= 1, got {sync_every_n_steps}")
+        if drift_every_n_steps < 0:
+            raise ValueError(f"rollout.drift_every_n_steps must be >= 0 (0 = never), got {drift_every_n_steps}")
+        self.engine_options = dict(engine_options or {})
         if isinstance(engine, str):
-            ENGINES.get_checked(engine, "rollout.engine")
+            given = sorted(set(self.engine_options) & set(ENGINE_INJECTED))
+            if given:
+                raise ValueError(f"rollout.engine_options: {given} are set by the callback itself, not by options")
+            ENGINES.get_checked(engine, "rollout.engine", self.engine_options, "rollout.engine_options")
         self.engine_kind = engine if isinstance(engine, str) else engine.name
         self.engine: RolloutEngine | None = None if isinstance(engine, str) else engine
         self._owns_engine = isinstance(engine, str)
-        self.engine_kwargs = dict(engine_kwargs or {})
         self.model_path = model_path
         self.sync_every_n_steps = sync_every_n_steps
         self.fingerprint = fingerprint
         self.fingerprint_atol = fingerprint_atol
         self.drift_every_n_steps = drift_every_n_steps
-        self.drift_micro_batch_size = drift_micro_batch_size
         self.generate_timeout_s = generate_timeout_s
         self.sync_timeout_s = sync_timeout_s
+        self.train_sampling: SamplingParams | None = None  # the module's, read at setup
+        self.val_sampling: SamplingParams | None = None
         self.steps_since_sync = 0
         self.total_rollout_tokens = 0
         self.last_fingerprint_err: float | None = None
@@ -170,26 +139,22 @@ class RolloutCallback(Callback):
     @property
     @override
     def state_key(self) -> str:
-        return self._generate_state_key(samples_per_prompt=self.train_sampling.n, engine=self.engine_kind)
+        return self._generate_state_key(engine=self.engine_kind)
 
     # ------------------------------------------------------------------ engine lifecycle
 
     def build_engine(self, pl_module: LightningModule) -> RolloutEngine:
         """Create the engine for ``pl_module.policy`` (override to customise construction)."""
         kwargs = {"generate_timeout_s": self.generate_timeout_s, "sync_timeout_s": self.sync_timeout_s}
-        kwargs.update(self.engine_kwargs)
+        kwargs.update(self.engine_options)
         return build_engine(
             self.engine_kind, model=pl_module.policy, tokenizer=pl_module.tokenizer, model_path=self.model_path, **kwargs
         )
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        for attr in ("policy", "tokenizer"):
-            if not hasattr(pl_module, attr):
-                raise AttributeError(
-                    f"RolloutCallback needs the LightningModule to expose its HF model as `.policy` and its "
-                    f"tokenizer as `.tokenizer`; {type(pl_module).__name__} has no `.{attr}`"
-                )
+        require(pl_module, RolloutHost, "RolloutCallback")
+        self.train_sampling, self.val_sampling = pl_module.sampling, pl_module.val_sampling
         self._rank = trainer.global_rank
         if self.engine is None:
             self.engine = self.build_engine(pl_module)
@@ -261,13 +226,13 @@ class RolloutCallback(Callback):
             metrics.update(self.sync(pl_module))
         params = self.train_params(trainer.global_step, self._rank)
         with gathered_parameters(trainer):  # FSDP1 only: the live HF engine samples the full policy
-            rollouts, gen_metrics = self._generate(batch["prompt_ids"], params, "rollout")
-            batch["rollouts"] = rollouts
+            rollouts, gen_metrics = self._generate(_checked(batch, TrainBatch).prompt_ids, params, "rollout")
+            batch.rollouts = rollouts
             metrics.update(gen_metrics)
             if self.drift_every_n_steps and trainer.global_step % self.drift_every_n_steps == 0:
                 metrics["rollout/drift"] = self.drift(pl_module, rollouts, params.temperature)
         self.last_metrics = metrics
-        self._log(pl_module, metrics, len(batch["prompt_ids"]), prog_bar=("rollout/seconds", "rollout/tokens_per_s"))
+        self._log(pl_module, metrics, len(batch.prompt_ids), prog_bar=("rollout/seconds", "rollout/tokens_per_s", "rollout/mean_len"))
 
     @override
     def on_train_batch_end(
@@ -278,19 +243,19 @@ class RolloutCallback(Callback):
             return
         self.steps_since_sync += stepped
         if self.steps_since_sync >= self.sync_every_n_steps:
-            self._log(pl_module, self.sync(pl_module), len(batch["prompt_ids"]))
+            self._log(pl_module, self.sync(pl_module), len(batch.prompt_ids))
 
     @override
     def on_validation_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        n = int(batch.get("n_samples", self.train_sampling.n))
+        batch = _checked(batch, ValBatch)
         seed = _VAL_SEED_BASE + (dataloader_idx * 2**12 + batch_idx) * _STEP_SEED_STRIDE
-        params = self._with_seed(SamplingParams(**{**self.val_sampling.__dict__, "n": n}), seed, self._rank)
+        params = self._with_seed(replace(self.val_sampling, n=int(batch.n_samples)), seed, self._rank)
         with gathered_parameters(trainer):
-            rollouts, metrics = self._generate(batch["prompt_ids"], params, "val_rollout")
-        batch["rollouts"] = rollouts
-        self._log(pl_module, metrics, len(batch["prompt_ids"]), sync_dist=True)  # epoch means across ranks
+            rollouts, metrics = self._generate(batch.prompt_ids, params, "val_rollout")
+        batch.rollouts = rollouts
+        self._log(pl_module, metrics, len(batch.prompt_ids), sync_dist=True)  # epoch means across ranks
 
     @override
     def on_test_batch_start(
@@ -339,17 +304,15 @@ class RolloutCallback(Callback):
     def drift(self, pl_module: LightningModule, rollouts: Rollouts, temperature: float) -> float:
         """Mean |sampler − trainer log-prob| over the rollouts' completion tokens.
 
-        The trainer's log-probs come from length-sorted micro-batches of at most
-        ``drift_micro_batch_size`` rows (and the module's token budget), each cropped to its
-        longest row, so short completions are not padded to the batch's longest one.
+        The trainer's log-probs come from the module's micro-batches (``pl_module.micro_batching``:
+        length-sorted, under its row cap and token budget, each cropped to its longest row), as
+        its own no-grad passes over a rollout batch.
         """
         policy = pl_module.policy
         pad_id = pl_module.tokenizer.pad_token_id
         padded = rollouts.to_padded(pad_id if pad_id is not None else 0)
         T = padded["response_mask"].shape[1]
         device = next(policy.parameters()).device
-        module = getattr(pl_module, "micro_batching", None) or MicroBatching()
-        batching = replace(module, max_rows=min(self.drift_micro_batch_size, module.max_rows or self.drift_micro_batch_size))
         was_training = policy.training
         policy.eval()
         try:
@@ -359,22 +322,24 @@ class RolloutCallback(Callback):
                 padded["attention_mask"].to(device),
                 T,
                 temperature=temperature if temperature > 0 else 1.0,  # greedy: temperature-1 log-probs
-                batching=batching,
-                lockstep=getattr(pl_module, "lockstep", None),  # FSDP: as many forwards on every rank
+                batching=pl_module.micro_batching,
+                lockstep=pl_module.lockstep,  # FSDP: as many forwards on every rank
             )
         finally:
             policy.train(was_training)
         return logprob_drift(padded["old_logprobs"], lp.float().cpu(), padded["response_mask"]).item()
 
     def train_params(self, global_step: int, rank: int = 0) -> SamplingParams:
-        """The sampling parameters of the training rollout at ``global_step`` on ``rank`` (seeded per step and rank)."""
-        return self._with_seed(self.train_sampling, global_step * _STEP_SEED_STRIDE, rank)
+        """The sampling parameters of the training rollout at ``global_step`` on ``rank`` (:func:`step_sampling`)."""
+        if self.train_sampling is None:
+            raise RuntimeError("RolloutCallback.train_params before setup: the sampling settings are the module's")
+        return step_sampling(self.train_sampling, global_step, rank)
 
     @staticmethod
     def _with_seed(params: SamplingParams, offset: int, rank: int = 0) -> SamplingParams:
         if params.seed is None:
             return params
-        return SamplingParams(**{**params.__dict__, "seed": params.seed + rank * _RANK_SEED_STRIDE + offset})
+        return replace(params, seed=params.seed + rank * _RANK_SEED_STRIDE + offset)
 
     def _on_all_ranks(self, what: str, fn: Callable[[], T], timeout_s: float | None) -> T:
         """``fn()`` on this rank; raise :class:`RolloutRankError` on every rank if it failed on any.
@@ -404,6 +369,27 @@ class RolloutCallback(Callback):
     ) -> None:
         for key, value in metrics.items():
             pl_module.log(key, float(value), prog_bar=key in prog_bar, batch_size=batch_size, sync_dist=sync_dist)
+
+
+def step_sampling(sampling: SamplingParams, global_step: int, rank: int = 0) -> SamplingParams:
+    """The training rollout's sampling at ``global_step`` on ``rank``: ``sampling`` with its seed
+    offset by ``rank · 2**48 + global_step · 2**20`` (unseeded stays unseeded).
+
+    Example:
+        >>> step_sampling(SamplingParams(n=4, seed=7), global_step=2, rank=1).seed == 7 + 2**48 + 2 * 2**20
+        True
+    """
+    return RolloutCallback._with_seed(sampling, global_step * _STEP_SEED_STRIDE, rank)
+
+
+def _checked(batch: Any, kind: type) -> Any:
+    """``batch`` if it is a ``kind`` (the DataModule's contract), else a ``TypeError`` naming both."""
+    if not isinstance(batch, kind):
+        raise TypeError(
+            f"RolloutCallback takes lit_rlvr.contracts.{kind.__name__} batches (PromptDataModule makes them), got "
+            f"{type(batch).__name__}"
+        )
+    return batch
 
 
 def _sum_or_none(*seconds: float | None) -> float | None:

@@ -1,7 +1,7 @@
 """Prompts: dataset adapters, prompt formatting, resumable samplers and the PromptDataModule."""
 
 from lit_rlvr.data.adapters import ADAPTERS, BadRowError, LoadedRows, load_rows, normalize_answer
-from lit_rlvr.data.datamodule import DatasetSpec, PromptDataModule, ValSet
+from lit_rlvr.data.datamodule import CacheOptions, DatasetSpec, GoldCheck, PromptDataModule, ValSet
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
 from lit_rlvr.data.readers import BadRow, HFSource, read_records
 from lit_rlvr.data.samplers import BatchKey, EvalShardSampler, PromptBatchSampler, anchor_batch_indices, epoch_order
@@ -11,8 +11,10 @@ __all__ = [
     "BadRow",
     "BadRowError",
     "BatchKey",
+    "CacheOptions",
     "DatasetSpec",
     "EvalShardSampler",
+    "GoldCheck",
     "HFSource",
     "LoadedRows",
     "PromptBatchSampler",

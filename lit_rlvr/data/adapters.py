@@ -16,7 +16,6 @@ reports it with file and line and carries on.
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 import sqlite3
 from collections.abc import Iterable
@@ -27,7 +26,7 @@ from lit_rlvr.data.readers import BadRow, HFSource, read_hf_records, read_record
 from lit_rlvr.registry import Registry
 from lit_rlvr.rewards.base import REWARDS
 
-ADAPTERS = Registry("dataset adapter")
+ADAPTERS = Registry("dataset adapter", injected=("index", "name", "source"))
 
 _INT_LIKE = re.compile(r"[+-]?\d+(\.0*)?")
 
@@ -257,27 +256,6 @@ class LoadedRows:
         return len(self.bad) / self.total if self.total else 0.0
 
 
-def check_adapter_options(adapter: str, options: dict, key: str = "options") -> None:
-    """Raise ``ValueError`` unless every option is a keyword parameter of the adapter, naming ``key``.
-
-    Example:
-        >>> check_adapter_options("jsonl", {"extra_fields": ["digits"]})
-        >>> check_adapter_options("jsonl", {"extra_feilds": ["digits"]}, "data.train.options")
-        Traceback (most recent call last):
-        ...
-        ValueError: data.train.options: unknown option(s) ['extra_feilds'] of adapter 'jsonl'; accepted: ['answer_field', 'extra_fields', 'id_field', 'prompt_field', 'reward', 'reward_field']
-    """
-    fn = ADAPTERS.get_checked(adapter, "adapter")
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = sorted(p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY)
-    accepted = [p for p in accepted if p not in ("index", "name", "source")]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(f"{key}: unknown option(s) {unknown} of adapter {adapter!r}; accepted: {accepted}")
-
-
 def load_rows(
     source: str | Path | Iterable[str | Path] | HFSource, adapter: str, name: str | None = None, *, options_key: str = "options", **options
 ) -> LoadedRows:
@@ -291,7 +269,8 @@ def load_rows(
         name: dataset name used in row ids (default: the adapter name).
         options_key: the config key of ``options``, for errors (``data.train.options``).
         **options: passed to the adapter (e.g. ``db_root``, ``reward``, ``prompt_field``);
-            an option the adapter does not take is a ``ValueError`` before any reading.
+            an option the adapter does not take is a ``ValueError`` before any reading
+            (:meth:`lit_rlvr.registry.Registry.get_checked`).
 
     Returns:
         :class:`LoadedRows`, rows in source order; a duplicate id (ids must be unique to key the
@@ -307,8 +286,7 @@ def load_rows(
         >>> [r["id"] for r in out.rows], [b.line for b in out.bad], out.total
         (['gsm8k/0'], [2], 2)
     """
-    fn = ADAPTERS.get_checked(adapter, "adapter")
-    check_adapter_options(adapter, options, options_key)
+    fn = ADAPTERS.get_checked(adapter, "adapter", options, options_key)
     name = name or adapter
     if isinstance(source, HFSource):
         sources = [(source.label, Path(source.path), read_hf_records(source))]

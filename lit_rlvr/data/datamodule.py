@@ -1,23 +1,23 @@
 """PromptDataModule: prompts for RL training and named validation sets, plus DPH-RL anchor batches.
 
-Batches follow the library's contract:
+Batches follow the library's contract (:mod:`lit_rlvr.contracts`):
 
-- train: ``{"rows": list[row], "prompt_ids": list[list[int]]}``, plus ``"anchor"`` (a dict of
-  ``input_ids (A, L)``, ``attention_mask (A, L)``, ``response_mask (A, T)``,
-  ``ref_logprobs (A, T)``, ``rewards (A,)``) when a reference cache is configured and D_pef has
+- train: :class:`~lit_rlvr.contracts.TrainBatch` (rows and prompt ids), with an
+  :class:`~lit_rlvr.contracts.AnchorBatch` when a reference cache is configured and D_pef has
   anchor samples;
-- validation (one dataloader per named set): ``{"rows", "prompt_ids", "padding", "set_name",
-  "n_samples"}``; each rank gets its share of the set (:class:`~lit_rlvr.data.samplers.EvalShardSampler`),
-  and ``padding[i]`` marks repeats that only keep the ranks in step (generated, never counted).
+- validation (one dataloader per named set): :class:`~lit_rlvr.contracts.ValBatch`; each rank
+  gets its share of the set (:class:`~lit_rlvr.data.samplers.EvalShardSampler`), and
+  ``padding[i]`` marks repeats that only keep the ranks in step (generated, never counted).
 
-With a cache, training prompts are D_exp (prompts the reference policy does not already solve
-``perfect_threshold`` times of n) and each step's anchor batch holds cached correct π_ref samples
-of D_pef prompts, served inside the same batch (the anchor stream is a pure function of the step,
-so it needs no loader of its own and resumes exactly).
+With a cache (``cache:``, :class:`CacheOptions`), training prompts are D_exp (prompts the
+reference policy does not already solve ``perfect_threshold`` times of n) and each step's anchor
+batch holds cached π_ref samples of D_pef prompts, served inside the same batch (the anchor stream
+is a pure function of the step, so it needs no loader of its own and resumes exactly).
 
-Resuming mid-epoch: each train batch carries its ``(epoch, step)``; :meth:`on_before_batch_transfer`
-records it as training consumes it and removes it from the batch; :meth:`state_dict` (saved by
-Lightning in every checkpoint) stores it; after a restore the sampler starts at the next step.
+Resuming mid-epoch: each train batch carries its ``position`` ``(epoch, step)``;
+:meth:`on_before_batch_transfer` records it as training consumes it and clears it;
+:meth:`state_dict` (saved by Lightning in every checkpoint) stores it; after a restore the sampler
+starts at the next step.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ import lightning.pytorch as pl
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
+from lit_rlvr.contracts import TrainBatch, ValBatch
 from lit_rlvr.data.adapters import load_rows
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
 from lit_rlvr.data.readers import BadRow, HFSource
 from lit_rlvr.data.samplers import BatchKey, EvalShardSampler, PromptBatchSampler, anchor_batch_indices
 
 log = logging.getLogger(__name__)
-_POSITION = "_position"
 
 
 @dataclass
@@ -78,9 +78,66 @@ class DatasetSpec:
 
 @dataclass
 class ValSet(DatasetSpec):
-    """A named validation set with its own samples per prompt (for its pass@k ladder)."""
+    """A named validation set with its own samples per prompt (for its pass@k ladder).
+
+    Args:
+        n_samples: completions per prompt, the n of its unbiased pass@k (k up to n is reported).
+    """
 
     n_samples: int = 1
+
+
+@dataclass(frozen=True)
+class GoldCheck:
+    """Parse every row's gold once at set-up, in reward worker processes (``data.gold_check``).
+
+    Each row's reward's ``check_gold`` (math-verify for math, the gold query for SQL) runs before
+    training, so a malformed gold is a bad row reported with its file and line, not a crash at
+    the step that draws it.
+
+    Args:
+        workers: reward worker processes for the check (0 = in this process).
+        timeout_s: per-gold deadline (a gold past it is a bad row).
+    """
+
+    workers: int = 1
+    timeout_s: float = 10.0
+
+    def __post_init__(self):
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 0:
+            raise ValueError(f"data.gold_check.workers must be an integer >= 0 (0 = in this process), got {self.workers!r}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"data.gold_check.timeout_s must be > 0 seconds, got {self.timeout_s!r}")
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """DPH-RL's reference cache and how the run uses it (``data.cache``; docs/methods.md §2).
+
+    Args:
+        path: the cache directory (``lit-rlvr cache`` builds it; its config's ``data.cache.path``).
+        perfect_threshold: pass count (of the cache's n) from which a prompt is in D_pef
+            (near-perfect); None = n.
+        anchor_samples: ``correct`` (the cached correct samples of D_pef prompts, as the paper)
+            or ``all`` (every cached sample of them).
+        anchor_batch_size: anchor samples per training step.
+        train_split: train on ``exp`` (D_exp only: D_pef prompts leave RL, as in DPH-RL) or
+            ``all`` prompts.
+        verify: ``sha256`` re-hashes every shard on open, ``size`` only checks sizes.
+    """
+
+    path: str
+    perfect_threshold: int | None = None
+    anchor_samples: Literal["correct", "all"] = "correct"
+    anchor_batch_size: int = 16
+    train_split: Literal["exp", "all"] = "exp"
+    verify: Literal["sha256", "size"] = "sha256"
+
+    def __post_init__(self):
+        if self.anchor_batch_size < 1:
+            raise ValueError(f"data.cache.anchor_batch_size must be >= 1, got {self.anchor_batch_size}")
+        if self.perfect_threshold is not None and self.perfect_threshold < 1:
+            raise ValueError(f"data.cache.perfect_threshold must be >= 1 or null (= the cache's n), got {self.perfect_threshold}")
 
 
 @dataclass
@@ -89,8 +146,8 @@ class _Prepared:
     prompt_ids: list[list[int]]
 
 
-def check_golds(rows: list[dict], workers: int, timeout_s: float) -> list[str | None]:
-    """Per row, why its gold is unusable (None if fine), checked in ``workers`` reward processes.
+def check_golds(rows: list[dict], check: GoldCheck) -> list[str | None]:
+    """Per row, why its gold is unusable (None if fine), checked in ``check.workers`` reward processes.
 
     No process starts when no row's reward has a gold check.
     """
@@ -98,7 +155,7 @@ def check_golds(rows: list[dict], workers: int, timeout_s: float) -> list[str | 
 
     if all(REWARDS[row["reward"]].check_gold is None for row in rows):
         return [None] * len(rows)
-    with BatchScorer(num_workers=workers, timeout_s=timeout_s) as scorer:
+    with BatchScorer(workers=check.workers, timeout_s=check.timeout_s) as scorer:
         return scorer.check_golds(rows)
 
 
@@ -112,16 +169,16 @@ class _TrainBatches(Dataset):
     def __init__(self, dm: PromptDataModule, sampler: PromptBatchSampler):
         self.dm, self.sampler = dm, sampler
 
-    def __getitem__(self, key: BatchKey) -> dict:
+    def __getitem__(self, key: BatchKey) -> TrainBatch:
         dm = self.dm
         rows = [dict(dm.train_rows[dm._train_index[i]]) for i in key.indices]
         prompt_ids = [list(dm.train_prompt_ids[dm._train_index[i]]) for i in key.indices]
-        batch = {"rows": rows, "prompt_ids": prompt_ids, _POSITION: (key.epoch, key.step)}
+        batch = TrainBatch(rows, prompt_ids, position=(key.epoch, key.step))
         if dm._anchor_index is not None and len(dm._anchor_index):
             s = self.sampler
             number = (key.epoch * len(s) + key.step) * s.num_replicas + s.rank
-            picks = anchor_batch_indices(number, dm.anchor_batch_size, len(dm._anchor_index), dm.seed)
-            batch["anchor"] = dm.reference_cache.anchor_batch(dm._anchor_index[picks], dm.pad_id)
+            picks = anchor_batch_indices(number, dm.cache.anchor_batch_size, len(dm._anchor_index), dm.seed)
+            batch.anchor = dm.reference_cache.anchor_batch(dm._anchor_index[picks], dm.pad_id)
         return batch
 
     def __len__(self) -> int:
@@ -161,27 +218,26 @@ class _ValCollate:
     set_name: str
     n_samples: int
 
-    def __call__(self, items: list[tuple[dict, list[int], bool]]) -> dict:
-        return {
-            "rows": [r for r, _, _ in items],
-            "prompt_ids": [p for _, p, _ in items],
-            "padding": [pad for _, _, pad in items],
-            "set_name": self.set_name,
-            "n_samples": self.n_samples,
-        }
+    def __call__(self, items: list[tuple[dict, list[int], bool]]) -> ValBatch:
+        return ValBatch(
+            rows=[r for r, _, _ in items],
+            prompt_ids=[p for _, p, _ in items],
+            padding=[pad for _, _, pad in items],
+            set_name=self.set_name,
+            n_samples=self.n_samples,
+        )
 
 
 class PromptDataModule(pl.LightningDataModule):
     """Prompts from local files or Hugging Face datasets, formatted and tokenized, with deterministic resumable order.
 
     Args:
-        tokenizer: path or hub name of the policy's tokenizer (``AutoTokenizer``).
+        tokenizer: path or hub name of the policy's tokenizer (``AutoTokenizer``; the CLI links
+            it to ``model.policy.path``).
         train: the training dataset (None for validate-only runs).
         val: named validation sets, each with its own ``n_samples``.
-        instruction: user-message template over row fields (``{prompt}`` = problem text).
-        system_prompt: optional system message.
-        use_chat_template: force the chat template on/off; None = use it when the tokenizer has one.
-        plain_template: prompt layout without a chat template (``{system}``, ``{user}``).
+        prompt: how a row becomes the prompt text (:class:`~lit_rlvr.data.prompts.PromptFormat`:
+            the instruction template, system prompt, chat template or plain layout).
         max_prompt_tokens: prompts longer than this are reported and skipped (never truncated).
         batch_size: prompts per training step (per device).
         val_batch_size: prompts per validation batch (default ``batch_size``).
@@ -191,17 +247,9 @@ class PromptDataModule(pl.LightningDataModule):
         max_bad_fraction: stop with an error when a dataset has a larger share of bad rows
             (missing fields, unknown reward names, malformed golds, unreadable database); below it
             bad rows are reported with file:line and skipped.
-        gold_check_workers: reward worker processes that parse every row's gold once at set-up
-            (its reward's ``check_gold``: math-verify for math, the gold query for SQL), so a
-            malformed gold is a bad row before training, not a crash at the step that draws it;
-            0 checks in this process; None skips the check.
-        gold_check_timeout_s: per-gold deadline of that check (a gold past it is a bad row).
-        cache: a reference-cache directory (DPH-RL); enables the D_pef/D_exp split and anchors.
-        perfect_threshold: pass count (of the cache's n) for D_pef; None = n.
-        anchor_samples: ``"correct"`` (default: cached correct samples of D_pef prompts) or ``"all"``.
-        anchor_batch_size: anchor samples per training step.
-        train_split: with a cache, train on ``"exp"`` (D_exp, DPH-RL) or ``"all"`` prompts.
-        cache_verify: ``"sha256"`` re-hashes every shard on open, ``"size"`` only checks sizes.
+        gold_check: parse every row's gold at set-up (:class:`GoldCheck`; None skips the check).
+        cache: DPH-RL's reference cache (:class:`CacheOptions`): enables the D_pef/D_exp split
+            and the anchor batches.
     """
 
     def __init__(
@@ -209,10 +257,7 @@ class PromptDataModule(pl.LightningDataModule):
         tokenizer: str,
         train: DatasetSpec | None = None,
         val: list[ValSet] | None = None,
-        instruction: str = "{prompt}",
-        system_prompt: str | None = None,
-        use_chat_template: bool | None = None,
-        plain_template: str = "{system}{user}\n",
+        prompt: PromptFormat = PromptFormat(),
         max_prompt_tokens: int = 1024,
         batch_size: int = 8,
         val_batch_size: int | None = None,
@@ -220,23 +265,14 @@ class PromptDataModule(pl.LightningDataModule):
         shuffle: bool = True,
         drop_last: bool = False,
         max_bad_fraction: float = 0.1,
-        gold_check_workers: int | None = 1,
-        gold_check_timeout_s: float = 10.0,
-        cache: str | None = None,
-        perfect_threshold: int | None = None,
-        anchor_samples: Literal["correct", "all"] = "correct",
-        anchor_batch_size: int = 16,
-        train_split: Literal["exp", "all"] = "exp",
-        cache_verify: Literal["sha256", "size"] = "sha256",
+        gold_check: GoldCheck | None = GoldCheck(),
+        cache: CacheOptions | None = None,
     ):
         super().__init__()
-        if batch_size < 1 or anchor_batch_size < 1 or max_prompt_tokens < 1:
-            raise ValueError(
-                f"batch_size, anchor_batch_size and max_prompt_tokens must be >= 1, got "
-                f"{batch_size}, {anchor_batch_size}, {max_prompt_tokens}"
-            )
+        if batch_size < 1 or max_prompt_tokens < 1:
+            raise ValueError(f"data.batch_size and data.max_prompt_tokens must be >= 1, got {batch_size} and {max_prompt_tokens}")
         if not 0.0 <= max_bad_fraction <= 1.0:
-            raise ValueError(f"max_bad_fraction must be in [0, 1], got {max_bad_fraction}")
+            raise ValueError(f"data.max_bad_fraction must be in [0, 1], got {max_bad_fraction}")
         names = [v.name or v.adapter for v in val or []]
         if len(set(names)) != len(names):
             raise ValueError(f"validation set names must be unique, got {names}; set `name` on each")
@@ -245,15 +281,11 @@ class PromptDataModule(pl.LightningDataModule):
                 raise ValueError(f"val set {v.name or v.adapter!r}: n_samples must be >= 1, got {v.n_samples}")
         self.tokenizer_path = tokenizer
         self.train_spec, self.val_specs = train, list(val or [])
-        self.prompt_format = PromptFormat(instruction, system_prompt, use_chat_template, plain_template)
+        self.prompt_format = prompt
         self.max_prompt_tokens, self.batch_size = max_prompt_tokens, batch_size
         self.val_batch_size = val_batch_size or batch_size
-        if gold_check_workers is not None and gold_check_workers < 0:
-            raise ValueError(f"gold_check_workers must be >= 0 (0 = in this process) or null (no check), got {gold_check_workers}")
         self.seed, self.shuffle, self.drop_last, self.max_bad_fraction = seed, shuffle, drop_last, max_bad_fraction
-        self.gold_check_workers, self.gold_check_timeout_s = gold_check_workers, gold_check_timeout_s
-        self.cache_path, self.perfect_threshold, self.anchor_samples = cache, perfect_threshold, anchor_samples
-        self.anchor_batch_size, self.train_split, self.cache_verify = anchor_batch_size, train_split, cache_verify
+        self.gold_check, self.cache = gold_check, cache
         self.tokenizer = None
         self.train_rows: list[dict] = []
         self.train_prompt_ids: list[list[int]] = []
@@ -278,7 +310,7 @@ class PromptDataModule(pl.LightningDataModule):
             prepared = self._prepare(self.train_spec, "data.train")
             self.train_rows, self.train_prompt_ids = prepared.rows, prepared.prompt_ids
             self._train_index = list(range(len(self.train_rows)))
-            if self.cache_path is not None:
+            if self.cache is not None:
                 self._attach_cache()
         if stage in ("fit", "validate", None):
             for i, spec in enumerate(self.val_specs):
@@ -314,8 +346,8 @@ class PromptDataModule(pl.LightningDataModule):
         """Load, validate, format and tokenize one dataset (config key ``key``); report bad and over-long rows."""
         name = spec.name or spec.adapter
         loaded = load_rows(spec.source, spec.adapter, name=name, options_key=f"{key}.options", **spec.options)
-        if self.gold_check_workers is not None and loaded.rows:
-            loaded.drop(check_golds(loaded.rows, self.gold_check_workers, self.gold_check_timeout_s))
+        if self.gold_check is not None and loaded.rows:
+            loaded.drop(check_golds(loaded.rows, self.gold_check))
         self.bad_rows[name] = loaded.bad
         if loaded.bad:
             shown = "\n  ".join(str(b) for b in loaded.bad[:10])
@@ -350,19 +382,20 @@ class PromptDataModule(pl.LightningDataModule):
         from lit_rlvr.cache.reader import ReferenceCache
         from lit_rlvr.cache.split import split_by_pass_count
 
-        cache = ReferenceCache(self.cache_path, verify=self.cache_verify)
+        options = self.cache
+        cache = ReferenceCache(options.path, verify=options.verify)
         cache.check(tokenizer=self.tokenizer, dataset_fingerprint=dataset_fingerprint(self.train_rows, self.train_prompt_ids))
         self.reference_cache = cache
-        self.split = split_by_pass_count(cache.ids, cache.pass_counts, cache.n, self.perfect_threshold)
-        if self.train_split == "exp":
+        self.split = split_by_pass_count(cache.ids, cache.pass_counts, cache.n, options.perfect_threshold)
+        if options.train_split == "exp":
             exp = set(self.split.exp)
             self._train_index = [i for i, r in enumerate(self.train_rows) if r["id"] in exp]
             if not self._train_index:
                 raise ValueError(f"every training prompt is in D_pef (perfect_threshold={self.split.threshold}); nothing to explore")
-        self._anchor_index = cache.sample_indices(self.split.pef, self.anchor_samples) if self.split.pef else None
+        self._anchor_index = cache.sample_indices(self.split.pef, options.anchor_samples) if self.split.pef else None
         anchors = 0 if self._anchor_index is None else len(self._anchor_index)
         if anchors == 0:
-            log.warning("reference cache %s: D_pef has no %s samples; train batches carry no anchors", cache.path, self.anchor_samples)
+            log.warning("reference cache %s: D_pef has no %s samples; train batches carry no anchors", cache.path, options.anchor_samples)
         log.info("reference cache: |D_pef|=%d |D_exp|=%d anchors=%d", len(self.split.pef), len(self.split.exp), anchors)
 
     # ------------------------------------------------------------------------------- loaders
@@ -397,8 +430,8 @@ class PromptDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------------------- resume
     @override
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        if isinstance(batch, dict) and _POSITION in batch:
-            self._consumed = tuple(batch.pop(_POSITION))
+        if isinstance(batch, TrainBatch) and batch.position is not None:
+            self._consumed, batch.position = tuple(batch.position), None
         return batch
 
     @override

@@ -1,6 +1,6 @@
 """Countdown-3 and fixed-width addition: tiny verifiable tasks on which diversity collapse shows on CPU.
 
-Countdown-3 (``shared/docs/DEMO_RECIPE.md``): the prompt gives three digits 1–9 and a target
+Countdown-3 (docs/demo.md): the prompt gives three digits 1–9 and a target
 0–999, e.g. ``C375=026:``; a correct answer is an expression that uses each digit exactly once
 with ``+ - *`` (normal precedence) and evaluates to the target, ending with ``;`` (``3*7+5;``).
 Many targets have several valid expressions, which is what makes diversity measurable.

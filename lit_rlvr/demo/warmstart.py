@@ -3,7 +3,7 @@
 The demo needs a base policy that is a *diverse guesser* on countdown-3 (many different valid
 expressions, right only part of the time) and has partly learned an out-of-domain task
 (addition) that RL never sees, so that RL's effect on pass@k and on forgetting can be measured
-(``shared/docs/DEMO_RECIPE.md``). The recipe:
+(docs/demo.md). The recipe:
 
 - Data (:class:`WarmStartData`): an endless stream of random examples, ``countdown_share`` of
   them countdown-3 on the *training* pairs only, with a uniformly random valid expression as the

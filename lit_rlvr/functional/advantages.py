@@ -9,7 +9,7 @@ integers, rows of different groups may be interleaved and groups may differ in s
 group, "row order" means the order of its rows in the batch (only ``passk_full`` depends on it).
 All arithmetic is float64; the result is cast to float32 at the end.
 
-Sources (formulas in ``METHODS.md`` §1 and §3):
+Sources (formulas in ``docs/methods.md`` §1 and §3):
 
 - ``grpo``: Shao et al. 2024 (DeepSeekMath, arXiv 2402.03300), std choices as in verl and
   Dr. GRPO (arXiv 2503.20783). ``rloo``: Ahmadian et al. 2024 (arXiv 2402.14740).
@@ -46,7 +46,10 @@ from torch import Tensor
 
 from lit_rlvr.registry import Registry
 
-ADVANTAGES = Registry("advantage estimator")
+ADVANTAGES = Registry("advantage estimator", injected=("entropies", "generator"))
+"""Name → ``fn(rewards (B,), group_ids (B,), *, options) -> (B,)``. ``entropies`` and ``generator``
+are passed by the module to the estimators that declare them; every other keyword-only
+parameter is an option (``model.loss.advantage_options``), checked at start-up."""
 register_advantage = ADVANTAGES.register
 
 STD_MODES = ("population", "sample", "none")
@@ -102,6 +105,30 @@ def _positive_int(value, name: str) -> int:
     if value < 1:
         raise ValueError(f"{name} must be an integer >= 1; got {name}={value}")
     return value
+
+
+def _check_k_option(k) -> None:
+    """The option check of the Pass@k estimators (``k`` against the group size is checked per batch)."""
+    _positive_int(k, "k")
+
+
+def _check_grpo(std: str, eps: float) -> None:
+    if std not in STD_MODES:
+        raise ValueError(f"grpo: std must be one of {STD_MODES}; got {std!r}")
+    if not eps >= 0:
+        raise ValueError(f"grpo: eps must be >= 0; got {eps}")
+
+
+def _check_bootstrap(k, num_groups) -> None:
+    _positive_int(k, "k")
+    if num_groups is not None:
+        _positive_int(num_groups, "num_groups")
+
+
+def _check_pkpo(k, baseline: str) -> None:
+    _positive_int(k, "k")
+    if baseline not in PKPO_BASELINES:
+        raise ValueError(f"pkpo: baseline must be one of {PKPO_BASELINES}; got {baseline!r}")
 
 
 def _check_k(k: int, groups: _Groups) -> int:
@@ -164,9 +191,9 @@ def _passk(rewards: Tensor, groups: _Groups, k: int) -> Tensor:
     return torch.where(rewards > 0, a_pos[groups.index], a_neg[groups.index])
 
 
-@register_advantage("grpo")
+@register_advantage("grpo", check=_check_grpo)
 def grpo(rewards: Tensor, group_ids: Tensor, *, std: str = "population", eps: float = 1e-6) -> Tensor:
-    """GRPO: A_i = (r_i − mean_g) / (std_g + ε) within each group (METHODS.md §1).
+    """GRPO: A_i = (r_i − mean_g) / (std_g + ε) within each group (docs/methods.md §1).
 
     Args:
         rewards: ``(B,)`` rewards.
@@ -185,10 +212,7 @@ def grpo(rewards: Tensor, group_ids: Tensor, *, std: str = "population", eps: fl
         >>> grpo(torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([7, 7, 7, 7]), std="none")
         tensor([ 0.7500, -0.2500, -0.2500, -0.2500])
     """
-    if std not in STD_MODES:
-        raise ValueError(f"grpo: std must be one of {STD_MODES}; got {std!r}")
-    if eps < 0:
-        raise ValueError(f"grpo: eps must be >= 0; got {eps}")
+    _check_grpo(std, eps)
     groups = _grouped(rewards, group_ids)
     r = rewards.double()
     out = torch.zeros_like(r)
@@ -199,7 +223,7 @@ def grpo(rewards: Tensor, group_ids: Tensor, *, std: str = "population", eps: fl
 
 @register_advantage("rloo")
 def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
-    """RLOO: A_i = r_i − mean of the other G − 1 rewards of the group (METHODS.md §1).
+    """RLOO: A_i = r_i − mean of the other G − 1 rewards of the group (docs/methods.md §1).
 
     Args:
         rewards: ``(B,)`` rewards.
@@ -219,9 +243,9 @@ def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return torch.where(n > 1, r - others, 0.0).float()
 
 
-@register_advantage("passk")
+@register_advantage("passk", check=_check_k_option)
 def passk(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
-    """Analytical Pass@k advantage (Pass@k Training, arXiv 2508.10751, §4; METHODS.md §3).
+    """Analytical Pass@k advantage (Pass@k Training, arXiv 2508.10751, §4; docs/methods.md §3).
 
     With ρ = 1 − C(N_neg, k)/C(N, k) and σ = sqrt(ρ(1 − ρ)):
     A_pos = (1 − ρ)/σ = sqrt((1 − ρ)/ρ) and
@@ -257,9 +281,9 @@ def passk(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     return _passk(rewards.double(), groups, k).float()
 
 
-@register_advantage("passk_full")
+@register_advantage("passk_full", check=_check_k_option)
 def passk_full(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
-    """Pass@k "full sampling" advantage (arXiv 2508.10751, §3; METHODS.md §3).
+    """Pass@k "full sampling" advantage (arXiv 2508.10751, §3; docs/methods.md §3).
 
     Each group's rows, in row order, are cut into ⌊N/k⌋ consecutive chunks of k; the rows left
     over (the last N mod k) get 0. A chunk's reward is its max, chunk rewards are normalised
@@ -291,7 +315,7 @@ def passk_full(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     return out.float()
 
 
-@register_advantage("passk_bootstrap")
+@register_advantage("passk_bootstrap", check=_check_bootstrap)
 def passk_bootstrap(
     rewards: Tensor,
     group_ids: Tensor,
@@ -300,7 +324,7 @@ def passk_bootstrap(
     generator: torch.Generator | None = None,
     num_groups: int | None = None,
 ) -> Tensor:
-    """Pass@k "bootstrap sampling" advantage (arXiv 2508.10751, §3; METHODS.md §3).
+    """Pass@k "bootstrap sampling" advantage (arXiv 2508.10751, §3; docs/methods.md §3).
 
     For each prompt group of N rows, draw ``num_groups`` (default N) k-subsets of distinct rows,
     each uniformly and independently (the same subset may be drawn twice). A subset's reward is
@@ -345,7 +369,7 @@ def passk_bootstrap(
     return out.float()
 
 
-@register_advantage("passk_combined")
+@register_advantage("passk_combined", check=_check_k_option)
 def passk_combined(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     """Pass@k/Pass@1 mix (arXiv 2508.10751, Eq. 18): A = (N_pos/N)·A_passk + (1 − N_pos/N)·A_pass1.
 
@@ -373,9 +397,9 @@ def passk_combined(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     return (share * _passk(r, groups, k) + (1 - share) * _passk(r, groups, 1)).float()
 
 
-@register_advantage("passk_entropy_adaptive")
+@register_advantage("passk_entropy_adaptive", check=_check_k_option)
 def passk_entropy_adaptive(rewards: Tensor, group_ids: Tensor, *, k: int, entropies: Tensor) -> Tensor:
-    """Entropy-routed Pass@1/Pass@k advantage (arXiv 2508.10751, §5; METHODS.md §3).
+    """Entropy-routed Pass@1/Pass@k advantage (arXiv 2508.10751, §5; docs/methods.md §3).
 
     Prompts are ranked by the mean of their rows' entropies. The ⌊P/2⌋ highest-entropy prompts
     (already exploring) get the Pass@1 advantage (``passk`` at k = 1 = GRPO, population std, ε = 0);
@@ -413,7 +437,7 @@ def passk_entropy_adaptive(rewards: Tensor, group_ids: Tensor, *, k: int, entrop
     return torch.where(high[groups.index], _passk(r, groups, 1), _passk(r, groups, k)).float()
 
 
-@register_advantage("pkpo")
+@register_advantage("pkpo", check=_check_pkpo)
 def pkpo(rewards: Tensor, group_ids: Tensor, *, k: int, baseline: str = "loo_minus_one") -> Tensor:
     """Pass@k Policy Optimization reward transform (Walder & Karkhanis, arXiv 2505.15201).
 
@@ -451,8 +475,7 @@ def pkpo(rewards: Tensor, group_ids: Tensor, *, k: int, baseline: str = "loo_min
         >>> pkpo(r, g, k=2)  # C(2, 1)/C(4, 2) = 1/3 for each success, 0 otherwise
         tensor([0.3333, 0.3333, 0.0000, 0.0000])
     """
-    if baseline not in PKPO_BASELINES:
-        raise ValueError(f"pkpo: baseline must be one of {PKPO_BASELINES}; got {baseline!r}")
+    _check_pkpo(k, baseline)
     groups = _grouped(rewards, group_ids)
     k = _check_k(k, groups)
     _check_binary(rewards, "pkpo")

@@ -5,7 +5,7 @@ mini-batch into micro-batches (gradient accumulation). For the accumulated gradi
 full mini-batch gradient, each micro-batch's aggregated loss is scaled by its exact share of the
 mini-batch's normaliser, which each registered aggregation carries
 (:class:`~lit_rlvr.functional.losses.Aggregation`: tokens for ``token_mean``, non-empty rows for
-``seq_mean_token_mean``, rows for ``seq_mean_token_sum_norm``; METHODS.md §1).
+``seq_mean_token_mean``, rows for ``seq_mean_token_sum_norm``; docs/methods.md §1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""f-divergence generators and the DPH-RL preservation loss (METHODS.md §2).
+"""f-divergence generators and the DPH-RL preservation loss (docs/methods.md §2).
 
 DPH-RL (Li et al. 2025, "The Choice of Divergence: A Neglected Key to Mitigating Diversity
 Collapse in Reinforcement Learning with Verifiable Reward", arXiv 2509.07430) adds
@@ -21,7 +21,6 @@ Where this departs from the released reference code, and why:
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -69,14 +68,19 @@ def js(log_ratio: Tensor) -> Tensor:
     Written as ½[u (log 2 − softplus(−x)) + log 2 − softplus(x)] so no two large terms cancel.
 
     Example:
-        >>> js(torch.tensor([0.0, -50.0]))  # f(0) = ½ log 2
+        >>> js(torch.tensor([0.0, -50.0]))  # f(1) = 0; f(u) → ½ log 2 as u → 0
         tensor([0.0000, 0.3466])
     """
     u = torch.exp(log_ratio)
     return 0.5 * (u * (LOG2 - F.softplus(-log_ratio)) + LOG2 - F.softplus(log_ratio))
 
 
-@register_divergence("alpha")
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha-divergence needs alpha in (0, 1), got {alpha}")
+
+
+@register_divergence("alpha", check=_check_alpha)
 def alpha(log_ratio: Tensor, *, alpha: float = 0.5) -> Tensor:
     """f(u) = (u^{1−α} − (1−α)u − α) / (α(α−1)): the α-divergence; ∂f/∂x = (u − u^{1−α})/α.
 
@@ -90,8 +94,7 @@ def alpha(log_ratio: Tensor, *, alpha: float = 0.5) -> Tensor:
         >>> alpha(torch.tensor([0.0, math.log(4.0)]), alpha=0.5)  # 2 (√4 − 1)²
         tensor([0., 2.])
     """
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha-divergence needs alpha in (0, 1), got {alpha}")
+    _check_alpha(alpha)
     num = (1.0 - alpha) * torch.expm1(log_ratio) - torch.expm1((1.0 - alpha) * log_ratio)
     return num / (alpha * (1.0 - alpha))
 
@@ -210,7 +213,7 @@ def f_divergence(
         >>> f_divergence(lp, ref, mask, "chi2", level="sequence")  # f(2 · 1) = 1
         tensor(1.)
     """
-    fn = _checked_generator(name, options)
+    fn = DIVERGENCES.get_checked(name, "divergence", options, "divergence options")
     if logprobs.dim() != 2 or not logprobs.shape == ref_logprobs.shape == response_mask.shape:
         raise ValueError(
             "f_divergence needs logprobs, ref_logprobs and response_mask of one (B, T) shape; got "
@@ -225,16 +228,3 @@ def f_divergence(
     x, units = DIVERGENCE_LEVELS[level](log_ratio, mask)  # (B, U) each
     values = cap_value(fn(x.clamp(-clamp, clamp), **options), value_cap)
     return aggregate(values, units, agg)
-
-
-def _checked_generator(name: str, options: dict):
-    """The generator for ``name``, after checking it accepts ``options`` (specific errors)."""
-    fn = DIVERGENCES.get_checked(name, "divergence")
-    params = inspect.signature(fn).parameters
-    accepted = [p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(
-            f"f-divergence {name!r} got unknown option(s) {unknown}; accepts {accepted}"
-        )
-    return fn

@@ -19,7 +19,7 @@ def token_logprobs(logits: Tensor, labels: Tensor, temperature: float = 1.0) -> 
         logits: ``(B, T, V)`` next-token logits aligned with ``labels``.
         labels: ``(B, T)`` long, the tokens whose log-prob is wanted.
         temperature: divides the logits first (must be > 0); the stored reference log-probs of
-            DPH-RL use 1.0 (METHODS.md §2).
+            DPH-RL use 1.0 (docs/methods.md §2).
 
     Returns:
         ``(B, T)`` float32 log-probs (computed in float32 even for bf16 logits).

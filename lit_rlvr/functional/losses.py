@@ -1,4 +1,4 @@
-"""The RLVR policy loss (GRPO / DAPO family), loss aggregation and KL estimators (METHODS.md §1).
+"""The RLVR policy loss (GRPO / DAPO family), loss aggregation and KL estimators (docs/methods.md §1).
 
 - Clipped surrogate of PPO (Schulman et al. 2017, arXiv 1707.06347, Eq. 7) with the decoupled
   "clip-higher" bounds of DAPO (Yu et al. 2025, arXiv 2503.14476, Eq. 10: ε_low = 0.2,
@@ -180,7 +180,7 @@ def policy_loss(
     agg: str = "token_mean",
     max_len: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate loss with clip-higher and an optional dual clip (METHODS.md §1).
+    """Clipped surrogate loss with clip-higher and an optional dual clip (docs/methods.md §1).
 
     Per token, with ρ_t = exp(clamp(logprobs − old_logprobs, ±20))::
 

@@ -10,7 +10,7 @@ distributed reduction is a plain sum.
   Thought Reasoning", arXiv 2203.11171) on the first k samples of each prompt. Samples are i.i.d.,
   so the first k are a uniform draw of k, and the per-prompt value is an unbiased (if noisier than
   an all-subsets average) estimate of maj@k.
-- Diversity signals (METHODS.md §4): distinct final answers, distinct correct answers and distinct
+- Diversity signals (docs/methods.md §4): distinct final answers, distinct correct answers and distinct
   completions per group; share of zero-variance groups; mean token entropy.
 
 Answers are canonical keys (strings already normalised by the reward's own equivalence);

@@ -2,7 +2,7 @@
 
     pass@k = 1 − C(n − c, k) / C(n, k) = 1 − Π_{i = n−c+1}^{n} (1 − k / i)
 
-The product form (METHODS.md §4) never forms a binomial, so it is stable for n up to thousands in
+The product form (docs/methods.md §4) never forms a binomial, so it is stable for n up to thousands in
 float64. It is exactly 1 when n − c < k (every k-subset holds a correct sample).
 """
 

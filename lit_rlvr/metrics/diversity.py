@@ -1,4 +1,4 @@
-"""Diversity-collapse signals (METHODS.md §4) as torchmetrics ``Metric``s.
+"""Diversity-collapse signals (docs/methods.md §4) as torchmetrics ``Metric``s.
 
 RLVR tends to sharpen the policy onto few solutions (pass@1 up, pass@k down; DPH-RL arXiv
 2509.07430, Pass@k Training arXiv 2508.10751). These track it directly: distinct final answers,

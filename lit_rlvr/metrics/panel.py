@@ -1,4 +1,4 @@
-"""The validation panel: every diversity-collapse metric of one validation set (METHODS.md §4).
+"""The validation panel: every diversity-collapse metric of one validation set (docs/methods.md §4).
 
 For each named validation set lit_rlvr reports the pass@k ladder (Chen et al. 2021), maj@k
 (self-consistency, Wang et al. 2023), retention (pass@k over the prompts the base policy solved:

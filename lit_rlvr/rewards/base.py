@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from lit_rlvr.registry import Registry
@@ -115,25 +115,20 @@ def stripped_completion(completion: str, **row) -> str | None:
     return completion.strip() or None
 
 
-def _keyword_options(fn: Callable) -> frozenset[str]:
-    """Names of ``fn``'s keyword-only parameters: the options a config may set for it."""
-    params = inspect.signature(fn).parameters.values()
-    return frozenset(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
-
-
 @dataclass(frozen=True)
 class Reward:
     """Everything lit_rlvr needs from one verifiable reward (module docstring).
 
     Calling the record is the plain reward: ``REWARDS["math"](completion, answer, **row) -> float``.
+    Its options (what ``model.scoring.options.<name>`` may set) are the keyword-only parameters of
+    ``score`` other than ``timeout_s``: ``REWARDS.options(name)``, checked by
+    :meth:`~lit_rlvr.registry.Registry.get_checked` like every registry's.
 
     Attributes:
         name: the registry name (rows name it in their ``reward`` field).
         score: ``(completion, answer, **options, **row) -> ScoreResult | float``.
         answer_key: ``(completion, **options, **row) -> str | None``.
         check_gold: ``(answer, **row) -> None``, raising :class:`GoldAnswerError`; None = no check.
-        options: the keyword-only parameters of ``score`` other than ``timeout_s``: what
-            ``model.reward_options.<name>`` may set.
         takes_timeout: ``score`` accepts ``timeout_s`` (the scorer passes its deadline).
     """
 
@@ -141,7 +136,6 @@ class Reward:
     score: Callable[..., Any]
     answer_key: Callable[..., str | None] = stripped_completion
     check_gold: Callable[..., None] | None = None
-    options: frozenset[str] = field(default=frozenset())
     takes_timeout: bool = False
 
     def __call__(self, completion: str, answer: Any, **row) -> float:
@@ -159,52 +153,54 @@ def as_result(out: Any) -> ScoreResult:
 
 
 class RewardRegistry(Registry):
-    """:class:`~lit_rlvr.registry.Registry` of :class:`Reward` records.
+    """:class:`~lit_rlvr.registry.Registry` of :class:`Reward` records; ``timeout_s`` is injected.
 
-    ``REWARDS.register(name, answer_key=..., check_gold=...)(fn)`` wraps a scorer (or a plain
-    float reward function) in a record and returns ``fn`` unchanged, so TRL-style reward
-    functions register as they are.
+    ``REWARDS.register(name, answer_key=..., check_gold=..., check=...)(fn)`` wraps a scorer (or a
+    plain float reward function) in a record and returns ``fn`` unchanged, so TRL-style reward
+    functions register as they are; the options are ``fn``'s keyword-only parameters.
     """
 
-    def register(self, name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None):
+    kwargs_are_options = False  # a reward's **row is the prompt row, not options
+
+    def __init__(self, kind: str = "reward", *, injected=("timeout_s",)):
+        super().__init__(kind, injected=injected)
+
+    def register(self, name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None,
+                 check: Callable[..., None] | None = None):  # fmt: skip
         def decorator(fn: Callable) -> Callable:
             if not callable(fn):
                 raise TypeError(f"reward {name!r} must be callable; got {type(fn).__name__}")
-            options = _keyword_options(fn)
-            record = Reward(
-                name=name,
-                score=fn,
-                answer_key=answer_key or stripped_completion,
-                check_gold=check_gold,
-                options=options - {"timeout_s"},
-                takes_timeout="timeout_s" in options,
-            )
-            super(RewardRegistry, self).register(name)(record)
+            takes_timeout = "timeout_s" in inspect.signature(fn).parameters
+            record = Reward(name, fn, answer_key or stripped_completion, check_gold, takes_timeout)
+            super(RewardRegistry, self).register(name, check=check, signature=fn)(record)
             return fn
 
         return decorator
 
 
-REWARDS = RewardRegistry("reward")
+REWARDS = RewardRegistry()
 
 
-def register_reward(name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None):
+def register_reward(name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None,
+                    check: Callable[..., None] | None = None):  # fmt: skip
     """Register ``fn(completion, answer, **row) -> ScoreResult | float`` as reward ``name``.
 
     Args:
         name: the name rows give in their ``reward`` field.
         answer_key: canonical final answer for maj@k (default: the stripped completion).
         check_gold: gold parser run once per row at start-up; raises :class:`GoldAnswerError`.
+        check: ``check(**options)`` raising ``ValueError`` for option values the reward refuses
+            (called at start-up with the configured options over the defaults).
 
     Example:
         >>> @register_reward("_doc_exact")
-        ... def exact(completion, answer, **row):
-        ...     return ScoreResult(float(completion.strip() == answer), "ok")
-        >>> REWARDS["_doc_exact"]("42 ", "42", id="x"), REWARDS["_doc_exact"].answer_key(" 42 ")
-        (1.0, '42')
+        ... def exact(completion, answer, *, strip: bool = True, **row):
+        ...     return ScoreResult(float((completion.strip() if strip else completion) == answer), "ok")
+        >>> REWARDS["_doc_exact"]("42 ", "42", id="x"), REWARDS["_doc_exact"].answer_key(" 42 "), REWARDS.options("_doc_exact")
+        (1.0, '42', ['strip'])
         >>> _ = REWARDS.pop("_doc_exact")
     """
-    return REWARDS.register(name, answer_key=answer_key, check_gold=check_gold)
+    return REWARDS.register(name, answer_key=answer_key, check_gold=check_gold, check=check)
 
 
 class RewardTimeout(BaseException):

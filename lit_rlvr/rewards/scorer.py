@@ -26,7 +26,7 @@ Design (why processes, and which kind):
   for the whole run.
 - A :class:`~lit_rlvr.rewards.base.GoldAnswerError` (malformed gold, a data error) does not stop
   the batch: the other items are scored and then the first such error is raised.
-- ``num_workers=0`` scores in the calling thread with the same code (no hard deadline).
+- ``workers=0`` scores in the calling thread with the same code (no hard deadline).
 
 Each worker's address space is capped (``RLIMIT_AS``, ``memory_limit_mb``) so a memory bomb
 raises ``MemoryError`` in that worker instead of waking the system's OOM killer.
@@ -109,22 +109,20 @@ class _FrameReader:
         return frames
 
 
-def reward_table(rewards: Mapping[str, Callable] | None = None) -> dict[str, Reward]:
-    """Name → :class:`~lit_rlvr.rewards.base.Reward` for every registered reward, plus ``rewards``
-    (plain functions by name, wrapped in records; they override the registry).
+def reward_table(rewards: Mapping[str, Callable] | None = None) -> RewardRegistry:
+    """Every registered reward, plus ``rewards`` (plain functions by name, wrapped in records;
+    they override the registry), as one :class:`~lit_rlvr.rewards.base.RewardRegistry`.
 
     Example:
         >>> import lit_rlvr.rewards
         >>> table = reward_table()
-        >>> table["math"].takes_timeout, {"math", "sql"} <= set(table)
-        (True, True)
+        >>> table["math"].takes_timeout, {"math", "sql"} <= set(table), table.options("sql")
+        (True, True, ['mode'])
     """
-    table = dict(REWARDS.items())
-    extra = RewardRegistry("extra reward")
+    extra = RewardRegistry("reward")
     for name, fn in (rewards or {}).items():
         extra.register(name)(fn)
-    table.update(extra)
-    return table
+    return REWARDS.merged(extra)
 
 
 def _shipping_problem(record: Reward) -> str | None:
@@ -141,8 +139,9 @@ def _shipping_problem(record: Reward) -> str | None:
     return None
 
 
-def check_reward_options(options: Mapping[str, Mapping], table: Mapping[str, Reward], key: str = "reward_options") -> None:
-    """Raise ``ValueError`` unless every ``{reward: {option: value}}`` names a reward and its options.
+def check_reward_options(options: Mapping[str, Mapping], table: RewardRegistry, key: str = "scoring.options") -> None:
+    """Raise ``ValueError`` unless every ``{reward: {option: value}}`` names a reward, options it
+    takes and values it accepts (:meth:`~lit_rlvr.registry.Registry.get_checked`).
 
     Example:
         >>> import lit_rlvr.rewards
@@ -150,16 +149,14 @@ def check_reward_options(options: Mapping[str, Mapping], table: Mapping[str, Rew
         >>> check_reward_options({"sql": {"moed": "bird"}}, reward_table())
         Traceback (most recent call last):
         ...
-        ValueError: reward_options.sql: unknown option(s) ['moed'] of reward 'sql'; accepted: ['mode']
+        ValueError: scoring.options.sql: unknown option(s) ['moed'] of reward 'sql'; accepted: ['mode']
+        >>> check_reward_options({"sql": {"mode": "birds"}}, reward_table())
+        Traceback (most recent call last):
+        ...
+        ValueError: scoring.options.sql: sql reward mode must be one of ('spider', 'bird'); got 'birds'
     """
     for name, opts in options.items():
-        if name not in table:
-            raise ValueError(f"{key}: unknown reward {name!r}; valid names: {sorted(table)}")
-        unknown = sorted(set(opts) - table[name].options)
-        if unknown:
-            raise ValueError(
-                f"{key}.{name}: unknown option(s) {unknown} of reward {name!r}; accepted: {sorted(table[name].options)}"
-            )
+        table.get_checked(name, key, opts, f"{key}.{name}")
 
 
 def score_one(
@@ -178,7 +175,7 @@ def score_one(
         completion: the model's text.
         row: the prompt row (``reward``, ``answer``, ``id``, extras).
         timeout_s: per-item deadline passed to rewards that take ``timeout_s``.
-        options: ``{reward name: keyword options}`` (the config's ``reward_options``).
+        options: ``{reward name: keyword options}`` (the config's ``model.scoring.options``).
         with_answer: also compute the reward's canonical answer (``ScoreResult.answer``).
 
     Example:
@@ -341,7 +338,7 @@ class BatchScorer:
     """Score completions against their rows in worker processes, with a per-item deadline.
 
     Args:
-        num_workers: worker processes; 0 scores in the calling thread (no hard deadline).
+        workers: worker processes; 0 scores in the calling thread (no hard deadline).
         timeout_s: per-item deadline in seconds, passed to the reward (soft) and enforced by
             killing the worker after ``timeout_s + kill_grace_s`` (hard).
         kill_grace_s: extra time the soft deadline gets before the worker is killed.
@@ -351,7 +348,7 @@ class BatchScorer:
             by name (override the registry). Workers import them, and every reward registered
             in ``REWARDS`` by other modules, by reference: they must be module-level
             functions of an importable module (not ``__main__``).
-        reward_options: ``{reward name: {option: value}}``, keyword options passed to that
+        options: ``{reward name: {option: value}}``, keyword options passed to that
             reward's scorer and answer key (e.g. ``{"sql": {"mode": "bird"}}``); names and
             options are checked here.
         start_timeout_s: how long a new worker may take to import before ``RuntimeError``.
@@ -361,42 +358,42 @@ class BatchScorer:
     Example:
         >>> rows = [{"id": "a", "reward": "math", "answer": "#### 18"},
         ...         {"id": "b", "reward": "math", "answer": "\\\\frac{1}{2}"}]
-        >>> with BatchScorer(num_workers=1, timeout_s=5.0) as scorer:
+        >>> with BatchScorer(workers=1, timeout_s=5.0) as scorer:
         ...     scorer.score(["so \\\\boxed{18}", "no idea"], rows)
         [ScoreResult(reward=1.0, status='ok'), ScoreResult(reward=0.0, status='no_answer')]
-        >>> with BatchScorer(num_workers=0) as scorer:
+        >>> with BatchScorer(workers=0) as scorer:
         ...     scorer.score(["so \\\\boxed{18}"], rows[:1], with_answers=True)
         [ScoreResult(reward=1.0, status='ok', answer='18')]
     """
 
     def __init__(
         self,
-        num_workers: int = 2,
+        workers: int = 2,
         timeout_s: float = 5.0,
         *,
         kill_grace_s: float = 1.0,
         chunk_size: int = 16,
         memory_limit_mb: int | None = 4096,
         rewards: Mapping[str, Callable] | None = None,
-        reward_options: Mapping[str, Mapping] | None = None,
+        options: Mapping[str, Mapping] | None = None,
         start_timeout_s: float = 120.0,
         coalesce_s: float = 0.002,
     ):
-        if num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0 (0 = in-process); got {num_workers}")
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0 (0 = in-process); got {workers}")
         if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
             raise ValueError(f"timeout_s must be a positive number of seconds; got {timeout_s!r}")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1; got {chunk_size}")
-        self.num_workers, self.timeout_s, self.chunk_size = num_workers, float(timeout_s), chunk_size
+        self.workers, self.timeout_s, self.chunk_size = workers, float(timeout_s), chunk_size
         self.hard_timeout_s = self.timeout_s + kill_grace_s
         self.start_timeout_s = start_timeout_s
         self.coalesce_s = coalesce_s
         self._extra_rewards = dict(rewards or {})
         for name, record in reward_table(self._extra_rewards).items():
-            if num_workers and name in self._extra_rewards and (problem := _shipping_problem(record)):
+            if workers and name in self._extra_rewards and (problem := _shipping_problem(record)):
                 raise ValueError(f"reward {name!r} cannot be sent to worker processes: {problem}")
-        self.reward_options = {k: dict(v) for k, v in (reward_options or {}).items()}
+        self.reward_options = {k: dict(v) for k, v in (options or {}).items()}
         check_reward_options(self.reward_options, reward_table(self._extra_rewards))
         self._memory_limit_mb = memory_limit_mb
         self._workers: list[_Worker] = []
@@ -421,7 +418,7 @@ class BatchScorer:
         self._config = (shipped, self.timeout_s, self._memory_limit_mb, plugins, self.reward_options)
 
     def _start_workers(self) -> None:
-        while len(self._workers) < self.num_workers:
+        while len(self._workers) < self.workers:
             self._workers.append(_Worker(self._config))
 
     def _replace(self, worker: _Worker) -> None:
@@ -470,10 +467,10 @@ class BatchScorer:
         for name in sorted(names):
             if name not in self.table:
                 raise ValueError(f"unknown reward {name!r} in rows; valid names: {sorted(self.table)}")
-            if self.num_workers and name in self.local_only:
+            if self.workers and name in self.local_only:
                 raise ValueError(
                     f"reward {name!r} cannot run in worker processes: {self.local_only[name]}; define it in an "
-                    "importable module or use num_workers=0"
+                    "importable module or use workers=0"
                 )
 
     def check_golds(self, rows: Sequence[dict]) -> list[str | None]:
@@ -501,7 +498,7 @@ class BatchScorer:
 
     def _run(self, task: str, completions: list[str], rows: list[dict]) -> tuple[list[ScoreResult], list[str]]:
         """``task`` on every item, in the workers or in this thread: results and gold errors."""
-        if self.num_workers == 0:
+        if self.workers == 0:
             results, gold_errors = [], []
             for c, r in zip(completions, rows):
                 try:
@@ -521,28 +518,6 @@ class BatchScorer:
             worker.kill()
         self._workers.clear()
         self._start_workers()
-
-    def check_options(self, rows: Sequence[dict], key: str = "model.reward_options") -> None:
-        """Fail at start-up, not at every item, on an option value a reward refuses.
-
-        Each reward with configured options scores an empty completion once, in this process, on
-        the first of ``rows`` that names it; a ``ValueError``/``TypeError`` it raises (a bad
-        option value) is re-raised naming ``key``. Malformed golds are left to the gold check.
-        """
-        for name, opts in self.reward_options.items():
-            row = next((r for r in rows if r.get("reward") == name), None)
-            if row is None:
-                continue
-            record = self.table[name]
-            kwargs = {**{k: v for k, v in row.items() if k != "answer"}, **opts}
-            if record.takes_timeout:
-                kwargs["timeout_s"] = self.timeout_s
-            try:
-                record.score("", row["answer"], **kwargs)
-            except GoldAnswerError:
-                continue
-            except (ValueError, TypeError) as err:
-                raise ValueError(f"{key}.{name}: {err}") from err
 
     def _score_pool(self, completions: list[str], rows: list[dict], task: str) -> tuple[list[ScoreResult], list[str]]:
         batch = _Batch(completions, rows, self.chunk_size)

@@ -329,6 +329,11 @@ def _db_path(row: dict) -> str:
     return str(db_path)
 
 
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"sql reward mode must be one of {MODES}; got {mode!r}")
+
+
 def sql_score(
     completion: str, answer: str, *, mode: str = "spider", timeout_s: float | None = DEFAULT_TIMEOUT_S, **row
 ) -> ScoreResult:
@@ -362,8 +367,7 @@ def sql_score(
         >>> sql_score("```sql\\nDROP TABLE t\\n```", "SELECT a FROM t", db_path=db, id="q1").reason
         'DROP statement (only SELECT queries are executed)'
     """
-    if mode not in MODES:
-        raise ValueError(f"sql reward mode must be one of {MODES}; got {mode!r}")
+    _check_mode(mode)
     db_path = _db_path(row)
     pred_sql = extract_sql(completion)
     if pred_sql is None:
@@ -460,4 +464,4 @@ def sql_answer_key(completion: str, *, timeout_s: float | None = DEFAULT_TIMEOUT
     return hashlib.sha1("\n".join(canonical).encode("utf-8", "replace")).hexdigest()
 
 
-register_reward("sql", answer_key=sql_answer_key, check_gold=check_sql_gold)(sql_score)
+register_reward("sql", answer_key=sql_answer_key, check_gold=check_sql_gold, check=_check_mode)(sql_score)

@@ -15,8 +15,8 @@ drift between the sampler's and the trainer's numerics. Both bias the importance
 Sampler log-probs are those of the *processed* distribution (temperature, then top-k, then
 top-p, renormalised), in both engines (vLLM's ``logprobs_mode="processed_logprobs"``). With
 ``top_k=0`` and ``top_p=1`` they are exactly the trainer's
-``token_logprobs(logits, labels, temperature)``; with truncation they are larger by the log of
-the kept mass, so drift is a sync check only for untruncated sampling.
+``token_logprobs(logits, labels, temperature)``; with truncation they are larger by −log of the
+kept probability mass, so drift is a sync check only for untruncated sampling.
 
 Generation and sync run under :func:`run_with_timeout`, which raises ``TimeoutError`` with what
 timed out and which knob to change, instead of hanging a training job.
@@ -411,10 +411,14 @@ def logprob_drift(sampler_logprobs: Tensor, trainer_logprobs: Tensor, response_m
 # --------------------------------------------------------------------------- factory
 
 
-ENGINES = Registry("rollout engine")
-"""Name → builder ``(*, model, tokenizer, model_path, **kwargs) -> RolloutEngine``; filled by
+ENGINE_INJECTED = ("model", "tokenizer", "model_path", "generate_timeout_s", "sync_timeout_s")
+ENGINES = Registry("rollout engine", injected=ENGINE_INJECTED)
+"""Name → builder ``(*, model, tokenizer, model_path, **options) -> RolloutEngine``; filled by
 :mod:`lit_rlvr.rollout.hf` (``"hf"``) and :mod:`lit_rlvr.rollout.vllm` (``"vllm"``), plus
-``"auto"`` here. A user's engine registers the same way and is chosen by name from config."""
+``"auto"`` here. A builder registers with ``signature=`` its engine class, whose keyword-only
+parameters are the options ``rollout.engine_options`` may set (less the injected
+:data:`ENGINE_INJECTED`: the policy, its tokenizer and path, the callback's timeouts). A user's
+engine registers the same way and is chosen by name from config."""
 
 
 def vllm_available() -> bool:
@@ -428,13 +432,21 @@ def vllm_available() -> bool:
     return True
 
 
+def resolve_engine(kind: str) -> str:
+    """The engine ``kind`` builds: ``"auto"`` is ``"vllm"`` when vLLM is importable, else ``"hf"``."""
+    if kind != "auto":
+        return kind
+    return "vllm" if vllm_available() else "hf"
+
+
 @ENGINES.register("auto")
 def build_auto_engine(**kwargs: Any) -> RolloutEngine:
-    """vLLM when it is importable, else the transformers fallback (announced)."""
-    if vllm_available():
-        return ENGINES["vllm"](**kwargs)
-    announce("lit_rlvr: vLLM is not importable; rollouts use the transformers fallback (HFEngine)")
-    return ENGINES["hf"](**kwargs)
+    """vLLM when it is importable, else the transformers fallback (announced); its options are
+    checked against the engine it resolves to."""
+    kind = resolve_engine("auto")
+    if kind == "hf":
+        announce("lit_rlvr: vLLM is not importable; rollouts use the transformers fallback (HFEngine)")
+    return build_engine(kind, **kwargs)
 
 
 def build_engine(
@@ -458,7 +470,9 @@ def build_engine(
             :class:`~lit_rlvr.rollout.hf.HFEngine`).
 
     Raises:
-        ValueError: an unknown ``kind`` (listing the registered names).
+        ValueError: an unknown ``kind`` (listing the registered names), or an option the engine
+            does not take (listing those it takes).
     """
-    builder = ENGINES.get_checked(kind, "engine")
+    options = {k: v for k, v in kwargs.items() if k not in ENGINE_INJECTED}
+    builder = ENGINES.get_checked(kind, "engine", options, "engine_options")
     return builder(model=model, tokenizer=tokenizer, model_path=model_path, **kwargs)

@@ -40,7 +40,8 @@ from torch import Tensor, nn
 
 from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
-from lit_rlvr.rollout.weights import is_peft_model, sync_weights
+from lit_rlvr.policy.loading import base_model
+from lit_rlvr.rollout.weights import sync_weights
 
 
 def process_logits(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -270,7 +271,7 @@ def decode_fast(
 
 def _fast_decode_supported(model: nn.Module) -> bool:
     """Whether :func:`decode_fast` can drive ``model`` (decoder-only, position ids, dynamic KV cache)."""
-    base = model.get_base_model() if is_peft_model(model) else model
+    base = base_model(model)
     config = getattr(base, "config", None)
     if config is None or getattr(config, "is_encoder_decoder", False):
         return False
@@ -281,7 +282,7 @@ def _fast_decode_supported(model: nn.Module) -> bool:
 
 def _logits_to_keep(model: nn.Module) -> dict:
     """``logits_to_keep=1`` for the prefill when the model takes it (as ``generate`` passes)."""
-    base = model.get_base_model() if is_peft_model(model) else model
+    base = base_model(model)
     return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
 
 
@@ -341,7 +342,7 @@ class HFEngine(EngineBase):
         announce(f"lit_rlvr rollout engine: {how} on the live policy (HFEngine, {arch})")
 
     def _hf_model(self) -> nn.Module:
-        return self.model.get_base_model() if is_peft_model(self.model) else self.model
+        return base_model(self.model)
 
     @property
     def device(self) -> torch.device:
@@ -455,7 +456,7 @@ class HFEngine(EngineBase):
             raise KeyError(f"HFEngine.update_weights: the policy did not provide {sorted(missing)[:5]}")
 
 
-@ENGINES.register("hf")
+@ENGINES.register("hf", signature=HFEngine)
 def build_hf_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs) -> HFEngine:
     """``engine: hf``: an :class:`HFEngine` sampling from the live policy (``model_path`` unused)."""
     if model is None or tokenizer is None:

@@ -16,6 +16,10 @@ from torch import Tensor
 class SamplingParams:
     """What to sample: the knobs every engine honours identically.
 
+    Also the ``sampling`` option group (:mod:`lit_rlvr.options`): the training rollouts'
+    (``model.sampling``, read by the rollout callback) and the reference cache's (``lit-rlvr cache``'s
+    ``sampling``); the rollout callback offsets the seed per step and rank.
+
     Args:
         n: completions per prompt (the group size G).
         temperature: softmax temperature; the sampler's log-probs are of the tempered distribution.
@@ -36,15 +40,15 @@ class SamplingParams:
 
     def __post_init__(self):
         if self.n < 1:
-            raise ValueError(f"SamplingParams.n must be >= 1, got {self.n}")
+            raise ValueError(f"sampling.n must be >= 1, got {self.n}")
         if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+            raise ValueError(f"sampling.temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+            raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {self.top_k}")
+            raise ValueError(f"sampling.top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.max_new_tokens < 1:
-            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
 
 @dataclass

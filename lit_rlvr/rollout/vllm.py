@@ -348,7 +348,7 @@ class VLLMEngine(EngineBase):
             torch.cuda.empty_cache()
 
 
-@ENGINES.register("vllm")
+@ENGINES.register("vllm", signature=VLLMEngine)
 def build_vllm_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs) -> VLLMEngine:
     """``engine: vllm``: a :class:`VLLMEngine` loading ``model_path`` (default: the policy's own path).
 

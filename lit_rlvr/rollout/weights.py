@@ -24,13 +24,10 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from lit_rlvr.policy.loading import base_model, is_peft_model
+
 _PEFT_PREFIX = "base_model.model."
 _MODULES_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")
-
-
-def is_peft_model(model: nn.Module) -> bool:
-    """Whether ``model`` is a PEFT wrapper (has adapters that can be merged)."""
-    return hasattr(model, "peft_config") and hasattr(model, "merge_adapter")
 
 
 def base_weight_name(name: str) -> str | None:
@@ -101,7 +98,7 @@ def engine_model_path(model: nn.Module, tokenizer: Any = None) -> str:
     Either way the engine is synced from the live policy before it generates, so only the
     architecture and tokenizer need to be right here.
     """
-    base = model.get_base_model() if is_peft_model(model) else model
+    base = base_model(model)
     path = getattr(getattr(base, "config", None), "_name_or_path", "") or getattr(base, "name_or_path", "")
     if path:
         return str(path)

@@ -6,18 +6,19 @@ fingerprint matches the run's; give training the same ``data`` section plus ``ca
 
 Example config (``lit-rlvr cache --config cache.yaml``)::
 
+    policy: {path: Qwen/Qwen2.5-Math-1.5B}        # the initial policy (π_ref); data.tokenizer follows it
     data:
-      tokenizer: Qwen/Qwen2.5-Math-1.5B
       train: {files: data/train.jsonl, adapter: gsm8k}
-      instruction: "{prompt}\\nPut the final answer in \\\\boxed{{}}."
-    model: Qwen/Qwen2.5-Math-1.5B   # the initial policy (π_ref)
-    out: caches/gsm8k-qwen-n8
-    n: 8                            # samples per prompt (paper: 8)
-    engine: vllm                    # or hf
-    max_new_tokens: 1024
+      prompt: {instruction: "{prompt}\\nPut the final answer in \\\\boxed{{}}."}
+      cache: {path: caches/gsm8k-qwen-n8, perfect_threshold: 8}   # where it goes; the summary's D_pef
+    sampling: {n: 8, temperature: 1.0, max_new_tokens: 1024, seed: 0}   # n: samples per prompt (paper: 8)
+    engine: vllm                                  # or hf
+    scoring: {workers: 4, timeout_s: 10.0}
 
-Running the same command again after an interruption resumes the build; the end prints the
-pass-count histogram and |D_pef| / |D_exp|.
+The option groups are the training run's (``policy``, ``sampling``, ``scoring``,
+:mod:`lit_rlvr.options`), and ``data`` is its DataModule section, so training reads the same
+``data.cache`` that was built. Running the same command again after an interruption resumes the
+build; the end prints the pass-count histogram and |D_pef| / |D_exp|.
 
 Several processes build disjoint shards (each its own engine and reward scorer) and give the same
 cache as one process: ``lit-rlvr cache --config cache.yaml --devices 4`` starts 3 more processes
@@ -38,59 +39,46 @@ from typing import Any
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lit_rlvr.data.datamodule import PromptDataModule
+from lit_rlvr.options import DEFAULT_SAMPLING, PolicyOptions, SamplingParams, ScoringOptions
 from lit_rlvr.plugins import load_plugins
 
 
 def build_cache(
     data: PromptDataModule,
-    model: str,
-    out: str,
-    n: int = 8,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    max_new_tokens: int = 512,
-    stop: list[str] | None = None,
-    seed: int = 0,
+    policy: PolicyOptions,
+    sampling: SamplingParams = DEFAULT_SAMPLING,
     engine: str = "hf",
     engine_options: dict[str, Any] | None = None,
-    dtype: str = "float32",
     device: str = "auto",
-    num_workers: int = 2,
-    timeout_s: float = 5.0,
+    scoring: ScoringOptions = ScoringOptions(),
     prompts_per_shard: int = 256,
     prompts_per_call: int = 1,
-    logprob_batch_size: int = 16,
+    micro_batch_size: int = 16,
+    micro_batch_tokens: int | None = None,
     correct_threshold: float = 1.0,
-    perfect_threshold: int | None = None,
     progress: bool = True,
     rank: int = 0,
     world_size: int = 1,
 ) -> str:
-    """Build the reference cache of ``data``'s training prompts under the initial policy ``model``.
+    """Build the reference cache of ``data``'s training prompts under the initial policy, at ``data.cache.path``.
 
     Args:
-        data: the training run's DataModule settings (its ``cache`` option is ignored here).
-        model: path or hub name of the initial policy π_ref.
-        out: cache directory (resumed if a partial build is there).
-        n: samples per prompt.
-        temperature: sampling temperature (the stored log-probs are always at 1.0).
-        top_p: sampling nucleus mass.
-        top_k: sampling top-k (0 = off).
-        max_new_tokens: completion length cap.
-        stop: stop strings.
-        seed: run seed (each engine call is seeded from it and its prompt ids).
+        data: the training run's DataModule settings; its ``cache.path`` is where the cache goes
+            and its ``cache.perfect_threshold`` the D_pef threshold of the printed summary.
+        policy: the initial policy π_ref (:class:`~lit_rlvr.options.PolicyOptions`; its dtype is
+            that of the log-prob forward pass; no LoRA: π_ref is the base).
+        sampling: the reference samples (:class:`~lit_rlvr.options.SamplingParams`): ``n`` per
+            prompt, ``temperature`` (the stored log-probs are always at 1.0), ``seed`` (each
+            engine call is seeded from it and its prompt ids).
         engine: a rollout engine name (:data:`lit_rlvr.rollout.ENGINES`: ``hf``, ``vllm``, ``auto``).
-        engine_options: keyword arguments for the engine (e.g. ``gpu_memory_utilization``).
-        dtype: torch dtype of the policy used for the log-prob forward pass.
+        engine_options: the engine's options (e.g. ``gpu_memory_utilization``), as the rollout callback's.
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ...
-        num_workers: reward scorer worker processes.
-        timeout_s: per-completion reward deadline.
+        scoring: the reward scorer (:class:`~lit_rlvr.options.ScoringOptions`), as in training.
         prompts_per_shard: prompts per shard (unit of resumption).
         prompts_per_call: prompts per engine call.
-        logprob_batch_size: completions per log-prob forward pass.
+        micro_batch_size: completions per log-prob forward pass (as ``model.batching``).
+        micro_batch_tokens: tokens per log-prob forward pass, padding included (None = no budget).
         correct_threshold: reward counted as a pass.
-        perfect_threshold: pass count for D_pef in the printed summary (None = n).
         progress: show a progress bar.
         rank: this process's rank among ``world_size`` building the cache (set by :func:`main`).
         world_size: processes building the cache; rank 0 prints the summary once they all finished.
@@ -103,32 +91,38 @@ def build_cache(
     from transformers import AutoModelForCausalLM
 
     from lit_rlvr.cache.builder import build_reference_cache
+    from lit_rlvr.policy import MicroBatching
+    from lit_rlvr.policy.loading import DTYPES
     from lit_rlvr.rewards import BatchScorer
     from lit_rlvr.rollout import ENGINES, build_engine
-    from lit_rlvr.rollout.types import SamplingParams
 
-    ENGINES.get_checked(engine, "engine")  # before any loading
-    data.cache_path = None
+    ENGINES.get_checked(engine, "engine", engine_options or {}, "engine_options")  # before any loading
+    if data.cache is None:
+        raise ValueError("data.cache.path is required: it is where the reference cache is built")
+    if policy.lora is not None:
+        raise ValueError("policy.lora: the reference cache samples π_ref, the base policy; remove the LoRA settings")
+    target = data.cache
+    out = target.path
+    data.cache = None  # the cache is being built: the DataModule must not open it
     data.setup("fit")
     if not data.train_rows:
         raise ValueError("data.train is required: the cache covers the training prompts")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    policy = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype)).to(device).eval()
-    params = SamplingParams(n=n, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, stop=tuple(stop or ()))
-    rollout_engine = build_engine(engine, model=policy, tokenizer=data.tokenizer, model_path=model, **(engine_options or {}))
+    model = AutoModelForCausalLM.from_pretrained(policy.path, dtype=DTYPES[policy.dtype]).to(device).eval()
+    rollout_engine = build_engine(engine, model=model, tokenizer=data.tokenizer, model_path=policy.path, **(engine_options or {}))
     try:
-        with BatchScorer(num_workers=num_workers, timeout_s=timeout_s) as scorer:
+        with BatchScorer(workers=scoring.workers, timeout_s=scoring.timeout_s, options=scoring.options) as scorer:
             build_reference_cache(
-                out, data.train_rows, data.train_prompt_ids, engine=rollout_engine, scorer=scorer, model=policy,
-                tokenizer=data.tokenizer, params=params, seed=seed, prompts_per_shard=prompts_per_shard,
-                prompts_per_call=prompts_per_call, logprob_batch_size=logprob_batch_size,
+                out, data.train_rows, data.train_prompt_ids, engine=rollout_engine, scorer=scorer, model=model,
+                tokenizer=data.tokenizer, params=sampling, prompts_per_shard=prompts_per_shard,
+                prompts_per_call=prompts_per_call, batching=MicroBatching(micro_batch_size, micro_batch_tokens),
                 correct_threshold=correct_threshold, progress=progress, rank=rank, world_size=world_size,
             )  # fmt: skip
     finally:
         if hasattr(rollout_engine, "close"):
             rollout_engine.close()
-    return print_summary(out, perfect_threshold) if world_size == 1 else ""
+    return print_summary(out, target.perfect_threshold) if world_size == 1 else ""
 
 
 def print_summary(out: str, perfect_threshold: int | None) -> str:
@@ -144,11 +138,12 @@ def print_summary(out: str, perfect_threshold: int | None) -> str:
 
 def build_parser() -> ArgumentParser:
     """The ``lit-rlvr cache`` parser: ``--data.*`` (PromptDataModule) plus :func:`build_cache`'s arguments."""
-    parser = ArgumentParser(prog="lit-rlvr cache", description="Build or resume the DPH-RL reference cache.")
+    parser = ArgumentParser(prog="lit-rlvr cache", description="Build or resume the DPH-RL reference cache.", parser_mode="omegaconf")
     parser.add_argument("--config", action=ActionConfigFile, help="YAML file with any of the options below")
     parser.add_argument("--imports", type=list[str], default=[], help="plug-in modules to import first (lit_rlvr.plugins)")
     parser.add_class_arguments(PromptDataModule, "data")
     parser.add_function_arguments(build_cache, skip={"data", "rank", "world_size"})
+    parser.link_arguments("policy.path", "data.tokenizer")  # one owner, as in `lit-rlvr fit`
     parser.add_argument("--devices", type=int, default=1, help="processes building the cache (each one device); torchrun sets its own")
     return parser
 
@@ -162,6 +157,7 @@ def main(argv: list[str] | None = None) -> str:
     load_plugins(cfg.imports)
     init = parser.instantiate(cfg)
     kwargs = {k: v for k, v in vars(init).items() if k not in ("config", "imports", "devices", "data", "__default_config__")}
+    target = init.data.cache
     try:
         text = build_cache(init.data, **kwargs, rank=rank, world_size=world_size)
     except BaseException:
@@ -175,8 +171,8 @@ def main(argv: list[str] | None = None) -> str:
         return ""
     from lit_rlvr.cache.builder import finish_manifest
 
-    finish_manifest(kwargs["out"])
-    return print_summary(kwargs["out"], kwargs["perfect_threshold"])
+    finish_manifest(target.path)
+    return print_summary(target.path, target.perfect_threshold)
 
 
 def _launch(devices: int, argv: list[str]) -> tuple[int, int, list[subprocess.Popen]]:

@@ -113,7 +113,7 @@ def toy_rows(tiny):
     return rows, [encode_prompt(r, tok) for r in rows]
 
 
-PARAMS = SamplingParams(n=4, temperature=1.0, max_new_tokens=12)
+PARAMS = SamplingParams(n=4, temperature=1.0, max_new_tokens=12, seed=7)  # seed: the build's run seed
 
 
 def build(out, rows, prompt_ids, model, tok, engine=None, **kw):
@@ -122,7 +122,7 @@ def build(out, rows, prompt_ids, model, tok, engine=None, **kw):
     kw.setdefault("prompts_per_shard", 3)
     return build_reference_cache(
         out, rows, prompt_ids, engine=engine or make_engine(model, tok), scorer=ToyScorer(), model=model,
-        tokenizer=tok, params=PARAMS, seed=7, progress=False, **kw,
+        tokenizer=tok, params=kw.pop("params", PARAMS), progress=False, **kw,
     )  # fmt: skip
 
 

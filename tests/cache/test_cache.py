@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import shutil
 from pathlib import Path
@@ -128,7 +130,7 @@ def test_mismatched_model_tokenizer_and_dataset_are_named(tmp_path, built_cache,
         from lit_rlvr.cache import build_reference_cache
 
         build_reference_cache(clash, rows, ids, engine=make_engine(model, tok), scorer=None, model=model,
-                              tokenizer=tok, params=PARAMS, seed=8, prompts_per_shard=3, progress=False)  # fmt: skip
+                              tokenizer=tok, params=replace(PARAMS, seed=8), prompts_per_shard=3, progress=False)  # fmt: skip
 
 
 def test_tokenizer_fingerprint_survives_save_and_reload(tmp_path, tiny):
@@ -157,7 +159,7 @@ def test_split_and_anchor_samples_are_exactly_the_right_rows(built_cache, thresh
 def test_anchor_batch_holds_the_stored_samples(built_cache):
     with ReferenceCache(built_cache) as cache:
         idx = [5, 0, 17, 47]
-        batch = cache.anchor_batch(idx, pad_id=0)
+        batch = cache.anchor_batch(idx, pad_id=0).tensors()
         A = len(idx)
         assert batch["input_ids"].shape[0] == A and batch["ref_logprobs"].shape == batch["response_mask"].shape
         Lp = batch["input_ids"].shape[1] - batch["response_mask"].shape[1]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lit_rlvr.cache import CacheMismatchError, ReferenceCache
-from lit_rlvr.data import DatasetSpec, PromptDataModule
+from lit_rlvr.data import CacheOptions, DatasetSpec, PromptDataModule, PromptFormat
 
 
 @pytest.fixture
@@ -20,7 +20,9 @@ def toy_jsonl(tmp_path, toy_rows):
 
 def _dm(tiny_model_dir, path, cache, **kw):
     kw.setdefault("batch_size", 3)
-    return PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", name="toy"), cache=str(cache), anchor_batch_size=5, **kw)
+    cache_kw = {k: kw.pop(k) for k in ("perfect_threshold", "anchor_samples") if k in kw}
+    return PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", name="toy"),
+                            cache=CacheOptions(str(cache), anchor_batch_size=5, **cache_kw), **kw)  # fmt: skip
 
 
 def _stored(cache: ReferenceCache) -> dict[tuple, tuple]:
@@ -47,8 +49,8 @@ def test_train_batches_are_d_exp_and_anchors_are_d_pef_samples(tiny_model_dir, t
         loader.sampler.set_epoch(epoch)
         ids = []
         for batch in loader:
-            ids += [r["id"] for r in batch["rows"]]
-            a = batch["anchor"]
+            ids += [r["id"] for r in batch.rows]
+            a = batch.anchor.tensors()
             assert a["input_ids"].shape[0] == 5 and a["ref_logprobs"].shape == a["response_mask"].shape
             Lp = a["input_ids"].shape[1] - a["response_mask"].shape[1]
             for k in range(5):
@@ -84,19 +86,19 @@ def test_anchor_stream_and_prompts_resume_exactly(tiny_model_dir, toy_jsonl, bui
         second.load_state_dict(first.state_dict())
         loader2.sampler.set_epoch(consumed // E)  # the epoch Lightning resumes in
         nxt = next(iter(loader2))
-        assert [r["id"] for r in nxt["rows"]] == [r["id"] for r in full[consumed]["rows"]]
-        assert all(torch.equal(nxt["anchor"][k], full[consumed]["anchor"][k]) for k in full[consumed]["anchor"])
+        assert [r["id"] for r in nxt.rows] == [r["id"] for r in full[consumed].rows]
+        assert all(torch.equal(a, b) for a, b in zip(nxt.anchor.tensors().values(), full[consumed].anchor.tensors().values()))
 
 
 def test_cache_of_other_prompts_or_tokenizer_is_refused(tmp_path, tiny_model_dir, toy_jsonl, built_cache):
-    dm = _dm(tiny_model_dir, toy_jsonl, built_cache, instruction="Question: {prompt}")
+    dm = _dm(tiny_model_dir, toy_jsonl, built_cache, prompt=PromptFormat(instruction="Question: {prompt}"))
     with pytest.raises(CacheMismatchError, match="dataset: cache built for 12 prompts"):
         dm.setup("fit")
     from lit_rlvr.demo.tiny import build_char_tokenizer
 
     build_char_tokenizer("0123456789qsay: ").save_pretrained(tmp_path / "tok")
     with pytest.raises(CacheMismatchError, match="tokenizer"):
-        PromptDataModule(str(tmp_path / "tok"), train=DatasetSpec(toy_jsonl, name="toy"), cache=str(built_cache)).setup("fit")
+        PromptDataModule(str(tmp_path / "tok"), train=DatasetSpec(toy_jsonl, name="toy"), cache=CacheOptions(str(built_cache))).setup("fit")
 
 
 def test_base_pass_counts_exposed_for_retention(tiny_model_dir, toy_jsonl, built_cache):

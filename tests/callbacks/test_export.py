@@ -15,6 +15,7 @@ from lit_rlvr.callbacks import HFExport, RolloutCallback
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.data.datamodule import DatasetSpec, ValSet
 from lit_rlvr.module import RLVRModule
+from lit_rlvr.options import KLOptions, LossOptions, PolicyOptions, SamplingParams, ScoringOptions
 
 pytestmark = pytest.mark.usefixtures("seven_reward")
 
@@ -47,10 +48,11 @@ def generate_padded(export: Path, prompts: list[str]) -> list[str]:
 def fit_and_export(model_dir: Path, prompts: str, export: Path, **module_kwargs) -> Trainer:
     dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts, name="toy"),
                           val=[ValSet(files=prompts, name="toy_val", n_samples=4)], batch_size=2, seed=0)  # fmt: skip
-    module = RLVRModule(model=str(model_dir), samples_per_prompt=4, max_new_tokens=6, **module_kwargs)
+    module = RLVRModule(PolicyOptions(str(model_dir)), sampling=SamplingParams(n=4, max_new_tokens=6, seed=0),
+                        scoring=ScoringOptions(workers=0), **module_kwargs)  # fmt: skip
     trainer = Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                       enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=1, val_check_interval=2,
-                      callbacks=[RolloutCallback(samples_per_prompt=4, max_new_tokens=6, seed=0, engine="hf"), HFExport(str(export))])  # fmt: skip
+                      callbacks=[RolloutCallback(engine="hf"), HFExport(str(export))])  # fmt: skip
     trainer.fit(module, datamodule=dm)
     return trainer
 
@@ -58,8 +60,8 @@ def fit_and_export(model_dir: Path, prompts: str, export: Path, **module_kwargs)
 @pytest.mark.timeout(180)
 def test_export_pads_left_reloads_and_its_card_has_method_and_final_pass_at_k(chat_model_dir, toy_prompts, tmp_path):
     export = tmp_path / "hf"
-    trainer = fit_and_export(chat_model_dir, toy_prompts(), export, advantage="passk", advantage_options={"k": 2},
-                             divergence="js", divergence_coef=0.0, kl_coef=0.05)  # fmt: skip
+    trainer = fit_and_export(chat_model_dir, toy_prompts(), export, loss=LossOptions(advantage="passk", advantage_options={"k": 2}),
+                             kl=KLOptions(coef=0.05))  # fmt: skip
     tok = AutoTokenizer.from_pretrained(export)
     assert tok.padding_side == "left"
     assert tok.chat_template == AutoTokenizer.from_pretrained(chat_model_dir).chat_template is not None
@@ -69,7 +71,7 @@ def test_export_pads_left_reloads_and_its_card_has_method_and_final_pass_at_k(ch
     card = (export / "README.md").read_text()
     front, body = card.split("---\n")[1], card.split("---\n", 2)[2]
     assert "library_name: transformers" in front and "base_model" not in front  # a local path is not a Hub id
-    assert "tags: [lit_rlvr, rlvr, passk]" in front  # η = 0: no DPH-RL anchor trained
+    assert "tags: [lit_rlvr, rlvr, passk]" in front  # no anchor: no DPH-RL
     assert f"Trained from `{chat_model_dir}` for 2 optimizer steps" in body
     assert "| advantage | `passk` {'k': 2} |" in body and "| KL(π_θ‖π_ref) penalty | β = 0.05 (k3) |" in body
     assert "DPH-RL" not in body and "## Config" not in body  # not run through the CLI: no config
@@ -89,16 +91,16 @@ def test_export_through_the_cli_carries_the_saved_config(tiny_model_dir, tmp_pat
     prompts.write_text("".join(json.dumps({"prompt": f"C{d}={t}:", "answer": t, "reward": "countdown", "digits": d}) + "\n"
                                for d, t in rows))  # fmt: skip
     export = tmp_path / "hf"
-    main(["fit", "--imports=[lit_rlvr.demo]", f"--model.model={tiny_model_dir}", f"--data.train.files={prompts}",
+    main(["fit", "--imports=[lit_rlvr.demo]", f"--model.policy.path={tiny_model_dir}", f"--data.train.files={prompts}",
           "--data.train.options={extra_fields: [digits]}",
           "--trainer.accelerator=cpu", "--trainer.max_steps=1", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
-          "--rollout.init_args.engine=hf", "--rollout.init_args.samples_per_prompt=4", "--rollout.init_args.max_new_tokens=4",
-          "--model.divergence=forward_kl", f"--trainer.default_root_dir={tmp_path}",
+          "--rollout.init_args.engine=hf", "--model.sampling.n=4", "--model.sampling.max_new_tokens=4",
+          "--model.scoring.workers=0", "--model.loss.clip_high=0.3", f"--trainer.default_root_dir={tmp_path}",
           f"--export.dirpath={export}"])  # fmt: skip
     card = (export / "README.md").read_text()
     assert "No validation ran during training." in card
     config = card.split("```yaml\n", 1)[1].split("```", 1)[0]
     assert config == (tmp_path / "config.yaml").read_text()  # what the CLI saved beside the run
-    assert f"dirpath: {export}" in config and "divergence: forward_kl" in config
+    assert f"dirpath: {export}" in config and "clip_high: 0.3" in config
     assert AutoTokenizer.from_pretrained(export).padding_side == "left"
     assert not [m for m in generate_padded(export, ["C375=026:", "C12=3:"]) if "padding" in m]

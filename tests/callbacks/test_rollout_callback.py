@@ -1,4 +1,8 @@
-"""RolloutCallback in real ``Trainer.fit`` runs with a minimal LightningModule defined here."""
+"""RolloutCallback in real ``Trainer.fit`` runs with a minimal LightningModule defined here.
+
+``TinyRL`` is a user's own module: it provides what the callback requires
+(:class:`~lit_rlvr.contracts.RolloutHost`) and nothing of :class:`~lit_rlvr.module.RLVRModule`.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,9 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_rlvr.callbacks import RolloutCallback
-from lit_rlvr.policy import completion_logprobs, sequence_logprob
-from lit_rlvr.rollout import HFEngine, Rollouts, probe_sequence, vllm_available
+from lit_rlvr.contracts import TrainBatch, ValBatch
+from lit_rlvr.policy import MicroBatching, completion_logprobs, sequence_logprob
+from lit_rlvr.rollout import HFEngine, Rollouts, SamplingParams, probe_sequence, vllm_available
 
 PROMPTS = ["12+3=", "7*8=", "abc", "x", "9-4=", "hello", "2+2=", "z:"]
 
@@ -23,22 +28,29 @@ PROMPTS = ["12+3=", "7*8=", "abc", "x", "9-4=", "hello", "2+2=", "z:"]
 class TinyRL(L.LightningModule):
     """Maximise the log-likelihood of the policy's own samples: a real step on a loss from the rollouts."""
 
-    def __init__(self, policy, tokenizer, lr=0.05):
+    def __init__(self, policy, tokenizer, lr=0.05, sampling=SamplingParams(n=2, max_new_tokens=6, seed=1), val_temperature=None):
         super().__init__()
         self.policy, self.tokenizer, self.lr = policy.train(), tokenizer, lr
+        self.sampling = sampling
+        self.val_sampling = SamplingParams(n=1, temperature=val_temperature or sampling.temperature,
+                                           max_new_tokens=sampling.max_new_tokens, seed=sampling.seed)  # fmt: skip
+        self.micro_batching = MicroBatching()
         self.train_seen: list[dict] = []
         self.val_seen: list[dict] = []
 
+    def lockstep(self, passes: int) -> int:
+        return passes  # one process
+
     def training_step(self, batch, batch_idx):
-        r = batch["rollouts"]  # a KeyError here means Lightning copied the batch after the hook
-        self.train_seen.append({"batch_id": id(batch), "rollouts": r, "prompt_ids": batch["prompt_ids"]})
+        r = batch.rollouts  # None here means Lightning copied the batch after the hook
+        self.train_seen.append({"batch_id": id(batch), "rollouts": r, "prompt_ids": batch.prompt_ids})
         t = {k: v.to(self.device) for k, v in r.to_padded(self.tokenizer.pad_token_id).items()}
         lp, _ = completion_logprobs(self.policy, t["input_ids"], t["attention_mask"], t["response_mask"].shape[1])
         mask = t["response_mask"].float()
         return -(lp * mask).sum() / mask.sum()
 
     def validation_step(self, batch, batch_idx):
-        self.val_seen.append({"n_samples": batch["n_samples"], "rollouts": batch["rollouts"], "prompt_ids": batch["prompt_ids"]})
+        self.val_seen.append({"n_samples": batch.n_samples, "rollouts": batch.rollouts, "prompt_ids": batch.prompt_ids})
 
     def test_step(self, batch, batch_idx):
         self.validation_step(batch, batch_idx)
@@ -60,7 +72,7 @@ class Spy(Callback):
         self.tokens_at_fit_start = self.rollout_cb.total_rollout_tokens
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        assert isinstance(batch["rollouts"], Rollouts)
+        assert isinstance(batch.rollouts, Rollouts)
         self.batch_ids.append(id(batch))
         self.drifts.append(self.rollout_cb.last_metrics.get("rollout/drift"))
         if self.first_batch_check is None:
@@ -72,10 +84,10 @@ def loaders(tok, P=2, n_val=3, n_train=len(PROMPTS)):
     rows = [{"id": str(i), "prompt": p, "answer": "", "reward": "none"} for i, p in enumerate(PROMPTS[:n_train])]
 
     def collate(batch):
-        return {"rows": batch, "prompt_ids": [tok(r["prompt"]).input_ids for r in batch]}
+        return TrainBatch(batch, [tok(r["prompt"]).input_ids for r in batch])
 
     def collate_val(batch):
-        return {**collate(batch), "set_name": "tiny", "n_samples": n_val}
+        return ValBatch(batch, [tok(r["prompt"]).input_ids for r in batch], [False] * len(batch), "tiny", n_val)
 
     return DataLoader(rows, batch_size=P, collate_fn=collate), DataLoader(rows[:2], batch_size=2, collate_fn=collate_val)
 
@@ -119,9 +131,9 @@ def check_rollouts(seen, tok, n):
 
 @pytest.mark.timeout(120)
 def test_fit_with_live_hf_engine_attaches_rollouts_to_the_training_batch(tmp_path, tok, policy):
-    cb = RolloutCallback(samples_per_prompt=3, max_new_tokens=8, seed=0, engine="hf", drift_every_n_steps=1)
+    cb = RolloutCallback(engine="hf", drift_every_n_steps=1)
     spy = Spy(cb, probe_sequence(len(tok)))
-    module = TinyRL(policy, tok)
+    module = TinyRL(policy, tok, sampling=SamplingParams(n=3, max_new_tokens=8, seed=0))
     before = copy.deepcopy(policy.state_dict())
     train, val = loaders(tok)
     t = trainer(tmp_path, 3, callbacks=[cb, spy], limit_val_batches=1, num_sanity_val_steps=1, val_check_interval=2)
@@ -144,8 +156,7 @@ def test_fit_with_live_hf_engine_attaches_rollouts_to_the_training_batch(tmp_pat
 def test_sync_follows_optimizer_steps(tmp_path, tok, policy, sync_every, accumulate, batches):
     """A separate inference copy: only syncs make it follow the policy."""
     engine = HFEngine(copy.deepcopy(policy), tok)
-    cb = RolloutCallback(samples_per_prompt=2, max_new_tokens=6, seed=1, engine=engine, sync_every_n_steps=sync_every,
-                         drift_every_n_steps=1)
+    cb = RolloutCallback(engine=engine, sync_every_n_steps=sync_every, drift_every_n_steps=1)
     spy = Spy(cb, probe_sequence(len(tok)))
     steps = batches // accumulate
     t = trainer(tmp_path, steps, callbacks=[cb, spy], accumulate_grad_batches=accumulate)
@@ -164,19 +175,19 @@ def test_sync_follows_optimizer_steps(tmp_path, tok, policy, sync_every, accumul
 def test_resume_resyncs_engine_from_restored_policy(tmp_path, tok, tiny_model_dir):
     probe = probe_sequence(len(tok))
     policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    cb = RolloutCallback(samples_per_prompt=2, max_new_tokens=6, seed=2, engine="hf")
+    cb = RolloutCallback(engine="hf")
     t = trainer(tmp_path, 2, callbacks=[cb], enable_checkpointing=True)
-    t.fit(TinyRL(policy, tok, lr=0.2), loaders(tok)[0])
+    t.fit(TinyRL(policy, tok, lr=0.2, sampling=SamplingParams(n=2, max_new_tokens=6, seed=2)), loaders(tok)[0])
     ckpt = t.checkpoint_callback.best_model_path
     trained_lp = sequence_logprob(policy, *probe)
 
     fresh = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # weights A; the checkpoint holds B
     engine = HFEngine(copy.deepcopy(fresh), tok)  # an engine started from A, like vLLM from disk
-    cb2 = RolloutCallback(samples_per_prompt=2, max_new_tokens=6, seed=2, engine=engine)
+    cb2 = RolloutCallback(engine=engine)
     spy = Spy(cb2, probe)
     assert (torch.tensor(engine.score(*probe)) - trained_lp).abs().mean() > 1e-2
     t2 = trainer(tmp_path, 3, callbacks=[cb2, spy], enable_checkpointing=True)
-    t2.fit(TinyRL(fresh, tok, lr=0.2), loaders(tok)[0], ckpt_path=ckpt)
+    t2.fit(TinyRL(fresh, tok, lr=0.2, sampling=SamplingParams(n=2, max_new_tokens=6, seed=2)), loaders(tok)[0], ckpt_path=ckpt)
     assert spy.first_batch_check < 1e-5  # engine == restored policy before the first generation
     assert spy.tokens_at_fit_start == cb.total_rollout_tokens > 0  # callback state restored
     assert cb2.total_rollout_tokens > cb.total_rollout_tokens
@@ -188,8 +199,8 @@ def test_standalone_validate_and_test_sync_and_sample_n_per_prompt(tmp_path, tok
         for p in perturbed.parameters():
             p.add_(0.05 * torch.randn_like(p))
     engine = HFEngine(perturbed, tok)  # stale engine: validation must sync it first
-    cb = RolloutCallback(samples_per_prompt=2, max_new_tokens=5, val_temperature=0.5, engine=engine)
-    module = TinyRL(policy, tok)
+    cb = RolloutCallback(engine=engine)
+    module = TinyRL(policy, tok, sampling=SamplingParams(n=2, max_new_tokens=5), val_temperature=0.5)
     t = trainer(tmp_path, 1, callbacks=[cb], limit_val_batches=1)
     t.validate(module, loaders(tok, n_val=4)[1])
     check_rollouts(module.val_seen, tok, 4)
@@ -211,17 +222,19 @@ def test_module_without_policy_is_a_clear_error(tmp_path, tok):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    with pytest.raises(AttributeError, match="expose its HF model as `.policy`"):
+    match = "RolloutCallback needs the LightningModule to provide RolloutHost: NoPolicy has no policy, tokenizer, sampling"
+    with pytest.raises(TypeError, match=match):
         trainer(tmp_path, 1, callbacks=[RolloutCallback(engine="hf")]).fit(NoPolicy(), loaders(tok)[0])
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"sync_every_n_steps": 0}, "sync_every_n_steps"),
+        ({"sync_every_n_steps": 0}, "rollout.sync_every_n_steps must be >= 1"),
         ({"engine": "trt"}, r"rollout.engine: unknown rollout engine 'trt'; valid names"),
-        ({"top_p": 0.0}, "top_p"),
-        ({"samples_per_prompt": 0}, "n must be"),
+        ({"engine": "hf", "engine_options": {"max_batch_row": 4}},
+         r"rollout.engine_options: unknown option\(s\) \['max_batch_row'\] of rollout engine 'hf'; accepted: \['decode', 'max_batch_rows'\]"),
+        ({"engine": "hf", "engine_options": {"model_path": "x"}}, r"\['model_path'\] are set by the callback itself"),
         ({"drift_every_n_steps": -1}, "drift_every_n_steps"),
     ],
 )
@@ -239,15 +252,13 @@ def test_configurable_from_yaml_class_path():
         """
         callback:
           class_path: lit_rlvr.callbacks.RolloutCallback
-          init_args: {samples_per_prompt: 4, temperature: 0.7, stop: ["\\n"], engine: hf, sync_every_n_steps: 2,
-                      engine_kwargs: {max_batch_rows: 8}}
+          init_args: {engine: hf, sync_every_n_steps: 2, engine_options: {max_batch_rows: 8}}
         """
     )
     cb = parser.instantiate_classes(cfg).callback
-    assert isinstance(cb, RolloutCallback)
-    assert cb.train_sampling.n == 4 and cb.train_sampling.stop == ("\n",) and cb.sync_every_n_steps == 2
-    assert cb.engine_kind == "hf" and cb.engine_kwargs == {"max_batch_rows": 8}
-    assert cb.state_key == "RolloutCallback{'samples_per_prompt': 4, 'engine': 'hf'}"
+    assert isinstance(cb, RolloutCallback) and cb.sync_every_n_steps == 2
+    assert cb.engine_kind == "hf" and cb.engine_options == {"max_batch_rows": 8}
+    assert cb.state_key == "RolloutCallback{'engine': 'hf'}"
 
 
 @pytest.mark.slow
@@ -258,10 +269,9 @@ def test_fit_with_vllm_engine_syncs_every_step(tmp_path, tok, policy):
         pytest.skip("`import vllm` fails")
     t0 = time.perf_counter()
     kwargs = {"dtype": "float32", "max_model_len": 256, "kv_cache_memory_bytes": 32 * 2**20, "enforce_eager": True}
-    cb = RolloutCallback(samples_per_prompt=3, max_new_tokens=8, seed=0, engine="vllm", engine_kwargs=kwargs, fingerprint_atol=1e-4,
-                         drift_every_n_steps=1)
+    cb = RolloutCallback(engine="vllm", engine_options=kwargs, fingerprint_atol=1e-4, drift_every_n_steps=1)
     spy = Spy(cb, probe_sequence(len(tok)))
-    module = TinyRL(policy, tok, lr=0.2)
+    module = TinyRL(policy, tok, lr=0.2, sampling=SamplingParams(n=3, max_new_tokens=8, seed=0))
     before = copy.deepcopy(policy.state_dict())
     train, val = loaders(tok, n_train=4)
     t = trainer(tmp_path, 2, callbacks=[cb, spy], limit_val_batches=1)

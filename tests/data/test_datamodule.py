@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
+from lit_rlvr.contracts import TrainBatch, ValBatch
 from lit_rlvr.data import DatasetSpec, PromptDataModule, PromptFormat, ValSet, encode_prompt
 
 
@@ -36,24 +37,25 @@ def test_train_and_val_batches_follow_the_contract(tiny_model_dir, toy_files):
     from transformers import AutoTokenizer
 
     train, val = toy_files
-    dm = _dm(tiny_model_dir, train, val, instruction="Q: {prompt}", system_prompt="Be brief.")
+    dm = _dm(tiny_model_dir, train, val, prompt=PromptFormat(instruction="Q: {prompt}", system_prompt="Be brief."))
     dm.setup("fit")
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     fmt = PromptFormat("Q: {prompt}", "Be brief.")
     batches = list(dm.train_dataloader())
-    assert [len(b["rows"]) for b in batches] == [3, 3, 3, 1]
+    assert [len(b.rows) for b in batches] == [3, 3, 3, 1]
     seen = []
     for b in batches:
-        assert set(b) == {"rows", "prompt_ids"} or set(b) == {"rows", "prompt_ids", "_position"}
-        for row, ids in zip(b["rows"], b["prompt_ids"]):
+        assert isinstance(b, TrainBatch) and b.anchor is None and b.rollouts is None and b.position is not None
+        for row, ids in zip(b.rows, b.prompt_ids):
             assert ids == encode_prompt(row, tok, fmt) and tok.decode(ids) == f"Be brief.\n\nQ: {row['prompt']}\n"
             seen.append(row["id"])
     assert sorted(seen) == sorted(f"toy/{i}" for i in range(10))
     assert dm.val_set_names == ["in_domain", "ood"]
     vals = [list(dl) for dl in dm.val_dataloader()]
-    assert [[len(b["rows"]) for b in v] for v in vals] == [[3, 2], [3, 2]]
-    assert {(b["set_name"], b["n_samples"]) for v in vals for b in v} == {("in_domain", 4), ("ood", 2)}
-    assert [r["id"] for b in vals[0] for r in b["rows"]] == [f"in_domain/{i}" for i in range(5)]
+    assert [[len(b.rows) for b in v] for v in vals] == [[3, 2], [3, 2]]
+    assert all(isinstance(b, ValBatch) and b.rollouts is None and len(b.padding) == len(b.rows) for v in vals for b in v)
+    assert {(b.set_name, b.n_samples) for v in vals for b in v} == {("in_domain", 4), ("ood", 2)}
+    assert [r["id"] for b in vals[0] for r in b.rows] == [f"in_domain/{i}" for i in range(5)]
     assert dm.base_pass_counts is None
 
 
@@ -63,10 +65,10 @@ def test_chat_template_is_used_when_the_tokenizer_has_one(tmp_path, tiny_model_d
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"
     tok.save_pretrained(tmp_path / "chat")
-    dm = PromptDataModule(str(tmp_path / "chat"), train=DatasetSpec(toy_files[0]), system_prompt="S", batch_size=2)
+    dm = PromptDataModule(str(tmp_path / "chat"), train=DatasetSpec(toy_files[0]), prompt=PromptFormat(system_prompt="S"), batch_size=2)
     dm.setup("fit")
     b = next(iter(dm.train_dataloader()))
-    assert tok.decode(b["prompt_ids"][0]) == f"<system>S\n<user>{b['rows'][0]['prompt']}\n<a>"
+    assert tok.decode(b.prompt_ids[0]) == f"<system>S\n<user>{b.rows[0]['prompt']}\n<a>"
     with pytest.raises(ValueError, match="no chat template"):
         encode_prompt({"prompt": "x"}, AutoTokenizer.from_pretrained(tiny_model_dir), PromptFormat(use_chat_template=True))
 
@@ -95,10 +97,10 @@ class _Recorder(pl.LightningModule):
         self.crash_at, self.seen = crash_at, []
 
     def training_step(self, batch, batch_idx):
-        assert "_position" not in batch
+        assert batch.position is None  # recorded by the DataModule, not passed on
         if self.crash_at is not None and self.global_step == self.crash_at:
             raise RuntimeError("simulated crash")
-        self.seen.append([r["id"] for r in batch["rows"]])
+        self.seen.append([r["id"] for r in batch.rows])
         return (self.w * 0).sum()
 
     def configure_optimizers(self):

@@ -14,7 +14,7 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 
-from lit_rlvr.data import DatasetSpec, PromptDataModule, ValSet, load_rows  # noqa: E402
+from lit_rlvr.data import DatasetSpec, PromptDataModule, PromptFormat, ValSet, load_rows  # noqa: E402
 from lit_rlvr.data.readers import HFSource, read_hf_records  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -128,14 +128,14 @@ def _dm(tokenizer_dir, source, val_source=None, **kw) -> PromptDataModule:
     spec = {"hf": source} if isinstance(source, HFSource) else {"files": source}
     val = [ValSet(adapter="gsm8k", name="val", n_samples=2, **({"hf": val_source} if isinstance(val_source, HFSource) else {"files": val_source}))]
     return PromptDataModule(str(tokenizer_dir), train=DatasetSpec(adapter="gsm8k", name="gsm8k", **spec), val=val,
-                            batch_size=3, instruction="Q: {prompt}", max_bad_fraction=0.25, **kw)  # fmt: skip
+                            batch_size=3, prompt=PromptFormat(instruction="Q: {prompt}"), max_bad_fraction=0.25, **kw)  # fmt: skip
 
 
 def _epoch_ids(dm: PromptDataModule, epoch: int) -> list[list[str]]:
     """Row ids of each train batch of ``epoch``, as the DataModule serves them."""
     loader = dm.train_dataloader()
     loader.sampler.set_epoch(epoch)
-    return [[r["id"] for r in b["rows"]] for b in loader]
+    return [[r["id"] for r in b.rows] for b in loader]
 
 
 @pytest.mark.parametrize("kind", ["json builder, streaming", "save_to_disk dict"])
@@ -151,7 +151,7 @@ def test_datamodule_order_and_resume_state_equal_the_jsonl_path(tiny_model_dir, 
     by_file.load_state_dict({"epoch": 1, "step": 0, "num_train": 8, "seed": 0})  # as restored from a checkpoint
     by_hf.load_state_dict(by_file.state_dict())  # the file run's checkpoint state resumes the HF run
     assert _epoch_ids(by_hf, 1) == _epoch_ids(by_file, 1) == epochs[1][1:]
-    assert [r["id"] for b in by_hf.val_dataloader()[0] for r in b["rows"]] == [f"val/{i}" for i in range(10) if i not in (3, 6)]
+    assert [r["id"] for b in by_hf.val_dataloader()[0] for r in b.rows] == [f"val/{i}" for i in range(10) if i not in (3, 6)]
 
 
 def _instantiate_data(config: dict) -> PromptDataModule:
@@ -218,7 +218,7 @@ def test_giving_both_sources_fails_at_start_up(tiny_model_dir, tmp_path):
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "C375=026:", "answer": "26", "reward": "countdown"}\n')
-    args = ["fit", f"--model.model={tiny_model_dir}", f"--data.train.files={prompts}", "--data.train.hf={path: openai/gsm8k}",
+    args = ["fit", f"--model.policy.path={tiny_model_dir}", f"--data.train.files={prompts}", "--data.train.hf={path: openai/gsm8k}",
             "--trainer.accelerator=cpu", "--trainer.max_steps=1", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"]  # fmt: skip
     with pytest.raises(ValueError, match="give exactly one of `files`.*got both"):
         main(args)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.data import DatasetSpec, PromptDataModule
+from lit_rlvr.data import DatasetSpec, GoldCheck, PromptDataModule
 
 
 def _write(path, records):
@@ -48,7 +48,7 @@ def mixed_rows(toy_db):
 def test_bad_golds_and_reward_names_are_bad_rows_with_file_and_line(tiny_model_dir, tmp_path, toy_db, demo_rewards, workers):
     path = _write(tmp_path / "mixed.jsonl", mixed_rows(toy_db))
     dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", name="mixed", options={"extra_fields": ["digits", "db_path"]}),
-                          max_bad_fraction=0.25, gold_check_workers=workers)  # fmt: skip
+                          max_bad_fraction=0.25, gold_check=GoldCheck(workers=workers))  # fmt: skip
     dm.setup("fit")
     assert len(dm.train_rows) == 20
     bad = dm.bad_rows["mixed"]
@@ -65,7 +65,7 @@ def test_bad_golds_and_reward_names_are_bad_rows_with_file_and_line(tiny_model_d
 def test_too_many_bad_golds_stop_set_up_naming_the_first(tiny_model_dir, tmp_path, toy_db, demo_rewards):
     path = _write(tmp_path / "mixed.jsonl", mixed_rows(toy_db))
     dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", name="mixed", options={"extra_fields": ["digits", "db_path"]}),
-                          max_bad_fraction=0.1, gold_check_workers=0)  # fmt: skip
+                          max_bad_fraction=0.1, gold_check=GoldCheck(workers=0))  # fmt: skip
     with pytest.raises(ValueError, match=r"mixed: 5 of 25 rows are bad \(20.0%\), more than max_bad_fraction=10.0%; first: .*mixed.jsonl:25: unknown reward"):
         dm.setup("fit")
 
@@ -76,7 +76,7 @@ def test_a_gold_whose_check_hangs_is_a_bad_row_within_the_deadline(tiny_model_di
                  "answer": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"})
     path = _write(tmp_path / "slow.jsonl", rows)
     dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", name="slow"), max_bad_fraction=0.2,
-                          gold_check_workers=1, gold_check_timeout_s=0.5)  # fmt: skip
+                          gold_check=GoldCheck(workers=1, timeout_s=0.5))  # fmt: skip
     dm.setup("fit")
     assert len(dm.train_rows) == 9
     (bad,) = dm.bad_rows["slow"]
@@ -86,7 +86,7 @@ def test_a_gold_whose_check_hangs_is_a_bad_row_within_the_deadline(tiny_model_di
 def test_an_adapter_option_typo_names_the_key_path_and_the_accepted_options(tiny_model_dir, tmp_path):
     path = _write(tmp_path / "p.jsonl", [{"prompt": "p", "answer": "1", "reward": "math"}])
     dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", options={"extra_feilds": ["digits"]}))
-    with pytest.raises(ValueError, match=r"data.train.options: unknown option\(s\) \['extra_feilds'\] of adapter 'jsonl'; accepted: \[.*'extra_fields'"):
+    with pytest.raises(ValueError, match=r"data.train.options: unknown option\(s\) \['extra_feilds'\] of dataset adapter 'jsonl'; accepted: \[.*'extra_fields'"):
         dm.setup("fit")
 
 
@@ -94,8 +94,8 @@ def test_an_adapter_option_typo_names_the_key_path_and_the_accepted_options(tiny
     ("how", "where"),
     [
         ("yaml", "the config file"),
-        ("flag", "the flag --model.samples_per_prompt"),
-        ("flag_init_args", "the flag --model.init_args.samples_per_prompt"),
+        ("flag", "the flag --data.tokenizer"),
+        ("flag_init_args", "the flag --data.init_args.tokenizer"),
     ],
 )
 def test_setting_a_linked_target_is_an_error_that_names_the_key_to_set(tmp_path, how, where):
@@ -104,12 +104,12 @@ def test_setting_a_linked_target_is_an_error_that_names_the_key_to_set(tmp_path,
     base = ["fit", "--config", str(Path(__file__).resolve().parents[2] / "configs/demo/base.yaml"), "--print_config"]
     if how == "yaml":
         overlay = tmp_path / "overlay.yaml"
-        overlay.write_text("model:\n  samples_per_prompt: 4\n")
+        overlay.write_text("data:\n  tokenizer: other/tokenizer\n")
         args = [*base[:3], "--config", str(overlay), base[3]]
     elif how == "flag":
-        args = [*base, "--model.samples_per_prompt=4"]
+        args = [*base, "--data.tokenizer=other/tokenizer"]
     else:
-        args = [*base, "--model.init_args.samples_per_prompt", "4"]
-    with pytest.raises(ValueError, match=f"{where}.* sets model.samples_per_prompt, which is linked to "
-                                         r"rollout.init_args.samples_per_prompt .*set rollout.init_args.samples_per_prompt instead"):
+        args = [*base, "--data.init_args.tokenizer", "other/tokenizer"]
+    with pytest.raises(ValueError, match=f"{where}.* sets data.tokenizer, which is linked to "
+                                         r"model.policy.path .*set model.policy.path instead"):
         main(args)

@@ -1,4 +1,4 @@
-"""Advantage estimators against brute-force references (METHODS.md §1 and §3).
+"""Advantage estimators against brute-force references (docs/methods.md §1 and §3).
 
 References work one group at a time on plain Python lists (exact ``Fraction`` where the formula is
 rational, ``itertools`` enumeration of subsets, partitions and draws); the estimators under test
@@ -115,7 +115,7 @@ def passk_subsets_ref(rs, k):
 
 
 def passk_formula_ref(n, n_pos, k):
-    """(A_pos, A_neg) exactly as METHODS.md §3 writes them, binomials as exact integers."""
+    """(A_pos, A_neg) exactly as docs/methods.md §3 writes them, binomials as exact integers."""
     n_neg = n - n_pos
     rho = 1 - Fraction(comb(n_neg, k), comb(n, k))
     if rho in (0, 1):

@@ -16,7 +16,7 @@ MODES = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
 
 
 def reference_aggregate(values, mask, mode, max_len):
-    """Naive per-row loops of METHODS.md §1's three aggregation modes."""
+    """Naive per-row loops of docs/methods.md §1's three aggregation modes."""
     rows = [(v[m.bool()]) for v, m in zip(values, mask)]
     if mode == "token_mean":
         tokens = torch.cat(rows)

@@ -1,4 +1,4 @@
-"""f-divergence generators against closed-form divergences, METHODS.md gradient factors, loops."""
+"""f-divergence generators against closed-form divergences, docs/methods.md gradient factors, loops."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ IDS = [n + "".join(f"-{v}" for v in o.values()) for n, o in CASES]
 
 
 def f_of_u(name: str, u: float, alpha: float = 0.5) -> float:
-    """The METHODS.md §2 table, written in u with plain math."""
+    """The docs/methods.md §2 table, written in u with plain math."""
     return {
         "forward_kl": lambda: u - math.log(u) - 1,
         "reverse_kl": lambda: u * math.log(u) - u + 1,
@@ -52,7 +52,7 @@ def closed_form(name: str, p: list[float], q: list[float], alpha: float = 0.5) -
 
 
 def gradient_factor(name: str, u: float, alpha: float = 0.5) -> float:
-    """d f(u) / d log u: the METHODS.md table's factor (tv, hellinger, chi2 derived by hand)."""
+    """d f(u) / d log u: the docs/methods.md table's factor (tv, hellinger, chi2 derived by hand)."""
     return {
         "forward_kl": lambda: u - 1,
         "reverse_kl": lambda: u * math.log(u),
@@ -253,8 +253,8 @@ def test_fully_masked_batch_is_zero():
     "kwargs,match",
     [
         ({"name": "kl"}, r"unknown f-divergence 'kl'; valid names: \['alpha', 'chi2', 'forward"),
-        ({"name": "js", "alpha": 0.3}, r"'js' got unknown option\(s\) \['alpha'\]; accepts \[\]"),
-        ({"name": "alpha", "beta": 1}, r"unknown option\(s\) \['beta'\]; accepts \['alpha'\]"),
+        ({"name": "js", "alpha": 0.3}, r"unknown option\(s\) \['alpha'\] of f-divergence 'js'; accepted: \[\]"),
+        ({"name": "alpha", "beta": 1}, r"unknown option\(s\) \['beta'\] of f-divergence 'alpha'; accepted: \['alpha'\]"),
         ({"name": "alpha", "alpha": 1.0}, r"alpha in \(0, 1\), got 1.0"),
         ({"name": "alpha", "alpha": 0.0}, "got 0.0"),
         ({"level": "row"}, "level must be 'token' or 'sequence', got 'row'"),

@@ -124,7 +124,7 @@ def test_designed_rows_cover_every_clip_case(dual_clip):
     # unclipped without the dual clip.
     last = "dual" if dual_clip else "inside"
     assert cases == [["inside", "high", "inside"], ["inside", "low", last]]
-    a0, a1 = adv[0].item(), adv[1].item()  # per-token losses from METHODS.md §1 by hand
+    a0, a1 = adv[0].item(), adv[1].item()  # per-token losses from docs/methods.md §1 by hand
     want = [
         [-1.1 * a0, -1.28 * a0, -0.5 * a0],
         [-1.1 * a1, -0.8 * a1, (-2.0 if dual_clip else -3.0) * a1],

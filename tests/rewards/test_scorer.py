@@ -73,14 +73,14 @@ def _mixed_batch(toy_db):
 @pytest.mark.timeout(120)
 def test_pool_matches_in_process(toy_db):
     completions, rows = _mixed_batch(toy_db)
-    expected = BatchScorer(num_workers=0).score(completions, rows)
+    expected = BatchScorer(workers=0).score(completions, rows)
     assert [r.reward for r in expected[:6]] == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
     assert [r.status for r in expected[-4:]][:2] == ["ok", "ok"] and expected[-2].status == "rejected"
-    with BatchScorer(num_workers=2, timeout_s=5.0, chunk_size=5) as pool:
+    with BatchScorer(workers=2, timeout_s=5.0, chunk_size=5) as pool:
         assert pool.score(completions, rows) == expected
         assert pool.score(completions[::-1], rows[::-1]) == expected[::-1]
         assert pool.score([], []) == []
-        with_answers = BatchScorer(num_workers=0).score(completions, rows, with_answers=True)
+        with_answers = BatchScorer(workers=0).score(completions, rows, with_answers=True)
         assert [r.answer for r in with_answers[:3]] == ["0", "1", None]  # answer keys ran (math: canonical numbers)
         assert pool.score(completions, rows, with_answers=True) == with_answers  # ... and equally in the workers
 
@@ -88,7 +88,7 @@ def test_pool_matches_in_process(toy_db):
 @pytest.mark.timeout(120)
 def test_pool_survives_hanging_and_dying_items(probe, toy_db):
     completions, rows = _mixed_batch(toy_db)
-    expected = BatchScorer(num_workers=0).score(completions, rows)
+    expected = BatchScorer(workers=0).score(completions, rows)
     killed = ("timeout", "killed after the hard deadline of 2 s")
     bad = {"hang": killed, "spin": killed, "die": ("error", "worker died (exit code 3)"),
            "segv": ("error", "worker died (killed by SIGSEGV)"), "raise": ("error", "RuntimeError: probe failed"),
@@ -98,7 +98,7 @@ def test_pool_survives_hanging_and_dying_items(probe, toy_db):
         completions.insert(position, completion)
         rows.insert(position, {"id": f"bad{k}", "reward": "probe", "answer": "x"})
         expected.insert(position, ScoreResult(0.0, *bad[completion]))
-    with BatchScorer(num_workers=2, timeout_s=1.0, kill_grace_s=1.0, chunk_size=4, rewards={"probe": probe}) as pool:
+    with BatchScorer(workers=2, timeout_s=1.0, kill_grace_s=1.0, chunk_size=4, rewards={"probe": probe}) as pool:
         start = time.perf_counter()
         results = pool.score(completions, rows)
         elapsed = time.perf_counter() - start
@@ -128,7 +128,7 @@ def test_rewards_registered_elsewhere_reach_the_workers(tmp_path, monkeypatch):
     try:
         (tmp_path / "lit_rlvr_parity_a.py").write_text(REGISTERED.format(name="parity_a"))
         importlib.import_module("lit_rlvr_parity_a")
-        with BatchScorer(num_workers=1) as pool:
+        with BatchScorer(workers=1) as pool:
             assert pool.score(["abc", "ab"], rows) == [ScoreResult(1.0, "ok"), ScoreResult(0.0, "ok")]
             (tmp_path / "lit_rlvr_parity_b.py").write_text(REGISTERED.format(name="parity_b"))
             importlib.import_module("lit_rlvr_parity_b")
@@ -137,7 +137,7 @@ def test_rewards_registered_elsewhere_reach_the_workers(tmp_path, monkeypatch):
             REWARDS.register("parity_lambda")(lambda completion, answer, **row: 1.0)
             with pytest.raises(ValueError, match="'parity_lambda' cannot run in worker processes"):
                 pool.score(["x"], [{"id": "l", "reward": "parity_lambda", "answer": "1"}])
-        assert BatchScorer(num_workers=0).score(["x"], [{"id": "l", "reward": "parity_lambda", "answer": "1"}]) == [
+        assert BatchScorer(workers=0).score(["x"], [{"id": "l", "reward": "parity_lambda", "answer": "1"}]) == [
             ScoreResult(1.0, "ok")
         ]
     finally:
@@ -151,7 +151,7 @@ def test_rewards_registered_elsewhere_reach_the_workers(tmp_path, monkeypatch):
 def test_soft_deadline_times_out_without_killing_the_worker(toy_db):
     row = {"id": "r", "reward": "sql", "answer": "SELECT a FROM t", "db_path": toy_db}
     endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
-    with BatchScorer(num_workers=1, timeout_s=0.3, kill_grace_s=5.0) as pool:
+    with BatchScorer(workers=1, timeout_s=0.3, kill_grace_s=5.0) as pool:
         pool.score(["SELECT a FROM t"], [row])
         pid = pool._workers[0].proc.pid
         results = pool.score([endless, "SELECT a FROM t"], [row, row])
@@ -162,12 +162,12 @@ def test_soft_deadline_times_out_without_killing_the_worker(toy_db):
 @pytest.mark.timeout(120)
 def test_malformed_gold_raises_after_the_batch(toy_db):
     rows = [{"id": "fine", "reward": "math", "answer": "2"}, {"id": "broken-7", "reward": "math", "answer": "  "}]
-    with BatchScorer(num_workers=1) as pool:
+    with BatchScorer(workers=1) as pool:
         with pytest.raises(GoldAnswerError, match="broken-7"):
             pool.score(["\\boxed{2}", "\\boxed{2}"], rows)
         assert pool.score(["\\boxed{2}"], rows[:1]) == [ScoreResult(1.0, "ok")]
     with pytest.raises(GoldAnswerError, match="broken-7"):
-        BatchScorer(num_workers=0).score(["\\boxed{2}"], rows[1:])
+        BatchScorer(workers=0).score(["\\boxed{2}"], rows[1:])
 
 
 @pytest.mark.parametrize(
@@ -180,22 +180,22 @@ def test_malformed_gold_raises_after_the_batch(toy_db):
 )
 def test_score_validates_rows(completions, rows, match):
     with pytest.raises(ValueError, match=match):
-        BatchScorer(num_workers=0).score(completions, rows)
+        BatchScorer(workers=0).score(completions, rows)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"num_workers": -1}, "num_workers"),
+        ({"workers": -1}, "workers"),
         ({"timeout_s": 0}, "timeout_s"),
         ({"timeout_s": float("inf")}, "timeout_s"),
         ({"chunk_size": 0}, "chunk_size"),
-        ({"num_workers": 1, "rewards": {"lam": lambda c, a, **r: 1.0}}, "picklable"),
+        ({"workers": 1, "rewards": {"lam": lambda c, a, **r: 1.0}}, "picklable"),
     ],
 )
 def test_constructor_validates(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        BatchScorer(**{"num_workers": 0, **kwargs})
+        BatchScorer(**{"workers": 0, **kwargs})
 
 
 @pytest.mark.timeout(120)
@@ -215,7 +215,7 @@ def test_pool_on_real_data_matches_in_process(shared_data):
         db = shared_data / "spider_dev" / "database" / q["db_id"] / f"{q['db_id']}.sqlite"
         completions += [f"```sql\n{q['query']}\n```", "SELECT 1"]
         rows += [{"id": f"s{i}", "reward": "sql", "answer": q["query"], "db_path": str(db)}] * 2
-    expected = BatchScorer(num_workers=0).score(completions, rows)
+    expected = BatchScorer(workers=0).score(completions, rows)
     assert sum(r.reward for r in expected) == len(gsm) + len(math500) + len(spider)
-    with BatchScorer(num_workers=2) as pool:
+    with BatchScorer(workers=2) as pool:
         assert pool.score(completions, rows) == expected

@@ -17,6 +17,8 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.utils.data import DataLoader
 
 from lit_rlvr.module import RLVRModule
+from lit_rlvr.contracts import TrainBatch
+from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
 from lit_rlvr.rewards import REWARDS
 from lit_rlvr.rollout.types import Rollouts
 
@@ -34,7 +36,7 @@ class RecordLoss(Callback):
         self.losses.append(float(loss))
 
 
-def fixed_batch(tokenizer) -> dict:
+def fixed_batch(tokenizer) -> TrainBatch:
     gen = torch.Generator().manual_seed(0)
     prompts = [tokenizer("C375=026:").input_ids, tokenizer("C12=3:").input_ids]
     texts = ["3*7+5;", "12", "777", "5+3*7;", "1+2", "7", "x", "27;"]
@@ -42,14 +44,13 @@ def fixed_batch(tokenizer) -> dict:
     sampler = [(-torch.rand(len(c), generator=gen) * 3).tolist() for c in completions]
     rows = [{"id": f"p{i}", "prompt": "", "answer": "", "reward": "seven"} for i in range(2)]
     rollouts = Rollouts(prompts, completions, sampler, ["stop"] * 8, n=4, texts=texts)
-    return {"rows": rows, "prompt_ids": prompts, "rollouts": rollouts}
+    return TrainBatch(rows, prompts, rollouts=rollouts)
 
 
 def main(model_dir: str, out: str, devices: int) -> None:
     torch.set_num_threads(1)
     REWARDS.register("seven")(contains_seven)
-    module = RLVRModule(model=model_dir, samples_per_prompt=4, max_new_tokens=8, max_grad_norm=None,
-                        optimizer=lambda p: torch.optim.SGD(p, lr=0.5))
+    module = RLVRModule(PolicyOptions(model_dir), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=lambda p: torch.optim.SGD(p, lr=0.5))
     strategy = ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1) if devices > 1 else "auto"
     record = RecordLoss()
     trainer = Trainer(max_steps=1, accelerator="cpu", devices=devices, strategy=strategy, logger=False,

@@ -21,6 +21,8 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.utils.data import DataLoader
 
 from lit_rlvr.module import RLVRModule
+from lit_rlvr.contracts import TrainBatch
+from lit_rlvr.options import BatchingOptions, PolicyOptions, SamplingParams, ScoringOptions
 from lit_rlvr.rewards import REWARDS
 from lit_rlvr.rollout.types import Rollouts
 
@@ -37,7 +39,7 @@ def contains_seven(completion: str, answer: str, **row) -> float:
     return float("7" in completion)
 
 
-def batch(tokenizer, case: str, prompts: range) -> dict:
+def batch(tokenizer, case: str, prompts: range) -> TrainBatch:
     gen = torch.Generator().manual_seed(0)
     prompt_ids = [tokenizer(f"C{i}{i}=7:").input_ids for i in range(4)]
     completions = [[tokenizer(t).input_ids for t in texts] for texts in TEXTS[case]]
@@ -46,7 +48,7 @@ def batch(tokenizer, case: str, prompts: range) -> dict:
     rollouts = Rollouts([prompt_ids[i] for i in prompts], [c for i in prompts for c in completions[i]],
                         [s for i in prompts for s in sampler[i]], ["stop"] * 4 * len(prompts), n=4,
                         texts=[t for i in prompts for t in TEXTS[case][i]])  # fmt: skip
-    return {"rows": rows, "prompt_ids": [prompt_ids[i] for i in prompts], "rollouts": rollouts}
+    return TrainBatch(rows, [prompt_ids[i] for i in prompts], rollouts=rollouts)
 
 
 def main(model_dir: str, out: str, strategy: str, case: str) -> None:
@@ -54,9 +56,7 @@ def main(model_dir: str, out: str, strategy: str, case: str) -> None:
     REWARDS.register("seven")(contains_seven)
     devices = 1 if strategy == "single" else 2
     rank = int(os.environ.get("LOCAL_RANK", 0))
-    module = RLVRModule(model=model_dir, samples_per_prompt=4, max_new_tokens=24, max_grad_norm=None, reward_workers=0,
-                        micro_batch_tokens=96, padding_free=False, dynamic_sampling=case == "dropped",
-                        optimizer=lambda p: torch.optim.SGD(p, lr=0.5))  # fmt: skip
+    module = RLVRModule(PolicyOptions(model_dir), sampling=SamplingParams(n=4, max_new_tokens=24), batching=BatchingOptions(micro_batch_tokens=96, padding_free=False), scoring=ScoringOptions(workers=0), max_grad_norm=None, dynamic_sampling=case == "dropped", optimizer=lambda p: torch.optim.SGD(p, lr=0.5))  # fmt: skip
     strategies = {"single": "auto", "ddp": "ddp", "fsdp2": ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)}
     trainer = Trainer(max_steps=1, accelerator="cpu", devices=devices, strategy=strategies[strategy], logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

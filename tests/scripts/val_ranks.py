@@ -20,6 +20,7 @@ from lightning import Trainer
 from lit_rlvr.callbacks import PassCountsWriter, RolloutCallback
 from lit_rlvr.data import PromptDataModule, ValSet
 from lit_rlvr.module import RLVRModule
+from lit_rlvr.options import EvalOptions, PolicyOptions, SamplingParams, ScoringOptions
 from lit_rlvr.rollout import Rollouts
 from lit_rlvr.rollout.engine import EngineBase
 
@@ -61,8 +62,8 @@ def main(model_dir: str, out: str, devices: int) -> None:
     torch.set_num_threads(1)
     root = Path(out).parent
     dm = PromptDataModule(tokenizer=model_dir, val=write_sets(root), val_batch_size=2)
-    module = RLVRModule(model=model_dir, reward_workers=1, retention_reference=str(root / "base_counts.json"))
-    rollout = RolloutCallback(samples_per_prompt=4, max_new_tokens=8, engine=PromptKeyedEngine(module.tokenizer), fingerprint=False)
+    module = RLVRModule(PolicyOptions(model_dir), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=1), evaluation=EvalOptions(retention_reference=str(root / "base_counts.json")))
+    rollout = RolloutCallback(engine=PromptKeyedEngine(module.tokenizer), fingerprint=False)
     trainer = Trainer(accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto", logger=False,
                       enable_progress_bar=False, enable_model_summary=False,
                       callbacks=[rollout, PassCountsWriter(f"{out}.counts.json")])  # fmt: skip

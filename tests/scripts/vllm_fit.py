@@ -30,9 +30,11 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.utils.data import DataLoader
 
 from lit_rlvr.callbacks import RolloutCallback
+from lit_rlvr.contracts import TrainBatch
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.data.datamodule import DatasetSpec
 from lit_rlvr.module import RLVRModule
+from lit_rlvr.options import LossOptions, PolicyOptions, SamplingParams, ScoringOptions
 from lit_rlvr.policy import sequence_logprob
 from lit_rlvr.rewards import REWARDS
 from lit_rlvr.rollout import Rollouts, probe_sequence
@@ -95,14 +97,14 @@ class Record(Callback):
             self.check_engine(pl_module)  # the sync at fit start
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        step = {"step": trainer.global_step, "rows": batch["rows"], "prompt_ids": batch["prompt_ids"]}
+        step = {"step": trainer.global_step, "rows": batch.rows, "prompt_ids": batch.prompt_ids}
         if self.cb is not None:
-            r = batch["rollouts"]
+            r = batch.rollouts
             step.update(rollout_prompt_ids=r.prompt_ids, completions=r.completion_ids,
                         drift=self.cb.last_metrics["rollout/drift"])
         self.result["steps"].append(step)
         if trainer.global_step == 0:
-            batch["rollouts"] = fixed_rollouts(pl_module.tokenizer, batch["prompt_ids"])
+            batch.rollouts = fixed_rollouts(pl_module.tokenizer, batch.prompt_ids)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
@@ -163,8 +165,7 @@ class Fail(Callback):
 def module(model_dir: str) -> RLVRModule:
     # seq_mean_token_mean: with equal rows per rank the mean of the ranks' losses is the global
     # batch's loss (token_mean would weight each rank by its own token count)
-    return RLVRModule(model=model_dir, samples_per_prompt=N, max_new_tokens=8, loss_agg="seq_mean_token_mean",
-                      max_grad_norm=None, optimizer=lambda p: torch.optim.SGD(p, lr=0.5))
+    return RLVRModule(PolicyOptions(model_dir), sampling=SamplingParams(n=N, max_new_tokens=8, seed=0), loss=LossOptions(aggregation="seq_mean_token_mean"), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=lambda p: torch.optim.SGD(p, lr=0.5))
 
 
 def trainer(devices, strategy, callbacks, max_steps) -> Trainer:
@@ -177,9 +178,7 @@ def fit(args) -> None:
     engine_kwargs = {"dtype": "float32", "max_model_len": 128, "kv_cache_memory_bytes": 16 * 2**20, "enforce_eager": True,
                      "tensor_parallel_size": args.tp}
     engine_kwargs = engine_kwargs if args.engine == "vllm" else {}
-    cb = RolloutCallback(samples_per_prompt=N, max_new_tokens=8, seed=0, engine=args.engine, engine_kwargs=engine_kwargs,
-                         fingerprint_atol=1e-4, drift_every_n_steps=1, generate_timeout_s=120,
-                         sync_timeout_s=args.sync_timeout)
+    cb = RolloutCallback(engine=args.engine, engine_options=engine_kwargs, fingerprint_atol=1e-4, drift_every_n_steps=1, generate_timeout_s=120, sync_timeout_s=args.sync_timeout)
     callbacks = [cb, Record(args.out, cb)] + ([Fail(args.fail)] if args.fail else [])
     strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1) if args.mode == "fsdp2" else "ddp"
     dm = PromptDataModule(tokenizer=args.model_dir, train=DatasetSpec(files=args.prompts, name="toy"), batch_size=2, seed=0)
@@ -188,7 +187,7 @@ def fit(args) -> None:
 
 def reference(args) -> None:
     step0 = [json.loads(Path(f"{args.rows}.rank{r}").read_text())["steps"][0] for r in range(2)]
-    batch = {"rows": [row for s in step0 for row in s["rows"]], "prompt_ids": [p for s in step0 for p in s["prompt_ids"]]}
+    batch = TrainBatch([row for s in step0 for row in s["rows"]], [p for s in step0 for p in s["prompt_ids"]])
     loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
     trainer(1, "auto", [Record(args.out, None)], 1).fit(module(args.model_dir), train_dataloaders=loader)
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lit_rlvr.cache import ReferenceCache
-from lit_rlvr.data import DatasetSpec, PromptDataModule
+from lit_rlvr.data import CacheOptions, DatasetSpec, PromptDataModule, PromptFormat
 from lit_rlvr.tools.cache import main
 
 
@@ -18,9 +18,9 @@ def test_cache_command_from_yaml_builds_a_cache_the_datamodule_accepts(tmp_path,
     out = tmp_path / "cache"
     config = tmp_path / "cache.yaml"
     config.write_text(
-        f"data:\n  tokenizer: {tiny_model_dir}\n  train: {{files: {data}, adapter: jsonl, name: toy}}\n"
-        f"  instruction: 'Sum: {{prompt}}'\nmodel: {tiny_model_dir}\nout: {out}\nn: 3\nmax_new_tokens: 6\n"
-        "num_workers: 0\nprompts_per_shard: 2\nprogress: false\n"
+        f"policy: {{path: {tiny_model_dir}}}\ndata:\n  train: {{files: {data}, adapter: jsonl, name: toy}}\n"
+        f"  prompt: {{instruction: 'Sum: {{prompt}}'}}\n  cache: {{path: {out}}}\nsampling: {{n: 3, max_new_tokens: 6}}\n"
+        "scoring: {workers: 0}\nprompts_per_shard: 2\nprogress: false\n"
     )
     text = main(["--config", str(config)])
     printed = capsys.readouterr().out
@@ -32,6 +32,7 @@ def test_cache_command_from_yaml_builds_a_cache_the_datamodule_accepts(tmp_path,
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     main(["--config", str(config)])  # a second run finds everything done and changes nothing
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(data), "jsonl", name="toy"), instruction="Sum: {prompt}", cache=str(out))
+    dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(data), "jsonl", name="toy"), prompt=PromptFormat(instruction="Sum: {prompt}"),
+                          cache=CacheOptions(str(out)))  # fmt: skip
     dm.setup("fit")
     assert set(dm.base_pass_counts) == {f"toy/{i}" for i in range(5)}

@@ -37,14 +37,14 @@ def cache_command(tmp_path: Path, tiny_model_dir, out: Path, devices: int, crash
                             for i in range(8)))  # fmt: skip
     config = tmp_path / "cache.yaml"
     config.write_text(
-        f"imports: [crashy_plugin]\ndata:\n  tokenizer: {tiny_model_dir}\n  train: {{files: {data}, name: toy}}\n"
-        f"model: {tiny_model_dir}\nn: 2\nmax_new_tokens: 4\nnum_workers: 0\nprompts_per_shard: 2\nprogress: false\ndevice: cpu\n"
+        f"imports: [crashy_plugin]\npolicy: {{path: {tiny_model_dir}}}\ndata:\n  train: {{files: {data}, name: toy}}\n"
+        "sampling: {n: 2, max_new_tokens: 4}\nscoring: {workers: 0}\nprompts_per_shard: 2\nprogress: false\ndevice: cpu\n"
     )
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
     env.pop("CRASH_RANK", None)
     if crash_rank is not None:
         env["CRASH_RANK"] = str(crash_rank)
-    return subprocess.run([sys.executable, "-m", "lit_rlvr.cli", "cache", "--config", str(config), "--out", str(out),
+    return subprocess.run([sys.executable, "-m", "lit_rlvr.cli", "cache", "--config", str(config), f"--data.cache.path={out}",
                            "--devices", str(devices)], capture_output=True, text=True, env=env, timeout=240)  # fmt: skip
 
 
@@ -69,7 +69,7 @@ def test_two_rank_build_equals_one_rank_and_resumes_after_a_rank_dies(tmp_path, 
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert files(tmp_path / "crash") == files(tmp_path / "one")
     # and the 2-rank cache serves a 1-rank DataModule
-    from lit_rlvr.data import DatasetSpec, PromptDataModule
+    from lit_rlvr.data import CacheOptions, DatasetSpec, PromptDataModule
 
     sys.path.insert(0, str(tmp_path))
     try:
@@ -77,7 +77,7 @@ def test_two_rank_build_equals_one_rank_and_resumes_after_a_rank_dies(tmp_path, 
 
         load_plugins(["crashy_plugin"])
         dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(tmp_path / "train.jsonl"), name="toy"),
-                              cache=str(tmp_path / "two"), train_split="all")  # fmt: skip
+                              cache=CacheOptions(str(tmp_path / "two"), train_split="all"))  # fmt: skip
         dm.setup("fit")
         assert set(dm.base_pass_counts) == {f"toy/{i}" for i in range(8)}
     finally:  # later tests' reward workers must not be sent a reward from this temporary module

@@ -20,17 +20,14 @@ cap and a token budget (:class:`MicroBatching`), each cropped to its own longest
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from lit_rlvr.functional.batching import (
     crop_padding,
@@ -39,6 +36,7 @@ from lit_rlvr.functional.batching import (
     token_budget_batches,
 )
 from lit_rlvr.functional.logprobs import token_entropy, token_logprobs
+from lit_rlvr.policy.loading import base_model
 
 
 def completion_logprobs(
@@ -146,15 +144,13 @@ def _pack(tokens: Tensor, n: Tensor, row_of: Tensor, j: Tensor, bins: list[Tenso
 
 def _logits_to_keep(model: nn.Module, keep: int | Tensor) -> dict:
     """``logits_to_keep`` (the last ``keep`` positions, or those indexed) when the model's forward takes it."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+    return {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(base_model(model).forward).parameters else {}
 
 
 def _attention_kind(model: nn.Module) -> str | None:
     """How ``model``'s attention can keep packed sequences apart: ``varlen`` (flash-attention, one
     packed row), ``mask`` (a block-diagonal mask built by transformers: sdpa, eager, flex) or None."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    impl = str(getattr(getattr(base, "config", None), "_attn_implementation", None) or "")
+    impl = str(getattr(getattr(base_model(model), "config", None), "_attn_implementation", None) or "")
     if "flash" in impl:
         return "varlen"
     return "mask" if impl in ("sdpa", "eager", "flex_attention") else None
@@ -164,8 +160,7 @@ def _packing_pays(model: nn.Module, kind: str | None) -> bool:
     """``padding_free="auto"``: flash varlen anywhere, sdpa's block-diagonal mask on CPU (measured)."""
     if kind == "varlen":
         return True
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    impl = getattr(getattr(base, "config", None), "_attn_implementation", None)
+    impl = getattr(getattr(base_model(model), "config", None), "_attn_implementation", None)
     return kind == "mask" and impl == "sdpa" and next(model.parameters()).device.type == "cpu"
 
 
@@ -175,7 +170,7 @@ _PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> max 
 def check_padding_free(value) -> None:
     """Raise ``ValueError`` unless ``value`` is ``"auto"``, ``True`` or ``False`` (not 1, not "true")."""
     if not (value == "auto" or isinstance(value, bool)):
-        raise ValueError(f"model.padding_free must be 'auto', true or false, got {value!r}")
+        raise ValueError(f"model.batching.padding_free must be 'auto', true or false, got {value!r}")
 
 
 def packs_sequences(model: nn.Module, padding_free: bool | str) -> bool:
@@ -205,7 +200,7 @@ def packs_sequences(model: nn.Module, padding_free: bool | str) -> bool:
     if padding_free is True and not ok:
         impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
         raise ValueError(
-            f"model.padding_free=true: {type(model).__name__} with attn_implementation={impl!r} does not keep packed "
+            f"model.batching.padding_free=true: {type(model).__name__} with attn_implementation={impl!r} does not keep packed "
             f"sequences apart (max |log-prob difference| {_PACKS[model]:.3g} on a probe); use padding_free: auto or "
             "false, or an attention that packs (flash_attention_2, sdpa, eager)"
         )
@@ -309,122 +304,3 @@ def sequence_logprob(model: nn.Module, prompt_ids: list[int], completion_ids: li
     ids = ids.to(device)
     logprobs, _ = completion_logprobs(model, ids, torch.ones_like(ids), len(completion_ids))
     return logprobs[0]
-
-
-@dataclass
-class LoraOptions:
-    """peft LoRA settings (``peft.LoraConfig`` names).
-
-    Args:
-        r: rank.
-        alpha: scaling numerator (``lora_alpha``).
-        dropout: ``lora_dropout``.
-        target_modules: module names, or ``"all-linear"``.
-    """
-
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: list[str] | str = "all-linear"
-
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def load_policy(
-    model: str,
-    dtype: str = "float32",
-    attn_implementation: str | None = None,
-    gradient_checkpointing: bool = False,
-    lora: LoraOptions | None = None,
-) -> tuple[nn.Module, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer from a local path or hub name, optionally with LoRA.
-
-    Raises:
-        ValueError: for an unknown dtype, or a name that cannot be loaded (naming it).
-    """
-    if dtype not in _DTYPES:
-        raise ValueError(f"model.dtype: unknown dtype {dtype!r}; valid: {sorted(_DTYPES)}")
-    kwargs = {"dtype": _DTYPES[dtype]}
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model)
-        policy = AutoModelForCausalLM.from_pretrained(model, **kwargs)
-    except OSError as err:
-        what = "a directory without a loadable model" if Path(model).exists() else "no local directory and not loadable from the hub"
-        raise ValueError(f"model: cannot load {model!r}: {what} ({err})") from err
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if gradient_checkpointing:
-        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        policy.config.use_cache = False
-    if lora is not None:
-        from peft import LoraConfig, get_peft_model
-
-        config = LoraConfig(
-            r=lora.r,
-            lora_alpha=lora.alpha,
-            lora_dropout=lora.dropout,
-            target_modules=lora.target_modules,
-            task_type="CAUSAL_LM",
-        )
-        policy = get_peft_model(policy, config)
-    return policy, tokenizer
-
-
-def shard_fsdp2(policy: nn.Module, mesh) -> None:
-    """Shard every decoder layer, then the whole policy, with FSDP2's ``fully_shard`` (idempotent).
-
-    Args:
-        policy: an HF causal LM (possibly PEFT-wrapped) whose blocks are ``.model.layers``.
-        mesh: the strategy's device mesh; its ``data_parallel`` dimension is used when named.
-    """
-    if getattr(policy, "_lit_rlvr_sharded", False):
-        return
-    from torch.distributed.fsdp import fully_shard
-
-    dp_mesh = mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
-    for layer in _decoder_layers(policy):
-        fully_shard(layer, mesh=dp_mesh)
-    fully_shard(policy, mesh=dp_mesh)
-    policy._lit_rlvr_sharded = True
-
-
-def _decoder_layers(policy: nn.Module) -> list[nn.Module]:
-    """The transformer blocks of an HF causal LM (through a peft wrapper if any)."""
-    base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
-    layers = getattr(getattr(base, "model", base), "layers", None)
-    if layers is None:
-        raise ValueError(f"cannot find decoder layers to shard in {type(base).__name__} (expected .model.layers)")
-    return list(layers)
-
-
-_GATHERED: set[int] = set()  # ids of FSDP1 roots whose full parameters are summoned right now
-
-
-@contextlib.contextmanager
-def gathered_parameters(trainer) -> Iterator[None]:
-    """Full (unflattened) policy parameters outside the training forward, under Lightning's FSDP1.
-
-    ``strategy="fsdp"`` wraps the LightningModule in one ``FullyShardedDataParallel`` whose
-    parameters are flat shards outside its forward; rollouts, weight syncs, the drift check and
-    the export run outside it, so they summon the full parameters (read-only) for their duration.
-    Re-entrant; a no-op for every other strategy (FSDP2 gathers per layer in its own forward).
-    Written against torch's FSDP1 API and not run by us: Lightning's FSDP refuses CPU.
-    """
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    strategy = getattr(trainer, "strategy", None) if trainer is not None else None
-    root = getattr(strategy, "model", None) if isinstance(strategy, FSDPStrategy) else None
-    if root is None or id(root) in _GATHERED:
-        yield
-        return
-    from torch.distributed.fsdp import FullyShardedDataParallel
-
-    _GATHERED.add(id(root))
-    try:
-        with FullyShardedDataParallel.summon_full_params(root, writeback=False):
-            yield
-    finally:
-        _GATHERED.discard(id(root))

@@ -1,0 +1,261 @@
+"""The recipe's typed option groups: what a user sets, each setting with one owner and one name.
+
+:class:`~lit_rlvr.module.RLVRModule` takes one group per concept, and YAML reads by group
+(``model.loss.advantage: passk``, ``model.sampling.n: 16``). Each group is a frozen dataclass
+that jsonargparse (LightningCLI) reads and that checks itself in ``__post_init__``, naming the
+key, the value and what is accepted, so a bad setting stops the run before any generation.
+Names chosen from registries go through :meth:`lit_rlvr.registry.Registry.get_checked`.
+
+======================  =================  ============================================================
+group                   key                what it sets
+======================  =================  ============================================================
+:class:`PolicyOptions`  ``model.policy``   what to load: path, dtype, attention, checkpointing, LoRA
+:class:`SamplingParams` ``model.sampling`` the rollouts: group size ``n``, temperature, top-p/k, length, seed
+:class:`LossOptions`    ``model.loss``     the policy loss: advantage + options, aggregation, clips
+:class:`AnchorOptions`  ``model.anchor``   DPH-RL's f-divergence to π_ref on cached samples (None = off)
+:class:`KLOptions`      ``model.kl``       the online KL(π_θ‖π_ref) penalty, the RKL baseline (None = off)
+:class:`BatchingOptions` ``model.batching`` PPO epochs, mini-/micro-batches, token budget, packing
+:class:`ScoringOptions` ``model.scoring``  the reward workers: processes, per-item deadline, reward options
+:class:`EvalOptions`    ``model.evaluation`` pass@k budgets, retention reference, validation sampling
+======================  =================  ============================================================
+
+The sampling group is shared: the rollout callback reads the module's (a Python user who builds
+both gets one value, never two that disagree), and ``lit-rlvr cache`` takes the same class for
+the reference samples. ``docs/configuration.md`` lists every key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import torch
+
+from lit_rlvr.functional.advantages import ADVANTAGES
+from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES
+from lit_rlvr.functional.losses import KL_ESTIMATORS, checked_aggregation
+from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
+from lit_rlvr.policy.logprobs import MicroBatching, check_padding_free
+from lit_rlvr.rewards.scorer import check_reward_options, reward_table
+from lit_rlvr.rollout.types import SamplingParams
+
+__all__ = [
+    "AnchorOptions",
+    "BatchingOptions",
+    "EvalOptions",
+    "KLOptions",
+    "LoraOptions",
+    "LossOptions",
+    "PolicyOptions",
+    "SamplingParams",
+    "ScoringOptions",
+]
+
+
+def _positive(key: str, value, *, allow_none: bool = False, integer: bool = False, strict: bool = True) -> None:
+    """Raise ``ValueError`` naming ``key`` unless ``value`` is a (finite) positive number (or None)."""
+    if value is None and allow_none:
+        return
+    kind = int if integer else (int, float)
+    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not (value > 0 if strict else value >= 0):
+        what = ("an integer" if integer else "a number") + (" > 0" if strict else " >= 0")
+        raise ValueError(f"{key} must be {what}{' or null' if allow_none else ''}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """The clipped policy loss of the GRPO/DAPO family (docs/methods.md §1).
+
+    Args:
+        advantage: a group advantage estimator in :data:`~lit_rlvr.functional.ADVANTAGES`
+            (``grpo``, ``rloo``, ``passk``, ``passk_combined``, …).
+        advantage_options: its keyword options (``{k: 4}`` for ``passk``; ``{std: none}`` for
+            Dr. GRPO's ``grpo``).
+        aggregation: ``token_mean`` (DAPO) | ``seq_mean_token_mean`` (GRPO) |
+            ``seq_mean_token_sum_norm`` (Dr. GRPO), or one registered with its normaliser.
+        clip_low: ε_low of the clipped surrogate.
+        clip_high: ε_high (clip-higher, DAPO).
+        dual_clip: c of dual clip for negative advantages (None = off; > 1).
+    """
+
+    advantage: str = "grpo"
+    advantage_options: dict[str, Any] = field(default_factory=dict)
+    aggregation: str = "token_mean"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float | None = None
+
+    def __post_init__(self):
+        ADVANTAGES.get_checked(self.advantage, "model.loss.advantage", self.advantage_options, "model.loss.advantage_options")
+        checked_aggregation(self.aggregation, "model.loss.aggregation")
+        if not 0.0 <= self.clip_low < 1.0:
+            raise ValueError(f"model.loss.clip_low must be in [0, 1), got {self.clip_low!r}")
+        _positive("model.loss.clip_high", self.clip_high, strict=False)
+        if self.dual_clip is not None and not self.dual_clip > 1.0:
+            raise ValueError(f"model.loss.dual_clip must be > 1 or null (off), got {self.dual_clip!r}")
+
+    def with_advantage(self, advantage: str, options: dict[str, Any] | None = None) -> LossOptions:
+        """The same loss with another estimator (checked), e.g. a phase of :class:`~lit_rlvr.callbacks.AdvantageSchedule`."""
+        return replace(self, advantage=advantage, advantage_options=dict(options or {}))
+
+
+@dataclass(frozen=True)
+class AnchorOptions:
+    """DPH-RL's preservation term η·D_f(π_θ‖π_ref), estimated on cached π_ref samples only (docs/methods.md §2).
+
+    Needs ``data.cache`` (the anchor samples come with the training batches).
+
+    Args:
+        coef: η, multiplies the mean over the anchor batch's units (> 0).
+        divergence: a generator in :data:`~lit_rlvr.functional.DIVERGENCES` (``forward_kl`` =
+            DPH-F, ``js`` = DPH-JS, ``alpha``, …).
+        options: the generator's options (``{alpha: 0.5}``).
+        level: ``token`` (per-token ratios, as released) or ``sequence`` (whole-sequence ratio).
+        value_cap: cap on each per-unit f value with zero gradient beyond (None = uncapped, the
+            exact divergence; 10.0 reproduces the DPH-RL release).
+    """
+
+    coef: float
+    divergence: str = "forward_kl"
+    options: dict[str, Any] = field(default_factory=dict)
+    level: str = "token"
+    value_cap: float | None = None
+
+    def __post_init__(self):
+        _positive("model.anchor.coef", self.coef)
+        DIVERGENCES.get_checked(self.divergence, "model.anchor.divergence", self.options, "model.anchor.options")
+        DIVERGENCE_LEVELS.get_checked(self.level, "model.anchor.level")
+        _positive("model.anchor.value_cap", self.value_cap, allow_none=True)
+
+
+@dataclass(frozen=True)
+class KLOptions:
+    """The online penalty β·KL(π_θ‖π_ref) on the rollouts: the RKL baseline (docs/methods.md §1).
+
+    π_ref runs online: the adapter-free base under LoRA, else a frozen copy of the initial policy
+    (:class:`~lit_rlvr.policy.ReferencePolicy`).
+
+    Args:
+        coef: β (> 0).
+        estimator: ``k1`` | ``k2`` | ``k3`` (Schulman's estimators), or a registered one.
+        value_cap: cap on each per-token estimate (None = uncapped; 10.0 is verl's ``low_var_kl``).
+    """
+
+    coef: float
+    estimator: str = "k3"
+    value_cap: float | None = None
+
+    def __post_init__(self):
+        _positive("model.kl.coef", self.coef)
+        KL_ESTIMATORS.get_checked(self.estimator, "model.kl.estimator")
+        _positive("model.kl.value_cap", self.value_cap, allow_none=True)
+
+
+@dataclass(frozen=True)
+class BatchingOptions:
+    """How one rollout batch becomes optimizer steps and forward passes (docs/methods.md §5).
+
+    Args:
+        ppo_epochs: passes over each rollout batch.
+        mini_batch_size: rows per optimizer step (None = the whole rollout batch).
+        micro_batch_size: rows per forward/backward (None = the whole mini-batch).
+        micro_batch_tokens: tokens per forward/backward, padding included (verl's
+            ``ppo_max_token_len_per_gpu`` with ``use_dynamic_bsz``; None = no budget). Rows are
+            grouped longest first so rows of similar length share a micro-batch, each cropped to
+            its longest row; a row longer than the budget is a micro-batch of its own. Also
+            bounds every no-grad log-prob pass.
+        padding_free: pack each micro-batch's rows end to end instead of padding them: ``auto``
+            (where measured faster: flash-attention's varlen kernel anywhere, sdpa on CPU),
+            ``true`` (wherever the attention keeps packed sequences apart), ``false``. Same
+            log-probs (:func:`~lit_rlvr.policy.packs_sequences`).
+    """
+
+    ppo_epochs: int = 1
+    mini_batch_size: int | None = None
+    micro_batch_size: int | None = None
+    micro_batch_tokens: int | None = None
+    padding_free: bool | Literal["auto"] = "auto"
+
+    def __post_init__(self):
+        _positive("model.batching.ppo_epochs", self.ppo_epochs, integer=True)
+        for key in ("mini_batch_size", "micro_batch_size", "micro_batch_tokens"):
+            _positive(f"model.batching.{key}", getattr(self, key), allow_none=True, integer=True)
+        check_padding_free(self.padding_free)
+
+    @property
+    def micro_batching(self) -> MicroBatching:
+        """The row cap, token budget and packing of every forward pass."""
+        return MicroBatching(self.micro_batch_size, self.micro_batch_tokens, self.padding_free)
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """The reward scorer: killable worker processes, a per-item deadline, options per reward.
+
+    Shared by training (``model.scoring``) and ``lit-rlvr cache`` (``scoring``).
+
+    Args:
+        workers: reward worker processes (0 = score in the training process, without a hard
+            deadline).
+        timeout_s: per-item deadline in seconds (soft in the reward, hard by killing its worker).
+        options: ``{reward name: {option: value}}``, e.g. ``{sql: {mode: bird}}``; names, options
+            and values are checked here (:func:`~lit_rlvr.rewards.scorer.check_reward_options`).
+    """
+
+    workers: int = 2
+    timeout_s: float = 10.0
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        _positive("scoring.workers", self.workers, integer=True, strict=False)
+        _positive("scoring.timeout_s", self.timeout_s)
+        check_reward_options(self.options, reward_table(), key="scoring.options")
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """Validation: which pass@k budgets are reported, against which base, sampled how.
+
+    The samples per prompt are each validation set's ``n_samples`` (``data.val``); the sampling
+    settings below override the training ones (``model.sampling``) when given.
+
+    Args:
+        pass_k: k values reported (None = 1, 2, 4, … up to each set's n; those above a set's n
+            are dropped).
+        retention_reference: a JSON file of the base policy's per-prompt pass counts (written by
+            :class:`~lit_rlvr.callbacks.PassCountsWriter`); retention@k is pass@k over the prompts
+            it solved at least once. Without it, the reference cache's base pass counts
+            (training prompts) are used when ``data.cache`` is set.
+        temperature: validation temperature (None = the training one).
+        top_p: validation nucleus mass (None = the training one; the Pass@k paper used 0.95).
+        top_k: validation top-k (None = the training one).
+        max_new_tokens: validation length cap (None = the training one).
+    """
+
+    pass_k: list[int] | None = None
+    retention_reference: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_new_tokens: int | None = None
+
+    def __post_init__(self):
+        for k in self.pass_k or []:
+            _positive("model.evaluation.pass_k", k, integer=True)
+        self.sampling(SamplingParams())  # the overrides are valid sampling values
+
+    def sampling(self, train: SamplingParams) -> SamplingParams:
+        """The validation sampling: ``train`` with this group's overrides (``n`` is set per set)."""
+        overrides = {k: getattr(self, k) for k in ("temperature", "top_p", "top_k", "max_new_tokens")}
+        return replace(train, n=1, **{k: v for k, v in overrides.items() if v is not None})
+
+
+DEFAULT_SAMPLING = SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed=0)
+"""The default ``sampling`` of training (``model.sampling``) and of ``lit-rlvr cache`` alike."""
+
+GROUPS = (PolicyOptions, LoraOptions, SamplingParams, LossOptions, AnchorOptions, KLOptions, BatchingOptions, ScoringOptions, EvalOptions)
+# checkpoints hold the module's option groups as its hyper-parameters: plain data, safe to unpickle with
+# torch.load(weights_only=True), which Lightning uses to resume
+torch.serialization.add_safe_globals([*GROUPS, (LoraOptions, "lit_rlvr.policy.LoraOptions")])  # the latter: 0.1's path

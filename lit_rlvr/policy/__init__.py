@@ -1,0 +1,32 @@
+"""The policy: loading it (:mod:`~lit_rlvr.policy.loading`), scoring completions with it
+(:mod:`~lit_rlvr.policy.logprobs`), sharding it (:mod:`~lit_rlvr.policy.sharding`) and its frozen
+initial self π_ref (:mod:`~lit_rlvr.policy.reference`)."""
+
+from lit_rlvr.policy.loading import LoraOptions, PolicyOptions, base_model, is_peft_model, load_policy
+from lit_rlvr.policy.logprobs import (
+    MicroBatching,
+    batched_completion_logprobs,
+    check_padding_free,
+    completion_logprobs,
+    packs_sequences,
+    sequence_logprob,
+)
+from lit_rlvr.policy.reference import ReferencePolicy
+from lit_rlvr.policy.sharding import gathered_parameters, shard_fsdp2
+
+__all__ = [
+    "LoraOptions",
+    "MicroBatching",
+    "PolicyOptions",
+    "ReferencePolicy",
+    "base_model",
+    "batched_completion_logprobs",
+    "check_padding_free",
+    "completion_logprobs",
+    "gathered_parameters",
+    "is_peft_model",
+    "load_policy",
+    "packs_sequences",
+    "sequence_logprob",
+    "shard_fsdp2",
+]

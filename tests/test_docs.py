@@ -1,0 +1,158 @@
+"""The project's own docs (docs/*.md) agree with the code: generated tables, commands, examples, citations."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+READ_BY_USERS = [ROOT / "README.md", *DOCS]
+
+
+def test_the_configuration_reference_is_the_codes():
+    from lit_rlvr.tools.reference import BEGIN, END, generated
+
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    committed = doc[doc.index(BEGIN) : doc.index(END) + len(END)]
+    assert committed == generated(), "docs/configuration.md is stale: python -m lit_rlvr.tools.reference --write docs/configuration.md"
+
+
+GROUP_TYPES = re.compile(r"\b(DatasetSpec|ValSet|HFSource|LoraOptions|PromptFormat|GoldCheck|CacheOptions|RolloutEngine)\b")
+
+
+def reference_rows(title_prefix: str) -> list[tuple[str, str, str]]:
+    """``(key, default, type)`` of the reference's tables whose title starts with ``title_prefix``."""
+    from lit_rlvr.tools.reference import sections
+
+    return [(k.path, k.default, k.type) for title, _, rows in sections() if title.startswith(title_prefix) for k in rows]
+
+
+def flag(key: str, default: str, type_: str = "") -> str | None:
+    """``--key=value`` setting ``key`` to its documented default (None: a group, set by its own keys)."""
+    if default in ("required", "(group)") or "[i]" in key or GROUP_TYPES.search(type_):
+        return None
+    value = default.strip("`")
+    if value.startswith("'") and value.endswith("'"):
+        value = value[1:-1]
+    return f"--{key}={value}"
+
+
+def parsed(*args: str) -> dict:
+    from lit_rlvr.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+        main([*args, "--print_config"])
+    assert exit_info.value.code in (0, None), err.getvalue()[-3000:]
+    return yaml.safe_load(out.getvalue())
+
+
+def test_every_documented_fit_key_parses_at_its_documented_default():
+    """The whole reference at once, as a user would type it: each key set to its default on the demo config."""
+    keys = [*reference_rows("`model"), *reference_rows("`rollout"), *reference_rows("`data"), *reference_rows("`export")]
+    flags = [f for key, default, type_ in keys if (f := flag(key, default, type_)) is not None and not key.startswith("data.train.hf")]
+    on = ["--model.anchor.coef=1.0", "--model.kl.coef=0.1", "--data.cache.path=x", "--model.policy.lora.r=16"]
+    config = parsed("fit", "--config", str(ROOT / "configs/demo/base.yaml"), *flags, *on)
+    assert len(flags) > 70
+    model = config["model"]["init_args"]
+    assert model["anchor"]["divergence"] == "forward_kl" and model["kl"]["estimator"] == "k3" and model["policy"]["lora"]["r"] == 16
+    assert config["rollout"]["init_args"]["drift_every_n_steps"] == 10 and config["data"]["init_args"]["cache"]["verify"] == "sha256"
+
+
+def test_every_documented_cache_key_parses_at_its_documented_default():
+    flags = [f for key, default, type_ in reference_rows("`lit-rlvr cache") if (f := flag(key, default, type_)) is not None]
+    config = parsed("cache", "--config", str(ROOT / "configs/demo/cache.yaml"), *flags)
+    assert len(flags) >= 8 and config["engine"] == "hf" and config["micro_batch_size"] == 16
+
+
+@pytest.mark.timeout(180)
+def even_prompts(completion: str, answer: str, **row) -> float:
+    """A reward the base already earns on half the prompts (D_pef) and never on the others (D_exp)."""
+    return float(int(row["id"][-1]) % 2 == 0)
+
+
+def test_the_python_api_example_runs(tiny_model_dir, tmp_path):
+    """docs/configuration.md's "From Python" block, on the tiny model, with a reference cache built first."""
+    import json
+
+    from lit_rlvr.data import CacheOptions, DatasetSpec, PromptDataModule
+    from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
+    from lit_rlvr.rewards import REWARDS
+    from lit_rlvr.tools.cache import build_cache
+
+    if "test_even_prompts" not in REWARDS:
+        REWARDS.register("test_even_prompts")(even_prompts)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "x", "reward": "test_even_prompts"})
+                               + "\n" for i in range(4)))  # fmt: skip
+    cache = tmp_path / "cache"
+    build_cache(PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(prompts)), cache=CacheOptions(str(cache))),
+                PolicyOptions(str(tiny_model_dir)), SamplingParams(n=2, max_new_tokens=8, seed=0), device="cpu",
+                scoring=ScoringOptions(workers=0), progress=False)  # fmt: skip
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    code = re.search(r"<!-- python-api-example -->\n```python\n(.*?)```", doc, re.DOTALL).group(1)
+    scope = {"MODEL": str(tiny_model_dir), "PROMPTS": str(prompts), "CACHE": str(cache), "ROOT": str(tmp_path / "run")}
+    exec(compile(code, "docs/configuration.md", "exec"), scope)  # noqa: S102 (the docs' own example)
+    assert scope["trainer"].global_step == 1 and "train/pef" in scope["trainer"].callback_metrics
+
+
+def section_numbers(path: Path) -> set[str]:
+    return {m.group(1) for m in re.finditer(r"^#{2,3} (\d+(?:\.\d+)?)[. ]", path.read_text(), re.MULTILINE)}
+
+
+def test_every_citation_of_the_methods_doc_names_a_section_it_has():
+    sections = section_numbers(ROOT / "docs" / "methods.md")
+    assert {"1", "1.7", "2", "3", "4", "5"} <= sections
+    sources = [*ROOT.joinpath("lit_rlvr").rglob("*.py"), *ROOT.joinpath("configs").rglob("*.yaml"), *READ_BY_USERS]
+    cited = {}
+    for path in sources:
+        for m in re.finditer(r"docs/methods\.md[`']*\)?\s*§\s*(\d+(?:\.\d+)?)((?:[–-]\d+)?)", path.read_text()):
+            cited.setdefault(m.group(1), []).append(path.relative_to(ROOT))
+    assert len(cited) >= 4
+    missing = {n: where[:3] for n, where in cited.items() if n not in sections}
+    assert not missing, f"cited sections that docs/methods.md does not have: {missing}"
+
+
+def test_nothing_a_user_reads_links_outside_the_repository():
+    for path in READ_BY_USERS:
+        text = path.read_text()
+        assert "METHODS.md" not in text and "shared/docs" not in text, path.name
+        text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)  # links, not code
+        outside = [target for target in re.findall(r"\]\(([^)]+)\)", text) if target.startswith("../") or target.startswith("/")]
+        assert not outside, (path.name, outside)
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):  # relative links resolve in the repository
+            if not re.match(r"[a-z]+://", target):
+                assert (path.parent / target).exists(), (path.name, target)
+
+
+def doc_commands(path: Path) -> list[list[str]]:
+    """The `lit-rlvr …` lines of a markdown file's bash blocks."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", path.read_text(), re.DOTALL):
+        for line in block.splitlines():
+            line = line.split(" #")[0].strip()
+            if line.startswith("lit-rlvr "):
+                commands.append(shlex.split(line)[1:])
+    return commands
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_every_command_in_the_docs_parses(path):
+    from lit_rlvr.cli import TOOLS, main
+
+    for args in doc_commands(path):
+        args = [str(ROOT / a) if a.startswith("configs/") else a for a in args]
+        if args[0] in ("fit", "validate", "cache"):
+            parsed(*args)
+        else:
+            assert args[0] in TOOLS, args
+            with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as exit_info:
+                main([args[0], "--help"])
+            assert exit_info.value.code in (0, None)
