@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import torch, lightning, transformers, vllm; print('installed torch', torch.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 
+# One pytest worker per core (pytest-xdist), each test on one torch thread: most of the slow tests
+# wait on processes they start (DDP/FSDP2 ranks, vLLM engines, reward workers), so two run at once.
 test: install
-	OMP_NUM_THREADS=2 $(PY) -m pytest
+	OMP_NUM_THREADS=1 LIT_RLVR_TEST_THREADS=1 $(PY) -m pytest -n auto
 
 clean-venv:
 	rm -rf $(VENV)

@@ -214,7 +214,8 @@ def test_the_readme_extending_example_trains_from_yaml(user_package, tiny_model_
 
     original = rollout_module.RolloutCallback.on_fit_start
     monkeypatch.setattr(rollout_module.RolloutCallback, "on_fit_start",
-                        lambda self, trainer, pl_module: (seen.update(module=pl_module, config=pl_module.scorer._config),
+                        lambda self, trainer, pl_module: (seen.update(module=pl_module, config=pl_module.scorer._config,
+                                                                      shipped=pl_module.scorer.shipped),
                                                           original(self, trainer, pl_module)))
     main(["fit", "--config", str(path)])
     module = seen["module"]
@@ -223,5 +224,5 @@ def test_the_readme_extending_example_trains_from_yaml(user_package, tiny_model_
 
     AnchorOptions(divergence="neyman_chi2", coef=0.1)  # the README's divergence is a valid anchor (with data.cache)
     # the workers imported myproj.rewards themselves (a worker that cannot import it fails to start)
-    shipped, *_, plugin_modules, _ = seen["config"]
-    assert "myproj.rewards" in plugin_modules and "exact_match" not in shipped
+    *_, plugin_modules, _ = seen["config"]
+    assert "myproj.rewards" in plugin_modules and "exact_match" not in seen["shipped"]

@@ -8,8 +8,6 @@ here. ``fixtures/legacy_0_1/configs`` are 0.1's shipped configs.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -105,16 +103,6 @@ def test_a_0_1_checkpoint_loads_with_load_from_checkpoint(legacy_checkpoint, tin
     assert lora and all(torch.equal(v, fixture[k]) for k, v in lora.items())  # the trained adapter
 
 
-def print_config(*args: str) -> dict:
-    from lit_rlvr.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
-        main([*args, "--print_config"])
-    assert exit_info.value.code in (0, None), out.getvalue()
-    return yaml.safe_load(out.getvalue())
-
-
 @pytest.mark.parametrize(
     ("old", "new"),
     [
@@ -125,7 +113,7 @@ def print_config(*args: str) -> dict:
         (["sql_base"], ["sql/base"]),
     ],
 )
-def test_0_1_fit_configs_upgrade_to_the_shipped_ones(tmp_path, old, new):
+def test_0_1_fit_configs_upgrade_to_the_shipped_ones(tmp_path, old, new, print_config):
     """`lit-rlvr upgrade config` on each of 0.1's files gives today's files, as parsed."""
     from lit_rlvr.tools.upgrade import main
 
@@ -140,7 +128,7 @@ def test_0_1_fit_configs_upgrade_to_the_shipped_ones(tmp_path, old, new):
 
 
 @pytest.mark.parametrize(("old", "new"), [("demo_cache", "demo/cache"), ("math_cache", "math/cache")])
-def test_0_1_cache_configs_upgrade_to_the_shipped_ones(tmp_path, old, new):
+def test_0_1_cache_configs_upgrade_to_the_shipped_ones(tmp_path, old, new, print_config):
     from lit_rlvr.tools.upgrade import main
 
     main(["config", str(LEGACY / "configs" / f"{old}.yaml"), "--out", str(tmp_path / "cache.yaml")])

@@ -14,8 +14,9 @@ Design (why processes, and which kind):
   Nothing is forked, so the torch/vLLM threads of a training process are never duplicated,
   and unlike ``multiprocessing``'s spawn and forkserver the training script (``__main__``) is
   never re-imported in the worker. Workers import ``lit_rlvr.rewards`` (no torch), the
-  plug-in modules of the run (:mod:`lit_rlvr.plugins`) and the modules of rewards registered
-  elsewhere, so a replacement starts in about half a second. A worker whose parent has gone
+  plug-in modules of the run (:mod:`lit_rlvr.plugins`), and the module of a reward registered
+  elsewhere only with the first chunk that names it (a registered reward the run never uses is
+  never imported there), so a replacement starts in about half a second. A worker whose parent has gone
   exits at its next read (EOF on the socket).
 - Scores and, for validation, the rewards' canonical answers (maj@k, distinct answers) are
   computed in the workers: answer keys run sympy and SQL too.
@@ -251,7 +252,7 @@ def _worker_main(fd: int) -> None:
     """Worker loop: read the config, say ready, then score chunks, sending one result per item."""
     sock = socket.socket(fileno=fd)
     stream = sock.makefile("rb")
-    shipped, timeout_s, memory_limit_mb, plugin_modules, options = _recv(stream)
+    timeout_s, memory_limit_mb, plugin_modules, options = _recv(stream)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
     if memory_limit_mb:
         import resource
@@ -265,7 +266,7 @@ def _worker_main(fd: int) -> None:
 
     load_plugins(plugin_modules)  # the user's rewards, as in the parent
     logging.getLogger("sqlglot").setLevel(logging.ERROR)  # "falling back to Command" on bad SQL
-    table = {**reward_table(), **shipped}
+    table = dict(reward_table())
     # Build the parsers now (math-verify's LaTeX grammar takes ~0.1 s on first use), so no
     # item's deadline pays for it.
     lit_rlvr.rewards.REWARDS["math"].score("\\boxed{\\frac{1}{2}}", "0.5", timeout_s=None)
@@ -278,7 +279,11 @@ def _worker_main(fd: int) -> None:
             return
         if chunk is None:
             return
-        for index, completion, row, task in chunk:
+        records, items = chunk
+        if records:  # rewards defined elsewhere, first used now: importing their modules is not an item's time
+            table.update(records)
+            _send(sock, ("loaded",))
+        for index, completion, row, task in items:
             try:
                 r = run_task(table, task, completion, row, timeout_s, options)
                 _send(sock, (index, r.reward, r.status, r.reason, r.answer, False))
@@ -320,6 +325,7 @@ class _Worker:
         self.started = time.monotonic()
         self.pending: deque[int] = deque()
         self.clock = 0.0  # when the item at pending[0] started (approximately)
+        self.known: set[str] = set()  # shipped rewards this worker has been sent
 
     def exit_reason(self) -> str:
         code = self.proc.wait(timeout=5)
@@ -415,7 +421,8 @@ class BatchScorer:
                 self.local_only[name] = problem
             else:
                 shipped[name] = record
-        self._config = (shipped, self.timeout_s, self._memory_limit_mb, plugins, self.reward_options)
+        self.shipped = shipped  # sent to a worker with the first chunk that names them (imported there then)
+        self._config = (self.timeout_s, self._memory_limit_mb, plugins, self.reward_options)
 
     def _start_workers(self) -> None:
         while len(self._workers) < self.workers:
@@ -461,7 +468,7 @@ class BatchScorer:
         if not names <= set(self.table) and names <= set(reward_table(self._extra_rewards)):
             self._build_table()  # registered after this scorer was built: restart workers with it
             self._restart_workers()
-        elif self._config[3] != loaded_modules():
+        elif self._config[2] != loaded_modules():
             self._build_table()  # plug-ins loaded after this scorer was built
             self._restart_workers()
         for name in sorted(names):
@@ -531,7 +538,9 @@ class BatchScorer:
                         worker.clock = now
                     worker.pending.extend(chunk)
                     try:
-                        _send(worker.sock, [(i, completions[i], rows[i], task) for i in chunk])
+                        new = {rows[i]["reward"] for i in chunk} & set(self.shipped) - worker.known
+                        worker.known |= new
+                        _send(worker.sock, ({n: self.shipped[n] for n in sorted(new)}, [(i, completions[i], rows[i], task) for i in chunk]))
                     except OSError:  # it died on an earlier item; reading its socket will say EOF
                         worker.broken = True
             deadlines = [w.clock + self.hard_timeout_s for w in self._workers if w.pending]
@@ -560,6 +569,9 @@ class BatchScorer:
         for message in messages:
             if message == ("ready",):
                 worker.ready = True
+                continue
+            if message == ("loaded",):  # it imported new reward modules: its current item starts now
+                worker.clock = time.monotonic()
                 continue
             index, reward, status, reason, answer, is_gold_error = message
             worker.pending.popleft()
