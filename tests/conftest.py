@@ -14,6 +14,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("LIT_RLVR_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
+def pytest_collection_modifyitems(config, items):
+    """The multi-process and vLLM tests (``slow``) first: with one worker per core, the long ones
+    then overlap each other and the many short ones fill the gaps, instead of ending the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 _NOT_THE_TREE = {".git", ".venv", "__pycache__", ".pytest_cache"}
 
 

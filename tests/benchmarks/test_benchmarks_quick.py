@@ -26,6 +26,7 @@ def run_quick(script: str, out: Path, *args: str) -> list[str]:
     return proc.stdout.strip().splitlines()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_metrics_speed_quick_prints_headline_and_exact_result(tmp_path):
     lines = run_quick("metrics_speed.py", tmp_path / "m.md")
@@ -36,6 +37,7 @@ def test_metrics_speed_quick_prints_headline_and_exact_result(tmp_path):
     assert worst < 1e-9
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_overhead_quick_prints_all_three_ratios(tmp_path):
     lines = run_quick("overhead.py", tmp_path / "o.md")
@@ -47,6 +49,7 @@ def test_overhead_quick_prints_all_three_ratios(tmp_path):
     assert "|D_pef|=" in table and "|D_pef|=0," not in table  # the easy prompts really became anchors
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_gpu_step_smoke_runs_the_gpu_check_script_on_cpu():
     """`benchmarks/gpu_check.sh` runs gpu_step.py on a GPU; its logic is checked here with a tiny model."""
@@ -61,6 +64,7 @@ def test_gpu_step_smoke_runs_the_gpu_check_script_on_cpu():
     assert (ROOT / "benchmarks" / "gpu_check.sh").read_text().count("gpu_step.py --strategy") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_overhead_quick_on_the_ragged_workload_reports_lengths(tmp_path):
     lines = run_quick("overhead.py", tmp_path / "r.md", "--workload", "ragged")
