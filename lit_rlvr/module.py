@@ -41,6 +41,7 @@ from typing_extensions import override
 from lit_rlvr.contracts import TrainBatch, ValBatch
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import crop_padding, split_indices
+from lit_rlvr.functional.correction import correction_weights
 from lit_rlvr.functional.divergences import f_divergence
 from lit_rlvr.functional.losses import aggregate, kl_estimate, masked_row_mean, nonfinite_count, policy_loss
 from lit_rlvr.functional.metrics import mixed_reward_rows
@@ -54,6 +55,7 @@ from lit_rlvr.options import (
     KLOptions,
     LossOptions,
     PolicyOptions,
+    RolloutCorrection,
     SamplingParams,
     ScoringOptions,
 )
@@ -97,6 +99,9 @@ class RLVRModule(LightningModule):
         batching: optimizer steps and forward passes (:class:`~lit_rlvr.options.BatchingOptions`).
         scoring: the reward workers (:class:`~lit_rlvr.options.ScoringOptions`).
         evaluation: validation (:class:`~lit_rlvr.options.EvalOptions`).
+        rollout_correction: importance weights between the sampler and the trainer's π_old
+            (:class:`~lit_rlvr.options.RolloutCorrection`; None = off: π_old is the sampler's
+            log-probs, unless ``recompute_old_logprobs``).
         dynamic_sampling: drop groups whose rewards are all equal (DAPO).
         recompute_old_logprobs: use the trainer's log-probs at rollout time as π_old instead of
             the sampler's.
@@ -116,6 +121,7 @@ class RLVRModule(LightningModule):
         batching: BatchingOptions = BatchingOptions(),
         scoring: ScoringOptions = ScoringOptions(),
         evaluation: EvalOptions = EvalOptions(),
+        rollout_correction: RolloutCorrection | None = None,
         dynamic_sampling: bool = False,
         recompute_old_logprobs: bool = False,
         max_grad_norm: float | None = 1.0,
@@ -131,6 +137,7 @@ class RLVRModule(LightningModule):
         self.sampling = sampling
         self.val_sampling = evaluation.sampling(sampling)
         self.anchor, self.kl, self.batching, self.scoring, self.evaluation = anchor, kl, batching, scoring, evaluation
+        self.rollout_correction = rollout_correction
         self.set_advantage(loss.advantage, loss.advantage_options, loss)
         self.configured_loss = self.loss  # self.loss may be switched by an AdvantageSchedule
         self.micro_batching = batching.micro_batching
@@ -221,10 +228,16 @@ class RLVRModule(LightningModule):
         rewards = _rewards(self.score(rollouts.texts, rows, prefix="train"))  # (B,)
         data = {k: v.to(self.device) for k, v in rollouts.to_padded(self.tokenizer.pad_token_id).items()}
         data["rewards"] = rewards.to(self.device)
-        if self.hparams.recompute_old_logprobs or ADVANTAGES.declares(self.advantage_name, "entropies"):
+        trainer_old = self.hparams.recompute_old_logprobs or self.rollout_correction is not None
+        if trainer_old or ADVANTAGES.declares(self.advantage_name, "entropies"):
             with torch.no_grad():
                 old, entropy = self.logprobs(data, with_entropy=True)
-            if self.hparams.recompute_old_logprobs:
+            if self.rollout_correction is not None:  # π_old is the trainer's; the sampler's tokens are re-weighted
+                c = self.rollout_correction
+                data["is_weights"], stats = correction_weights(old, data["old_logprobs"], data["response_mask"],
+                                                               c.mode, c.clip_max, c.clip_min)  # fmt: skip
+                self.log_dict({f"train/{k}": v for k, v in stats.items()}, batch_size=len(old))
+            if trainer_old:
                 data["old_logprobs"] = old
             data["entropies"] = masked_row_mean(entropy, data["response_mask"])
         data["advantages"] = self.advantages(data)
@@ -357,6 +370,7 @@ class RLVRModule(LightningModule):
             dual_clip=loss_options.dual_clip,
             agg=loss_options.aggregation,
             max_len=max_len,
+            token_weights=part.get("is_weights"),
         )
         parts = {"policy": loss.detach(), **{k: torch.as_tensor(v).detach() for k, v in stats.items()}}
         if self.kl is not None:

@@ -17,6 +17,7 @@ group                   key                what it sets
 :class:`BatchingOptions` ``model.batching`` PPO epochs, mini-/micro-batches, token budget, packing
 :class:`ScoringOptions` ``model.scoring``  the reward workers: processes, per-item deadline, reward options
 :class:`EvalOptions`    ``model.evaluation`` pass@k budgets, retention reference, validation sampling
+:class:`RolloutCorrection` ``model.rollout_correction`` importance weights sampler → trainer π_old (None = off)
 ======================  =================  ============================================================
 
 The sampling group is shared: the rollout callback reads the module's (a Python user who builds
@@ -33,6 +34,7 @@ from typing import Any, Literal
 import torch
 
 from lit_rlvr.functional.advantages import ADVANTAGES
+from lit_rlvr.functional.correction import CORRECTIONS, _check_bounds
 from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES
 from lit_rlvr.functional.losses import KL_ESTIMATORS, checked_aggregation
 from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
@@ -48,6 +50,7 @@ __all__ = [
     "LoraOptions",
     "LossOptions",
     "PolicyOptions",
+    "RolloutCorrection",
     "SamplingParams",
     "ScoringOptions",
 ]
@@ -154,6 +157,31 @@ class KLOptions:
 
 
 @dataclass(frozen=True)
+class RolloutCorrection:
+    """Correct the policy loss for a sampler that is not the trainer's π_old (docs/methods.md §1.8).
+
+    When set, π_old is the trainer's own log-probs of the rollouts (one no-grad forward at rollout
+    time) and each token's loss is weighted by the bounded importance ratio π_old / π_sampler
+    (:func:`~lit_rlvr.functional.correction.correction_weights`): the sampler may run other kernels
+    or precision (vLLM in bf16) or older weights (asynchronous rollouts). Names as TRL's
+    ``vllm_importance_sampling_mode`` / ``_clip_max`` / ``_clip_min``.
+
+    Args:
+        mode: ``token_truncate`` | ``token_mask`` | ``sequence_truncate`` | ``sequence_mask``.
+        clip_max: upper bound C_max of the ratio (truncated to it, or masked beyond it).
+        clip_min: lower bound C_min (None: none; with ``*_mask``, IcePop's band).
+    """
+
+    mode: str = "token_truncate"
+    clip_max: float | None = 3.0
+    clip_min: float | None = None
+
+    def __post_init__(self):
+        CORRECTIONS.get_checked(self.mode, "model.rollout_correction.mode")
+        _check_bounds(self.clip_min, self.clip_max)
+
+
+@dataclass(frozen=True)
 class BatchingOptions:
     """How one rollout batch becomes optimizer steps and forward passes (docs/methods.md §5).
 
@@ -255,7 +283,8 @@ class EvalOptions:
 DEFAULT_SAMPLING = SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed=0)
 """The default ``sampling`` of training (``model.sampling``) and of ``lit-rlvr cache`` alike."""
 
-GROUPS = (PolicyOptions, LoraOptions, SamplingParams, LossOptions, AnchorOptions, KLOptions, BatchingOptions, ScoringOptions, EvalOptions)
+GROUPS = (PolicyOptions, LoraOptions, SamplingParams, LossOptions, AnchorOptions, KLOptions, BatchingOptions, ScoringOptions,
+          EvalOptions, RolloutCorrection)
 # checkpoints hold the module's option groups as its hyper-parameters: plain data, safe to unpickle with
 # torch.load(weights_only=True), which Lightning uses to resume
 torch.serialization.add_safe_globals([*GROUPS, (LoraOptions, "lit_rlvr.policy.LoraOptions")])  # the latter: 0.1's path

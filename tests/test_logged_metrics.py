@@ -22,7 +22,7 @@ from lit_rlvr.data import PromptDataModule
 from lit_rlvr.data.datamodule import DatasetSpec, ValSet
 from lit_rlvr.contracts import AnchorBatch, TrainBatch
 from lit_rlvr.module import RLVRModule
-from lit_rlvr.options import AnchorOptions, EvalOptions, KLOptions, PolicyOptions, SamplingParams, ScoringOptions
+from lit_rlvr.options import AnchorOptions, EvalOptions, KLOptions, PolicyOptions, RolloutCorrection, SamplingParams, ScoringOptions
 from lit_rlvr.rollout.types import Rollouts
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -64,7 +64,7 @@ def fit_then_validate(tiny_model_dir, seven_reward, tmp_path_factory):
                           batch_size=2, val_batch_size=4, seed=0)  # fmt: skip
     module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=6, seed=0), kl=KLOptions(coef=0.1),
                         scoring=ScoringOptions(workers=0), evaluation=EvalOptions(retention_reference=str(reference)),
-                        recompute_old_logprobs=True)  # fmt: skip
+                        rollout_correction=RolloutCorrection(), recompute_old_logprobs=True)  # fmt: skip
     logger = Names()
     trainer = Trainer(max_steps=2, accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,
                       enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=2, log_every_n_steps=1,

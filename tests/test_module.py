@@ -392,3 +392,65 @@ def test_default_optimizer_is_fused_adamw_with_the_reference_update():
         torch.testing.assert_close(q, p, rtol=0, atol=1e-7)
     meta = [torch.nn.Parameter(torch.empty(2, device="meta"))]  # no fused kernel there: torch's default
     assert not default_optimizer(meta).defaults["fused"]
+
+
+# ----------------------------------------------------------------------------- issue 21: rollout correction
+
+
+def own_logprobs(module: RLVRModule, batch: TrainBatch) -> list[list[float]]:
+    """The trainer's own per-token log-probs of the batch's completions (what an exact sampler reports)."""
+    data = batch.rollouts.to_padded(module.tokenizer.pad_token_id)
+    with torch.no_grad():
+        lp, _ = module.logprobs(data)
+    return [lp[b, : len(c)].tolist() for b, c in enumerate(batch.rollouts.completion_ids)]
+
+
+def test_rollout_correction_is_an_exact_no_op_with_identical_numerics(tiny_model_dir):
+    from lit_rlvr.options import RolloutCorrection
+
+    results = []
+    for correction in (None, RolloutCorrection("sequence_mask", clip_max=2.0, clip_min=0.5)):
+        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8),
+                            rollout_correction=correction, scoring=ScoringOptions(workers=0), max_grad_norm=None,
+                            optimizer=sgd)  # fmt: skip
+        batch = fixed_batch(module.tokenizer, with_anchor=False)
+        batch.rollouts.sampler_logprobs = own_logprobs(module, batch)
+        results.append(one_step(module, batch))
+    for name in results[0]:
+        assert torch.equal(results[0][name], results[1][name]), name
+
+
+def test_rollout_correction_weights_each_token_by_the_bounded_ratio(tiny_model_dir):
+    """π_old is the trainer's, each token's loss weighted by min(π_old/π_sampler, 1.5): the step equals
+    the hand-made one; the mismatch is logged."""
+    from lit_rlvr.functional.advantages import ADVANTAGES
+    from lit_rlvr.functional.correction import correction_weights
+    from lit_rlvr.functional.losses import policy_loss
+    from lit_rlvr.options import RolloutCorrection
+
+    correction = RolloutCorrection("token_truncate", clip_max=1.5, clip_min=0.5)
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8),
+                        rollout_correction=correction, scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)  # fmt: skip
+    reference = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8),
+                           scoring=ScoringOptions(workers=0))  # fmt: skip
+    batch = fixed_batch(module.tokenizer, with_anchor=False)
+    start = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
+    data = batch.rollouts.to_padded(module.tokenizer.pad_token_id)
+    with torch.no_grad():
+        old, _ = reference.logprobs(data)
+    weights, stats = correction_weights(old, data["old_logprobs"], data["response_mask"], "token_truncate", 1.5, 0.5)
+    rewards = torch.tensor([float("7" in t) for t in batch.rollouts.texts])
+    adv = ADVANTAGES["grpo"](rewards, data["group_ids"])
+    logprobs, _ = reference.logprobs(data)
+    loss, _ = policy_loss(logprobs, old, adv, data["response_mask"], token_weights=weights, max_len=8)
+    loss.backward()
+    loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
+    trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(module, train_dataloaders=loader)
+    for name, p in reference.policy.named_parameters():
+        assert torch.allclose(module.policy.state_dict()[name], start[name] - p.grad, atol=2e-5), name
+    metrics = trainer.callback_metrics
+    assert 0 < stats["is_bounded"] and stats["mismatch_kl"] > 0
+    for key, value in stats.items():
+        assert float(metrics[f"train/{key}"]) == pytest.approx(float(value), rel=1e-5), key

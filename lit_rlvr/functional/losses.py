@@ -179,6 +179,7 @@ def policy_loss(
     dual_clip: float | None = None,
     agg: str = "token_mean",
     max_len: int | None = None,
+    token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss with clip-higher and an optional dual clip (docs/methods.md §1).
 
@@ -200,6 +201,9 @@ def policy_loss(
             Ye et al. 2020); ``None`` disables it.
         agg: aggregation mode, see :func:`aggregate`.
         max_len: ``max_new_tokens`` for ``seq_mean_token_sum_norm``.
+        token_weights: ``(B, T)`` detached per-token weights of ``l_t`` before aggregation (the
+            rollout correction's importance weights, :mod:`lit_rlvr.functional.correction`);
+            None: all 1. They do not change the aggregation's normaliser.
 
     Returns:
         ``(loss, stats)``: the scalar loss and a dict of detached scalar tensors computed over
@@ -235,6 +239,10 @@ def policy_loss(
         bound = -dual_clip * adv
         dual = (adv < 0) & (loss_t > bound)
         loss_t = torch.where(adv < 0, torch.minimum(loss_t, bound), loss_t)
+    if token_weights is not None:
+        if token_weights.shape != loss_t.shape:
+            raise ValueError(f"token_weights must be (B, T) = {tuple(loss_t.shape)}, got {tuple(token_weights.shape)}")
+        loss_t = loss_t * token_weights.detach()
     loss = aggregate(loss_t, mask, agg, max_len)
 
     with torch.no_grad():  # shares of unmasked tokens in each clipped branch, for logging

@@ -1,0 +1,127 @@
+"""Rollout correction: importance weights between the trainer's π_old and the sampler that generated the rollout.
+
+The policy loss's ratio uses π_old; when π_old is the trainer's own log-probs (recomputed at
+rollout time) but the tokens were sampled by another engine — vLLM in bf16, kernels that differ
+from the trainer's, or a policy several updates old (asynchronous rollouts) — the samples are
+off-policy for π_old, and the gradient is biased unless each token is re-weighted by
+
+    w_t = π_old(y_t) / π_sampler(y_t)                              (token level)
+    w   = Π_t π_old(y_t) / π_sampler(y_t)                           (sequence level, one per row)
+
+The weights are detached (a correction of the sampling distribution, not a gradient path) and
+bounded, as TRL's ``vllm_importance_sampling_*`` and verl's ``algorithm.rollout_correction`` do:
+
+- ``*_truncate``: w clipped to [clip_min, clip_max] (truncated IS, Ionides 2008);
+- ``*_mask``: w set to 0 outside [clip_min, clip_max] (masked IS; with a lower bound this is
+  IcePop's band, arXiv 2510.18855), the tokens or rows inside keep their w.
+
+Modes are the entries of :data:`CORRECTIONS` (token/sequence × truncate/mask), named as TRL names
+them. With identical numerics (sampler log-probs equal to the trainer's) every weight is exactly
+1.0 and the loss is unchanged bit for bit (docs/methods.md §1.8).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from lit_rlvr.registry import Registry
+
+LOG_RATIO_CLAMP = 20.0  # as the policy loss: exp(20) cannot overflow float32
+
+
+@dataclass(frozen=True)
+class CorrectionMode:
+    """A rollout-correction mode: the level of its ratio and how a bound applies.
+
+    Attributes:
+        level: ``token`` (one weight per token) or ``sequence`` (one per row, its tokens' product).
+        bound: ``truncate`` (clip into the band) or ``mask`` (0 outside the band).
+    """
+
+    level: str
+    bound: str
+
+
+CORRECTIONS = Registry("rollout correction mode")
+for _level in ("token", "sequence"):
+    for _bound in ("truncate", "mask"):
+        CORRECTIONS.register(f"{_level}_{_bound}")(CorrectionMode(_level, _bound))
+
+
+def correction_weights(
+    trainer_logprobs: Tensor,
+    sampler_logprobs: Tensor,
+    response_mask: Tensor,
+    mode: str = "token_truncate",
+    clip_max: float | None = 3.0,
+    clip_min: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Bounded importance weights ``(B, T)`` of the sampler's tokens under the trainer's π_old.
+
+    Args:
+        trainer_logprobs: ``(B, T)`` log π_old from the trainer's forward at rollout time.
+        sampler_logprobs: ``(B, T)`` the sampler's log-probs of the same tokens.
+        response_mask: ``(B, T)`` real completion tokens (padding gets weight 1, unused).
+        mode: a key of :data:`CORRECTIONS`.
+        clip_max: upper bound C_max (None: none).
+        clip_min: lower bound C_min (None: none).
+
+    Returns:
+        ``(weights, stats)``: detached weights ``(B, T)`` (1 on padding) and, over real tokens,
+        ``mismatch_kl`` (k3 estimate of KL(π_sampler‖π_old) on the sampler's tokens),
+        ``is_weight_mean``, ``is_weight_max`` (of the raw ratios, before bounding) and
+        ``is_bounded`` (share of tokens truncated or masked).
+
+    Example:
+        >>> old = torch.log(torch.tensor([[0.5, 0.5, 0.4]]))
+        >>> sampler = torch.log(torch.tensor([[0.5, 0.1, 0.8]]))
+        >>> w, stats = correction_weights(old, sampler, torch.ones(1, 3), "token_truncate", clip_max=3.0)
+        >>> w  # 1, 5 truncated to 3, 0.5
+        tensor([[1.0000, 3.0000, 0.5000]])
+        >>> correction_weights(old, sampler, torch.ones(1, 3), "token_mask", clip_max=3.0)[0]
+        tensor([[1.0000, 0.0000, 0.5000]])
+        >>> correction_weights(old, old, torch.ones(1, 3), "sequence_mask")[0]  # identical numerics: exactly 1
+        tensor([[1., 1., 1.]])
+    """
+    spec = CORRECTIONS.get_checked(mode, "model.rollout_correction.mode")
+    _check_bounds(clip_min, clip_max)
+    if not trainer_logprobs.shape == sampler_logprobs.shape == response_mask.shape:
+        raise ValueError(
+            "correction_weights needs (B, T) trainer_logprobs, sampler_logprobs and response_mask of one shape; got "
+            f"{tuple(trainer_logprobs.shape)}, {tuple(sampler_logprobs.shape)}, {tuple(response_mask.shape)}"
+        )
+    with torch.no_grad():
+        mask = response_mask.bool()
+        diff = torch.where(mask, trainer_logprobs.float() - sampler_logprobs.float(), torch.zeros(()))  # (B, T)
+        diff = torch.nan_to_num(diff, nan=0.0).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        if spec.level == "sequence":
+            log_w = diff.sum(-1, keepdim=True).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).expand_as(diff)  # (B, T)
+        else:
+            log_w = diff
+        raw = torch.exp(log_w)
+        low = -math.inf if clip_min is None else clip_min
+        high = math.inf if clip_max is None else clip_max
+        outside = (raw < low) | (raw > high)
+        weights = raw.clamp(min=low, max=high) if spec.bound == "truncate" else raw.masked_fill(outside, 0.0)
+        weights = torch.where(mask, weights, torch.ones(()))
+        n = mask.sum().clamp(min=1)
+        real = raw[mask]
+        stats = {
+            "mismatch_kl": (torch.expm1(diff) - diff)[mask].sum() / n,  # x = log π_old − log π_sampler, k3
+            "is_weight_mean": real.mean() if real.numel() else torch.ones(()),
+            "is_weight_max": real.max() if real.numel() else torch.ones(()),
+            "is_bounded": (outside & mask).sum() / n,
+        }
+    return weights, stats
+
+
+def _check_bounds(clip_min: float | None, clip_max: float | None) -> None:
+    for name, value in (("clip_min", clip_min), ("clip_max", clip_max)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"model.rollout_correction.{name} must be a number > 0 or null, got {value!r}")
+    if clip_min is not None and clip_max is not None and not clip_min < clip_max:
+        raise ValueError(f"model.rollout_correction.clip_min ({clip_min}) must be below clip_max ({clip_max})")
