@@ -52,8 +52,8 @@ class TrainBatch:
         anchor: the step's DPH-RL anchor samples (None without a cache or anchors).
         rollouts: P·G completions, set by :class:`~lit_rlvr.callbacks.RolloutCallback` before
             ``training_step`` (None until then).
-        position: ``(epoch, step)`` of the batch in the prompt order, consumed by the DataModule
-            to resume mid-epoch (None once recorded).
+        position: ``(epoch, step)`` of the batch in the prompt order (the DataModule records it
+            to resume mid-epoch; asynchronous rollouts match it to what they generated ahead).
     """
 
     rows: list[dict]
@@ -109,6 +109,17 @@ class RolloutHost(Protocol):
     micro_batching: Any
 
     def lockstep(self, passes: int) -> int: ...
+
+
+@runtime_checkable
+class PromptSource(Protocol):
+    """What asynchronous rollouts need from the DataModule: the batches ahead of the train loader.
+
+    :class:`~lit_rlvr.data.PromptDataModule` provides it; its batches carry their ``position``
+    ``(epoch, step)``, the same as the arguments here.
+    """
+
+    def train_prompt_ids_at(self, epoch: int, step: int) -> list[list[int]]: ...
 
 
 @runtime_checkable

@@ -116,12 +116,16 @@ class Registry(dict):
         return super().pop(name, *default)
 
     def _parameters(self, name: str) -> list[inspect.Parameter]:
-        meta = self._meta.get(name)
-        target = meta.signature if meta is not None else self[name]
+        target = self.signature(name)
         try:
             return list(inspect.signature(target).parameters.values())
         except (TypeError, ValueError):  # a builtin without a signature: takes no options we can see
             return []
+
+    def signature(self, name: str) -> Any:
+        """What defines entry ``name``'s options (its ``signature=``, e.g. an engine class, or the entry itself)."""
+        meta = self._meta.get(name)
+        return meta.signature if meta is not None else self[name]
 
     def takes_any(self, name: str) -> bool:
         """Whether entry ``name`` takes every option: it forwards ``**kwargs`` (without a ``signature``)."""

@@ -17,12 +17,13 @@ CORE = {"registry", "plugins", "strategies", "functional", "policy", "rewards", 
 ALLOWED = {
     "registry": set(),
     "plugins": set(),
+    "vllm_plugin": set(),  # run inside vLLM's processes: imports nothing of lit_rlvr
     "strategies": set(),
     "functional": {"registry"},
     "policy": {"functional"},
     "rewards": {"registry", "plugins"},
     "metrics": {"functional"},
-    "rollout": {"policy", "registry"},
+    "rollout": {"policy", "registry", "vllm_plugin"},  # the server engine registers the weight-transfer backend trainer-side too
     "contracts": {"rollout"},  # the batches and what callbacks require of the module
     "options": {"functional", "policy", "rewards", "rollout"},  # the recipe's option groups
     "lockstep": {"functional"},

@@ -172,3 +172,37 @@ def test_rank_seeds_are_distinct_and_rank_zero_samples_as_a_single_process():
     assert [starts[0, step] for step in range(3)] == [7 + step * _STEP_SEED_STRIDE for step in range(3)]  # rank 0 = one process
     assert starts[3, 2] == 7 + 3 * STRIDE + 2 * _STEP_SEED_STRIDE
     assert RolloutCallback._with_seed(SamplingParams(n=4), 5, 1).seed is None  # unseeded stays unseeded
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@needs_vllm
+def test_fsdp2_ranks_share_one_vllm_server_that_rank_zero_syncs_with_asynchronous_rollouts(tiny_model_dir, prompts, tmp_path):
+    """Two FSDP2 ranks, one `vllm serve` given by URL, max_staleness 1: both ranks generate on it,
+    rank 0 alone pushes the weights (the other walks the same gathered stream), and after every
+    sync both ranks' probes on the server match their trainer."""
+    from lit_rlvr.rollout import build_engine
+
+    engine = build_engine("vllm_server", model_path=str(tiny_model_dir), dtype="float32", max_model_len=128,
+                          kv_cache_memory_bytes=32 * 2**20, enforce_eager=True, log_dir=str(tmp_path))  # fmt: skip
+    try:
+        out = tmp_path / "server"
+        rc, log, seconds = launch(tiny_model_dir, prompts, out, "fsdp2", "--steps", "4", "--engine", "vllm_server",
+                                  "--url", engine.urls[0], "--api-key", engine.api_key, "--max-staleness", "1",
+                                  timeout=300)  # fmt: skip
+        assert rc == 0, log[-3000:]
+        results = ranks(out)
+        for rank, r in enumerate(results):
+            assert len(r["steps"]) == 4 and len(r["syncs"]) == 5  # fit start + one per step
+            for s in r["steps"]:
+                assert s["rollout_prompt_ids"] == s["prompt_ids"] and len(s["completions"]) == 2 * 4
+            for sync in r["syncs"]:
+                assert sync["callback_err"] < 1e-4 and sync["err"] < 1e-4
+            assert all((seed - rank * STRIDE) // STEP in range(4) for seed in r["seeds"]), r["seeds"]  # nothing past step 4
+        for s0, s1 in zip(results[0]["steps"], results[1]["steps"]):
+            assert not {row["id"] for row in s0["rows"]} & {row["id"] for row in s1["rows"]}
+        for a, b in zip(results[0]["syncs"], results[1]["syncs"]):  # one server, one set of weights
+            assert a["engine_logprobs"] == pytest.approx(b["engine_logprobs"], abs=1e-6)
+        print(f"\n[FSDP2 x shared vLLM server, 2 processes, max_staleness 1: {seconds:.1f} s]")
+    finally:
+        engine.close()

@@ -26,10 +26,22 @@ report within the operation's timeout (``sync_timeout_s``, ``generate_timeout_s`
 10 s is named as stuck. The fingerprint's trainer-side forward is a collective
 under FSDP2, so every rank scores the probe with its engine first, and all check together.
 
+Asynchronous rollouts (``max_staleness: k``, an engine that generates apart from the trainer,
+``engine: vllm_server``): a :class:`~lit_rlvr.callbacks.rollout_producer.RolloutProducer` thread
+generates the batches the loop has not reached yet, at most k weight versions behind; the loop
+takes each batch's rollouts, checks they are for its prompts, and syncs after every step (the
+producer's batch in generation finishes first: groups and batches stay whole under one version).
+k = 0 is the synchronous loop, bit for bit. π_old for the loss is the behaviour policy's (the
+sampler's) log-probs; ``model.rollout_correction`` reweights them against the trainer's.
+
 Logged: ``rollout/seconds`` and ``rollout/tokens_per_s`` (progress bar), ``rollout/mean_len``,
 ``rollout/truncated`` (share of completions cut at ``max_new_tokens``), ``rollout/drift`` (mean
 |sampler − trainer log-prob|, :func:`~lit_rlvr.rollout.engine.logprob_drift`), and on syncs
-``rollout/sync_seconds`` and ``rollout/fingerprint_err``.
+``rollout/sync_seconds`` and ``rollout/fingerprint_err``; asynchronous: ``rollout/staleness``
+(of the batch trained), ``rollout/staleness_<s>`` (batches trained at staleness s so far: the
+histogram), ``rollout/queue_depth``, ``rollout/generator_idle_s`` and ``rollout/trainer_idle_s``
+(cumulative seconds each waited for the other), ``rollout/generated``, ``rollout/trained``,
+``rollout/dropped``, ``rollout/in_flight`` (generated = trained + dropped + in flight).
 """
 
 from __future__ import annotations
@@ -45,15 +57,26 @@ import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
-from lit_rlvr.contracts import RolloutHost, TrainBatch, ValBatch, require
+from lit_rlvr.callbacks.rollout_producer import RolloutProducer
+from lit_rlvr.contracts import PromptSource, RolloutHost, TrainBatch, ValBatch, require
 from lit_rlvr.policy import batched_completion_logprobs, gathered_parameters
-from lit_rlvr.rollout.engine import ENGINE_INJECTED, ENGINES, RolloutEngine, build_engine, fingerprint_error, logprob_drift, probe_sequence
+from lit_rlvr.rollout.engine import (
+    ENGINE_INJECTED,
+    ENGINES,
+    RolloutEngine,
+    build_engine,
+    fingerprint_error,
+    logprob_drift,
+    probe_sequence,
+    resolve_engine,
+)
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 # Sampling seeds (an engine seeds each sample of a call from the call's seed: vLLM uses seed + row):
 # step s of rank r starts at seed + r·2**48 + s·2**20, so calls of up to 2**20 rows never share a
 # seed across steps or ranks; validation batches live in their own half, from seed + r·2**48 + 2**47.
 _STEP_SEED_STRIDE = 2**20
+_LANE_SEED_STRIDE = 2**17  # asynchronous rollouts: a batch started `lane` versions ahead (< 8 lanes)
 _VAL_SEED_BASE = 2**47
 _RANK_SEED_STRIDE = 2**48
 _RANK_SKEW_S = 10.0  # a rank waits this long for the others beyond an operation's timeout (ranks start apart)
@@ -89,6 +112,12 @@ class RolloutCallback(Callback):
         generate_timeout_s / sync_timeout_s: fail instead of hanging (None = no limit; with
             several processes the ranks then wait for each other up to torch's default
             process-group timeout, 30 min).
+        max_staleness: None = the synchronous loop; k ≥ 0 = asynchronous rollouts, generated up to
+            k weight versions (training batches) ahead of training (needs an engine that
+            generates apart, ``vllm_server``, and ``sync_every_n_steps: 1``; 0 = the synchronous
+            run bit for bit, generated while the loop loads the next batch).
+        on_stale: ``wait`` (the generator waits so no batch is older than k) or ``drop`` (it
+            runs one batch further; a batch older than k is dropped, counted and generated again).
     """
 
     def __init__(
@@ -102,6 +131,8 @@ class RolloutCallback(Callback):
         drift_every_n_steps: int = 10,
         generate_timeout_s: float | None = None,
         sync_timeout_s: float | None = None,
+        max_staleness: int | None = None,
+        on_stale: str = "wait",
     ):
         super().__init__()
         if sync_every_n_steps < 1:
@@ -115,6 +146,19 @@ class RolloutCallback(Callback):
                 raise ValueError(f"rollout.engine_options: {given} are set by the callback itself, not by options")
             ENGINES.get_checked(engine, "rollout.engine", self.engine_options, "rollout.engine_options")
         self.engine_kind = engine if isinstance(engine, str) else engine.name
+        if max_staleness is not None:
+            apart = ENGINES.signature(resolve_engine(engine)) if isinstance(engine, str) else engine
+            if not getattr(apart, "generates_apart", False):
+                raise ValueError(
+                    f"rollout.max_staleness={max_staleness} needs an engine that generates apart from the trainer "
+                    f"(engine: vllm_server); {self.engine_kind!r} samples in the trainer's process. Use max_staleness: null."
+                )
+            if sync_every_n_steps != 1:
+                raise ValueError(
+                    "rollout.max_staleness bounds the lag itself: use sync_every_n_steps: 1 with it "
+                    f"(got {sync_every_n_steps})"
+                )
+            RolloutProducer.check(max_staleness, on_stale)
         self.engine: RolloutEngine | None = None if isinstance(engine, str) else engine
         self._owns_engine = isinstance(engine, str)
         self.model_path = model_path
@@ -135,6 +179,12 @@ class RolloutCallback(Callback):
         self._probe: tuple[list[int], list[int]] | None = None
         self._rank = 0
         self._status_group = None  # gloo group for the ranks' status exchange (several processes)
+        self.max_staleness, self.on_stale = max_staleness, on_stale
+        self.producer: RolloutProducer | None = None
+        self.staleness_counts: dict[int, int] = {}
+        self.trainer_idle_s = 0.0
+        self._number = 0  # the batch in training (asynchronous rollouts)
+        self._val_hold = None  # the producer's lock, held through validation
 
     @property
     @override
@@ -165,6 +215,7 @@ class RolloutCallback(Callback):
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._stop_producer()
         if self._owns_engine and self.engine is not None:
             self.engine.close()
             self.engine = None
@@ -211,8 +262,19 @@ class RolloutCallback(Callback):
 
     @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.producer is not None and self._val_hold is None:  # the generator waits: the engine evaluates alone
+            self._val_hold = self.producer.paused()
+            self._val_hold.acquire()
         if self._must_sync() or self.steps_since_sync > 0:  # evaluate the current policy
             self.sync(pl_module)
+
+    @override
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._release_val_hold()
+
+    @override
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._stop_producer()
 
     @override
     def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -223,10 +285,13 @@ class RolloutCallback(Callback):
         self._step_at_batch_start = trainer.global_step
         metrics = {}
         if self._must_sync():
-            metrics.update(self.sync(pl_module))
+            metrics.update(self._sync_between_batches(pl_module))
         params = self.train_params(trainer.global_step, self._rank)
         with gathered_parameters(trainer):  # FSDP1 only: the live HF engine samples the full policy
-            rollouts, gen_metrics = self._generate(_checked(batch, TrainBatch).prompt_ids, params, "rollout")
+            if self.max_staleness is None:
+                rollouts, gen_metrics = self._generate(_checked(batch, TrainBatch).prompt_ids, params, "rollout")
+            else:
+                rollouts, gen_metrics = self._take(trainer, pl_module, _checked(batch, TrainBatch))
             batch.rollouts = rollouts
             metrics.update(gen_metrics)
             if self.drift_every_n_steps and trainer.global_step % self.drift_every_n_steps == 0:
@@ -239,11 +304,12 @@ class RolloutCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         stepped = trainer.global_step - self._step_at_batch_start
-        if stepped <= 0:  # gradient accumulation: no optimizer step yet
-            return
-        self.steps_since_sync += stepped
-        if self.steps_since_sync >= self.sync_every_n_steps:
-            self._log(pl_module, self.sync(pl_module), len(batch.prompt_ids))
+        if stepped > 0:  # else gradient accumulation: no optimizer step yet
+            self.steps_since_sync += stepped
+            if self.steps_since_sync >= self.sync_every_n_steps:
+                self._log(pl_module, self._sync_between_batches(pl_module), len(batch.prompt_ids))
+        if self.producer is not None:  # the weights now hold every update of the batches up to this one
+            self.producer.synced(self._number + 1)
 
     @override
     def on_validation_batch_start(
@@ -269,15 +335,97 @@ class RolloutCallback(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"steps_since_sync": self.steps_since_sync, "total_rollout_tokens": self.total_rollout_tokens}
+        return {
+            "steps_since_sync": self.steps_since_sync,
+            "total_rollout_tokens": self.total_rollout_tokens,
+            "staleness_counts": dict(self.staleness_counts),
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.steps_since_sync = state_dict["steps_since_sync"]
         self.total_rollout_tokens = state_dict["total_rollout_tokens"]
-        self._force_sync = True
+        self.staleness_counts = {int(s): c for s, c in state_dict.get("staleness_counts", {}).items()}
+        self._force_sync = True  # and a producer starts afresh: what was in flight is generated again
 
     # ------------------------------------------------------------------ helpers
+
+    def _take(self, trainer: Trainer, pl_module: LightningModule, batch: TrainBatch) -> tuple[Rollouts, dict[str, float]]:
+        """Asynchronous rollouts: this batch's from the producer (started at the first batch)."""
+        if batch.position is None:
+            raise TypeError("asynchronous rollouts need train batches that carry their position (PromptDataModule's do)")
+        per_epoch = trainer.num_training_batches
+        epoch, step = batch.position
+        self._number = epoch * per_epoch + step
+        if self.producer is None:
+            datamodule = getattr(trainer, "datamodule", None)
+            require(datamodule, PromptSource, "RolloutCallback(max_staleness=...)")
+            if not isinstance(per_epoch, int):
+                raise ValueError("asynchronous rollouts need a train loader of known length (got num_training_batches=inf)")
+            self.producer = RolloutProducer(
+                generate=self.engine.generate,
+                params_at=lambda global_step, lane: self.train_params(global_step, self._rank, lane),
+                global_step=lambda: trainer.global_step,
+                source=datamodule,
+                batches_per_epoch=per_epoch,
+                max_staleness=self.max_staleness,
+                on_stale=self.on_stale,
+                steps_left=lambda: trainer.max_steps - trainer.global_step if trainer.max_steps >= 0 else None,
+                max_batches=per_epoch * trainer.max_epochs if trainer.max_epochs not in (None, -1) else None,
+            )
+            self.producer.start(self._number)
+        t0 = time.perf_counter()
+        produced, waited, staleness = self._on_all_ranks(
+            f"{self.engine.name} asynchronous rollouts of batch {self._number}",
+            lambda: self.producer.take(self._number),
+            self.generate_timeout_s,
+        )
+        if produced.prompt_ids != batch.prompt_ids:
+            raise RuntimeError(
+                f"asynchronous rollouts: the rollouts generated ahead for batch {batch.position} are for other prompts "
+                "than the loader's batch (the DataModule's train_prompt_ids_at and its loader disagree)"
+            )
+        seconds = time.perf_counter() - t0
+        self.trainer_idle_s += waited
+        self.staleness_counts[staleness] = self.staleness_counts.get(staleness, 0) + 1
+        rollouts = produced.rollouts
+        tokens = rollouts.num_tokens()
+        self.total_rollout_tokens += tokens
+        B = len(rollouts.completion_ids)
+        p = self.producer
+        metrics = {
+            "rollout/seconds": seconds,
+            "rollout/tokens_per_s": tokens / max(produced.seconds, 1e-9),
+            "rollout/mean_len": tokens / B,
+            "rollout/truncated": sum(r == "length" for r in rollouts.finish_reasons) / B,
+            "rollout/staleness": staleness,
+            "rollout/queue_depth": p.queue_depth,
+            "rollout/generator_idle_s": p.generator_idle_s,
+            "rollout/trainer_idle_s": self.trainer_idle_s,
+            "rollout/generated": p.generated,
+            "rollout/trained": p.trained,
+            "rollout/dropped": p.dropped,
+            "rollout/in_flight": p.in_flight,
+        }
+        metrics.update({f"rollout/staleness_{s}": c for s, c in sorted(self.staleness_counts.items())})
+        return rollouts, metrics
+
+    def _sync_between_batches(self, pl_module: LightningModule) -> dict[str, float]:
+        if self.producer is None:
+            return self.sync(pl_module)
+        with self.producer.paused():  # the batch in generation finishes under the old weights
+            return self.sync(pl_module)
+
+    def _release_val_hold(self) -> None:
+        if self._val_hold is not None:
+            self._val_hold.release()
+            self._val_hold = None
+
+    def _stop_producer(self) -> None:
+        self._release_val_hold()
+        if self.producer is not None:
+            self.producer.stop()
+            self.producer = None
 
     def _must_sync(self) -> bool:
         """A new engine, restored weights, or an engine whose sleep dropped its weights."""
@@ -329,11 +477,11 @@ class RolloutCallback(Callback):
             policy.train(was_training)
         return logprob_drift(padded["old_logprobs"], lp.float().cpu(), padded["response_mask"]).item()
 
-    def train_params(self, global_step: int, rank: int = 0) -> SamplingParams:
+    def train_params(self, global_step: int, rank: int = 0, lane: int = 0) -> SamplingParams:
         """The sampling parameters of the training rollout at ``global_step`` on ``rank`` (:func:`step_sampling`)."""
         if self.train_sampling is None:
             raise RuntimeError("RolloutCallback.train_params before setup: the sampling settings are the module's")
-        return step_sampling(self.train_sampling, global_step, rank)
+        return step_sampling(self.train_sampling, global_step, rank, lane)
 
     @staticmethod
     def _with_seed(params: SamplingParams, offset: int, rank: int = 0) -> SamplingParams:
@@ -371,15 +519,17 @@ class RolloutCallback(Callback):
             pl_module.log(key, float(value), prog_bar=key in prog_bar, batch_size=batch_size, sync_dist=sync_dist)
 
 
-def step_sampling(sampling: SamplingParams, global_step: int, rank: int = 0) -> SamplingParams:
+def step_sampling(sampling: SamplingParams, global_step: int, rank: int = 0, lane: int = 0) -> SamplingParams:
     """The training rollout's sampling at ``global_step`` on ``rank``: ``sampling`` with its seed
-    offset by ``rank · 2**48 + global_step · 2**20`` (unseeded stays unseeded).
+    offset by ``rank · 2**48 + global_step · 2**20`` (unseeded stays unseeded); asynchronous
+    rollouts add ``lane · 2**17`` for a batch started ``lane`` versions ahead (lane 0 = the
+    synchronous loop's seed).
 
     Example:
         >>> step_sampling(SamplingParams(n=4, seed=7), global_step=2, rank=1).seed == 7 + 2**48 + 2 * 2**20
         True
     """
-    return RolloutCallback._with_seed(sampling, global_step * _STEP_SEED_STRIDE, rank)
+    return RolloutCallback._with_seed(sampling, global_step * _STEP_SEED_STRIDE + lane * _LANE_SEED_STRIDE, rank)
 
 
 def _checked(batch: Any, kind: type) -> Any:

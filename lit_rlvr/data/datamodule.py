@@ -15,7 +15,7 @@ batch holds cached π_ref samples of D_pef prompts, served inside the same batch
 is a pure function of the step, so it needs no loader of its own and resumes exactly).
 
 Resuming mid-epoch: each train batch carries its ``position`` ``(epoch, step)``;
-:meth:`on_before_batch_transfer` records it as training consumes it and clears it;
+:meth:`on_before_batch_transfer` records it as training consumes it;
 :meth:`state_dict` (saved by Lightning in every checkpoint) stores it; after a restore the sampler
 starts at the next step.
 """
@@ -431,8 +431,17 @@ class PromptDataModule(pl.LightningDataModule):
     @override
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         if isinstance(batch, TrainBatch) and batch.position is not None:
-            self._consumed, batch.position = tuple(batch.position), None
+            self._consumed = tuple(batch.position)
         return batch
+
+    # ------------------------------------------------------------------------------- ahead of the loader
+    def train_prompt_ids_at(self, epoch: int, step: int) -> list[list[int]]:
+        """The prompt ids of the batch the train loader yields at ``step`` of ``epoch`` on this rank,
+        ahead of it (asynchronous rollouts generate for batches the loop has not reached yet)."""
+        if self._sampler is None:
+            raise RuntimeError("train_prompt_ids_at before train_dataloader()")
+        key = self._sampler.key_at(epoch, step)
+        return [list(self.train_prompt_ids[self._train_index[i]]) for i in key.indices]
 
     @override
     def state_dict(self) -> dict[str, Any]:

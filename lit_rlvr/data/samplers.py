@@ -100,6 +100,18 @@ class PromptBatchSampler(DistributedSampler):
         per_rank = self.num_items // self.num_replicas
         return per_rank // self.batch_size if self.batch_drop_last else -(-per_rank // self.batch_size)
 
+    def key_at(self, epoch: int, step: int) -> BatchKey:
+        """The key this sampler yields at ``step`` of ``epoch`` (a pure function of both).
+
+        Example:
+            >>> PromptBatchSampler(5, batch_size=2, shuffle=False).key_at(3, 1).indices
+            (2, 3)
+        """
+        if not 0 <= step < len(self):
+            raise IndexError(f"step {step} is outside the epoch's {len(self)} batches")
+        indices = self._rank_indices(epoch)
+        return BatchKey(epoch, step, tuple(indices[step * self.batch_size : (step + 1) * self.batch_size]))
+
     def __iter__(self) -> Iterator[BatchKey]:
         epoch, start = self.epoch, 0
         if self._resume is not None and self._resume[0] == epoch:

@@ -1,8 +1,8 @@
 """Rollout engines: generate groups of completions for RL (vLLM, or transformers as fallback).
 
 Importing this package never imports vLLM; :class:`VLLMEngine` imports it when constructed.
-Engines are chosen by name from :data:`ENGINES` (``auto``, ``vllm``, ``hf``), which the engine
-modules fill as this package imports them.
+Engines are chosen by name from :data:`ENGINES` (``auto``, ``vllm``, ``vllm_server``, ``hf``),
+which the engine modules fill as this package imports them.
 """
 
 from lit_rlvr.rollout.engine import (
@@ -19,6 +19,7 @@ from lit_rlvr.rollout.engine import (
     vllm_available,
 )
 from lit_rlvr.rollout.hf import HFEngine
+from lit_rlvr.rollout.server import ServerError, VLLMServer, VLLMServerEngine
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.vllm import VLLMEngine
 
@@ -27,6 +28,9 @@ __all__ = [
     "EngineStats",
     "HFEngine",
     "RolloutEngine",
+    "ServerError",
+    "VLLMServer",
+    "VLLMServerEngine",
     "Rollouts",
     "SamplingParams",
     "VLLMEngine",

@@ -103,6 +103,9 @@ class EngineBase:
     """Shared bookkeeping: timeouts, stats, context-manager closing."""
 
     name = "base"
+    #: generation runs outside the trainer's process, so it may overlap training (asynchronous
+    #: rollouts, ``rollout.max_staleness``); an engine sampling in the trainer's process may not
+    generates_apart = False
 
     def __init__(self, generate_timeout_s: float | None = None, sync_timeout_s: float | None = None):
         for label, value in (("generate_timeout_s", generate_timeout_s), ("sync_timeout_s", sync_timeout_s)):

@@ -97,7 +97,7 @@ class _Recorder(pl.LightningModule):
         self.crash_at, self.seen = crash_at, []
 
     def training_step(self, batch, batch_idx):
-        assert batch.position is None  # recorded by the DataModule, not passed on
+        assert batch.position is not None and self.trainer.datamodule._consumed == batch.position  # recorded
         if self.crash_at is not None and self.global_step == self.crash_at:
             raise RuntimeError("simulated crash")
         self.seen.append([r["id"] for r in batch.rows])

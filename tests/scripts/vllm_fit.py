@@ -1,7 +1,7 @@
 """RLVRModule with one colocated vLLM engine per rank on 2 CPU processes (gloo), or its 1-process reference.
 
     python vllm_fit.py MODEL_DIR PROMPTS_JSONL OUT {ddp,fsdp2} [--engine hf] [--tp 2] [--fail KIND:RANK:STEP]
-        [--sync-timeout S] [--steps N]
+        [--sync-timeout S] [--steps N] [--engine vllm_server --url URL --api-key KEY [--max-staleness K]]
     python vllm_fit.py MODEL_DIR PROMPTS_JSONL OUT reference --rows RUN_OUT
 
 Every rank writes ``OUT.rank{r}`` (JSON) after each training batch: its prompts and the
@@ -178,7 +178,10 @@ def fit(args) -> None:
     engine_kwargs = {"dtype": "float32", "max_model_len": 128, "kv_cache_memory_bytes": 16 * 2**20, "enforce_eager": True,
                      "tensor_parallel_size": args.tp}
     engine_kwargs = engine_kwargs if args.engine == "vllm" else {}
-    cb = RolloutCallback(engine=args.engine, engine_options=engine_kwargs, fingerprint_atol=1e-4, drift_every_n_steps=1, generate_timeout_s=120, sync_timeout_s=args.sync_timeout)
+    if args.engine == "vllm_server":  # one server for both ranks (given by URL): rank 0 syncs it
+        engine_kwargs = {"urls": [args.url], "api_key": args.api_key}
+    cb = RolloutCallback(engine=args.engine, engine_options=engine_kwargs, fingerprint_atol=1e-4, drift_every_n_steps=1,
+                         generate_timeout_s=120, sync_timeout_s=args.sync_timeout, max_staleness=args.max_staleness)  # fmt: skip
     callbacks = [cb, Record(args.out, cb)] + ([Fail(args.fail)] if args.fail else [])
     strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1) if args.mode == "fsdp2" else "ddp"
     dm = PromptDataModule(tokenizer=args.model_dir, train=DatasetSpec(files=args.prompts, name="toy"), batch_size=2, seed=0)
@@ -197,7 +200,10 @@ if __name__ == "__main__":
     for name in ("model_dir", "prompts", "out"):
         parser.add_argument(name)
     parser.add_argument("mode", choices=["ddp", "fsdp2", "reference"])
-    parser.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
+    parser.add_argument("--engine", choices=["vllm", "hf", "vllm_server"], default="vllm")
+    parser.add_argument("--url", default=None, help="vllm_server: the server both ranks share")
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--max-staleness", type=int, default=None)
     parser.add_argument("--tp", type=int, default=1, help="vLLM tensor_parallel_size (2: both ranks share one engine)")
     parser.add_argument("--fail", default=None)
     parser.add_argument("--sync-timeout", type=float, default=60.0)

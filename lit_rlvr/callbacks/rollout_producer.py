@@ -1,0 +1,215 @@
+"""Asynchronous rollouts with bounded staleness: generation runs up to k training batches ahead.
+
+Generation and training alternate in the synchronous loop; with a rollout server they can
+overlap (verl's fully-async trainer, AReaL, PipelineRL, TRL and NeMo-RL bound the lag the same
+way). :class:`RolloutProducer` is a background thread of :class:`~lit_rlvr.callbacks.RolloutCallback`
+that generates the rollouts of the training batches the loop has not reached yet, taking them from
+the DataModule in the loop's own order (:class:`~lit_rlvr.contracts.PromptSource`); batch m is
+step m mod E of epoch m // E, E the loop's batches per epoch (``trainer.num_training_batches``).
+
+Versions and staleness, counted in training batches (one rollout batch feeds its optimizer steps):
+the weights have version v when the server holds the update of every batch before batch v. Batch
+m generated at version v has staleness m − v (0: on-policy, as the synchronous loop). With
+``max_staleness`` k:
+
+- ``on_stale: wait`` — the producer starts batch m only when m − v ≤ k, so no batch is older
+  (k = 0: only when the loop asks for batch m, the synchronous loop's own order, validation included);
+- ``on_stale: drop`` — it may start one batch further (m − v ≤ k + 1), and a batch found older
+  than k when training reaches it is dropped, counted, and generated again with the current weights.
+
+Groups stay whole (a batch's prompts are generated together, under one version: a weight sync waits
+for the batch in generation, :meth:`RolloutProducer.paused`). Each batch's seeds follow the global
+step at which its generation starts and its lane m − v (< 8): with k = 0 that is exactly the
+synchronous loop's seed, so the run is the same bit for bit. Counters: generated = trained +
+dropped + in flight. A resumed run has no producer state: it regenerates from the restored position.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lit_rlvr.contracts import PromptSource
+from lit_rlvr.rollout.types import Rollouts, SamplingParams
+
+MAX_LANES = 8  # batches in generation ahead of the loop; the seed space keeps them apart (lane · 2**17)
+
+
+@dataclass
+class Produced:
+    """One generated batch: its number, its prompts, its rollouts, and the weight version it was made at."""
+
+    number: int
+    prompt_ids: list[list[int]]
+    rollouts: Rollouts
+    version: int
+    seconds: float
+
+
+class RolloutProducer:
+    """Generate the rollouts of batch ``m`` ahead of the loop, within ``max_staleness`` of the weights.
+
+    Args:
+        generate: ``(prompt_ids, params) -> Rollouts`` (the engine's generate).
+        params_at: ``(global_step, lane) -> SamplingParams`` of a batch starting then.
+        global_step: the trainer's current optimizer step (read when a batch starts).
+        source: the DataModule's batches ahead of the loader.
+        batches_per_epoch: the loop's training batches per epoch (E above).
+        max_staleness: k ≥ 0.
+        on_stale: ``wait`` or ``drop``.
+        steps_left: optimizer steps the run has left (None: no step limit). Every batch takes at
+            least one step, so no batch past ``version + steps_left()`` is generated ahead: a run
+            ends with nothing generated that it will never train.
+        max_batches: batches the run may train in all (``max_epochs`` · E; None: no limit).
+    """
+
+    def __init__(
+        self,
+        generate: Callable[[list[list[int]], SamplingParams], Rollouts],
+        params_at: Callable[[int, int], SamplingParams],
+        global_step: Callable[[], int],
+        source: PromptSource,
+        batches_per_epoch: int,
+        max_staleness: int,
+        on_stale: str = "wait",
+        steps_left: Callable[[], int | None] = lambda: None,
+        max_batches: int | None = None,
+    ):
+        self.check(max_staleness, on_stale)
+        self.steps_left, self.max_batches = steps_left, max_batches
+        self.generate, self.params_at, self.global_step, self.source = generate, params_at, global_step, source
+        if batches_per_epoch < 1:
+            raise ValueError(f"asynchronous rollouts need at least one training batch per epoch, got {batches_per_epoch}")
+        self.k, self.on_stale, self.batches_per_epoch = max_staleness, on_stale, batches_per_epoch
+        self.ahead = max_staleness + (1 if on_stale == "drop" else 0)  # how far past the weights a batch may start
+        self._cond = threading.Condition()
+        self._generating = threading.Lock()  # held while one batch generates: a weight sync waits for it
+        self._queue: dict[int, Produced] = {}
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self.version = 0
+        self.next = 0  # the next batch number to generate
+        self.consumed = 0  # the next batch number training takes
+        self.requested = -1  # the batch the loop waits for (k = 0 generates on request)
+        self.generated = self.trained = self.dropped = 0
+        self.generator_idle_s = 0.0
+
+    @staticmethod
+    def check(max_staleness: int, on_stale: str) -> None:
+        """Refuse a lag outside the seed lanes, or an unknown policy (at start-up)."""
+        if not isinstance(max_staleness, int) or not 0 <= max_staleness < MAX_LANES - 1:
+            raise ValueError(f"rollout.max_staleness must be an integer in [0, {MAX_LANES - 2}] or null, got {max_staleness!r}")
+        if on_stale not in ("wait", "drop"):
+            raise ValueError(f"rollout.on_stale must be 'wait' or 'drop', got {on_stale!r}")
+
+    # ------------------------------------------------------------------ the loop's side
+    def start(self, number: int) -> None:
+        """Start generating at batch ``number`` (the loop's first; the weights are its version)."""
+        self.version = self.next = self.consumed = number
+        self._thread = threading.Thread(target=self._run, name="lit_rlvr_rollout_producer", daemon=True)
+        self._thread.start()
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def take(self, number: int) -> tuple[Produced, float, int]:
+        """The rollouts of batch ``number`` (waiting for them): ``(produced, seconds waited, staleness)``."""
+        t0 = time.perf_counter()
+        with self._cond:
+            if number != self.consumed:
+                raise RuntimeError(f"asynchronous rollouts: the loop took batch {number}, the producer expected {self.consumed}")
+            self.requested = number
+            self._cond.notify_all()
+            while number not in self._queue and self._error is None:
+                self._cond.wait()
+            if self._error is not None and number not in self._queue:
+                raise RuntimeError(f"the rollout producer failed: {type(self._error).__name__}: {self._error}") from self._error
+            produced = self._queue.pop(number)
+            self.consumed = number + 1
+            self._cond.notify_all()
+        waited = time.perf_counter() - t0
+        staleness = number - produced.version
+        if staleness > self.k:  # on_stale: drop
+            self.dropped += 1
+            with self._generating:
+                t1 = time.perf_counter()
+                rollouts = self.generate(produced.prompt_ids, self.params_at(self.global_step(), 0))
+                produced = Produced(number, produced.prompt_ids, rollouts, self.version, time.perf_counter() - t1)
+            self.generated += 1
+            staleness = number - produced.version
+        self.trained += 1
+        return produced, waited, staleness
+
+    def synced(self, version: int) -> None:
+        """The weights now hold the update of every batch before ``version``."""
+        with self._cond:
+            self.version = version
+            self._cond.notify_all()
+
+    def paused(self) -> threading.Lock:
+        """Hold while syncing weights: waits for the batch in generation, and stops the next from starting."""
+        return self._generating
+
+    @property
+    def queue_depth(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    @property
+    def in_flight(self) -> int:
+        """Generated batches training has not taken yet."""
+        return self.generated - self.trained - self.dropped
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+            self._thread = None
+
+    # ------------------------------------------------------------------ the thread
+    def _must_wait(self) -> bool:
+        """Whether batch ``next`` may not start yet (under ``_cond``)."""
+        if self.next <= self.requested:  # the loop waits for it
+            return False
+        left = self.steps_left()
+        if (left is not None and self.next >= self.version + left) or (
+            self.max_batches is not None and self.next >= self.max_batches
+        ):  # past the end of the run
+            return True
+        if self.next - self.version > self.ahead or self.next - self.consumed > self.ahead:
+            return True
+        return self.ahead == 0 and self.next > self.requested  # k = 0, wait: on request only
+
+    def _run(self) -> None:
+        try:
+            while True:
+                t0 = time.perf_counter()
+                with self._cond:
+                    while not self._stop and self._must_wait():
+                        self._cond.wait()
+                    if self._stop:
+                        return
+                    m = self.next
+                    self.next += 1
+                self.generator_idle_s += time.perf_counter() - t0
+                epoch, step = divmod(m, self.batches_per_epoch)
+                prompt_ids = self.source.train_prompt_ids_at(epoch, step)
+                with self._generating:
+                    version = self.version  # stable: a sync waits for this lock
+                    t1 = time.perf_counter()
+                    rollouts = self.generate(prompt_ids, self.params_at(self.global_step(), m - version))
+                    seconds = time.perf_counter() - t1
+                with self._cond:
+                    self._queue[m] = Produced(m, prompt_ids, rollouts, version, seconds)
+                    self.generated += 1
+                    self._cond.notify_all()
+        except BaseException as err:  # surfaced to the loop by take()
+            with self._cond:
+                self._error = err
+                self._cond.notify_all()

@@ -1,0 +1,481 @@
+"""``engine: vllm_server``: rollouts from ``vllm serve`` processes, weights synced through vLLM's RL routes.
+
+Generation runs in its own process (on its own GPUs, or nodes), as TRL's ``vllm_mode="server"``,
+verl, OpenRLHF and NeMo-RL do; the trainer talks to it over HTTP:
+
+- **generation**: ``/v1/completions`` with the prompt's token ids, ``n`` samples and the same
+  per-prompt seeds as the colocated engine (``seed + i·n`` for prompt i, vLLM adding the sample
+  index), the processed log-probs (the server runs with ``--logprobs-mode processed_logprobs``)
+  and the completion's token ids (``return_token_ids``): the same :class:`Rollouts` as
+  :class:`~lit_rlvr.rollout.vllm.VLLMEngine`. Several URLs are data-parallel servers: prompts
+  are spread over them round-robin.
+- **weight sync**: vLLM's own routes, pause → transfer → version → resume (``/pause?mode=wait``,
+  ``/start_weight_update``, ``/update_weights``, ``/finish_weight_update``,
+  ``/update_weight_version``, ``/resume``), driven by vLLM's trainer-side weight-transfer engine
+  and its ``HTTPVLLMWeightSyncClient``: NCCL on GPUs (``weight_transfer: nccl``), and on one
+  machine without NCCL the ``lit_rlvr_file`` backend (:mod:`lit_rlvr.rollout.weight_transfer`)
+  that lit_rlvr registers with vLLM's factory through vLLM's plug-in entry point.
+- **the server's life**: without ``urls``, :class:`VLLMServer` starts ``vllm serve`` on
+  127.0.0.1, a free port, a fresh API key and a log file, under a guard that kills it with the
+  trainer (teardown, Ctrl-C, a crash, even ``kill -9``). A server that does not come up, or dies
+  mid-run, ends the run within its timeout with an error that names its log.
+
+Security: vLLM exposes the weight routes only in its dev mode (``VLLM_SERVER_DEV_MODE=1``) and its
+API key does not guard them (only ``/v1`` is), so a server started here binds 127.0.0.1; binding
+another interface needs ``allow_remote_weight_routes: true``, and a server given by URL should be
+reachable only from the trainer's network.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids
+from lit_rlvr.rollout.types import Rollouts, SamplingParams
+from lit_rlvr.rollout.weights import engine_model_path, sync_weights
+
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class ServerError(RuntimeError):
+    """A rollout server did not start, cannot be reached, or refused a request (names its log)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether nothing listens on ``host:port`` now (a server started there would fail to bind)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class VLLMServer:
+    """One ``vllm serve`` process started by the trainer and stopped with it.
+
+    Args:
+        model_path: what the server loads.
+        args: further ``vllm serve`` arguments (``--dtype``, ``--max-model-len``, …).
+        host: interface to bind (127.0.0.1 unless ``allow_remote_weight_routes``).
+        port: TCP port (None: a free one).
+        api_key: the server's key (None: a fresh random one).
+        log_dir: where its log file goes (None: the temp folder).
+        startup_timeout_s: how long it may take to answer ``/health``.
+        allow_remote_weight_routes: allow binding a non-local interface (its weight routes are
+            unauthenticated: only on a trusted network).
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        args: list[str] = (),
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        api_key: str | None = None,
+        log_dir: str | None = None,
+        startup_timeout_s: float = 600.0,
+        allow_remote_weight_routes: bool = False,
+    ):
+        if host not in _LOCAL_HOSTS and not allow_remote_weight_routes:
+            raise ValueError(
+                f"rollout.engine_options.host={host!r}: vLLM's weight routes (/update_weights, …) are not guarded by its API "
+                "key, so a server started by lit_rlvr binds 127.0.0.1; set allow_remote_weight_routes: true to bind "
+                f"{host!r} on a network only the trainer reaches"
+            )
+        bind = host if host != "localhost" else "127.0.0.1"
+        if port is not None and not port_is_free(bind, port):
+            raise ServerError(f"rollout.engine_options.port={port}: something already listens on {bind}:{port}; "
+                              "choose another port, or leave port unset for a free one")  # fmt: skip
+        self.host, self.port = host, port or free_port(bind)
+        self.api_key = api_key or secrets.token_hex(16)
+        self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', 'localhost') else host}:{self.port}"
+        folder = Path(log_dir or tempfile.gettempdir())
+        folder.mkdir(parents=True, exist_ok=True)
+        self.log_path = folder / f"lit_rlvr_vllm_server_{self.port}_{os.getpid()}.log"
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
+                   "--host", host, "--port", str(self.port), "--api-key", self.api_key,
+                   "--logprobs-mode", "processed_logprobs", *args]  # fmt: skip
+        guard = Path(__file__).with_name("server_guard.py")
+        env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen([sys.executable, str(guard), "--", *command], stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
+        atexit.register(self.stop)
+        announce(f"lit_rlvr rollout engine: starting `vllm serve` for {model_path} on {self.url} (log: {self.log_path})")
+        self.wait_until_up(startup_timeout_s)
+
+    def wait_until_up(self, timeout_s: float) -> None:
+        """Block until ``/health`` answers; :class:`ServerError` naming the log if it exits or times out."""
+        import requests
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerError(f"the vLLM server exited with code {self.proc.returncode} while starting; {self.log_tail()}")
+            try:
+                if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise ServerError(f"the vLLM server did not answer /health within {timeout_s:g} s "
+                          f"(rollout.engine_options.startup_timeout_s); {self.log_tail()}")  # fmt: skip
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The end of the server's log, for errors."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            text = []
+        return f"its log is {self.log_path}; last lines:\n  " + "\n  ".join(text)
+
+    def stop(self) -> None:
+        """Stop the server and its engine processes (idempotent)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)  # the guard kills its whole group
+                self.proc.wait(timeout=15)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        try:  # whatever is left of the group (the guard is gone: the group keeps its id while it has members)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        if not self._log.closed:
+            self._log.close()
+
+
+class _SyncClient:
+    """vLLM's ``HTTPVLLMWeightSyncClient`` with lit_rlvr's timeout and errors, plus pause/resume/version."""
+
+    def __init__(self, url: str, timeout_s: float | None, describe):
+        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+
+        self.http = HTTPVLLMWeightSyncClient(url, timeout=timeout_s or 3600)
+        self.url, self.timeout_s, self.describe = url, timeout_s, describe
+
+    def _call(self, what: str, fn, *args):
+        import requests
+
+        try:
+            return fn(*args)
+        except requests.RequestException as err:
+            raise ServerError(f"{what} on {self.url} failed ({err}); {self.describe()}") from err
+
+    def init_weight_transfer_engine(self, init_info):
+        return self._call("/init_weight_transfer_engine", self.http.init_weight_transfer_engine, init_info)
+
+    def start_weight_update(self):
+        return self._call("/start_weight_update", self.http.start_weight_update)
+
+    def update_weights(self, update_info):
+        return self._call("/update_weights", self.http.update_weights, update_info)
+
+    def finish_weight_update(self, weight_version=None):
+        return self._call("/finish_weight_update", self.http.finish_weight_update, weight_version)
+
+    def post(self, route: str, **kwargs):
+        return self._call(route, self.http._post, route.lstrip("/"), *([kwargs["json"]] if "json" in kwargs else []))
+
+
+class _PolicySource:
+    """vLLM's ``WeightSource`` over the policy: base-model names, LoRA merged, FSDP2 gathered one at a time."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+
+    def metadata(self):
+        from vllm.distributed.weight_transfer.base import ParamMeta
+
+        with sync_weights(self.model) as weights:
+            return [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in weights]
+
+    def __iter__(self):
+        with sync_weights(self.model) as weights:
+            yield from weights
+
+
+class VLLMServerEngine(EngineBase):
+    """Rollouts from ``vllm serve`` (started here, or given by URL), weights synced through its RL routes.
+
+    Args:
+        model_path: what a started server loads (default: the policy's path).
+        urls: servers already running (``http://host:port``; several = data parallel, prompts
+            spread round-robin), shared by all trainer ranks (rank 0 syncs them). None: start
+            one here (one per rank).
+        api_key: their key (a started server gets a fresh one).
+        host / port: where a started server listens (127.0.0.1, a free port).
+        allow_remote_weight_routes: let a started server bind a non-local interface.
+        dtype: a started server's dtype (``auto``: the trainer's).
+        max_model_len / kv_cache_memory_bytes / gpu_memory_utilization / enforce_eager: passed to
+            a started server (vLLM's options of the same names).
+        seed: a started server's seed (requests carry their own seeds anyway).
+        weight_transfer: ``file`` (lit_rlvr's backend: the server reads the trainer's files, one
+            machine, CPU or GPU) or ``nccl`` (vLLM's, GPUs; needs ``nccl_master_address``).
+        nccl_master_address / nccl_master_port: the trainer's rendezvous for ``nccl``.
+        server_args: further ``vllm serve`` arguments.
+        startup_timeout_s: how long a started server may take to come up.
+        log_dir: where a started server's log goes.
+        max_concurrent_requests: HTTP requests in flight at once.
+        generate_timeout_s / sync_timeout_s: per request / per sync (None: no limit).
+    """
+
+    name = "vllm_server"
+    generates_apart = True
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        tokenizer=None,
+        urls: list[str] | None = None,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        allow_remote_weight_routes: bool = False,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        kv_cache_memory_bytes: int | None = None,
+        gpu_memory_utilization: float | None = None,
+        enforce_eager: bool = False,
+        seed: int = 0,
+        weight_transfer: str = "file",
+        nccl_master_address: str | None = None,
+        nccl_master_port: int | None = None,
+        server_args: list[str] | None = None,
+        startup_timeout_s: float = 600.0,
+        log_dir: str | None = None,
+        max_concurrent_requests: int = 64,
+        generate_timeout_s: float | None = None,
+        sync_timeout_s: float | None = None,
+    ):
+        super().__init__(generate_timeout_s, sync_timeout_s)
+        check_server_options(weight_transfer=weight_transfer, nccl_master_address=nccl_master_address,
+                             max_concurrent_requests=max_concurrent_requests)  # fmt: skip
+        self.model_path, self.tokenizer = str(model_path), tokenizer
+        self.weight_transfer = weight_transfer
+        self.nccl = (nccl_master_address, nccl_master_port)
+        self.servers: list[VLLMServer] = []
+        self.rank, self.world = _trainer_rank()
+        self.shared = bool(urls) and self.world > 1  # every rank generates on them; rank 0 syncs them
+        if urls:
+            self.urls = [u.rstrip("/") for u in urls]
+            self.api_key = api_key or os.environ.get("VLLM_API_KEY")
+        else:
+            args = ["--dtype", dtype, "--seed", str(seed),
+                    "--weight-transfer-config", json.dumps({"backend": "lit_rlvr_file" if weight_transfer == "file" else "nccl"})]  # fmt: skip
+            for flag, value in (("--max-model-len", max_model_len), ("--kv-cache-memory-bytes", kv_cache_memory_bytes),
+                                ("--gpu-memory-utilization", gpu_memory_utilization)):  # fmt: skip
+                if value is not None:
+                    args += [flag, str(value)]
+            args += ["--enforce-eager"] if enforce_eager else []
+            server = VLLMServer(self.model_path, [*args, *(server_args or [])], host=host, port=port, api_key=api_key,
+                                log_dir=log_dir, startup_timeout_s=startup_timeout_s,
+                                allow_remote_weight_routes=allow_remote_weight_routes)  # fmt: skip
+            self.servers, self.urls, self.api_key = [server], [server.url], server.api_key
+        self.served_model = self._served_model()
+        self.turn_end_ids = chat_turn_end_ids(tokenizer) if tokenizer is not None else []
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrent_requests, thread_name_prefix="lit_rlvr_vllm_server")
+        self._senders: dict[str, Any] = {}  # url -> vLLM trainer weight-transfer engine (after the first sync)
+        self.version = 0
+        announce(f"lit_rlvr rollout engine: vLLM server{'s' * (len(self.urls) > 1)} {', '.join(self.urls)} "
+                 f"(VLLMServerEngine, model {self.served_model}, weight transfer {weight_transfer})")  # fmt: skip
+
+    # ------------------------------------------------------------------ HTTP
+
+    def describe(self) -> str:
+        """What to tell the user about the servers when a request fails."""
+        if not self.servers:
+            return f"check that {', '.join(self.urls)} run vLLM with VLLM_SERVER_DEV_MODE=1"
+        server = self.servers[0]
+        code = server.proc.returncode
+        signalled = f" (killed by signal {code - 128})" if code is not None and code > 128 else ""
+        state = "running" if server.alive() else f"exited with code {code}{signalled}"
+        return f"the server lit_rlvr started is {state}; {server.log_tail()}"
+
+    def _request(self, url: str, route: str, body: dict | None = None, method: str = "post", timeout: float | None = None) -> dict:
+        import requests
+
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            response = requests.request(method, f"{url}{route}", json=body, headers=headers,
+                                        timeout=timeout or self.generate_timeout_s or 3600)  # fmt: skip
+        except requests.RequestException as err:
+            raise ServerError(f"{route} on {url} failed ({type(err).__name__}: {err}); {self.describe()}") from err
+        if response.status_code != 200:
+            raise ServerError(f"{route} on {url} answered {response.status_code}: {response.text[:500]}; {self.describe()}")
+        return response.json()
+
+    def _served_model(self) -> str:
+        models = self._request(self.urls[0], "/v1/models", method="get", timeout=30)["data"]
+        return models[0]["id"]
+
+    # ------------------------------------------------------------------ generation
+
+    def _completion(self, url: str, prompt: list[int], params: SamplingParams, seed: int | None, n: int) -> list[dict]:
+        body = {
+            "model": self.served_model, "prompt": list(prompt), "n": n, "temperature": params.temperature,
+            "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1, "max_tokens": params.max_new_tokens,
+            "stop": list(params.stop) or None, "include_stop_str_in_output": True, "logprobs": 0, "return_token_ids": True,
+            "stop_token_ids": self.turn_end_ids or None, "seed": seed,
+        }  # fmt: skip
+        choices = sorted(self._request(url, "/v1/completions", body)["choices"], key=lambda c: c["index"])
+        if len(choices) != n:
+            raise ServerError(f"{url} returned {len(choices)} completions for n={n}; {self.describe()}")
+        return choices
+
+    def _generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        n = params.n
+        per_request = 1 if params.temperature == 0 else n  # vLLM refuses n > 1 greedy, as the colocated engine
+        copies = n // per_request
+        requests = [(p, c) for p in range(len(prompt_ids)) for c in range(copies)]
+        futures = [
+            self._pool.submit(self._completion, self.urls[i % len(self.urls)], prompt_ids[p], params,
+                              None if params.seed is None else params.seed + i * n, per_request)  # fmt: skip
+            for i, (p, _) in enumerate(requests)
+        ]
+        completions, logprobs, reasons, texts = [], [], [], []
+        for future in futures:  # in request order: rows stay prompt-major
+            for choice in future.result():
+                ids = list(choice["token_ids"])
+                if choice["finish_reason"] not in ("stop", "length"):
+                    raise ServerError(f"a completion ended with finish_reason={choice['finish_reason']!r}; {self.describe()}")
+                completions.append(ids)
+                logprobs.append([float(x) for x in choice["logprobs"]["token_logprobs"]])
+                reasons.append(choice["finish_reason"])
+                texts.append(choice["text"])
+        return Rollouts([list(p) for p in prompt_ids], completions, logprobs, reasons, n, texts)
+
+    def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+        """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids``, from the first server."""
+        seq = list(prompt_ids) + list(completion_ids)
+        body = {"model": self.served_model, "prompt": seq, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
+        out = self._request(self.urls[0], "/v1/completions", body)["choices"][0]["prompt_logprobs"]
+        return [float(out[i][str(seq[i])]["logprob"]) for i in range(len(prompt_ids), len(seq))]
+
+    # ------------------------------------------------------------------ weight sync
+
+    def _sender(self, url: str, model: nn.Module):
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+        import lit_rlvr.vllm_plugin
+
+        lit_rlvr.vllm_plugin.register()
+        if url not in self._senders:
+            client = _SyncClient(url, self.sync_timeout_s, self.describe)
+            if self.weight_transfer == "file":
+                from lit_rlvr.rollout.weight_transfer import FileTrainerInitInfo
+
+                init = FileTrainerInitInfo(rank=0)
+            else:
+                from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+                world = self._request(url, "/get_world_size", method="get")["world_size"]
+                init = NCCLTrainerInitInfo(self.nccl[0], self.nccl[1] or 29501, world_size=world + 1, rank=0)
+            self._senders[url] = (WeightTransferTrainerFactory.trainer_init(init, client=client, source=_PolicySource(model)), client)
+        return self._senders[url]
+
+    def _update_weights(self, model: nn.Module) -> None:
+        """Pause → transfer → version → resume, on every server.
+
+        Servers given by URL to several trainer ranks are shared: every rank generates on them
+        and rank 0 alone syncs them, between two barriers (no rank generates or scores while the
+        weights change; the other ranks walk the same weight stream, whose FSDP2 gathers are
+        collectives, and drop it).
+        """
+        import torch.distributed as dist
+
+        self.version += 1
+        if self.shared:
+            dist.barrier()
+            if self.rank != 0:
+                for _ in self.urls:
+                    with sync_weights(model) as weights:
+                        for _ in weights:
+                            pass
+                dist.barrier()
+                return
+        try:
+            self._send_all(model)
+        finally:
+            if self.shared:
+                dist.barrier()
+
+    def _send_all(self, model: nn.Module) -> None:
+        for url in self.urls:
+            sender, client = self._sender(url, model)
+            sender.source = _PolicySource(model)
+            client.post("/pause?mode=wait")
+            try:
+                sender.send_weights()
+                client.post("/update_weight_version", json={"new_version": str(self.version)})
+            finally:
+                client.post("/resume")
+
+    def close(self) -> None:
+        """Stop the servers started here (a server given by URL is the user's) and the request pool."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for server in self.servers:
+            server.stop()
+        self.servers = []
+
+
+def check_server_options(*, weight_transfer: str = "file", nccl_master_address: str | None = None,
+                         max_concurrent_requests: int = 64, **_) -> None:
+    """Refuse an unknown transfer, NCCL without a rendezvous, or no concurrency (at start-up)."""
+    if weight_transfer not in ("file", "nccl"):
+        raise ValueError(f"weight_transfer must be 'file' or 'nccl', got {weight_transfer!r}")
+    if weight_transfer == "nccl" and not nccl_master_address:
+        raise ValueError("weight_transfer=nccl needs nccl_master_address (the trainer's address)")
+    if max_concurrent_requests < 1:
+        raise ValueError(f"max_concurrent_requests must be >= 1, got {max_concurrent_requests}")
+
+
+def _trainer_rank() -> tuple[int, int]:
+    """``(rank, world size)`` of the trainer's default process group ((0, 1) without one)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+@ENGINES.register("vllm_server", signature=VLLMServerEngine, check=check_server_options)
+def build_vllm_server_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs) -> VLLMServerEngine:
+    """``engine: vllm_server``: a :class:`VLLMServerEngine`; a started server loads ``model_path``
+    (default: the policy's own path) in the trainer's dtype unless ``dtype`` is given."""
+    if model_path is None:
+        if model is None:
+            raise ValueError("build_engine('vllm_server') needs model_path or the policy model to find one")
+        model_path = engine_model_path(model, tokenizer)
+    if model is not None and kwargs.get("dtype", "auto") == "auto":
+        kwargs["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return VLLMServerEngine(model_path, tokenizer=tokenizer, **kwargs)

