@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from lightning import Callback
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 if str(ROOT) not in sys.path:
@@ -462,6 +464,31 @@ def lit_fit_times(
                       limit_val_batches=0, callbacks=[rollout, Clock()])  # fmt: skip
     trainer.fit(module, datamodule=dm)
     return clock.run(warmup)
+
+
+class RolloutStepTimer(Callback):
+    """``common.RolloutStepTimer`` in a config's ``trainer.callbacks``: one JSON line per training batch
+    at ``path`` with its end time, its rollout tokens and the step's rollout metrics
+    (``rollout/seconds``: the time the loop waited for rollouts; ``rollout/tokens_per_s``: tokens
+    over the sampler's own seconds; ``rollout/staleness``) and the rollout callback's cumulative
+    ``trainer_idle_s`` (asynchronous rollouts: the loop's waits for rollouts and for the batch in
+    generation before a weight sync)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        import json
+
+        from lit_rlvr.callbacks import RolloutCallback
+
+        m = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("rollout/")}
+        rollout = next(cb for cb in trainer.callbacks if isinstance(cb, RolloutCallback))
+        record = {"end": time.perf_counter(), "tokens": batch.rollouts.num_tokens(), "wait_s": m.get("rollout/seconds"),
+                  "tokens_per_s": m.get("rollout/tokens_per_s"), "staleness": m.get("rollout/staleness"),
+                  "trainer_idle_s": rollout.trainer_idle_s}  # fmt: skip
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
 
 
 def load_average() -> str:

@@ -132,27 +132,47 @@ def test_nothing_a_user_reads_links_outside_the_repository():
                 assert (path.parent / target).exists(), (path.name, target)
 
 
-def doc_commands(path: Path) -> list[list[str]]:
-    """The `lit-rlvr …` lines of a markdown file's bash blocks."""
+def doc_commands(path: Path, program: str = "lit-rlvr") -> list[list[str]]:
+    """The ``program …`` lines of a markdown file's bash blocks (continuations joined, leading
+    ``VAR=value`` environment settings dropped), without the program's name."""
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", path.read_text(), re.DOTALL):
-        for line in block.splitlines():
-            line = line.split(" #")[0].strip()
-            if line.startswith("lit-rlvr "):
-                commands.append(shlex.split(line)[1:])
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line.split(" #")[0].strip()) if not line.lstrip().startswith("#") else []
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+                words = words[1:]
+            if words[:1] == [program]:
+                commands.append(words[1:])
     return commands
 
 
-@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", READ_BY_USERS, ids=lambda p: p.name)
 def test_every_command_in_the_docs_parses(path):
+    from lit_rlvr.callbacks import RolloutCallback
     from lit_rlvr.cli import TOOLS, main
 
     for args in doc_commands(path):
         args = [str(ROOT / a) if a.startswith("configs/") else a for a in args]
-        if args[0] in ("fit", "validate", "cache"):
+        if args[0] in ("fit", "validate"):  # and the rollout callback takes its settings (engine options, staleness)
+            RolloutCallback(**parsed(*args)["rollout"]["init_args"])
+        elif args[0] == "cache":
             parsed(*args)
         else:
             assert args[0] in TOOLS, args
             with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as exit_info:
                 main([args[0], "--help"])
             assert exit_info.value.code in (0, None)
+
+
+def test_the_vllm_serve_commands_in_the_docs_parse_with_vllms_own_parser():
+    """A user-run server's flags (docs/generation.md) are vLLM's, as vLLM itself parses them."""
+    pytest.importorskip("vllm")
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    commands = [args for path in READ_BY_USERS for args in doc_commands(path, "vllm")]
+    assert commands and all(args[0] == "serve" for args in commands)
+    for args in commands:
+        parser = make_arg_parser(FlexibleArgumentParser())
+        parsed_args = parser.parse_args(args[1:])
+        assert parsed_args.logprobs_mode == "processed_logprobs" and parsed_args.weight_transfer_config is not None

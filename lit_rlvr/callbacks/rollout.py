@@ -413,7 +413,9 @@ class RolloutCallback(Callback):
     def _sync_between_batches(self, pl_module: LightningModule) -> dict[str, float]:
         if self.producer is None:
             return self.sync(pl_module)
+        t0 = time.perf_counter()
         with self.producer.paused():  # the batch in generation finishes under the old weights
+            self.trainer_idle_s += time.perf_counter() - t0
             return self.sync(pl_module)
 
     def _release_val_hold(self) -> None:

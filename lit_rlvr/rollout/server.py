@@ -49,6 +49,7 @@ from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.weights import engine_model_path, sync_weights
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+_BACKENDS = {"file": "lit_rlvr_file", "nccl": "nccl"}  # rollout.engine_options.weight_transfer -> vLLM's backend
 
 
 class ServerError(RuntimeError):
@@ -85,6 +86,8 @@ class VLLMServer:
         startup_timeout_s: how long it may take to answer ``/health``.
         allow_remote_weight_routes: allow binding a non-local interface (its weight routes are
             unauthenticated: only on a trusted network).
+        env: environment variables of the server on top of the trainer's (e.g.
+            ``{CUDA_VISIBLE_DEVICES: "4,5,6,7"}``: generation on GPUs the trainer does not use).
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class VLLMServer:
         log_dir: str | None = None,
         startup_timeout_s: float = 600.0,
         allow_remote_weight_routes: bool = False,
+        env: dict[str, str] | None = None,
     ):
         if host not in _LOCAL_HOSTS and not allow_remote_weight_routes:
             raise ValueError(
@@ -119,7 +123,7 @@ class VLLMServer:
                    "--host", host, "--port", str(self.port), "--api-key", self.api_key,
                    "--logprobs-mode", "processed_logprobs", *args]  # fmt: skip
         guard = Path(__file__).with_name("server_guard.py")
-        env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
+        env = dict(os.environ, **{k: str(v) for k, v in (env or {}).items()}, VLLM_SERVER_DEV_MODE="1")
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen([sys.executable, str(guard), "--", *command], stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
@@ -242,6 +246,7 @@ class VLLMServerEngine(EngineBase):
             machine, CPU or GPU) or ``nccl`` (vLLM's, GPUs; needs ``nccl_master_address``).
         nccl_master_address / nccl_master_port: the trainer's rendezvous for ``nccl``.
         server_args: further ``vllm serve`` arguments.
+        server_env: a started server's extra environment (``{CUDA_VISIBLE_DEVICES: "1"}``: its GPUs).
         startup_timeout_s: how long a started server may take to come up.
         log_dir: where a started server's log goes.
         max_concurrent_requests: HTTP requests in flight at once.
@@ -271,6 +276,7 @@ class VLLMServerEngine(EngineBase):
         nccl_master_address: str | None = None,
         nccl_master_port: int | None = None,
         server_args: list[str] | None = None,
+        server_env: dict[str, str] | None = None,
         startup_timeout_s: float = 600.0,
         log_dir: str | None = None,
         max_concurrent_requests: int = 64,
@@ -291,7 +297,7 @@ class VLLMServerEngine(EngineBase):
             self.api_key = api_key or os.environ.get("VLLM_API_KEY")
         else:
             args = ["--dtype", dtype, "--seed", str(seed),
-                    "--weight-transfer-config", json.dumps({"backend": "lit_rlvr_file" if weight_transfer == "file" else "nccl"})]  # fmt: skip
+                    "--weight-transfer-config", json.dumps({"backend": _BACKENDS[weight_transfer]})]  # fmt: skip
             for flag, value in (("--max-model-len", max_model_len), ("--kv-cache-memory-bytes", kv_cache_memory_bytes),
                                 ("--gpu-memory-utilization", gpu_memory_utilization)):  # fmt: skip
                 if value is not None:
@@ -299,9 +305,11 @@ class VLLMServerEngine(EngineBase):
             args += ["--enforce-eager"] if enforce_eager else []
             server = VLLMServer(self.model_path, [*args, *(server_args or [])], host=host, port=port, api_key=api_key,
                                 log_dir=log_dir, startup_timeout_s=startup_timeout_s,
-                                allow_remote_weight_routes=allow_remote_weight_routes)  # fmt: skip
+                                allow_remote_weight_routes=allow_remote_weight_routes, env=server_env)  # fmt: skip
             self.servers, self.urls, self.api_key = [server], [server.url], server.api_key
         self.served_model = self._served_model()
+        for url in self.urls:
+            self._check_settings(url)
         self.turn_end_ids = chat_turn_end_ids(tokenizer) if tokenizer is not None else []
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent_requests, thread_name_prefix="lit_rlvr_vllm_server")
         self._senders: dict[str, Any] = {}  # url -> vLLM trainer weight-transfer engine (after the first sync)
@@ -337,6 +345,19 @@ class VLLMServerEngine(EngineBase):
     def _served_model(self) -> str:
         models = self._request(self.urls[0], "/v1/models", method="get", timeout=30)["data"]
         return models[0]["id"]
+
+    def _check_settings(self, url: str) -> None:
+        """Refuse a server whose log-probs are not the processed ones (π_old would be silently wrong) or
+        whose weight-transfer backend is not this engine's (``/server_info``, vLLM's dev mode)."""
+        info = self._request(url, "/server_info?config_format=json", method="get", timeout=30)["vllm_config"]
+        wanted = {"logprobs_mode": ("processed_logprobs", "--logprobs-mode processed_logprobs"),
+                  "backend": (_BACKENDS[self.weight_transfer], f"--weight-transfer-config '{{\"backend\": \"{_BACKENDS[self.weight_transfer]}\"}}'")}  # fmt: skip
+        got = {"logprobs_mode": (info.get("model_config") or {}).get("logprobs_mode"),
+               "backend": (info.get("weight_transfer_config") or {}).get("backend")}  # fmt: skip
+        wrong = [f"{key} is {got[key]!r}, needs {value!r} (start it with {flag})" for key, (value, flag) in wanted.items()
+                 if got[key] != value]  # fmt: skip
+        if wrong:
+            raise ServerError(f"the vLLM server at {url} cannot serve lit_rlvr's rollouts: " + "; ".join(wrong))
 
     # ------------------------------------------------------------------ generation
 

@@ -103,3 +103,58 @@ def test_the_readmes_step_time_flags_parse_and_a_bad_size_is_refused(capsys):
     with pytest.raises(SystemExit):
         step_time.parse_args(["--crossover", "3M,7B"])
     assert "unknown size(s) ['7B']" in capsys.readouterr().err
+
+
+def _async_bench():
+    """``benchmarks/async.py`` as a module (``async`` is a keyword: loaded from its file)."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("async_bench", ROOT / "benchmarks" / "async.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_async_table_reports_ratios_to_sync_and_to_each_runs_floor():
+    bench = _async_bench()
+    results = {
+        "sync colocated": {"step_s": [2.0, 2.0], "gen_s": [1.0, 1.0], "train_s": [1.0, 1.0], "staleness": [None, None]},
+        "server sync": {"step_s": [2.4, 2.4], "gen_s": [1.2, 1.2], "train_s": [1.2, 1.2], "staleness": [0.0, 0.0]},
+        "server async k=1": {"step_s": [1.3, 1.3], "gen_s": [1.2, 1.2], "train_s": [1.25, 1.25], "staleness": [1.0, 1.0]},
+    }
+    rows, ratios = bench.table(results)
+    assert ratios == pytest.approx({"sync colocated": 1.0, "server sync": 1.2, "server async k=1": 0.65})
+    assert rows[-1] == "| server async k=1 | 1300 | 0.65× | 0.54× | 1200 | 1250 | 1250 | 1.04× | 1.00 |"
+    with pytest.raises(SystemExit, match="must include 'sync colocated'"):
+        bench.parse_args(["--layouts", "server sync"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_async_quick_runs_colocated_and_server_async_through_lit_rlvr_fit(tmp_path):
+    pytest.importorskip("vllm")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "async.py"), "--quick", "--out", str(tmp_path / "a.md"),
+         "--layouts", "sync colocated", "server async k=1"],
+        capture_output=True, text=True, timeout=380, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.fullmatch(r"async_step_ratio=\d+\.\d{3}", proc.stdout.strip().splitlines()[-1])
+    table = (tmp_path / "a.md").read_text()
+    assert "| sync colocated |" in table and re.search(r"\| server async k=1 \| \d+ \| [\d.]+× \| – \| \d+ \| \d+ \| \d+ \| [\d.]+× \| [01]\.\d\d \|", table)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_mismatch_measures_bf16_vllm_against_the_fp32_trainer(tiny_model_dir, tmp_path):
+    pytest.importorskip("vllm")
+    proc = subprocess.run(
+        [sys.executable, "mismatch.py", "--model", str(tiny_model_dir), "--prompts", "4", "--samples", "2", "--threads", "1",
+         "--out", str(tmp_path / "m.md")],
+        capture_output=True, text=True, timeout=280, cwd=ROOT / "benchmarks",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in (tmp_path / "m.md").read_text().splitlines()
+            if line.startswith("| bfloat16") or line.startswith("| float32")}  # fmt: skip
+    assert float(rows["bfloat16"][2]) > 100 * float(rows["float32"][2])  # max |Δ log p|: bf16 kernels, not noise

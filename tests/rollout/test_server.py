@@ -63,6 +63,16 @@ def _config(tmp: Path, model: Path, run: str, rollout: dict, max_steps: int = 5,
     return path
 
 
+def _async_metric_patterns() -> list:
+    """The names of docs/generation.md's asynchronous-metrics table, ``<s>`` as a number."""
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "generation.md").read_text().split("<!-- async-metrics -->", 1)[1]
+    rows = [line for line in text.strip().split("\n\n", 1)[0].splitlines() if line.startswith("| `")]
+    names = [n for row in rows for n in re.findall(r"`([^`]+)`", row.split("|")[1])]
+    return [re.compile(re.escape(n).replace("<s>", r"\d+")) for n in names]
+
+
 def _last_metrics(tmp: Path, run: str) -> dict[str, float]:
     import csv
 
@@ -138,8 +148,8 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
         for run in runs:  # the loader's order, each batch trained once
             assert [r["position"] for r in records[run]] == positions
             assert [r["prompt_ids"] for r in records[run]] == [r["prompt_ids"] for r in records["sync"]]
-        metrics = {run: _last_metrics(tmp_path, run) for run in ("k0", "k2")}
-        for run, m in metrics.items():
+        metrics = {run: _last_metrics(tmp_path, run) for run in ("sync", "k0", "k2")}
+        for run, m in ((run, metrics[run]) for run in ("k0", "k2")):
             assert m["rollout/trained"] == 5 and m["rollout/dropped"] == 0
             assert m["rollout/generated"] == m["rollout/trained"] + m["rollout/dropped"] + m["rollout/in_flight"]
             assert sum(v for k, v in m.items() if k.startswith("rollout/staleness_")) == 5
@@ -148,6 +158,10 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
             int(k.rsplit("_", 1)[1]) for k in metrics["k2"] if k.startswith("rollout/staleness_")
         ) >= 1  # generation ran ahead of training
         assert records["k2"] != records["sync"]  # later batches sampled from older weights
+        documented = _async_metric_patterns()  # docs/generation.md's table names exactly what a producer adds
+        logged = {k for k in metrics["k2"] if k.startswith("rollout/")} - {k for k in metrics["sync"] if k.startswith("rollout/")}
+        assert logged and all(any(p.fullmatch(k) for p in documented) for k in logged), logged
+        assert all(any(p.fullmatch(k) for k in metrics["k2"]) for p in documented)
 
         # --- DPH-RL's anchors (offline cache) and dynamic sampling under max_staleness 1: the loader's
         # batches in order, each once, anchors with every one, the counters adding up

@@ -42,3 +42,47 @@ def test_a_model_the_server_cannot_load_ends_start_up_with_its_log(tmp_path):
     assert time.perf_counter() - t0 < 240  # it ended when the server exited, not at the timeout
     log = next(tmp_path.glob("lit_rlvr_vllm_server_*.log"))
     assert str(log) in str(err.value) and log.stat().st_size > 0
+
+
+class _Answers:
+    """A loopback HTTP server answering GET routes with fixed JSON (what a misconfigured vLLM says)."""
+
+    def __init__(self, routes: dict[str, dict]):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps(routes[self.path.split("?")[0]]).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("model_config", "transfer", "match"),
+    [
+        ({"logprobs_mode": "raw_logprobs"}, {"backend": "lit_rlvr_file"}, r"logprobs_mode is 'raw_logprobs'.*--logprobs-mode processed_logprobs"),
+        ({"logprobs_mode": "processed_logprobs"}, None, r"backend is None, needs 'lit_rlvr_file'.*--weight-transfer-config"),
+    ],
+)
+def test_a_given_server_without_processed_logprobs_or_the_transfer_backend_is_refused(model_config, transfer, match):
+    info = {"vllm_config": {"model_config": model_config, "weight_transfer_config": transfer}}
+    with _Answers({"/v1/models": {"data": [{"id": "m"}]}, "/server_info": info}) as server:
+        with pytest.raises(ServerError, match=rf"server at {server.url} cannot serve lit_rlvr's rollouts: {match}"):
+            build_engine("vllm_server", model_path="unused", urls=[server.url])
