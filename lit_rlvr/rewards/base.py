@@ -151,12 +151,17 @@ class Reward:
 
 
 def as_result(out: Any) -> ScoreResult:
-    """A scorer's return value as a :class:`ScoreResult` (a bare float is an ``ok`` verdict).
+    """A scorer's return value as a :class:`ScoreResult` (a bare float is an ``ok`` verdict; None,
+    TRL's "this reward does not apply here", is ``not_applicable``).
 
     Example:
         >>> as_result(1.0), as_result(ScoreResult(0.0, "timeout"))
         (ScoreResult(reward=1.0, status='ok'), ScoreResult(reward=0.0, status='timeout'))
+        >>> as_result(None).status
+        'not_applicable'
     """
+    if out is None:
+        return ScoreResult(0.0, STATUS_NOT_APPLICABLE, "the reward returned None")
     return out if isinstance(out, ScoreResult) else ScoreResult(float(out), STATUS_OK)
 
 

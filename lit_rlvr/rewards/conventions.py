@@ -58,12 +58,12 @@ from typing import Any
 
 from lit_rlvr.rewards.base import (
     STATUS_ERROR,
-    STATUS_NOT_APPLICABLE,
     STATUS_OK,
     STATUS_TIMEOUT,
     Reward,
     RewardTimeout,
     ScoreResult,
+    as_result,
     deadline,
 )
 
@@ -350,10 +350,8 @@ def as_value(out: Any) -> ScoreResult:
         >>> as_value(None).status, as_value(True), as_value("1.0").reason
         ('not_applicable', ScoreResult(reward=1.0, status='ok'), "returned a str ('1.0'), not a number or None")
     """
-    if out is None:
-        return ScoreResult(0.0, STATUS_NOT_APPLICABLE, "the reward returned None")
-    if isinstance(out, ScoreResult):
-        return out
+    if out is None or isinstance(out, ScoreResult):
+        return as_result(out)
     if isinstance(out, numbers.Real):  # also numpy scalars
         return ScoreResult(float(out), STATUS_OK)
     if hasattr(out, "item") and getattr(out, "ndim", None) == 0:  # a 0-d tensor or array, a numpy bool
