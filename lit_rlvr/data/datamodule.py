@@ -49,7 +49,8 @@ class DatasetSpec:
 
     Args:
         files: one path or a list of JSONL/JSON/Parquet files.
-        adapter: a name in :data:`lit_rlvr.data.ADAPTERS` (``gsm8k``, ``math``, ``spider``, ``jsonl``).
+        adapter: a name in :data:`lit_rlvr.data.ADAPTERS` (``gsm8k``, ``math``, ``spider``, ``jsonl``,
+            ``trl`` for TRL's prompt-only datasets, ``verl`` for verl's parquet layout).
         name: dataset name, used in row ids and metric names (default: the adapter name).
         options: adapter options (e.g. ``{"db_root": ..., "reward": "math"}``).
         hf: a Hugging Face ``datasets`` split (:class:`~lit_rlvr.data.readers.HFSource`: ``path``,

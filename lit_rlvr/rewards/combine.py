@@ -10,7 +10,7 @@ is, here::
         correctness: accuracy          # Pass@k, maj@k, pass counts and the reference cache judge by it
 
 Every term is scored for every completion in the killable reward workers (one item per term and
-completion, each under the per-item deadline), then (docs/methods.md §1, eq. of the reward)
+completion, each under the per-item deadline), then (docs/methods.md §1.9)
 
     r = Σ_k w_k · r_k     over the terms k whose reward applies (r_k not None),
 
