@@ -234,7 +234,8 @@ class ScoringOptions:
             and values are checked here. For an imported function (``reward_funcs``), keyword
             arguments of every call (verl's ``custom_reward_function.reward_kwargs``).
         reward_funcs: the rewards every completion is scored with (null = each row's own
-            ``reward`` field): registered names (``math``, ``sql``) or import paths of functions
+            ``reward`` field; the entry ``row`` is that field among others): registered names
+            (``math``, ``sql``) or import paths of functions
             written for TRL (``f(prompts, completions, completion_ids, trainer_state, **columns)``),
             verl (``compute_score(data_source, solution_str, ground_truth, extra_info)``) or
             lit_rlvr, as ``pkg.module.fn``, ``pkg.module:fn`` or ``path/to/file.py:fn``

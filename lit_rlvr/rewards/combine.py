@@ -23,7 +23,9 @@ named by ``correctness`` alone gives validation's Pass@k / maj@k (correct when i
 > 0.5), the per-prompt pass counts and the reference cache's rewards and pass counts.
 
 Without ``reward_funcs`` (:class:`RewardMix` with no terms) each row is scored by its own
-``reward`` field, as it always was: one term that is also the correctness.
+``reward`` field, as it always was: one term that is also the correctness. With them, the entry
+``row`` (:data:`ROW`) is that per-row reward as one term among others, so a dataset that mixes
+rewards by row (math and SQL rows) can add rewards for every row.
 
 Departures from TRL: a completion that no reward applies to scores 0 (TRL ≥ 1.x gives it a zero
 advantage instead; here the registered advantage estimators see the 0), and is warned about once;
@@ -41,6 +43,11 @@ from typing import Any
 
 from lit_rlvr.rewards.base import STATUS_NOT_APPLICABLE, Reward, ScoreResult
 from lit_rlvr.rewards.conventions import TrainerState, imported_reward, is_import_path, load_function
+
+
+ROW = "row"
+"""The ``reward_funcs`` entry that stands for each row's own ``reward`` field (a dataset mixing
+math and SQL rows, plus a format bonus for all: ``reward_funcs: [row, my_pkg.format_bonus]``)."""
 
 
 def weighted_sum(parts: Sequence[float | None], weights: Sequence[float]) -> float:
@@ -75,9 +82,11 @@ class RewardTerm:
     weight: float = 1.0
     record: Reward | None = None
 
-    @property
-    def scorer_name(self) -> str:
-        """The name the scorer's table knows it by (rows are routed by it)."""
+    def scorer_name(self, row: dict) -> str:
+        """The name the scorer's table knows it by for ``row`` (items are routed by it): the row's
+        own ``reward`` for the :data:`ROW` term."""
+        if self.source == ROW:
+            return row.get("reward")
         return self.source if self.record is None else self.name
 
     @property
@@ -188,7 +197,8 @@ class RewardMix:
             raise ValueError(f"{key}.reward_funcs: two rewards share a name in {names}; each is logged and chosen by its name")
         imported = {t.name for t in terms if t.record is not None}
         registered = {name: opts for name, opts in options.items() if name not in imported}
-        unused = sorted(set(registered) - {t.source for t in terms})
+        row_rewards = set(table) if any(t.source == ROW for t in terms) else set()  # the rows name any of them
+        unused = sorted(set(registered) - {t.source for t in terms} - row_rewards)
         if unused:
             raise ValueError(f"{key}.options names {unused}, which are not in {key}.reward_funcs {names}")
         check_reward_options(registered, table, key=f"{key}.options")
@@ -220,15 +230,18 @@ class RewardMix:
 
     def correctness_sources(self, rows: Sequence[dict]) -> list[str]:
         """What judges correctness for ``rows``: the correctness term's registered name or import
-        path, or (no terms) the rows' own reward names (the reference cache records them)."""
-        if not self.terms:
+        path, or the rows' own reward names (no terms, or the :data:`ROW` term; the reference cache
+        records them)."""
+        if not self.terms or self.terms[self._correctness_index].source == ROW:
             return sorted({str(row.get("reward")) for row in rows})
         return [self.terms[self._correctness_index].source]
 
     def check_rows(self, rows: Sequence[dict], where: str = "data") -> None:
-        """Raise ``ValueError`` at start-up for a row these rewards cannot score: without terms, a
-        row needs ``reward`` and ``answer``; a registered term needs an ``answer``."""
-        need = ("reward", "answer") if not self.terms else ("answer",) if any(t.record is None for t in self.terms) else ()
+        """Raise ``ValueError`` at start-up for a row these rewards cannot score: without terms (or
+        with the :data:`ROW` term), a row needs ``reward`` and ``answer``; a registered term needs an ``answer``."""
+        sources = {t.source for t in self.terms}
+        need = (("reward", "answer") if not self.terms or ROW in sources
+                else ("answer",) if any(t.record is None for t in self.terms) else ())  # fmt: skip
         for row in rows:
             missing = [k for k in need if row.get(k) is None]
             if missing:
@@ -254,7 +267,7 @@ class RewardMix:
             extra = {"trainer_state": trainer_state or TrainerState()} if term.convention == "trl" else {}
             term_rows = []
             for i, row in enumerate(rows):
-                item = {**row, "reward": term.scorer_name, "answer": row.get("answer"), **extra}
+                item = {**row, "reward": term.scorer_name(row), "answer": row.get("answer"), **extra}
                 if extra and completion_ids is not None:
                     item["completion_ids"] = list(completion_ids[i])
                 term_rows.append(item)
@@ -318,8 +331,8 @@ def _parts(results: Sequence[ScoreResult]) -> tuple[float | None, ...]:
 
 
 def _term(ref: str, weight: float, table, options: Mapping[str, Mapping], key: str) -> RewardTerm:
-    """One ``reward_funcs`` entry: a registered reward, or an imported function with its options."""
-    if ref in table:
+    """One ``reward_funcs`` entry: each row's own reward, a registered reward, or an imported function with its options."""
+    if ref == ROW or ref in table:
         return RewardTerm(ref, ref, weight)
     if not is_import_path(ref):
         raise ValueError(f"{key}: unknown reward {ref!r}; registered: {sorted(table)}, or give an import path "

@@ -125,3 +125,16 @@ def test_rows_the_rewards_cannot_score_fail_at_start_up(funcs, rows, match):
     with pytest.raises(ValueError, match=match):
         RewardMix.from_config(funcs).check_rows(rows)
     RewardMix.from_config(["lit_rlvr.rewards.conventions._doc_trl_reward"]).check_rows(rows)  # TRL's read columns
+
+
+def test_the_row_entry_is_each_rows_own_reward_among_others(halves_reward):
+    """A dataset mixing rewards by row (math rows, `halves` rows) plus a bonus for every row."""
+    mix = RewardMix.from_config(["row", halves_reward], [1.0, 0.5], correctness="row", options={"math": {}})
+    rows = [{"id": "m", "prompt": "p", "reward": "math", "answer": "7"}, {"id": "h", "prompt": "p", "reward": halves_reward, "answer": "-"}]
+    with BatchScorer(workers=0, rewards=mix.records, options=mix.scorer_options) as scorer:
+        scores = mix.score(scorer, ["\\boxed{7}", "77"], rows)
+    assert [s.parts for s in scores] == [(1.0, 0.5), (1.0, 1.0)]  # row: math 1.0, halves 1.0; bonus: halves 0.5, 1.0
+    assert [s.reward for s in scores] == [1.25, 1.5] and [s.correct for s in scores] == [1.0, 1.0]
+    assert mix.correctness_sources(rows) == sorted(["math", halves_reward])
+    with pytest.raises(ValueError, match=r"row 'x' has no \['reward'\]"):
+        mix.check_rows([{"id": "x", "prompt": "p", "answer": "1"}])
