@@ -49,6 +49,11 @@ async def slow_length_bonus(completions, **kwargs):
     return [0.5 if len(c if isinstance(c, str) else c[0]["content"]) < 5 else -0.5 for c in completions]
 
 
+async def stuck_judge(completions, **kwargs):
+    """An async reward whose service never answers."""
+    await asyncio.sleep(3600)
+
+
 def pid(completions, **kwargs):
     return [float(os.getpid())]
 '''
@@ -184,3 +189,9 @@ def test_reward_func_pickles_as_its_path(user_rewards):
     data = pickle.dumps(f)
     assert b"contains_solution" in data and len(data) < 300
     assert pickle.loads(data) == f and pickle.loads(data).fn is f.fn
+
+
+def test_an_async_reward_past_the_deadline_times_out_and_the_next_call_works(user_rewards):
+    stuck, bonus = RewardFunc("trl_rewards.stuck_judge"), RewardFunc("trl_rewards.slow_length_bonus")
+    assert stuck.is_async and stuck("x", None, prompt="p", timeout_s=0.2).status == "timeout"
+    assert bonus("x", None, prompt="p", timeout_s=5.0).reward == 0.5  # a fresh event loop after the interrupted one
