@@ -61,7 +61,8 @@ from lit_rlvr.options import (
 )
 from lit_rlvr.policy import ReferencePolicy, batched_completion_logprobs, load_policy, packs_sequences, shard_fsdp2
 from lit_rlvr.rewards.base import STATUSES
-from lit_rlvr.rewards.scorer import BatchScorer
+from lit_rlvr.rewards.combine import MixedScore
+from lit_rlvr.rewards.conventions import TrainerState
 from lit_rlvr.upgrade import CHECKPOINT_FORMAT, upgrade_checkpoint
 
 
@@ -146,7 +147,9 @@ class RLVRModule(LightningModule):
         self.optimizer_factory = optimizer
         self.lr_scheduler_factory = lr_scheduler
         self.generator = torch.Generator().manual_seed(seed)
+        self.reward_mix = scoring.mix()  # the rewards, their weights and the correctness term
         self.scorer = None
+        self._warned_unscored = False
         self.val_panels = torch.nn.ModuleDict()  # one ValidationPanel per validation set
         self.reference_pass_counts = _read_json(evaluation.retention_reference, "model.evaluation.retention_reference")
 
@@ -195,9 +198,11 @@ class RLVRModule(LightningModule):
     @override
     def setup(self, stage: str) -> None:
         if self.scorer is None:
-            self.scorer = BatchScorer(workers=self.scoring.workers, timeout_s=self.scoring.timeout_s, options=self.scoring.options)
+            self.scorer = self.scoring.scorer()
         datamodule = getattr(self.trainer, "datamodule", None)
         _check_tokenizer(datamodule, self.tokenizer)
+        if hasattr(datamodule, "all_rows"):  # every row can be scored by these rewards, before any generation
+            self.reward_mix.check_rows(datamodule.all_rows(), "data")
         for name, n in getattr(datamodule, "val_samples_per_prompt", {}).items():
             if name not in self.val_panels:
                 self.val_panels[name] = ValidationPanel(n, self.evaluation.pass_k)
@@ -225,7 +230,8 @@ class RLVRModule(LightningModule):
     def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
         rollouts = _require_rollouts(batch)
         rows = [row for row in batch.rows for _ in range(rollouts.n)]  # (B,) prompt-major
-        rewards = _rewards(self.score(rollouts.texts, rows, prefix="train"))  # (B,)
+        scores = self.score(rollouts.texts, rows, prefix="train", completion_ids=rollouts.completion_ids)
+        rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (B,) Σ_k w_k r_k
         data = {k: v.to(self.device) for k, v in rollouts.to_padded(self.tokenizer.pad_token_id).items()}
         data["rewards"] = rewards.to(self.device)
         trainer_old = self.hparams.recompute_old_logprobs or self.rollout_correction is not None
@@ -264,14 +270,48 @@ class RLVRModule(LightningModule):
         self.log_step(data, keep, losses)
         return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
 
-    def score(self, texts: list[str], rows: list[dict], prefix: str, with_answers: bool = False):
-        """Score results from the batch scorer (with canonical answers for validation); logs each status's share."""
-        results = self.scorer.score(texts, rows, with_answers=with_answers) if rows else []
+    def score(self, texts: list[str], rows: list[dict], prefix: str, with_answers: bool = False,
+              completion_ids: list[list[int]] | None = None) -> list[MixedScore]:  # fmt: skip
+        """Every reward of :attr:`reward_mix` on every completion, in the reward workers (with the
+        correctness term's canonical answers for validation); logs each status's share over all
+        the rewards' items and, with several rewards, each one's mean as ``<prefix>/reward/<name>``."""
+        scores = self.reward_mix.score(self.scorer, texts, rows, with_answers=with_answers, completion_ids=completion_ids,
+                                       trainer_state=self._trainer_state()) if rows else []  # fmt: skip
+        results = [r for s in scores for r in s.results]
         counts = Counter(r.status for r in results)
         for status in STATUSES:  # every status, every batch: the same keys on every rank (synced means)
             self.log(f"{prefix}/reward_status/{status}", counts[status] / max(len(results), 1), batch_size=max(len(results), 1),
                      add_dataloader_idx=False, sync_dist=True)  # the validation set's name is in the prefix
-        return results
+        if self.reward_mix.terms:
+            self.log_reward_terms(scores, rows, prefix)
+        return scores
+
+    def log_reward_terms(self, scores: list[MixedScore], rows: list[dict], prefix: str) -> None:
+        """``<prefix>/reward/<name>``: each reward's mean over the completions it applies to, across
+        ranks (TRL's ``rewards/<name>/mean``); a reward that applied to none is not logged."""
+        names = self.reward_mix.names
+        totals = torch.zeros(len(names), 2, dtype=torch.float64)  # (K, [sum, count])
+        for s in scores:
+            for k, part in enumerate(s.parts):
+                if part is not None:
+                    totals[k] += torch.tensor([part, 1.0], dtype=torch.float64)
+        if self._trainer is not None and self.trainer.world_size > 1:
+            totals = self.trainer.strategy.reduce(totals.to(self.device), reduce_op="sum").cpu()
+        for k, name in enumerate(names):
+            if totals[k, 1] > 0:
+                self.log(f"{prefix}/reward/{name}", float(totals[k, 0] / totals[k, 1]), batch_size=int(totals[k, 1]),
+                         add_dataloader_idx=False, sync_dist=False)  # fmt: skip
+        unscored = next((i for i, s in enumerate(scores) if all(p is None for p in s.parts)), None)
+        if unscored is not None and not self._warned_unscored:  # TRL warns too; once is enough
+            self._warned_unscored = True
+            rank_zero_warn(f"every reward of {names} returned None for a completion of row {rows[unscored].get('id')!r}, "
+                           "so it scores 0; check that some reward judges every row")
+
+    def _trainer_state(self) -> TrainerState:
+        """Progress as TRL reward functions read it (``trainer_state.global_step``, ...)."""
+        if self._trainer is None:
+            return TrainerState()
+        return TrainerState(self.trainer.global_step, self.trainer.current_epoch, self.trainer.max_steps)
 
     def advantages(self, data: dict[str, Tensor]) -> Tensor:
         """``(B,)`` advantages from the configured estimator (options + injected tensors)."""
@@ -432,14 +472,14 @@ class RLVRModule(LightningModule):
         real = [p for p, pad in enumerate(batch.padding) if not pad]
         prompts = [batch.rows[p] for p in real]
         texts = [rollouts.texts[p * n : (p + 1) * n] for p in real]  # (P, n)
-        results = self.score([t for group in texts for t in group], [row for row in prompts for _ in range(n)],
-                             prefix=f"val/{name}", with_answers=True)  # fmt: skip
-        rewards = _rewards(results)  # (P·n,)
-        correct = (rewards > 0.5).view(-1, n)  # (P, n)
+        scores = self.score([t for group in texts for t in group], [row for row in prompts for _ in range(n)],
+                            prefix=f"val/{name}", with_answers=True)  # fmt: skip
+        rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (P·n,)
+        correct = (torch.tensor([s.correct for s in scores], dtype=torch.float32) > 0.5).view(-1, n)  # (P, n) by the correctness reward
         ids = [row["id"] for row in prompts]
         self.val_panels[name].update(
             correct,
-            answers=[[r.answer for r in results[p * n : (p + 1) * n]] for p in range(len(prompts))],
+            answers=[[s.answer for s in scores[p * n : (p + 1) * n]] for p in range(len(prompts))],
             texts=texts,
             rewards=rewards,
             base_solved=self._base_solved(name, ids),
@@ -557,7 +597,3 @@ def _read_json(path: str | None, key: str):
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"{key}: cannot read {path!r} as JSON ({err})") from err
 
-
-def _rewards(results) -> Tensor:
-    """``(B,)`` float32 rewards of the scorer's results."""
-    return torch.tensor([r.reward for r in results], dtype=torch.float32)

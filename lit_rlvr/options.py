@@ -39,7 +39,8 @@ from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES
 from lit_rlvr.functional.losses import KL_ESTIMATORS, checked_aggregation
 from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
 from lit_rlvr.policy.logprobs import MicroBatching, check_padding_free
-from lit_rlvr.rewards.scorer import check_reward_options, reward_table
+from lit_rlvr.rewards.combine import RewardMix
+from lit_rlvr.rewards.scorer import BatchScorer
 from lit_rlvr.rollout.types import SamplingParams
 
 __all__ = [
@@ -220,26 +221,53 @@ class BatchingOptions:
 
 @dataclass(frozen=True)
 class ScoringOptions:
-    """The reward scorer: killable worker processes, a per-item deadline, options per reward.
+    """The rewards and their scorer: killable worker processes, a per-item deadline, options per reward.
 
-    Shared by training (``model.scoring``) and ``lit-rlvr cache`` (``scoring``).
+    Shared by training (``model.scoring``) and ``lit-rlvr cache`` (``scoring``). Names as TRL's
+    ``reward_funcs`` / ``reward_weights`` (:mod:`lit_rlvr.rewards.combine`).
 
     Args:
         workers: reward worker processes (0 = score in the training process, without a hard
             deadline).
         timeout_s: per-item deadline in seconds (soft in the reward, hard by killing its worker).
         options: ``{reward name: {option: value}}``, e.g. ``{sql: {mode: bird}}``; names, options
-            and values are checked here (:func:`~lit_rlvr.rewards.scorer.check_reward_options`).
+            and values are checked here. For an imported function (``reward_funcs``), keyword
+            arguments of every call (verl's ``custom_reward_function.reward_kwargs``).
+        reward_funcs: the rewards every completion is scored with (null = each row's own
+            ``reward`` field; the entry ``row`` is that field among others): registered names
+            (``math``, ``sql``) or import paths of functions
+            written for TRL (``f(prompts, completions, completion_ids, trainer_state, **columns)``),
+            verl (``compute_score(data_source, solution_str, ground_truth, extra_info)``) or
+            lit_rlvr, as ``pkg.module.fn``, ``pkg.module:fn`` or ``path/to/file.py:fn``
+            (:mod:`lit_rlvr.rewards.conventions`). Each is logged as ``train/reward/<name>``.
+        reward_weights: one weight per ``reward_funcs`` entry (null = all 1); the training reward
+            is the weighted sum over the rewards that apply (a None is left out, as in TRL).
+        correctness: the name of the ``reward_funcs`` entry that decides correctness: Pass@k,
+            maj@k, pass counts and the reference cache (needed with several; a function's name is
+            its ``__name__``).
     """
 
     workers: int = 2
     timeout_s: float = 10.0
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reward_funcs: list[str] | None = None
+    reward_weights: list[float] | None = None
+    correctness: str | None = None
 
     def __post_init__(self):
         _positive("scoring.workers", self.workers, integer=True, strict=False)
         _positive("scoring.timeout_s", self.timeout_s)
-        check_reward_options(self.options, reward_table(), key="scoring.options")
+        self.mix()  # every name, path, weight and option checked now
+
+    def mix(self) -> RewardMix:
+        """The rewards, weights and correctness term (:class:`~lit_rlvr.rewards.combine.RewardMix`), checked."""
+        return RewardMix.from_config(self.reward_funcs, self.reward_weights, self.correctness, self.options)
+
+    def scorer(self, **kwargs) -> BatchScorer:
+        """A :class:`~lit_rlvr.rewards.BatchScorer` for these rewards (``kwargs`` override, e.g. ``workers``)."""
+        mix = self.mix()
+        settings = {"workers": self.workers, "timeout_s": self.timeout_s, "options": mix.scorer_options, "rewards": mix.records}
+        return BatchScorer(**{**settings, **kwargs})
 
 
 @dataclass(frozen=True)

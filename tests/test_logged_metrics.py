@@ -23,10 +23,11 @@ from lit_rlvr.data.datamodule import DatasetSpec, ValSet
 from lit_rlvr.contracts import AnchorBatch, TrainBatch
 from lit_rlvr.module import RLVRModule
 from lit_rlvr.options import AnchorOptions, EvalOptions, KLOptions, PolicyOptions, RolloutCorrection, SamplingParams, ScoringOptions
+from lit_rlvr.rewards.base import STATUSES
 from lit_rlvr.rollout.types import Rollouts
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-PLACEHOLDERS = {"<set>": r"[^/]+", "<k>": r"\d+", "<status>": r"(ok|no_answer|timeout|rejected|error)"}
+PLACEHOLDERS = {"<set>": r"[^/]+", "<k>": r"\d+", "<status>": f"({'|'.join(STATUSES)})", "<name>": r"[^/]+"}
 LIGHTNING_KEYS = {"epoch"}
 
 
@@ -63,7 +64,8 @@ def fit_then_validate(tiny_model_dir, seven_reward, tmp_path_factory):
                           val=[ValSet(files=files, name="a_val", n_samples=4), ValSet(files=files, name="b_val", n_samples=2)],
                           batch_size=2, val_batch_size=4, seed=0)  # fmt: skip
     module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=6, seed=0), kl=KLOptions(coef=0.1),
-                        scoring=ScoringOptions(workers=0), evaluation=EvalOptions(retention_reference=str(reference)),
+                        scoring=ScoringOptions(workers=0, reward_funcs=[seven_reward]),  # logs train/reward/<name> too
+                        evaluation=EvalOptions(retention_reference=str(reference)),
                         rollout_correction=RolloutCorrection(), recompute_old_logprobs=True)  # fmt: skip
     logger = Names()
     trainer = Trainer(max_steps=2, accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,

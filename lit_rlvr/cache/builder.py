@@ -176,6 +176,7 @@ def build_reference_cache(
     progress: bool = True,
     rank: int = 0,
     world_size: int = 1,
+    reward_names: list[str] | None = None,
 ) -> Path:
     """Sample, score and store π_ref completions for every prompt; resume a partial build in place.
 
@@ -200,6 +201,9 @@ def build_reference_cache(
             shards ``s`` with ``s % world_size == rank``).
         world_size: ranks building the cache; with more than one, the manifest is only marked
             complete by :func:`finish_manifest` on rank 0 after every rank has returned.
+        reward_names: what judges the samples, recorded in the manifest (part of the cache's
+            identity; default: the rows' ``reward`` names). With several rewards, the
+            correctness reward's (:meth:`~lit_rlvr.rewards.RewardMix.correctness_sources`).
 
     Returns:
         The cache directory.
@@ -224,7 +228,7 @@ def build_reference_cache(
         "model": model_fingerprint(model),
         "tokenizer_sha256": tokenizer_fingerprint(tokenizer),
         "sampling": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(replace(params, seed=None)).items()},
-        "rewards": sorted({r["reward"] for r in rows}),
+        "rewards": list(reward_names) if reward_names is not None else sorted({r["reward"] for r in rows}),
         "dataset_fingerprint": dataset_fingerprint(rows, prompt_ids),
         "num_prompts": len(rows),
         "n": n,

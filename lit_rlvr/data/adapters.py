@@ -2,9 +2,11 @@
 
 A prompt *row* is ``{"id", "prompt", "answer", "reward", ...extras}``: a stable string id (the
 dataset name and the record's index, or its native id), the problem text (before any chat
-template), the gold answer as a string, and the name of the reward function in
-``lit_rlvr.rewards.REWARDS`` that judges it. Adapters are registered in :data:`ADAPTERS` and
-chosen by name from config; each has the signature
+template) or a conversation (a list of ``{"role", "content"}`` messages, TRL's and verl's
+conversational prompts), the gold answer as a string, and the name of the reward function in
+``lit_rlvr.rewards.REWARDS`` that judges it. A row scored by ``model.scoring.reward_funcs`` (a TRL
+dataset) may have no ``reward`` and no ``answer``: its columns are what the reward functions read.
+Adapters are registered in :data:`ADAPTERS` and chosen by name from config; each has the signature
 
     ``adapter(record: dict, *, index: int, name: str, source: Path, **options) -> dict``
 
@@ -221,6 +223,120 @@ def generic(
     return row
 
 
+def messages(value, key: str = "prompt") -> list[dict]:
+    """A conversational prompt, checked: a non-empty list of messages, each with a string ``role`` and ``content``.
+
+    Example:
+        >>> messages([{"role": "user", "content": "2+2?"}])
+        [{'role': 'user', 'content': '2+2?'}]
+        >>> messages([{"role": "user", "content": ["image", "text"]}])
+        Traceback (most recent call last):
+        ...
+        lit_rlvr.data.adapters.BadRowError: 'prompt' message 1 must have a string 'role' and a string 'content' (text only), got {'role': 'user', 'content': ['image', 'text']}
+    """
+    if not isinstance(value, list) or not value:
+        raise BadRowError(f"{key!r} must be text or a non-empty list of messages, got {value!r:.80}")
+    for i, message in enumerate(value, start=1):
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str) and isinstance(message.get("content"), str)):
+            raise BadRowError(f"{key!r} message {i} must have a string 'role' and a string 'content' (text only), got {message!r:.80}")
+    return [dict(m) for m in value]
+
+
+def _prompt(record: dict, key: str) -> str | list[dict]:
+    """A record's prompt: non-empty text (standard) or a list of messages (conversational)."""
+    value = _field(record, key)
+    return str(value) if isinstance(value, str) else messages(value, key)
+
+
+def _columns(record: dict, prompt_key: str, id_field: str | None, reserved: tuple[str, ...]) -> dict:
+    """Every column but the prompt, refusing one the row's own keys would hide."""
+    hidden = [k for k in reserved if k in record and not (k == "id" and id_field == "id")]
+    if hidden:
+        raise BadRowError(f"column(s) {hidden} would be hidden by the row's own keys of that name; rename them "
+                          "(or key rows by the dataset's `id` with id_field: id)")  # fmt: skip
+    return {k: v for k, v in record.items() if k != prompt_key}
+
+
+@ADAPTERS.register("trl")
+def trl(
+    record: dict,
+    *,
+    index: int,
+    name: str,
+    source: Path,
+    answer_field: str | None = None,
+    reward: str | None = None,
+    id_field: str | None = None,
+) -> dict:
+    """TRL's prompt-only datasets: standard (``prompt`` text) or conversational (``prompt`` a list of
+    ``{role, content}`` messages), every other column kept: the reward functions get them by name,
+    as TRL's ``**kwargs`` (``model.scoring.reward_funcs``).
+
+    A TRL dataset names no reward and no gold of lit_rlvr's; ``answer_field`` makes one column the
+    row's ``answer`` too (for a registered reward such as ``math``, the gold check and maj@k), and
+    ``reward`` names the registered reward of rows scored without ``reward_funcs``.
+
+    Example:
+        >>> trl({"prompt": [{"role": "user", "content": "2+2?"}], "solution": "4"}, index=0, name="t", source=Path("t"))
+        {'solution': '4', 'id': 't/0', 'prompt': [{'role': 'user', 'content': '2+2?'}]}
+        >>> trl({"prompt": "2+2?", "solution": 4}, index=1, name="t", source=Path("t"), answer_field="solution", reward="math")
+        {'solution': 4, 'id': 't/1', 'prompt': '2+2?', 'answer': '4', 'reward': 'math'}
+    """
+    prompt = _prompt(record, "prompt")
+    row = _columns(record, "prompt", id_field, ("id", "reward") + (("answer",) if answer_field not in (None, "answer") else ()))
+    row.update(id=_row_id(record, index, name, id_field), prompt=prompt)
+    if answer_field is not None:
+        answer = _field(record, answer_field)
+        row["answer"] = answer.strip() if isinstance(answer, str) else normalize_answer(answer)
+    if reward is not None:
+        row["reward"] = reward
+    return row
+
+
+@ADAPTERS.register("verl")
+def verl(
+    record: dict,
+    *,
+    index: int,
+    name: str,
+    source: Path,
+    reward: str | None = "math",
+    prompt_key: str = "prompt",
+    id_field: str | None = None,
+) -> dict:
+    """verl's RL rows, as its ``examples/data_preprocess`` scripts write them (GSM8K, MATH, ...):
+    ``data_source``, ``prompt`` (messages), ``ability``, ``reward_model: {style, ground_truth}``,
+    ``extra_info``.
+
+    The gold is ``reward_model.ground_truth`` (``answer``; numbers as :func:`normalize_answer`
+    writes them); every column is kept, so a verl ``compute_score`` in ``model.scoring.reward_funcs``
+    gets ``data_source`` and ``extra_info`` as verl gives them. ``reward`` is the registered reward
+    of rows scored without ``reward_funcs`` (``math``: math-verify on the ground truth, where verl's
+    ``default_compute_score`` picks a scorer by ``data_source``); ``prompt_key`` is verl's
+    ``data.prompt_key``.
+
+    Example:
+        >>> row = verl({"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "2+2?"}],
+        ...             "ability": "math", "reward_model": {"style": "rule", "ground_truth": "4"},
+        ...             "extra_info": {"split": "test", "index": 0}}, index=0, name="gsm8k", source=Path("t"))
+        >>> row["id"], row["answer"], row["reward"], row["data_source"], row["prompt"][0]["content"]
+        ('gsm8k/0', '4', 'math', 'openai/gsm8k', '2+2?')
+    """
+    prompt = _prompt(record, prompt_key)
+    reward_model = record.get("reward_model")
+    if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
+        raise BadRowError(f"verl rows carry the gold in reward_model.ground_truth; got reward_model={reward_model!r:.80}")
+    gold = reward_model["ground_truth"]
+    if isinstance(gold, str) and not gold.strip():
+        raise BadRowError("reward_model.ground_truth is empty")
+    row = _columns(record, prompt_key, id_field, ("id", "answer", "reward"))
+    row.update(id=_row_id(record, index, name, id_field), prompt=prompt)
+    row["answer"] = gold.strip() if isinstance(gold, str) else normalize_answer(gold) if isinstance(gold, (int, float)) else gold
+    if reward is not None:
+        row["reward"] = reward
+    return row
+
+
 @dataclass
 class LoadedRows:
     """Rows of one dataset plus the records that failed, for reporting.
@@ -308,7 +424,7 @@ def load_rows(
             if row["id"] in seen:
                 out.bad.append(BadRow(label, line, f"duplicate id {row['id']!r}"))
                 continue
-            if row["reward"] not in REWARDS:
+            if row.get("reward") is not None and row["reward"] not in REWARDS:  # None: scored by model.scoring.reward_funcs
                 out.bad.append(BadRow(label, line, f"unknown reward {row['reward']!r}; valid names: {sorted(REWARDS)}"))
                 continue
             seen.add(row["id"])

@@ -49,7 +49,8 @@ class DatasetSpec:
 
     Args:
         files: one path or a list of JSONL/JSON/Parquet files.
-        adapter: a name in :data:`lit_rlvr.data.ADAPTERS` (``gsm8k``, ``math``, ``spider``, ``jsonl``).
+        adapter: a name in :data:`lit_rlvr.data.ADAPTERS` (``gsm8k``, ``math``, ``spider``, ``jsonl``,
+            ``trl`` for TRL's prompt-only datasets, ``verl`` for verl's parquet layout).
         name: dataset name, used in row ids and metric names (default: the adapter name).
         options: adapter options (e.g. ``{"db_root": ..., "reward": "math"}``).
         hf: a Hugging Face ``datasets`` split (:class:`~lit_rlvr.data.readers.HFSource`: ``path``,
@@ -149,14 +150,20 @@ class _Prepared:
 def check_golds(rows: list[dict], check: GoldCheck) -> list[str | None]:
     """Per row, why its gold is unusable (None if fine), checked in ``check.workers`` reward processes.
 
-    No process starts when no row's reward has a gold check.
+    No process starts when no row's reward has a gold check. A row without a ``reward`` (a TRL
+    dataset scored by ``model.scoring.reward_funcs``) or without an answer has no gold to check.
     """
     from lit_rlvr.rewards import REWARDS, BatchScorer
 
-    if all(REWARDS[row["reward"]].check_gold is None for row in rows):
-        return [None] * len(rows)
+    todo = [i for i, row in enumerate(rows) if row.get("reward") is not None and row.get("answer") is not None
+            and REWARDS[row["reward"]].check_gold is not None]  # fmt: skip
+    problems: list[str | None] = [None] * len(rows)
+    if not todo:
+        return problems
     with BatchScorer(workers=check.workers, timeout_s=check.timeout_s) as scorer:
-        return scorer.check_golds(rows)
+        for i, problem in zip(todo, scorer.check_golds([rows[i] for i in todo])):
+            problems[i] = problem
+    return problems
 
 
 def _identity(batch):

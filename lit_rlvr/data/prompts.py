@@ -4,6 +4,12 @@ The DataModule (training and validation) and the reference-cache builder both ca
 :func:`encode_prompt`, so the cached π_ref samples are conditioned on exactly the prompts the
 policy later sees. With a chat template the row becomes ``[system?, user]`` messages plus the
 generation prompt; without one (base models, the tiny char-level model) a plain template is used.
+
+A conversational row (``prompt`` a list of messages: TRL's conversational format, verl's parquet)
+keeps its messages: the instruction template formats the last user message (``{prompt}`` is its
+text), the system prompt is added only when the conversation has none, and the chat template
+renders it all, as TRL's ``apply_chat_template`` does. Without a chat template a conversation of
+one user message (after an optional system message) takes the plain template.
 """
 
 from __future__ import annotations
@@ -32,23 +38,52 @@ class PromptFormat:
 
     def text(self, row: dict, tokenizer) -> tuple[str, bool]:
         """The prompt string and whether it came from the chat template (then it holds BOS itself)."""
+        messages = self.messages(row)
+        has_template = getattr(tokenizer, "chat_template", None) is not None
+        if self.use_chat_template and not has_template:
+            raise ValueError("use_chat_template=True but the tokenizer has no chat template")
+        if self.use_chat_template if self.use_chat_template is not None else has_template:
+            return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), True
+        system = [m["content"] for m in messages if m["role"] == "system"]
+        turns = [m for m in messages if m["role"] != "system"]
+        if len(system) > 1 or len(turns) != 1 or turns[0]["role"] != "user":
+            raise ValueError(
+                f"row {row.get('id')!r}: a conversation of {[m['role'] for m in messages]} needs a chat template; "
+                "without one only [system?, user] can be written as plain text"
+            )
+        return self.plain_template.format(system=f"{system[0]}\n\n" if system else "", user=turns[0]["content"]), False
+
+    def messages(self, row: dict) -> list[dict]:
+        """The row as chat messages: ``[system?, user]`` from the templates, or a conversational
+        row's own messages with the instruction applied to its last user message.
+
+        Example:
+            >>> fmt = PromptFormat(instruction="{prompt} Think step by step.", system_prompt="Be brief.")
+            >>> fmt.messages({"prompt": "2+2?"})
+            [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '2+2? Think step by step.'}]
+            >>> fmt.messages({"prompt": [{"role": "system", "content": "Hi."}, {"role": "user", "content": "2+2?"}]})
+            [{'role': 'system', 'content': 'Hi.'}, {'role': 'user', 'content': '2+2? Think step by step.'}]
+        """
+        prompt = row.get("prompt")
+        if not isinstance(prompt, list):
+            system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+            return system + [{"role": "user", "content": self._instruction(row)}]
+        messages = [dict(m) for m in prompt]
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+        if last_user is not None:
+            messages[last_user]["content"] = self._instruction({**row, "prompt": messages[last_user]["content"]})
+        if self.system_prompt and not any(m["role"] == "system" for m in messages):
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return messages
+
+    def _instruction(self, row: dict) -> str:
         try:
-            user = self.instruction.format(**row)
+            return self.instruction.format(**row)
         except KeyError as e:
             raise ValueError(
                 f"instruction template {self.instruction!r} uses field {e.args[0]!r}, which row "
                 f"{row.get('id')!r} does not have (fields: {sorted(row)})"
             ) from None
-        has_template = getattr(tokenizer, "chat_template", None) is not None
-        if self.use_chat_template and not has_template:
-            raise ValueError("use_chat_template=True but the tokenizer has no chat template")
-        if self.use_chat_template if self.use_chat_template is not None else has_template:
-            messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else []) + [
-                {"role": "user", "content": user}
-            ]
-            return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), True
-        system = f"{self.system_prompt}\n\n" if self.system_prompt else ""
-        return self.plain_template.format(system=system, user=user), False
 
 
 def encode_prompt(row: dict, tokenizer, fmt: PromptFormat = PromptFormat()) -> list[int]:

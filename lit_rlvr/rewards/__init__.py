@@ -8,6 +8,10 @@
   plain float reward in [0, 1].
 - :class:`BatchScorer` — many items in killable worker processes with a per-item deadline; the
   answer keys run there too.
+- :class:`RewardMix` — several weighted rewards per completion (TRL's ``reward_funcs`` +
+  ``reward_weights``), one of them the correctness (:mod:`~lit_rlvr.rewards.combine`).
+- :class:`RewardFunc` — a reward function written for TRL or verl, called as it is
+  (:mod:`~lit_rlvr.rewards.conventions`).
 
 A malformed gold answer is a data error: :class:`GoldAnswerError` (a ``ValueError``) naming the
 row's ``id``.
@@ -23,6 +27,22 @@ from lit_rlvr.rewards.base import (
     ScoreResult,
     register_reward,
 )
+from lit_rlvr.rewards.combine import MixedScore, RewardMix
+from lit_rlvr.rewards.conventions import RewardFunc, TrainerState
 from lit_rlvr.rewards.scorer import BatchScorer
 
-__all__ = ["REWARDS", "STATUSES", "BatchScorer", "GoldAnswerError", "Reward", "ScoreResult", "math", "register_reward", "sql"]
+__all__ = [
+    "REWARDS",
+    "STATUSES",
+    "BatchScorer",
+    "GoldAnswerError",
+    "MixedScore",
+    "Reward",
+    "RewardFunc",
+    "RewardMix",
+    "ScoreResult",
+    "TrainerState",
+    "math",
+    "register_reward",
+    "sql",
+]

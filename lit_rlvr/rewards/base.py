@@ -36,7 +36,8 @@ STATUS_NO_ANSWER = "no_answer"  # nothing extractable
 STATUS_TIMEOUT = "timeout"  # the deadline ran out
 STATUS_REJECTED = "rejected"  # unsafe to evaluate (a power tower, a DROP statement): 0 without running it
 STATUS_ERROR = "error"  # the evaluation failed (a crash in the parser, a worker that died, a malformed gold)
-STATUSES = (STATUS_OK, STATUS_NO_ANSWER, STATUS_TIMEOUT, STATUS_REJECTED, STATUS_ERROR)
+STATUS_NOT_APPLICABLE = "not_applicable"  # the reward returned None: it does not judge this row (TRL's None), left out of the sum
+STATUSES = (STATUS_OK, STATUS_NO_ANSWER, STATUS_TIMEOUT, STATUS_REJECTED, STATUS_ERROR, STATUS_NOT_APPLICABLE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,10 @@ class ScoreResult:
     """One scored completion.
 
     Attributes:
-        reward: in [0, 1].
-        status: one of :data:`STATUSES` (``ok``, ``no_answer``, ``timeout``, ``rejected``, ``error``).
+        reward: in the reward's :attr:`Reward.value_range` ([0, 1] unless it says otherwise).
+        status: one of :data:`STATUSES` (``ok``, ``no_answer``, ``timeout``, ``rejected``, ``error``,
+            ``not_applicable``: the reward returned None for this row; ``reward`` is then 0 and
+            :class:`~lit_rlvr.rewards.combine.RewardMix` leaves it out of the sum).
         reason: why, for ``rejected``, ``error`` and ``timeout`` (empty for ``ok``).
         answer: the reward's canonical final answer (``answer_key``), when the scorer was asked
             for it (validation), else None.
@@ -58,7 +61,7 @@ class ScoreResult:
         >>> ScoreResult(1.0, "fine")
         Traceback (most recent call last):
         ...
-        ValueError: ScoreResult.status must be one of ('ok', 'no_answer', 'timeout', 'rejected', 'error'); got 'fine'
+        ValueError: ScoreResult.status must be one of ('ok', 'no_answer', 'timeout', 'rejected', 'error', 'not_applicable'); got 'fine'
     """
 
     reward: float
@@ -130,6 +133,10 @@ class Reward:
         answer_key: ``(completion, **options, **row) -> str | None``.
         check_gold: ``(answer, **row) -> None``, raising :class:`GoldAnswerError`; None = no check.
         takes_timeout: ``score`` accepts ``timeout_s`` (the scorer passes its deadline).
+        value_range: the rewards ``score`` may return; a value outside (or not finite) is scored
+            0 with status ``error``. [0, 1] for lit_rlvr's rewards; a TRL or verl function
+            imported as it is (:class:`~lit_rlvr.rewards.conventions.RewardFunc`) may return any
+            finite number (a format bonus of 0.5, verl DAPO's -1/+1).
     """
 
     name: str
@@ -137,18 +144,24 @@ class Reward:
     answer_key: Callable[..., str | None] = stripped_completion
     check_gold: Callable[..., None] | None = None
     takes_timeout: bool = False
+    value_range: tuple[float, float] = (0.0, 1.0)
 
     def __call__(self, completion: str, answer: Any, **row) -> float:
         return as_result(self.score(completion, answer, **row)).reward
 
 
 def as_result(out: Any) -> ScoreResult:
-    """A scorer's return value as a :class:`ScoreResult` (a bare float is an ``ok`` verdict).
+    """A scorer's return value as a :class:`ScoreResult` (a bare float is an ``ok`` verdict; None,
+    TRL's "this reward does not apply here", is ``not_applicable``).
 
     Example:
         >>> as_result(1.0), as_result(ScoreResult(0.0, "timeout"))
         (ScoreResult(reward=1.0, status='ok'), ScoreResult(reward=0.0, status='timeout'))
+        >>> as_result(None).status
+        'not_applicable'
     """
+    if out is None:
+        return ScoreResult(0.0, STATUS_NOT_APPLICABLE, "the reward returned None")
     return out if isinstance(out, ScoreResult) else ScoreResult(float(out), STATUS_OK)
 
 
@@ -176,6 +189,12 @@ class RewardRegistry(Registry):
             return fn
 
         return decorator
+
+    def add(self, record: Reward) -> Reward:
+        """Add a whole :class:`Reward` record under its name (one built elsewhere, e.g. a
+        :class:`~lit_rlvr.rewards.conventions.RewardFunc`'s); raises ``ValueError`` if the name is taken."""
+        super().register(record.name, signature=record.score)(record)
+        return record
 
 
 REWARDS = RewardRegistry()

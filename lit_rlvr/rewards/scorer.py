@@ -110,9 +110,10 @@ class _FrameReader:
         return frames
 
 
-def reward_table(rewards: Mapping[str, Callable] | None = None) -> RewardRegistry:
-    """Every registered reward, plus ``rewards`` (plain functions by name, wrapped in records;
-    they override the registry), as one :class:`~lit_rlvr.rewards.base.RewardRegistry`.
+def reward_table(rewards: Mapping[str, Callable | Reward] | None = None) -> RewardRegistry:
+    """Every registered reward, plus ``rewards`` (plain functions by name, wrapped in records, or
+    whole :class:`~lit_rlvr.rewards.base.Reward` records; they override the registry), as one
+    :class:`~lit_rlvr.rewards.base.RewardRegistry`.
 
     Example:
         >>> import lit_rlvr.rewards
@@ -122,7 +123,10 @@ def reward_table(rewards: Mapping[str, Callable] | None = None) -> RewardRegistr
     """
     extra = RewardRegistry("reward")
     for name, fn in (rewards or {}).items():
-        extra.register(name)(fn)
+        if isinstance(fn, Reward):
+            extra.add(replace(fn, name=name))
+        else:
+            extra.register(name)(fn)
     return REWARDS.merged(extra)
 
 
@@ -195,8 +199,9 @@ def score_one(
         raise
     except Exception as e:
         return ScoreResult(0.0, STATUS_ERROR, f"{type(e).__name__}: {str(e)[:200]}")
-    if not 0.0 <= result.reward <= 1.0:  # also catches NaN
-        return ScoreResult(0.0, STATUS_ERROR, f"reward {result.reward!r} outside [0, 1]")
+    lo, hi = record.value_range
+    if not (math.isfinite(result.reward) and lo <= result.reward <= hi):  # also catches NaN
+        return ScoreResult(0.0, STATUS_ERROR, f"reward {result.reward!r} outside [{lo:g}, {hi:g}]")
     if with_answer:
         key_kwargs = {k: v for k, v in kwargs.items() if k != "timeout_s" or _takes(record.answer_key, "timeout_s")}
         try:
@@ -351,7 +356,8 @@ class BatchScorer:
         chunk_size: items sent to a worker per message.
         memory_limit_mb: address-space cap per worker (``RLIMIT_AS``); None for no cap.
         rewards: extra reward functions ``fn(completion, answer, **row) -> float | ScoreResult``
-            by name (override the registry). Workers import them, and every reward registered
+            or whole :class:`~lit_rlvr.rewards.base.Reward` records, by name (override the
+            registry). Workers import them, and every reward registered
             in ``REWARDS`` by other modules, by reference: they must be module-level
             functions of an importable module (not ``__main__``).
         options: ``{reward name: {option: value}}``, keyword options passed to that

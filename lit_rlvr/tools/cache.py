@@ -73,7 +73,8 @@ def build_cache(
         engine: a rollout engine name (:data:`lit_rlvr.rollout.ENGINES`: ``hf``, ``vllm``, ``auto``).
         engine_options: the engine's options (e.g. ``gpu_memory_utilization``), as the rollout callback's.
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ...
-        scoring: the reward scorer (:class:`~lit_rlvr.options.ScoringOptions`), as in training.
+        scoring: the rewards and their scorer (:class:`~lit_rlvr.options.ScoringOptions`), as in
+            training; the cache stores the correctness reward (``scoring.correctness``).
         prompts_per_shard: prompts per shard (unit of resumption).
         prompts_per_call: prompts per engine call.
         micro_batch_size: completions per log-prob forward pass (as ``model.batching``).
@@ -93,7 +94,6 @@ def build_cache(
     from lit_rlvr.cache.builder import build_reference_cache
     from lit_rlvr.policy import MicroBatching
     from lit_rlvr.policy.loading import DTYPES
-    from lit_rlvr.rewards import BatchScorer
     from lit_rlvr.rollout import ENGINES, build_engine
 
     ENGINES.get_checked(engine, "engine", engine_options or {}, "engine_options")  # before any loading
@@ -107,14 +107,17 @@ def build_cache(
     data.setup("fit")
     if not data.train_rows:
         raise ValueError("data.train is required: the cache covers the training prompts")
+    mix = scoring.mix()  # the cache's rewards and pass counts are the correctness reward's, as validation's
+    mix.check_rows(data.train_rows, "data.train")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(policy.path, dtype=DTYPES[policy.dtype]).to(device).eval()
     rollout_engine = build_engine(engine, model=model, tokenizer=data.tokenizer, model_path=policy.path, **(engine_options or {}))
     try:
-        with BatchScorer(workers=scoring.workers, timeout_s=scoring.timeout_s, options=scoring.options) as scorer:
+        with scoring.scorer() as scorer:
             build_reference_cache(
-                out, data.train_rows, data.train_prompt_ids, engine=rollout_engine, scorer=scorer, model=model,
+                out, data.train_rows, data.train_prompt_ids, engine=rollout_engine, scorer=mix.correctness_scorer(scorer),
+                reward_names=mix.correctness_sources(data.train_rows), model=model,
                 tokenizer=data.tokenizer, params=sampling, prompts_per_shard=prompts_per_shard,
                 prompts_per_call=prompts_per_call, batching=MicroBatching(micro_batch_size, micro_batch_tokens),
                 correct_threshold=correct_threshold, progress=progress, rank=rank, world_size=world_size,

@@ -36,3 +36,28 @@ def test_cache_command_from_yaml_builds_a_cache_the_datamodule_accepts(tmp_path,
                           cache=CacheOptions(str(out)))  # fmt: skip
     dm.setup("fit")
     assert set(dm.base_pass_counts) == {f"toy/{i}" for i in range(5)}
+
+
+@pytest.mark.timeout(120)
+def test_with_several_rewards_the_cache_stores_the_correctness_reward(tmp_path, tiny_model_dir):
+    """TRL rows (no lit_rlvr reward or answer) and two TRL reward functions from a file, in a worker:
+    the cache's rewards and pass counts are the `correctness` reward's alone, and the manifest names it."""
+    rewards = tmp_path / "my_rewards.py"
+    rewards.write_text(
+        "def parity(completions, index, **kwargs):\n    return [float(i % 2 == 0) for i in index]\n\n\n"
+        "def bonus(completions, **kwargs):\n    return [0.5 for _ in completions]\n"
+    )
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "index": i}) + "\n" for i in range(4)))
+    out = tmp_path / "cache"
+    config = tmp_path / "cache.yaml"
+    config.write_text(
+        f"policy: {{path: {tiny_model_dir}}}\ndata:\n  train: {{files: {data}, adapter: trl, name: toy}}\n  cache: {{path: {out}}}\n"
+        "sampling: {n: 2, max_new_tokens: 4}\nprogress: false\n"
+        f"scoring: {{workers: 1, reward_funcs: ['{rewards}:parity', '{rewards}:bonus'], reward_weights: [1.0, 1.0], correctness: parity}}\n"
+    )
+    main(["--config", str(config)])
+    with ReferenceCache(out) as cache:
+        assert cache.manifest["rewards"] == [f"{rewards}:parity"]
+        assert cache.rewards.tolist() == [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]  # parity only: no +0.5 bonus
+        assert cache.base_pass_counts() == {"toy/0": 2, "toy/1": 0, "toy/2": 2, "toy/3": 0}

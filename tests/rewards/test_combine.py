@@ -1,0 +1,140 @@
+"""Several weighted rewards per completion: the sum, None, the correctness reward, start-up checks."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from lit_rlvr.options import ScoringOptions
+from lit_rlvr.rewards import REWARDS, BatchScorer, RewardMix
+from lit_rlvr.rewards.combine import weighted_sum
+
+VERL_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_gsm8k" / "gsm8k_reward.py"  # verl's signature, no **kwargs
+
+
+def reference_sum(parts, weights) -> Fraction:
+    """Σ w·r over the rewards that apply, in exact fractions (TRL: rewards_per_func × weights, nansum)."""
+    return sum((Fraction(w) * Fraction(r) for r, w in zip(parts, weights) if r is not None), Fraction(0))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_weighted_sum_matches_exact_fractions(seed):
+    rng = random.Random(seed)
+    K = rng.randint(1, 5)
+    weights = [rng.choice([1.0, 0.5, 0.2, -1.0, 2.0, 0.0]) for _ in range(K)]
+    parts = [rng.choice([None, 0.0, 1.0, 0.25, -1.0, 0.7]) for _ in range(K)]
+    assert weighted_sum(parts, weights) == pytest.approx(float(reference_sum(parts, weights)), abs=1e-12)
+
+
+def test_no_reward_that_applies_sums_to_zero():
+    assert weighted_sum([None, None], [1.0, 0.2]) == 0.0 and weighted_sum([], []) == 0.0
+
+
+def halves(completion, answer, **row):
+    """0.5 per '7' in the completion, at most 1; None for rows marked not to be judged."""
+    if row.get("skip"):
+        return None
+    return min(1.0, 0.5 * completion.count("7"))
+
+
+@pytest.fixture
+def halves_reward():
+    REWARDS.register("test_halves")(halves)
+    yield "test_halves"
+    REWARDS.pop("test_halves")
+
+
+def test_mixed_scores_are_the_weighted_sum_and_correctness_is_one_term(halves_reward):
+    mix = RewardMix.from_config(["math", halves_reward], [1.0, 0.2], correctness="math")
+    rows = [{"id": "a", "prompt": "p", "answer": "7"}, {"id": "b", "prompt": "p", "answer": "7", "skip": True}]
+    completions = ["\\boxed{7} 7", "\\boxed{77}"]
+    with BatchScorer(workers=0, rewards=mix.records, options=mix.scorer_options) as scorer:
+        scores = mix.score(scorer, completions, rows)
+        expected_parts = [(1.0, 1.0), (0.0, None)]
+        assert [s.parts for s in scores] == expected_parts
+        assert [s.reward for s in scores] == [float(reference_sum(p, [1.0, 0.2])) for p in expected_parts] == [1.2, 0.0]
+        assert [s.correct for s in scores] == [1.0, 0.0]
+        assert [s.status for s in scores] == ["ok", "ok"] and scores[1].results[1].status == "not_applicable"
+        with_answers = mix.score(scorer, completions, rows, with_answers=True)
+    assert [s.answer for s in with_answers] == ["7", "77"]  # the correctness term's canonical answer (maj@k)
+    assert with_answers[0].results[1].answer is None  # other terms are not asked for theirs
+    assert [s.reward for s in with_answers] == [s.reward for s in scores]
+
+
+def test_without_reward_funcs_each_row_keeps_its_own_reward(halves_reward):
+    mix = ScoringOptions(workers=0).mix()
+    rows = [{"id": "a", "prompt": "p", "reward": "math", "answer": "7"}, {"id": "b", "prompt": "p", "reward": halves_reward, "answer": "x"}]
+    with BatchScorer(workers=0) as scorer:
+        scores = mix.score(scorer, ["\\boxed{7}", "7"], rows)
+        plain = scorer.score(["\\boxed{7}", "7"], rows)
+    assert mix.names == [] and [s.reward for s in scores] == [r.reward for r in plain] == [1.0, 0.5]
+    assert [s.correct for s in scores] == [1.0, 0.5] and mix.correctness_sources(rows) == sorted(["math", halves_reward])
+
+
+def test_the_correctness_scorer_sees_only_the_correctness_reward(halves_reward):
+    mix = RewardMix.from_config(["math", halves_reward], [1.0, 0.2], correctness=halves_reward)
+    with BatchScorer(workers=0, rewards=mix.records) as scorer:
+        results = mix.correctness_scorer(scorer).score(["\\boxed{7}"], [{"id": "a", "prompt": "p", "answer": "3"}])
+    assert [r.reward for r in results] == [0.5] and mix.correctness_sources([]) == [halves_reward]
+
+
+@pytest.mark.parametrize(("settings", "match"), [
+    ({"reward_funcs": ["math", "sql"]}, r"scoring.correctness must name the reward .* one of \['math', 'sql'\]"),
+    ({"reward_funcs": ["math"], "correctness": "sql"}, r"scoring.correctness='sql' is not one of"),
+    ({"reward_funcs": ["math", "sql"], "reward_weights": [1.0], "correctness": "math"}, "has 1 weights for 2 reward_funcs"),
+    ({"reward_funcs": ["math"], "reward_weights": [float("nan")]}, "must be finite numbers"),
+    ({"reward_funcs": ["math", "math"], "correctness": "math"}, "two rewards share a name"),
+    ({"reward_funcs": ["maths"]}, r"unknown reward 'maths'; registered: \[.*'math'"),
+    ({"reward_funcs": []}, "must name at least one reward"),
+    ({"reward_weights": [1.0]}, "needs scoring.reward_funcs"),
+    ({"reward_funcs": ["math"], "options": {"sql": {"mode": "bird"}}}, r"scoring.options names \['sql'\], which are not in"),
+    ({"reward_funcs": ["sql"], "options": {"sql": {"mode": "birds"}}}, "sql reward mode must be one of"),
+    ({"reward_funcs": [f"{VERL_EXAMPLE}:compute_score"], "options": {"compute_score": {"nope": 1}}},
+     r"scoring.options.compute_score: .* it takes no \['nope'\]"),
+    ({"reward_funcs": ["os.path.join"]}, "match no known signature"),
+])  # fmt: skip
+def test_bad_reward_settings_fail_at_start_up(settings, match):
+    with pytest.raises(ValueError, match=match):
+        ScoringOptions(**settings)
+
+
+def test_options_of_an_imported_function_are_its_call_arguments():
+    mix = ScoringOptions(reward_funcs=["lit_rlvr.rewards.conventions._doc_trl_reward", "sql"], correctness="sql",
+                         options={"_doc_trl_reward": {"answer": ["42"]}, "sql": {"mode": "bird"}}).mix()  # fmt: skip
+    assert mix.scorer_options == {"sql": {"mode": "bird"}} and mix.records["_doc_trl_reward"].score.options == {"answer": ["42"]}
+
+
+def test_trl_items_carry_completion_ids_and_the_trainer_state():
+    from lit_rlvr.rewards import TrainerState
+
+    mix = RewardMix.from_config(["math", "lit_rlvr.rewards.conventions._doc_trl_reward"], correctness="math")
+    math_rows, trl_rows = mix.item_rows([{"id": "a", "prompt": "p"}], [[4, 5]], TrainerState(global_step=3))
+    assert math_rows == [{"id": "a", "prompt": "p", "reward": "math", "answer": None}]
+    assert trl_rows == [{"id": "a", "prompt": "p", "reward": "_doc_trl_reward", "answer": None, "completion_ids": [4, 5],
+                         "trainer_state": TrainerState(global_step=3)}]  # fmt: skip
+
+
+@pytest.mark.parametrize(("funcs", "rows", "match"), [
+    (None, [{"id": "a", "prompt": "p", "answer": "1"}], r"row 'a' has no \['reward'\]"),
+    (["math"], [{"id": "b", "prompt": "p", "solution": "1"}], r"row 'b' has no \['answer'\]"),
+])  # fmt: skip
+def test_rows_the_rewards_cannot_score_fail_at_start_up(funcs, rows, match):
+    with pytest.raises(ValueError, match=match):
+        RewardMix.from_config(funcs).check_rows(rows)
+    RewardMix.from_config(["lit_rlvr.rewards.conventions._doc_trl_reward"]).check_rows(rows)  # TRL's read columns
+
+
+def test_the_row_entry_is_each_rows_own_reward_among_others(halves_reward):
+    """A dataset mixing rewards by row (math rows, `halves` rows) plus a bonus for every row."""
+    mix = RewardMix.from_config(["row", halves_reward], [1.0, 0.5], correctness="row", options={"math": {}})
+    rows = [{"id": "m", "prompt": "p", "reward": "math", "answer": "7"}, {"id": "h", "prompt": "p", "reward": halves_reward, "answer": "-"}]
+    with BatchScorer(workers=0, rewards=mix.records, options=mix.scorer_options) as scorer:
+        scores = mix.score(scorer, ["\\boxed{7}", "77"], rows)
+    assert [s.parts for s in scores] == [(1.0, 0.5), (1.0, 1.0)]  # row: math 1.0, halves 1.0; bonus: halves 0.5, 1.0
+    assert [s.reward for s in scores] == [1.25, 1.5] and [s.correct for s in scores] == [1.0, 1.0]
+    assert mix.correctness_sources(rows) == sorted(["math", halves_reward])
+    with pytest.raises(ValueError, match=r"row 'x' has no \['reward'\]"):
+        mix.check_rows([{"id": "x", "prompt": "p", "answer": "1"}])
