@@ -18,9 +18,10 @@
 
 Compared with the released code (tests hold their outputs on fixed inputs), and where this departs:
 
-- ``top_entropy``: equal to TRL 1.16's ``get_high_entropy_mask`` (huggingface/trl 9a1ed5b5
-  ``trl/trainer/grpo_trainer.py``, one process). TRL takes the quantile over the micro-batch in the
-  training forward (gathered over processes); the authors' release (zhouxiangxin1998/
+- ``top_entropy``: equal to TRL's ``GRPOTrainer.get_high_entropy_mask`` (trl 1.16.0, the same
+  function at huggingface/trl f2cd5771, ``trl/trainer/grpo_trainer.py``; one process). TRL takes
+  the quantile over the micro-batch in the training forward (gathered over processes); the
+  authors' release (zhouxiangxin1998/
   Beyond-the-80-20-Rule-RLVR e8619ca4, ``get_global_entropy_top_mask``) keeps the ⌈ρN⌉ highest
   tokens of each micro-batch and divides the loss by the kept tokens instead of all. Here the mask
   is chosen once per rollout batch (each process's rows) from the trainer's entropies of π_θ at
