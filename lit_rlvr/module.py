@@ -47,7 +47,15 @@ from lit_rlvr.functional.batching import crop_padding, split_indices
 from lit_rlvr.functional.correction import correction_weights
 from lit_rlvr.functional.divergences import f_divergence
 from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, EntropyState, entropy_bonus, initial_state
-from lit_rlvr.functional.losses import POLICY_LOSSES, aggregate, kl_estimate, masked_row_mean, nonfinite_count, policy_loss
+from lit_rlvr.functional.losses import (
+    POLICY_LOSSES,
+    aggregate,
+    kl_estimate,
+    masked_row_mean,
+    nonfinite_count,
+    policy_loss,
+    token_mean,
+)
 from lit_rlvr.functional.metrics import mixed_reward_rows
 from lit_rlvr.lockstep import Lockstep
 from lit_rlvr.metrics.panel import ValidationPanel
@@ -401,8 +409,8 @@ class RLVRModule(LightningModule):
     def rl_loss(self, part: dict[str, Tensor]) -> dict[str, Tensor]:
         """L_exp (the policy loss, §1/§8) − c·entropy bonus + β·KL on one micro-batch; returns every component.
 
-        The training forward's token entropies are logged every step (``entropy``: under the
-        loss's aggregation, a token mean with ``token_mean``); they carry a gradient only for the bonus.
+        The training forward's token entropies are logged every step (``entropy``, their token
+        mean); they carry a gradient only for the bonus.
         """
         loss_options, max_len = self.loss, self.sampling.max_new_tokens
         bonus = self.entropy_state is not None and self.entropy_state.applied != 0.0
@@ -425,9 +433,9 @@ class RLVRModule(LightningModule):
             selected=part.get("selected"),
         )
         parts = {"policy": loss.detach(), **{k: torch.as_tensor(v).detach() for k, v in stats.items()}}
-        parts["entropy"] = aggregate(entropy.detach(), mask, loss_options.aggregation, max_len=max_len)
+        parts["entropy"] = token_mean(entropy.detach(), mask)
         if "token_mask" in part:
-            parts["token_mask_kept"] = aggregate(part["token_mask"], mask, "token_mean")
+            parts["token_mask_kept"] = token_mean(part["token_mask"], mask)
         if bonus:
             loss = loss - self.entropy_state.applied * entropy_bonus(entropy, mask, loss_options.aggregation, max_len,
                                                                      part.get("token_mask"))  # fmt: skip
@@ -446,9 +454,10 @@ class RLVRModule(LightningModule):
     def update_entropy_control(self, losses: list[dict[str, Tensor]]) -> None:
         """Log the entropy bonus's coefficient of this step, then move it with the step's entropy (§8.3).
 
-        The step's entropy is the mean over its optimizer steps of the micro-batch entropies
-        weighted as the loss, summed over the ranks (each rank's weights are shares of the ranks'
-        mean normaliser), so every rank gets the same coefficient.
+        The step's entropy is the mean over its optimizer steps of the micro-batches' token-mean
+        entropies weighted as the loss weights them (their shares of the ranks' mean normaliser:
+        with ``token_mean``, the token mean over every process's tokens), summed over the ranks, so
+        every rank gets the same coefficient.
         """
         ranks = self.lockstep_ranks
         entropy = ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world

@@ -31,9 +31,8 @@ Compared with the released code (tests hold their outputs on fixed inputs), and 
   authors' (Adam is nearly invariant to that scale; gradient clipping is not).
 - ``adaptive``: equal to Skywork-OR1's ``EntController.update`` (SkyworkAI/Skywork-OR1 64e96afa,
   ``verl/trainer/ppo/core_algos.py``), which TRL's ``use_adaptive_entropy`` follows with ≤ for <
-  and no bonus before the first measurement. H is the step's token entropy of the training
-  forward under the loss's aggregation (a token mean with ``token_mean``), averaged over the
-  processes; Skywork-OR1 uses −mean log π_old of the sampled tokens, the same quantity in
+  and no bonus before the first measurement. H is the step's mean token entropy of the training
+  forward, over the processes; Skywork-OR1 uses −mean log π_old of the sampled tokens, the same quantity in
   expectation, and TRL the entropy of each optimizer step's window. The update runs once per
   training step (rollout batch), as Skywork-OR1's.
 - The bonus uses the token mask's tokens when a mask is set (as TRL's ``effective_mask``), with
