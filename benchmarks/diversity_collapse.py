@@ -309,7 +309,7 @@ METHODS = {
     "forking_tokens": (_options("loss.token_mask_options", "top_entropy_quantile: {v}"), ["0.2", "0.1", "0.5"]),
     "entropy_bonus": (_options("entropy.options", "entropy_coef: {v}"), ["0.01", "0.003", "0.03"]),
     "entropy_adaptive": (_options("entropy.options", "entropy_coef: 0.0, entropy_target: {v}, entropy_coef_delta: 0.002, entropy_coef_max: 0.05"),
-                         ["0.3", "0.15", "0.6"]),
+                         ["0.3", "0.2", "0.4"]),
     "psr": (None, []),
     "nsr": (None, []),
     "w_reinforce": (_options("loss.advantage_options", "positive_advantage_weight: {v}"), ["0.1", "0.03", "0.3"]),
