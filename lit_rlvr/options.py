@@ -29,7 +29,7 @@ the reference samples. ``docs/configuration.md`` lists every key.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
 import torch
@@ -117,6 +117,13 @@ class LossOptions:
         elif self.token_mask_options:
             raise ValueError(f"model.loss.token_mask_options={self.token_mask_options} without a model.loss.token_mask; "
                              f"set one of {sorted(TOKEN_MASKS)} or remove the options")  # fmt: skip
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (a checkpoint's hyper-parameters): fields newer than the checkpoint get their defaults."""
+        for f in fields(self):
+            if f.name not in state:
+                state[f.name] = f.default_factory() if f.default_factory is not MISSING else f.default
+        self.__dict__.update(state)
 
     def with_advantage(self, advantage: str, options: dict[str, Any] | None = None) -> LossOptions:
         """The same loss with another estimator (checked), e.g. a phase of :class:`~lit_rlvr.callbacks.AdvantageSchedule`."""
