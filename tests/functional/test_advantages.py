@@ -702,3 +702,15 @@ def test_unlikeliness_options_and_injected_logprobs():
         ADVANTAGES["unlikeliness"](torch.ones(3), torch.zeros(3, dtype=torch.long), mean_logprobs=torch.zeros(2))
     nan = ADVANTAGES["unlikeliness"](torch.ones(3), torch.zeros(3, dtype=torch.long), mean_logprobs=torch.tensor([float("nan"), -1.0, -2.0]))
     assert nan.isfinite().all() and nan[0] == nan.max()  # no usable mass ranks least likely: the largest reward
+
+
+@pytest.mark.parametrize(("name", "silent"), [("psr", 0.0), ("nsr", 1.0)])
+def test_the_other_signs_rows_get_exactly_zero_gradient(name, silent):
+    """PSR moves only the correct rows, NSR only the incorrect ones: the others' tokens get no gradient."""
+    from lit_rlvr.functional.losses import policy_loss
+
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    lp = torch.full((4, 3), -1.0, requires_grad=True)
+    loss, _ = policy_loss(lp, lp.detach() - 0.05, ADVANTAGES[name](rewards, torch.zeros(4, dtype=torch.long)), torch.ones(4, 3))
+    loss.backward()
+    assert (lp.grad[rewards == silent] == 0).all() and (lp.grad[rewards != silent] != 0).all()
