@@ -5,6 +5,7 @@ whose choice is made on a selection split, the pass@1–pass@16 Pareto, equal wa
     python benchmarks/diversity_collapse.py --preset budget   # the smaller grid this repo's results come from (~75 min)
     python benchmarks/diversity_collapse.py --preset quick    # GRPO, DPH-F, Pass@k: 1 base, 1 seed, 60 steps
     python benchmarks/diversity_collapse.py --preset robust   # one part only (ablation | robust | pareto | wallclock | sql)
+    python benchmarks/diversity_collapse.py --preset methods  # the entropy/diversity methods of docs/methods.md §8 vs GRPO
     python benchmarks/diversity_collapse.py --report-only     # summarise an existing --work folder
 
 Every run goes through the ``lit-rlvr`` CLI and ``configs/demo/``: ``warmstart`` (one base per
@@ -20,6 +21,14 @@ the one with the highest mean pass@16 on the **selection split** among those who
 selection pass@1 is at least the base's + 0.04; if none qualifies, the highest mean selection
 pass@1 + pass@16. Held-out sets are never read by the rule. The chosen configuration is then
 run on 2 bases × 3 seeds (robust), in the Pareto sweep over η, and at equal wall-clock.
+
+The ``methods`` preset runs the other published cures (Clip-Cov, KL-Cov, forking tokens, the
+entropy bonus and its adaptive coefficient, PSR, NSR, W-REINFORCE, the unlikeliness reward;
+``configs/demo/<method>.yaml``) and GRPO on 2 bases × 3 seeds at each config's setting, and a sweep
+of each method's one main knob (``METHODS``) on base 0 × 2 seeds; the report gives their
+pass@1–pass@16 plot, the table, the paired differences against GRPO on the same base × seed, the
+training seconds per step, and each method's expected direction from its paper (``EXPECTED``,
+written before any run of the preset) with every miss reported as a miss.
 """
 
 from __future__ import annotations
@@ -287,6 +296,124 @@ def pareto_jobs(dph_flags: list[str], seeds=(0, 1), schedule: bool = False) -> l
     return jobs
 
 
+# The entropy and diversity methods (docs/methods.md §8): config, the flags of its one main knob at
+# a value, and the knob's sweep (the config's own value first: its runs are the variant named after
+# the method; the others are <method>_<value>). PSR and NSR have no knob.
+def _options(key: str, template: str):
+    return lambda v: [f"--model.{key}={{{template.format(v=v)}}}"]
+
+
+METHODS = {
+    "clip_cov": (_options("loss.policy_loss_options", "clip_cov_ratio: {v}, clip_cov_lb: 1.0, clip_cov_ub: 5.0"), ["0.02", "0.005", "0.05"]),
+    "kl_cov": (_options("loss.policy_loss_options", "kl_cov_ratio: {v}, ppo_kl_coef: 1.0"), ["0.02", "0.005", "0.05"]),
+    "forking_tokens": (_options("loss.token_mask_options", "top_entropy_quantile: {v}"), ["0.2", "0.1", "0.5"]),
+    "entropy_bonus": (_options("entropy.options", "entropy_coef: {v}"), ["0.01", "0.003", "0.03"]),
+    "entropy_adaptive": (_options("entropy.options", "entropy_coef: 0.0, entropy_target: {v}, entropy_coef_delta: 0.002, entropy_coef_max: 0.05"),
+                         ["0.3", "0.2", "0.4"]),
+    "psr": (None, []),
+    "nsr": (None, []),
+    "w_reinforce": (_options("loss.advantage_options", "positive_advantage_weight: {v}"), ["0.1", "0.03", "0.3"]),
+    "unlikeliness": (_options("loss.advantage_options", "rank_penalty: {v}"), ["0.25", "0.1", "0.5"]),
+}  # fmt: skip
+
+# Each method's expected direction against GRPO on held-out countdown (paired differences on the same
+# base × seed), from its paper, written before any run of the methods preset: "+" above GRPO (95% CI
+# above 0), "-" below (CI below 0), "=" not distinguishable (CI contains 0).
+EXPECTED = {
+    "clip_cov": {"pass@1": "+", "pass@16": "+"},  # Cui et al.: higher entropy and accuracy than GRPO
+    "kl_cov": {"pass@1": "+", "pass@16": "+"},
+    "forking_tokens": {"pass@1": "=", "pass@16": "+"},  # Wang et al.: on par at 8B, better at 14B/32B; entropy kept
+    "entropy_bonus": {"pass@1": "=", "pass@16": "+"},  # Cui et al.: sensitive; keeps entropy when it works
+    "entropy_adaptive": {"pass@1": "=", "pass@16": "+"},  # Skywork-OR1: entropy held near the target, no loss in accuracy
+    "psr": {"pass@1": "=", "pass@16": "-"},  # Zhu et al.: PSR sharpens, pass@k at large k falls
+    "nsr": {"pass@1": "=", "pass@16": "+"},  # Zhu et al.: NSR keeps pass@k over the whole k range
+    "w_reinforce": {"pass@1": "=", "pass@16": "+"},
+    "unlikeliness": {"pass@1": "=", "pass@16": "+"},  # He et al.: pass@N up, pass@1 kept
+}  # fmt: skip
+
+
+def sweep_variants(method: str) -> list[str]:
+    """The variants of ``method``'s sweep, by knob value (the config's value is the variant ``method``).
+
+    Example:
+        >>> sweep_variants("w_reinforce"), sweep_variants("nsr")
+        (['w_reinforce_0.03', 'w_reinforce', 'w_reinforce_0.3'], ['nsr'])
+    """
+    values = METHODS[method][1]
+    return [v for _, v in sorted((float(x), f"{method}_{x}" if i else method) for i, x in enumerate(values))] or [method]
+
+
+def methods_jobs(bases=(0, 1), seeds=(0, 1, 2), sweep_seeds=(0, 1)) -> list[Job]:
+    """GRPO and every method at its config's setting on ``bases`` × ``seeds``; the knobs' other values on base 0."""
+    jobs = [Job(m, m, b, s) for m in ("grpo", *METHODS) for b in bases for s in seeds]
+    for method, (flags, values) in METHODS.items():
+        jobs += [Job(f"{method}_{v}", method, 0, s, flags(v)) for v in values[1:] for s in sweep_seeds]
+    return jobs
+
+
+def expectation_check(by: dict, method: str, k: int) -> str:
+    """One pre-registered expectation against the paired differences to GRPO: MET or a miss, with the numbers."""
+    key = f"val/{HELD_OUT}/pass@{k}"
+    grpo = {tuple(r["label"].split("/")[1:]): r for r in by.get("grpo", [])}
+    diffs = [r[key] - grpo[tuple(r["label"].split("/")[1:])][key] for r in by.get(method, []) if tuple(r["label"].split("/")[1:]) in grpo]
+    if not diffs:
+        return f"- {method} pass@{k}: not run"
+    m, h = mean(diffs), ci(diffs)
+    seen = "=" if math.isnan(h) or m - h <= 0 <= m + h else ("+" if m > 0 else "-")
+    want = EXPECTED[method][f"pass@{k}"]
+    return (f"- {method} pass@{k} − GRPO: {fmt(diffs)} over {len(diffs)} paired runs (worst {min(diffs):+.3f}); "
+            f"expected {want}, seen {seen}: {'MET' if seen == want else 'MISS'}")  # fmt: skip
+
+
+def methods_section(by: dict, study: Study, preset: str) -> list[str]:
+    """The methods preset's report: Pareto plot, table, paired differences against GRPO, seconds per step."""
+    variants = [v for m in METHODS for v in sweep_variants(m) if v in by]
+    stem = "study" if preset == "study" else f"study_{preset}"
+    name = f"{stem}_pareto.png" if preset == "methods" else f"{stem}_methods_pareto.png"
+    methods_pareto_plot(by, RESULTS / name)
+    times = study.times()
+    per_step = ["| variant | runs | training seconds per step |", "|---|---|---|"]
+    for v in ["grpo", *variants]:
+        ts = [times[r["label"]] for r in by.get(v, []) if r["label"] in times and times[r["label"]]["steps"]]
+        if ts:
+            per_step.append(f"| {v} | {len(ts)} | {fmt([t['train_seconds'] / t['steps'] for t in ts], 3)} |")
+    return ["\n## Entropy and diversity methods (docs/methods.md §8) against GRPO\n", f"![methods]({name})\n",
+            *summary_table(by, ["grpo", *variants], [HELD_OUT, OOD]),
+            "\n### Expected directions (pre-registered in benchmarks/diversity_collapse.py EXPECTED) and what was seen\n",
+            *[expectation_check(by, m, k) for m in METHODS for k in (1, 16)],
+            "\n### Training seconds per step (wall-clock of the training loop / optimizer steps)\n", *per_step]  # fmt: skip
+
+
+def methods_pareto_plot(by: dict, out: Path) -> None:
+    """pass@1 (x) vs pass@16 (y) on base 0, one line per method over its knob (sorted by value), GRPO and the base as points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    for ax, (s, title) in zip(axes, ((HELD_OUT, "held-out countdown (in-domain)"), (OOD, "addition (out-of-domain)"))):
+        for label, variants in [("base", ["base"]), ("GRPO", ["grpo"]), *[(m, sweep_variants(m)) for m in METHODS]]:
+            xs, ys, xe, ye = [], [], [], []
+            for v in variants:
+                rs = [r for r in by.get(v, []) if r["label"].split("/")[1] == "b0" and f"val/{s}/pass@16" in r]
+                if rs:
+                    a, b = [r[f"val/{s}/pass@1"] for r in rs], [r[f"val/{s}/pass@16"] for r in rs]
+                    xs.append(mean(a)), ys.append(mean(b))
+                    xe.append(0 if math.isnan(ci(a)) else ci(a)), ye.append(0 if math.isnan(ci(b)) else ci(b))
+            if xs:
+                ax.errorbar(xs, ys, xerr=xe, yerr=ye, marker="*" if label in ("base", "GRPO") else "o", capsize=3, label=label)
+        ax.set_xlabel("pass@1")
+        ax.set_ylabel("pass@16")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("pass@1 vs pass@16 on base 0, each method over its knob (mean ± 95% CI over RL seeds)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
 def wallclock_jobs(study: Study, dph_flags: list[str], seeds=(0, 1, 2)) -> list[Job]:
     """DPH-F and Pass@k stopped at GRPO's median training seconds (base 0), no step limit."""
     grpo = [t["train_seconds"] for label, t in study.times().items() if label.startswith("grpo/b0/")]
@@ -458,7 +585,8 @@ def wallclock_table(by: dict, study: Study) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="study", choices=["study", "budget", "quick", "ablation", "robust", "pareto", "wallclock", "sql"])
+    parser.add_argument("--preset", default="study",
+                        choices=["study", "budget", "quick", "ablation", "robust", "pareto", "wallclock", "sql", "methods"])  # fmt: skip
     parser.add_argument("--work", type=Path, default=ROOT / "artifacts" / "study")
     parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
     parser.add_argument("--report-only", action="store_true")
@@ -478,6 +606,9 @@ def main() -> None:
                 study.run(ablation_jobs(seeds=(0,), names=BUDGET_ABLATION) if budget else ablation_jobs())
                 continue
             if part == "quick":
+                continue
+            if part == "methods":
+                study.run(methods_jobs())
                 continue
             name, flags, _ = choose_dph(study)
             seeds = (0,) if budget else (0, 1)
@@ -518,6 +649,8 @@ def write_report(study: Study, preset: str) -> None:
         sections += ["\n## 3. pass@1 vs pass@16 (base 0)\n", f"![Pareto]({'study' if preset == 'study' else f'study_{preset}'}_pareto.png)\n", *summary_table(by, variants, [HELD_OUT, OOD])]
     if any("_time" in k for k in by):
         sections += ["\n## 4. Equal wall-clock (base 0): DPH-F and Pass@k stopped at GRPO's median training seconds\n", *wallclock_table(by, study)]
+    if any(m in by for m in METHODS):
+        sections += methods_section(by, study, preset)
     if any(k.startswith("sql_") for k in by):
         sections += ["\n## 5. Text-to-SQL toy (real SQL reward; base warm-started on SQL + addition)\n",
                      *summary_table(by, ["sql_grpo", "sql_dph_f", "sql_passk"], [SQL, OOD], base_key="sql_base")]  # fmt: skip

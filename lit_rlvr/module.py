@@ -3,13 +3,16 @@
 One training step (docs/methods.md):
 
     rollouts (RolloutCallback) → rewards (BatchScorer) → advantages (ADVANTAGES[name])
-    → clipped policy loss (§1) + η · f-divergence on cached π_ref anchors (DPH-RL, §2)
-    + β · online KL to π_ref (RKL baseline, §1)
+    → token selections on π_θ's log-probs and entropies (forking tokens, Clip-Cov/KL-Cov, §8)
+    → policy loss (POLICY_LOSSES[name], §1, §8) − c · entropy bonus (§8.3)
+    + η · f-divergence on cached π_ref anchors (DPH-RL, §2) + β · online KL to π_ref (RKL baseline, §1)
 
 Every method of both papers is this module with other option groups (:mod:`lit_rlvr.options`):
 GRPO/DAPO/Dr.GRPO/RLOO pick an advantage and an aggregation (``loss``); DPH-RL sets ``anchor``
 (η and the divergence) and gets anchor batches from the reference cache through the DataModule;
-Pass@k Training picks a ``passk*`` advantage; RKL sets ``kl`` (β).
+Pass@k Training picks a ``passk*`` advantage; RKL sets ``kl`` (β); the entropy and diversity
+methods of §8 pick a policy loss (Clip-Cov, KL-Cov), a token mask (forking tokens), an entropy
+bonus (``entropy``) or an advantage (NSR, W-REINFORCE, the unlikeliness reward).
 
 Optimisation is manual, because one rollout batch feeds ``batching.ppo_epochs`` × mini-batches
 optimizer steps, each accumulated over micro-batches whose losses are weighted so that
@@ -43,7 +46,16 @@ from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import crop_padding, split_indices
 from lit_rlvr.functional.correction import correction_weights
 from lit_rlvr.functional.divergences import f_divergence
-from lit_rlvr.functional.losses import aggregate, kl_estimate, masked_row_mean, nonfinite_count, policy_loss
+from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, EntropyState, entropy_bonus, initial_state
+from lit_rlvr.functional.losses import (
+    POLICY_LOSSES,
+    aggregate,
+    kl_estimate,
+    masked_row_mean,
+    nonfinite_count,
+    policy_loss,
+    token_mean,
+)
 from lit_rlvr.functional.metrics import mixed_reward_rows
 from lit_rlvr.lockstep import Lockstep
 from lit_rlvr.metrics.panel import ValidationPanel
@@ -51,6 +63,7 @@ from lit_rlvr.options import (
     DEFAULT_SAMPLING,
     AnchorOptions,
     BatchingOptions,
+    EntropyOptions,
     EvalOptions,
     KLOptions,
     LossOptions,
@@ -97,6 +110,8 @@ class RLVRModule(LightningModule):
         loss: the policy loss (:class:`~lit_rlvr.options.LossOptions`).
         anchor: DPH-RL's anchor term (:class:`~lit_rlvr.options.AnchorOptions`; None = off).
         kl: the online KL penalty (:class:`~lit_rlvr.options.KLOptions`; None = off).
+        entropy: the entropy bonus and its coefficient's control (:class:`~lit_rlvr.options.EntropyOptions`;
+            None = off). The adaptive coefficient is state, saved in checkpoints.
         batching: optimizer steps and forward passes (:class:`~lit_rlvr.options.BatchingOptions`).
         scoring: the reward workers (:class:`~lit_rlvr.options.ScoringOptions`).
         evaluation: validation (:class:`~lit_rlvr.options.EvalOptions`).
@@ -119,6 +134,7 @@ class RLVRModule(LightningModule):
         loss: LossOptions = LossOptions(),
         anchor: AnchorOptions | None = None,
         kl: KLOptions | None = None,
+        entropy: EntropyOptions | None = None,
         batching: BatchingOptions = BatchingOptions(),
         scoring: ScoringOptions = ScoringOptions(),
         evaluation: EvalOptions = EvalOptions(),
@@ -138,6 +154,8 @@ class RLVRModule(LightningModule):
         self.sampling = sampling
         self.val_sampling = evaluation.sampling(sampling)
         self.anchor, self.kl, self.batching, self.scoring, self.evaluation = anchor, kl, batching, scoring, evaluation
+        self.entropy = entropy
+        self.entropy_state = initial_state(entropy.control, entropy.options) if entropy is not None else None
         self.rollout_correction = rollout_correction
         self.set_advantage(loss.advantage, loss.advantage_options, loss)
         self.configured_loss = self.loss  # self.loss may be switched by an AdvantageSchedule
@@ -235,9 +253,10 @@ class RLVRModule(LightningModule):
         data = {k: v.to(self.device) for k, v in rollouts.to_padded(self.tokenizer.pad_token_id).items()}
         data["rewards"] = rewards.to(self.device)
         trainer_old = self.hparams.recompute_old_logprobs or self.rollout_correction is not None
-        if trainer_old or ADVANTAGES.declares(self.advantage_name, "entropies"):
-            with torch.no_grad():
+        if trainer_old or ADVANTAGES.declares(self.advantage_name, "entropies") or self.loss.selects_tokens:
+            with torch.no_grad():  # π_θ at the start of the step
                 old, entropy = self.logprobs(data, with_entropy=True)
+            data["token_logprobs"], data["token_entropy"] = old, entropy
             if self.rollout_correction is not None:  # π_old is the trainer's; the sampler's tokens are re-weighted
                 c = self.rollout_correction
                 data["is_weights"], stats = correction_weights(old, data["old_logprobs"], data["response_mask"],
@@ -258,6 +277,7 @@ class RLVRModule(LightningModule):
 
         filler = {k: v[:1] for k, v in data.items()}  # a row for the passes that keep ranks in step
         data = {k: v[keep] for k, v in data.items()}
+        data.update(self.token_selections(data))
         losses, kept = [], int(keep.sum())
         # every rank takes the same number of optimizer steps (the most any rank has; none if no rank
         # has a row to learn from): a rank with fewer steps takes steps without rows of its own
@@ -268,6 +288,8 @@ class RLVRModule(LightningModule):
                 mini = {k: v[minis[i]] for k, v in data.items()} if i < len(minis) else None
                 losses.append(self.optimizer_step_on(mini, anchor, filler))
         self.log_step(data, keep, losses)
+        if self.entropy is not None and losses:  # every rank has the same optimizer steps: the reduction is in step
+            self.update_entropy_control(losses)
         return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
 
     def score(self, texts: list[str], rows: list[dict], prefix: str, with_answers: bool = False,
@@ -320,7 +342,33 @@ class RLVRModule(LightningModule):
             options["entropies"] = data["entropies"]
         if ADVANTAGES.declares(name, "generator"):
             options["generator"] = self.generator
+        if ADVANTAGES.declares(name, "mean_logprobs"):  # each row's mean token log π_old; NaN (no usable mass) as -inf
+            old = torch.nan_to_num(data["old_logprobs"], nan=float("-inf"))
+            options["mean_logprobs"] = masked_row_mean(old, data["response_mask"]).cpu()
         return ADVANTAGES[name](data["rewards"].cpu(), data["group_ids"].cpu(), **options).to(self.device)
+
+    def token_selections(self, data: dict[str, Tensor]) -> dict[str, Tensor]:
+        """``(B, T)`` selections of the trained rows' tokens, made once per rollout batch (§8).
+
+        From π_θ's log-probs and entropies at the start of the step (``token_logprobs``,
+        ``token_entropy``, popped here): ``token_mask`` (float, the token mask's kept tokens) and
+        ``selected`` (bool, the policy loss's covariance selection). They travel with the rows into
+        mini- and micro-batches, so micro-batching does not change them.
+        """
+        stats = {k: data.pop(k) for k in ("token_logprobs", "token_entropy") if k in data}
+        out, loss = {}, self.loss
+        if loss.token_mask is not None:
+            mask = TOKEN_MASKS[loss.token_mask](stats["token_entropy"], data["response_mask"], **loss.token_mask_options)
+            out["token_mask"] = mask.float()
+        entry = POLICY_LOSSES[loss.policy_loss]
+        if entry.select is not None:
+            adv = data["advantages"]
+            adv = adv.unsqueeze(-1).expand_as(data["response_mask"]) if adv.dim() == 1 else adv
+            old = torch.nan_to_num(data["old_logprobs"], nan=float("-inf"))
+            out["selected"] = entry.choose(stats["token_logprobs"], old, adv, data["response_mask"].bool(), clip_low=loss.clip_low,
+                                           clip_high=loss.clip_high, dual_clip=loss.dual_clip, generator=self.generator,
+                                           **loss.policy_loss_options)  # fmt: skip
+        return out
 
     def rows_to_train(self, data: dict[str, Tensor]) -> Tensor:
         """``(B,)`` bool: every row, or with dynamic sampling only groups with mixed rewards (DAPO)."""
@@ -328,8 +376,10 @@ class RLVRModule(LightningModule):
             return mixed_reward_rows(data["rewards"], data["group_ids"])
         return torch.ones_like(data["rewards"], dtype=torch.bool)
 
-    def logprobs(self, data: dict[str, Tensor], with_entropy: bool = False, model=None, temperature: float | None = None):
-        """Per-token log-probs ``(B, T)`` (and entropies) at the rollout temperature by default.
+    def logprobs(self, data: dict[str, Tensor], with_entropy: bool = False, model=None, temperature: float | None = None,
+                 entropy_grad: bool = False):  # fmt: skip
+        """Per-token log-probs ``(B, T)`` (and entropies, differentiable with ``entropy_grad``) at the
+        rollout temperature by default.
 
         In the module's micro-batches (:attr:`micro_batching`), so the no-grad passes over a whole
         rollout batch pad only within similar lengths; a training micro-batch is one forward.
@@ -338,7 +388,7 @@ class RLVRModule(LightningModule):
         temperature = self.sampling.temperature if temperature is None else temperature
         lockstep = None if torch.is_grad_enabled() else self.lockstep  # a training micro-batch is one forward
         return batched_completion_logprobs(model or self.policy, data["input_ids"], data["attention_mask"], T,
-                                           temperature, with_entropy, self.micro_batching, lockstep)  # fmt: skip
+                                           temperature, with_entropy, self.micro_batching, lockstep, entropy_grad)  # fmt: skip
 
     def micro_batches(self, batch: dict[str, Tensor]) -> list[dict[str, Tensor]]:
         """``batch`` (padded rows) as length-sorted micro-batches, each cropped to its longest row."""
@@ -397,22 +447,38 @@ class RLVRModule(LightningModule):
         return {k: torch.tensor(v) for k, v in totals.items()}
 
     def rl_loss(self, part: dict[str, Tensor]) -> dict[str, Tensor]:
-        """L_exp (clipped surrogate, §1) + β·KL on one micro-batch; returns every component."""
+        """L_exp (the policy loss, §1/§8) − c·entropy bonus + β·KL on one micro-batch; returns every component.
+
+        The training forward's token entropies are logged every step (``entropy``, their token
+        mean); they carry a gradient only for the bonus.
+        """
         loss_options, max_len = self.loss, self.sampling.max_new_tokens
-        logprobs, _ = self.logprobs(part)
+        bonus = self.entropy_state is not None and self.entropy_state.applied != 0.0
+        logprobs, entropy = self.logprobs(part, with_entropy=True, entropy_grad=bonus)
+        mask = part["response_mask"]
+        weights = [part[k] for k in ("is_weights", "token_mask") if k in part]
         loss, stats = policy_loss(
             logprobs,
             part["old_logprobs"],
             part["advantages"],
-            part["response_mask"],
+            mask,
             clip_low=loss_options.clip_low,
             clip_high=loss_options.clip_high,
             dual_clip=loss_options.dual_clip,
             agg=loss_options.aggregation,
             max_len=max_len,
-            token_weights=part.get("is_weights"),
+            token_weights=torch.stack(weights).prod(0) if weights else None,
+            loss=loss_options.policy_loss,
+            options=loss_options.policy_loss_options,
+            selected=part.get("selected"),
         )
         parts = {"policy": loss.detach(), **{k: torch.as_tensor(v).detach() for k, v in stats.items()}}
+        parts["entropy"] = token_mean(entropy.detach(), mask)
+        if "token_mask" in part:
+            parts["token_mask_kept"] = token_mean(part["token_mask"], mask)
+        if bonus:
+            loss = loss - self.entropy_state.applied * entropy_bonus(entropy, mask, loss_options.aggregation, max_len,
+                                                                     part.get("token_mask"))  # fmt: skip
         if self.kl is not None:
             kl = aggregate(
                 kl_estimate(logprobs, part["ref_logprobs"], self.kl.estimator, value_cap=self.kl.value_cap),
@@ -424,6 +490,20 @@ class RLVRModule(LightningModule):
             loss = loss + self.kl.coef * kl
         parts["loss"] = loss
         return parts
+
+    def update_entropy_control(self, losses: list[dict[str, Tensor]]) -> None:
+        """Log the entropy bonus's coefficient of this step, then move it with the step's entropy (§8.3).
+
+        The step's entropy is the mean over its optimizer steps of the micro-batches' token-mean
+        entropies weighted as the loss weights them (their shares of the ranks' mean normaliser:
+        with ``token_mean``, the token mean over every process's tokens), summed over the ranks, so
+        every rank gets the same coefficient.
+        """
+        ranks = self.lockstep_ranks
+        entropy = ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world
+        self.log("train/entropy_coef", self.entropy_state.applied, batch_size=1)
+        update = ENTROPY_CONTROLS[self.entropy.control]
+        self.entropy_state = update(self.entropy_state, entropy, **self.entropy.options)
 
     def anchor_loss(self, anchor: dict[str, Tensor]) -> Tensor:
         """L_pef: f-divergence to π_ref estimated on cached π_ref samples only (DPH-RL, §2)."""
@@ -452,8 +532,6 @@ class RLVRModule(LightningModule):
             "train/nonfinite_old_logprobs": nonfinite_count(data["old_logprobs"], data["response_mask"]).float(),
             "train/kept_rows": keep.float().mean(),
         }
-        if "entropies" in data and len(data["entropies"]):  # computed for the step already: logging is free
-            stats["train/entropy"] = data["entropies"].mean()
         self.log_dict(stats, batch_size=B)
 
     # ------------------------------------------------------------------ validation
@@ -547,12 +625,18 @@ class RLVRModule(LightningModule):
             "python": random.getstate(),
             "generator": self.generator.get_state(),
         }
+        if self.entropy_state is not None:  # the adaptive coefficient moves with training: it resumes where it was
+            checkpoint["lit_rlvr_entropy_control"] = {"coef": self.entropy_state.coef, "active": self.entropy_state.active}
 
     @override
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Restore the RNG states; a checkpoint of the 0.1 layout is upgraded in place first
-        (:func:`lit_rlvr.upgrade.upgrade_checkpoint`: runs before the callbacks read their state)."""
+        """Restore the RNG states and the entropy bonus's coefficient; a checkpoint of the 0.1 layout
+        is upgraded in place first (:func:`lit_rlvr.upgrade.upgrade_checkpoint`: runs before the
+        callbacks read their state)."""
         upgrade_checkpoint(checkpoint)
+        control = checkpoint.get("lit_rlvr_entropy_control")
+        if control is not None and self.entropy_state is not None:
+            self.entropy_state = EntropyState(float(control["coef"]), bool(control["active"]))
         rng = checkpoint.get("lit_rlvr_rng")
         if rng is not None:
             torch.set_rng_state(rng["torch"])

@@ -11,7 +11,8 @@ group                   key                what it sets
 ======================  =================  ============================================================
 :class:`PolicyOptions`  ``model.policy``   what to load: path, dtype, attention, checkpointing, LoRA
 :class:`SamplingParams` ``model.sampling`` the rollouts: group size ``n``, temperature, top-p/k, length, seed
-:class:`LossOptions`    ``model.loss``     the policy loss: advantage + options, aggregation, clips
+:class:`LossOptions`    ``model.loss``     the policy loss: advantage, loss, token mask (+ options), aggregation, clips
+:class:`EntropyOptions` ``model.entropy``  the entropy bonus and its (adaptive) coefficient (None = off)
 :class:`AnchorOptions`  ``model.anchor``   DPH-RL's f-divergence to π_ref on cached samples (None = off)
 :class:`KLOptions`      ``model.kl``       the online KL(π_θ‖π_ref) penalty, the RKL baseline (None = off)
 :class:`BatchingOptions` ``model.batching`` PPO epochs, mini-/micro-batches, token budget, packing
@@ -28,7 +29,7 @@ the reference samples. ``docs/configuration.md`` lists every key.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
 import torch
@@ -36,7 +37,8 @@ import torch
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.correction import CORRECTIONS, _check_bounds
 from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES
-from lit_rlvr.functional.losses import KL_ESTIMATORS, checked_aggregation
+from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS
+from lit_rlvr.functional.losses import KL_ESTIMATORS, POLICY_LOSSES, checked_aggregation, checked_policy_loss
 from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
 from lit_rlvr.policy.logprobs import MicroBatching, check_padding_free
 from lit_rlvr.rewards.combine import RewardMix
@@ -46,6 +48,7 @@ from lit_rlvr.rollout.types import SamplingParams
 __all__ = [
     "AnchorOptions",
     "BatchingOptions",
+    "EntropyOptions",
     "EvalOptions",
     "KLOptions",
     "LoraOptions",
@@ -70,18 +73,24 @@ def _positive(key: str, value, *, allow_none: bool = False, integer: bool = Fals
 
 @dataclass(frozen=True)
 class LossOptions:
-    """The clipped policy loss of the GRPO/DAPO family (docs/methods.md §1).
+    """The policy loss of the GRPO/DAPO family and its variants (docs/methods.md §1, §8).
 
     Args:
-        advantage: a group advantage estimator in :data:`~lit_rlvr.functional.ADVANTAGES`
-            (``grpo``, ``rloo``, ``passk``, ``passk_combined``, …).
+        advantage: an advantage estimator in :data:`~lit_rlvr.functional.ADVANTAGES`
+            (``grpo``, ``rloo``, ``passk``, ``nsr``, ``unlikeliness``, …).
         advantage_options: its keyword options (``{k: 4}`` for ``passk``; ``{std: none}`` for
             Dr. GRPO's ``grpo``).
         aggregation: ``token_mean`` (DAPO) | ``seq_mean_token_mean`` (GRPO) |
             ``seq_mean_token_sum_norm`` (Dr. GRPO), or one registered with its normaliser.
-        clip_low: ε_low of the clipped surrogate.
+        clip_low: ε_low of the clipped surrogate, in [0, 1] (1: no lower bound).
         clip_high: ε_high (clip-higher, DAPO).
         dual_clip: c of dual clip for negative advantages (None = off; > 1).
+        policy_loss: the per-token loss in :data:`~lit_rlvr.functional.POLICY_LOSSES` (verl's
+            ``loss_mode``): ``vanilla`` (the clipped surrogate), ``clip_cov``, ``kl_cov``.
+        policy_loss_options: its options (``{clip_cov_ratio: 0.0002}``, verl's names).
+        token_mask: the tokens the policy gradient acts on, in
+            :data:`~lit_rlvr.functional.TOKEN_MASKS` (``top_entropy``: the forking tokens); None = all.
+        token_mask_options: its options (``{top_entropy_quantile: 0.2}``, TRL's name).
     """
 
     advantage: str = "grpo"
@@ -90,19 +99,60 @@ class LossOptions:
     clip_low: float = 0.2
     clip_high: float = 0.28
     dual_clip: float | None = None
+    policy_loss: str = "vanilla"
+    policy_loss_options: dict[str, Any] = field(default_factory=dict)
+    token_mask: str | None = None
+    token_mask_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         ADVANTAGES.get_checked(self.advantage, "model.loss.advantage", self.advantage_options, "model.loss.advantage_options")
         checked_aggregation(self.aggregation, "model.loss.aggregation")
-        if not 0.0 <= self.clip_low < 1.0:
-            raise ValueError(f"model.loss.clip_low must be in [0, 1), got {self.clip_low!r}")
+        if not 0.0 <= self.clip_low <= 1.0:
+            raise ValueError(f"model.loss.clip_low must be in [0, 1], got {self.clip_low!r}")
         _positive("model.loss.clip_high", self.clip_high, strict=False)
         if self.dual_clip is not None and not self.dual_clip > 1.0:
             raise ValueError(f"model.loss.dual_clip must be > 1 or null (off), got {self.dual_clip!r}")
+        checked_policy_loss(self.policy_loss, self.policy_loss_options, self.dual_clip, "model.loss.policy_loss")
+        if self.token_mask is not None:
+            TOKEN_MASKS.get_checked(self.token_mask, "model.loss.token_mask", self.token_mask_options, "model.loss.token_mask_options")
+        elif self.token_mask_options:
+            raise ValueError(f"model.loss.token_mask_options={self.token_mask_options} without a model.loss.token_mask; "
+                             f"set one of {sorted(TOKEN_MASKS)} or remove the options")  # fmt: skip
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (a checkpoint's hyper-parameters): fields newer than the checkpoint get their defaults."""
+        for f in fields(self):
+            if f.name not in state:
+                state[f.name] = f.default_factory() if f.default_factory is not MISSING else f.default
+        self.__dict__.update(state)
 
     def with_advantage(self, advantage: str, options: dict[str, Any] | None = None) -> LossOptions:
         """The same loss with another estimator (checked), e.g. a phase of :class:`~lit_rlvr.callbacks.AdvantageSchedule`."""
         return replace(self, advantage=advantage, advantage_options=dict(options or {}))
+
+    @property
+    def selects_tokens(self) -> bool:
+        """Whether the loss chooses tokens from π_θ's token statistics (a token mask, a covariance selection)."""
+        return self.token_mask is not None or POLICY_LOSSES[self.policy_loss].select is not None
+
+
+@dataclass(frozen=True)
+class EntropyOptions:
+    """The entropy bonus L ← L − c·agg(H_t) and how its coefficient c moves (docs/methods.md §8.3).
+
+    Args:
+        control: an entry of :data:`~lit_rlvr.functional.ENTROPY_CONTROLS`: ``static`` (c =
+            ``entropy_coef`` every step) or ``adaptive`` (Skywork-OR1's controller: c tracks a
+            target entropy and applies only below it).
+        options: its options, TRL's names: ``entropy_coef`` (c, or c at the first step),
+            ``entropy_target``, ``entropy_coef_delta``, ``entropy_coef_min``, ``entropy_coef_max``.
+    """
+
+    control: str = "static"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        ENTROPY_CONTROLS.get_checked(self.control, "model.entropy.control", self.options, "model.entropy.options")
 
 
 @dataclass(frozen=True)
@@ -311,8 +361,8 @@ class EvalOptions:
 DEFAULT_SAMPLING = SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed=0)
 """The default ``sampling`` of training (``model.sampling``) and of ``lit-rlvr cache`` alike."""
 
-GROUPS = (PolicyOptions, LoraOptions, SamplingParams, LossOptions, AnchorOptions, KLOptions, BatchingOptions, ScoringOptions,
-          EvalOptions, RolloutCorrection)
+GROUPS = (PolicyOptions, LoraOptions, SamplingParams, LossOptions, EntropyOptions, AnchorOptions, KLOptions, BatchingOptions,
+          ScoringOptions, EvalOptions, RolloutCorrection)
 # checkpoints hold the module's option groups as its hyper-parameters: plain data, safe to unpickle with
 # torch.load(weights_only=True), which Lightning uses to resume
 torch.serialization.add_safe_globals([*GROUPS, (LoraOptions, "lit_rlvr.policy.LoraOptions")])  # the latter: 0.1's path

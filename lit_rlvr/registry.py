@@ -16,6 +16,8 @@ shared by every registry of the library and of its users:
 
 An entry that forwards ``**kwargs`` (an engine builder) names the callable whose keyword
 parameters are its options with ``signature=`` (the engine class); without one it takes anything.
+An entry made of several functions (a policy loss's token selection and its per-token loss)
+gives the union of their parameters as an :class:`inspect.Signature`.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ class Registry(dict):
             name: the name configs use.
             check: ``check(**options)`` raising ``ValueError`` (or ``TypeError``) for option values
                 the entry refuses; called with every option, defaults filled in.
-            signature: the callable whose keyword parameters are the options (default: the entry).
+            signature: the callable whose keyword parameters are the options (default: the entry),
+                or an :class:`inspect.Signature` of them.
         """
 
         def decorator(entry: F) -> F:
@@ -117,6 +120,8 @@ class Registry(dict):
 
     def _parameters(self, name: str) -> list[inspect.Parameter]:
         target = self.signature(name)
+        if isinstance(target, inspect.Signature):
+            return list(target.parameters.values())
         try:
             return list(inspect.signature(target).parameters.values())
         except (TypeError, ValueError):  # a builtin without a signature: takes no options we can see

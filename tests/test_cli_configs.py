@@ -17,11 +17,18 @@ METHOD_FILES = sorted(
 )
 
 
+# the entropy and diversity methods (docs/methods.md §8) and the metric that shows each one ran
+DIVERSITY_METHODS = {"clip_cov": "train/selected", "kl_cov": "train/selected", "forking_tokens": "train/token_mask_kept",
+                     "entropy_bonus": "train/entropy_coef", "entropy_adaptive": "train/entropy_coef", "psr": "train/entropy",
+                     "nsr": "train/entropy", "w_reinforce": "train/entropy", "unlikeliness": "train/entropy"}  # fmt: skip
+
+
 def test_every_method_has_a_config_in_both_domains():
     names = {"grpo", "dapo", "dr_grpo", "rloo", "rkl", "dph_f", "dph_js", "dph_alpha", "passk", "passk_combined",
-             "passk_then_pass1"}
-    for domain in ("math", "sql"):
-        assert names <= {p.stem for p in (CONFIGS / domain).glob("*.yaml")}, domain
+             "passk_then_pass1", *DIVERSITY_METHODS}
+    for domain in ("math", "sql", "demo"):
+        want = names - {"dr_grpo", "rloo", "dph_alpha"} if domain == "demo" else names
+        assert want <= {p.stem for p in (CONFIGS / domain).glob("*.yaml")}, domain
 
 
 @pytest.mark.parametrize("method", METHOD_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -90,3 +97,32 @@ def test_missing_training_file_fails_at_start_up(tiny_model_dir, tmp_path):
     args = [a for a in args if not a.startswith("--data.train.files=")] + [f"--data.train.files={tmp_path / 'missing.jsonl'}"]
     with pytest.raises(Exception, match="missing.jsonl"):
         main(args)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("method", sorted(DIVERSITY_METHODS))
+def test_one_fit_step_through_each_shipped_demo_config(method, tiny_model_dir, tmp_path):
+    """``lit-rlvr fit --config configs/demo/base.yaml --config configs/demo/<method>.yaml`` on the tiny
+    model (smaller batches, no validation): the method's settings reach the step, which logs them."""
+    import csv
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "C375=026:", "answer": "26", "reward": "countdown", "digits": "375"}\n'
+                       '{"id": "b", "prompt": "C124=009:", "answer": "9", "reward": "countdown", "digits": "124"}\n')  # fmt: skip
+    main(["fit", "--config", str(CONFIGS / "demo" / "base.yaml"), "--config", str(CONFIGS / "demo" / f"{method}.yaml"),
+          f"--model.policy.path={tiny_model_dir}", f"--data.train.files={prompts}", "--data.val=[]", "--data.batch_size=2",
+          "--model.sampling.n=4", "--model.sampling.max_new_tokens=4", "--trainer.max_steps=1", "--trainer.log_every_n_steps=1",
+          f"--trainer.logger.init_args.save_dir={tmp_path}", f"--trainer.default_root_dir={tmp_path}",
+          f"--export.dirpath={tmp_path / 'hf'}", "--trainer.enable_progress_bar=false"])  # fmt: skip
+    rows = list(csv.DictReader((tmp_path / "logs" / method / "metrics.csv").open()))
+    logged = {k for row in rows for k, v in row.items() if v}
+    assert {DIVERSITY_METHODS[method], "train/entropy", "train/loss"} <= logged
+    assert (tmp_path / "hf" / "config.json").is_file()  # the fit ran to its end and exported the policy
+
+
+def test_conflicting_method_options_fail_at_start_up(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="policy loss 'kl_cov' does not clip, so dual_clip=3.0 would have no effect"):
+        main([*tiny_fit_args(tiny_model_dir, tmp_path), "--model.loss.policy_loss=kl_cov", "--model.loss.dual_clip=3.0"])
+    with pytest.raises(ValueError, match=r"model.entropy.options: .*entropy_coef_max \(0.1\)"):
+        main([*tiny_fit_args(tiny_model_dir, tmp_path), "--model.entropy.control=adaptive",
+              "--model.entropy.options={entropy_coef: 0.5, entropy_coef_max: 0.1}"])  # fmt: skip

@@ -58,11 +58,13 @@ def test_every_documented_fit_key_parses_at_its_documented_default():
     """The whole reference at once, as a user would type it: each key set to its default on the demo config."""
     keys = [*reference_rows("`model"), *reference_rows("`rollout"), *reference_rows("`data"), *reference_rows("`export")]
     flags = [f for key, default, type_ in keys if (f := flag(key, default, type_)) is not None and not key.startswith("data.train.hf")]
-    on = ["--model.anchor.coef=1.0", "--model.kl.coef=0.1", "--data.cache.path=x", "--model.policy.lora.r=16"]
+    on = ["--model.anchor.coef=1.0", "--model.kl.coef=0.1", "--data.cache.path=x", "--model.policy.lora.r=16",
+          "--model.entropy.options={entropy_coef: 0.01}"]
     config = parsed("fit", "--config", str(ROOT / "configs/demo/base.yaml"), *flags, *on)
     assert len(flags) > 70
     model = config["model"]["init_args"]
     assert model["anchor"]["divergence"] == "forward_kl" and model["kl"]["estimator"] == "k3" and model["policy"]["lora"]["r"] == 16
+    assert model["entropy"] == {"control": "static", "options": {"entropy_coef": 0.01}} and model["loss"]["policy_loss"] == "vanilla"
     assert config["rollout"]["init_args"]["drift_every_n_steps"] == 10 and config["data"]["init_args"]["cache"]["verify"] == "sha256"
 
 

@@ -2,7 +2,9 @@
 
 One tiny fit (two validation sets, KL, recomputed log-probs, drift every step) and one
 ``trainer.validate``, recorded by a logger that keeps every name; plus one DPH-RL step on a batch
-with anchors (``train/pef``). The README's metric table must match those names both ways.
+with anchors (``train/pef``) and one step with the entropy and diversity methods that log their own
+values (Clip-Cov, a forking-token mask, an adaptive entropy bonus). The README's metric table must
+match those names both ways.
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ from lit_rlvr.data import PromptDataModule
 from lit_rlvr.data.datamodule import DatasetSpec, ValSet
 from lit_rlvr.contracts import AnchorBatch, TrainBatch
 from lit_rlvr.module import RLVRModule
-from lit_rlvr.options import AnchorOptions, EvalOptions, KLOptions, PolicyOptions, RolloutCorrection, SamplingParams, ScoringOptions
+from lit_rlvr.options import (
+    AnchorOptions,
+    EntropyOptions,
+    EvalOptions,
+    KLOptions,
+    LossOptions,
+    PolicyOptions,
+    RolloutCorrection,
+    SamplingParams,
+    ScoringOptions,
+)
 from lit_rlvr.rewards.base import STATUSES
 from lit_rlvr.rollout.types import Rollouts
 
@@ -77,9 +89,9 @@ def fit_then_validate(tiny_model_dir, seven_reward, tmp_path_factory):
     return logger.names, progress_bar, outputs
 
 
-def dph_step_names(model_dir: Path, reward: str) -> set[str]:
-    """One DPH-RL step on a fixed batch with cached-anchor samples: the names it logs."""
-    module = RLVRModule(PolicyOptions(str(model_dir)), sampling=SamplingParams(n=2, max_new_tokens=4), anchor=AnchorOptions(divergence="forward_kl", coef=1.0), scoring=ScoringOptions(workers=0), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))  # fmt: skip
+def dph_step_names(model_dir: Path, reward: str, **methods) -> set[str]:
+    """One DPH-RL step (with ``methods``: more option groups) on a fixed batch with cached-anchor samples: the names it logs."""
+    module = RLVRModule(PolicyOptions(str(model_dir)), sampling=SamplingParams(n=2, max_new_tokens=4), anchor=AnchorOptions(divergence="forward_kl", coef=1.0), scoring=ScoringOptions(workers=0), optimizer=lambda p: torch.optim.SGD(p, lr=0.1), **methods)  # fmt: skip
     tok = module.tokenizer
     prompt, texts = tok("C12=3:").input_ids, ["7", "12"]
     completions = [tok(t).input_ids for t in texts]
@@ -125,7 +137,8 @@ def test_progress_bar_shows_reward_response_length_and_rollout_speed(fit_then_va
 
 def test_readme_metric_table_lists_exactly_the_logged_names(fit_then_validate, tiny_model_dir, seven_reward):
     names, _, _ = fit_then_validate
-    names = names | dph_step_names(tiny_model_dir, seven_reward)
+    methods = {"loss": LossOptions(policy_loss="clip_cov", token_mask="top_entropy"), "entropy": EntropyOptions("adaptive")}
+    names = names | dph_step_names(tiny_model_dir, seven_reward) | dph_step_names(tiny_model_dir, seven_reward, **methods)
     logged = {re.sub(r"/dataloader_idx_\d+$", "", n) for n in names} - LIGHTNING_KEYS
     patterns = readme_metric_patterns()
     assert len(patterns) > 30

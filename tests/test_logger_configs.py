@@ -49,7 +49,7 @@ def test_demo_before_after_validation_keeps_32_samples_on_the_same_sets(print_co
 
 @pytest.mark.timeout(180)
 def test_a_fit_with_the_default_logger_writes_logs_report_draws(tiny_model_dir, tmp_path):
-    from lit_rlvr.tools.report import load_logs
+    from lit_rlvr.tools.report import curve_panels, load_logs
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"C{d}={t}:", "answer": t, "reward": "countdown", "digits": d}) + "\n"
@@ -66,3 +66,7 @@ def test_a_fit_with_the_default_logger_writes_logs_report_draws(tiny_model_dir, 
     assert bool(list(run.glob("events.out.tfevents.*"))) == tensorboard and (run / "metrics.csv").is_file() != tensorboard
     (series,) = load_logs([tmp_path / "lightning_logs"]).values()
     assert sorted(series["val/cd_val/pass@4"]) == [1, 3] and sorted(series["train/reward"]) == [0, 1, 2, 3]
+    training = {panel.title: panel for panel in curve_panels({"run": series})[-1]}  # the training row of the curves
+    for title in ("training reward", "mean token entropy", "response length (tokens)"):  # every panel drawn by default
+        (line,) = training[title].lines["run"]
+        assert sorted(line[1]) == [0, 1, 2, 3], title

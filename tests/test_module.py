@@ -14,6 +14,7 @@ from lit_rlvr.module import RLVRModule
 from lit_rlvr.options import (
     AnchorOptions,
     BatchingOptions,
+    EntropyOptions,
     EvalOptions,
     KLOptions,
     LossOptions,
@@ -454,3 +455,154 @@ def test_rollout_correction_weights_each_token_by_the_bounded_ratio(tiny_model_d
     assert 0 < stats["is_bounded"] and stats["mismatch_kl"] > 0
     for key, value in stats.items():
         assert float(metrics[f"train/{key}"]) == pytest.approx(float(value), rel=1e-5), key
+
+
+# ------------------------------------------------------------------ entropy and diversity methods (docs/methods.md §8)
+
+
+def hand_step(tiny_model_dir, batch, method: str) -> dict[str, torch.Tensor]:
+    """The gradient of one step of ``method`` on ``batch`` from the functional pieces (π_old: the
+    sampler's; selections from π_θ's no-grad forward at the start of the step)."""
+    from lit_rlvr.functional.advantages import ADVANTAGES
+    from lit_rlvr.functional.covariance import clip_cov_select, kl_cov_select
+    from lit_rlvr.functional.entropy import entropy_bonus, top_entropy
+    from lit_rlvr.functional.losses import masked_row_mean, policy_loss
+
+    reference = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0))
+    data = batch.rollouts.to_padded(reference.tokenizer.pad_token_id)
+    mask, old, ids = data["response_mask"], data["old_logprobs"], data["group_ids"]
+    rewards = torch.tensor([float("7" in t) for t in batch.rollouts.texts])
+    with torch.no_grad():
+        lp0, h0 = reference.logprobs(data, with_entropy=True)
+    adv = ADVANTAGES["grpo"](rewards, ids)
+    kwargs, bonus = {}, 0.0
+    if method == "forking_tokens":
+        kwargs["token_weights"] = top_entropy(h0, mask, top_entropy_quantile=0.3).float()
+    elif method in ("clip_cov", "kl_cov"):
+        options = METHODS[method]["loss"].policy_loss_options
+        select = clip_cov_select if method == "clip_cov" else kl_cov_select
+        extra = {"clip_low": 0.2, "clip_high": 0.28, "generator": torch.Generator().manual_seed(0)} if method == "clip_cov" else {}
+        chosen = {k: v for k, v in options.items() if k != "ppo_kl_coef"}  # the penalty's weight is the loss's option
+        kwargs["selected"] = select(lp0, old, adv[:, None].expand_as(lp0), mask.bool(), **chosen, **extra)
+        assert kwargs["selected"].any()
+        kwargs.update(loss=method, options=options)
+    elif method == "unlikeliness":
+        adv = ADVANTAGES["unlikeliness"](rewards, ids, mean_logprobs=masked_row_mean(old, mask), rank_penalty=0.5)
+    elif method == "nsr":
+        adv = rewards - 1.0
+    lp, h = reference.logprobs(data, with_entropy=True, entropy_grad=True)
+    loss, _ = policy_loss(lp, old, adv, mask, max_len=8, **kwargs)
+    if method == "entropy_bonus":
+        bonus = entropy_bonus(h, mask, max_len=8)
+    (loss - 0.1 * bonus).backward()
+    return {k: p.grad for k, p in reference.policy.named_parameters()}
+
+
+METHODS = {
+    "forking_tokens": {"loss": LossOptions(token_mask="top_entropy", token_mask_options={"top_entropy_quantile": 0.3})},
+    "clip_cov": {"loss": LossOptions(policy_loss="clip_cov", policy_loss_options={"clip_cov_ratio": 0.3, "clip_cov_lb": 0.0, "clip_cov_ub": 1e3})},
+    "kl_cov": {"loss": LossOptions(policy_loss="kl_cov", policy_loss_options={"kl_cov_ratio": 0.3, "ppo_kl_coef": 2.0})},
+    "entropy_bonus": {"entropy": EntropyOptions("static", {"entropy_coef": 0.1})},
+    "unlikeliness": {"loss": LossOptions(advantage="unlikeliness", advantage_options={"rank_penalty": 0.5})},
+    "nsr": {"loss": LossOptions(advantage="nsr")},
+}
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_method_step_equals_the_functional_pieces_by_hand(tiny_model_dir, method):
+    """The module's step is the method's loss built by hand: selections from π_θ at the start of the
+    step, the mask as token weights, the bonus with the loss's aggregation, the log-likelihood of π_old."""
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0),
+                        max_grad_norm=None, optimizer=sgd, **METHODS[method])  # fmt: skip
+    batch = fixed_batch(module.tokenizer, with_anchor=False)
+    start = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
+    grads = hand_step(tiny_model_dir, batch, method)
+    after = one_step(module, batch)
+    for name, grad in grads.items():
+        assert torch.allclose(after[name], start[name] - grad, atol=2e-5), name
+
+
+@pytest.mark.parametrize("method", [*sorted(METHODS), "entropy_adaptive", "forking_tokens+anchor"])
+def test_methods_are_unchanged_by_micro_batching(tiny_model_dir, method):
+    """Selections are made once per rollout batch and travel with the rows, so micro-batches (and the
+    DPH-RL anchor term composed with a forking-token mask) give the full batch's update."""
+    kwargs = METHODS.get(method.split("+")[0], {"entropy": EntropyOptions("adaptive", {"entropy_coef": 0.05, "entropy_target": 50.0})})
+    anchor = method.endswith("+anchor")
+    results = []
+    for micro in (None, 3):
+        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0),
+                            batching=BatchingOptions(micro_batch_size=micro), max_grad_norm=None, optimizer=sgd,
+                            anchor=AnchorOptions(coef=0.3) if anchor else None, **kwargs)  # fmt: skip
+        results.append(one_step(module, fixed_batch(module.tokenizer, with_anchor=anchor)))
+    for name in results[0]:
+        assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
+
+
+def test_token_entropy_is_logged_every_step_and_the_coefficient_with_a_bonus(tiny_model_dir):
+    from lit_rlvr.functional.losses import aggregate
+
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0),
+                        entropy=EntropyOptions("adaptive", {"entropy_coef": 0.02, "entropy_target": 50.0, "entropy_coef_delta": 0.01}),
+                        optimizer=sgd)  # fmt: skip
+    batch = fixed_batch(module.tokenizer, with_anchor=False)
+    data = batch.rollouts.to_padded(module.tokenizer.pad_token_id)
+    with torch.no_grad():
+        _, h = module.logprobs(data, with_entropy=True)
+    trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer.fit(module, train_dataloaders=DataLoader([batch], batch_size=None, collate_fn=lambda b: b))
+    metrics = trainer.callback_metrics
+    assert float(metrics["train/entropy"]) == pytest.approx(float(aggregate(h, data["response_mask"])), rel=1e-5)  # π_θ before the step
+    assert float(metrics["train/entropy_coef"]) == pytest.approx(0.02)  # applied at this step; the next one gets 0.03
+    assert module.entropy_state.coef == pytest.approx(0.03) and module.entropy_state.active
+
+
+def fit_with_adaptive_entropy(tiny_model_dir, files, root, max_steps: int, ckpt_path=None):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import DatasetSpec
+
+    torch.manual_seed(0)
+    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"), batch_size=2, seed=3)
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=5, seed=11), scoring=ScoringOptions(workers=0),
+                        entropy=EntropyOptions("adaptive", {"entropy_target": 50.0, "entropy_coef_delta": 0.05}),
+                        loss=LossOptions(policy_loss="clip_cov", policy_loss_options={"clip_cov_ratio": 0.2, "clip_cov_lb": -1e3}),
+                        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2))  # fmt: skip
+    trainer = Trainer(max_steps=max_steps, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      num_sanity_val_steps=0, limit_val_batches=0, deterministic=True,
+                      callbacks=[RolloutCallback(engine="hf"), ModelCheckpoint(dirpath=root, save_last=True, every_n_train_steps=1)])  # fmt: skip
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    return module
+
+
+@pytest.mark.timeout(240)
+def test_adaptive_entropy_coefficient_resumes_where_it_was(tiny_model_dir, tmp_path, toy_prompts):
+    """The coefficient is state: a run stopped after step 2 and resumed reaches the uninterrupted
+    run's coefficient and weights at step 4 (Clip-Cov's draw, from the module's generator, too)."""
+    files = toy_prompts(8)
+    full = fit_with_adaptive_entropy(tiny_model_dir, files, tmp_path / "full", 4)
+    part = fit_with_adaptive_entropy(tiny_model_dir, files, tmp_path / "part", 2)
+    assert part.entropy_state.coef == pytest.approx(0.1) and full.entropy_state.coef == pytest.approx(0.2)  # 0.05 a step below 50 nats
+    resumed = fit_with_adaptive_entropy(tiny_model_dir, files, tmp_path / "part", 4, ckpt_path=str(tmp_path / "part" / "last.ckpt"))
+    assert resumed.entropy_state == full.entropy_state
+    for (name, a), (_, b) in zip(full.policy.named_parameters(), resumed.policy.named_parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
+def test_method_conflicts_are_refused_at_start_up():
+    with pytest.raises(ValueError, match=r"model.loss.policy_loss: policy loss 'kl_cov' does not clip, so dual_clip=3.0 would have no effect"):
+        LossOptions(policy_loss="kl_cov", dual_clip=3.0)
+    with pytest.raises(ValueError, match=r"model.loss.token_mask_options=\{'top_entropy_quantile': 0.2\} without a model.loss.token_mask"):
+        LossOptions(token_mask_options={"top_entropy_quantile": 0.2})
+    with pytest.raises(ValueError, match=r"model.loss.policy_loss_options: unknown option\(s\) \['clip_ratio'\] of policy loss 'clip_cov'"):
+        LossOptions(policy_loss="clip_cov", policy_loss_options={"clip_ratio": 0.0002})
+    with pytest.raises(ValueError, match=r"model.loss.token_mask: unknown token mask 'forking'; valid names: \['top_entropy'\]"):
+        LossOptions(token_mask="forking")
+    with pytest.raises(ValueError, match=r"model.entropy.options: entropy_coef must be > 0 for a static bonus"):
+        EntropyOptions("static", {"entropy_coef": 0.0})
+    with pytest.raises(ValueError, match=r"model.entropy.control: unknown entropy control 'skywork'; valid names: \['adaptive', 'static'\]"):
+        EntropyOptions("skywork")
+    assert LossOptions(policy_loss="clip_cov", dual_clip=3.0, token_mask="top_entropy").selects_tokens  # these compose
+    assert not LossOptions(advantage="nsr").selects_tokens

@@ -165,3 +165,21 @@ def test_upgrade_config_notes_what_it_dropped():
     assert any("drift_micro_batch_size: removed" in n for n in notes)
     assert any("data.tokenizer: removed (it is linked to model.policy.path now)" in n for n in notes)
     assert any("model.anchor: 0.1's divergence_coef: 0 meant off" in n for n in notes)
+
+
+def test_loss_options_pickled_before_the_policy_loss_fields_load_with_their_defaults():
+    """A checkpoint's hyper-parameters written before ``policy_loss``/``token_mask`` existed: the
+    unpickled group has them at their defaults (the same loss), also through the weights-only loader."""
+    import io
+
+    from lit_rlvr.options import LossOptions
+
+    before = LossOptions.__new__(LossOptions)  # what the previous version pickled: its fields only
+    before.__dict__.update({"advantage": "passk", "advantage_options": {"k": 2}, "aggregation": "token_mean", "clip_low": 0.2,
+                            "clip_high": 0.28, "dual_clip": None})  # fmt: skip
+    buffer = io.BytesIO()
+    torch.save({"hyper_parameters": {"loss": before}}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)["hyper_parameters"]["loss"]
+    assert loaded == LossOptions(advantage="passk", advantage_options={"k": 2})
+    assert loaded.policy_loss_options == {} and loaded.policy_loss_options is not LossOptions().policy_loss_options

@@ -1,4 +1,5 @@
-"""Group advantage estimators: GRPO, RLOO, the Pass@k Training family, PKPO and max-minus-second.
+"""Advantage estimators: GRPO, RLOO, the Pass@k Training family, PKPO, max-minus-second, the
+sample-polarity REINFORCE family (PSR, NSR, W-REINFORCE) and the unlikeliness reward.
 
 Every entry of :data:`ADVANTAGES` has the signature
 
@@ -19,6 +20,10 @@ Sources (formulas in ``docs/methods.md`` §1 and §3):
 - ``pkpo``: Walder & Karkhanis 2025 (arXiv 2505.15201), Eq. 8, 29 and 33.
 - ``max_minus_second``: Tang et al. 2025 (arXiv 2503.19595), leave-one-out control variate for
   the pass@n objective.
+- ``psr``, ``nsr``, ``w_reinforce``: Zhu et al. 2025, "The Surprising Effectiveness of Negative
+  Reinforcement in LLM Reasoning" (arXiv 2506.01347): REINFORCE with reward ±1 split by sign.
+- ``unlikeliness``: He et al. 2025, "Rewarding the Unlikely: Lifting GRPO Beyond Distribution
+  Sharpening" (arXiv 2506.02355): GRPO on rewards lowered for the samples the policy finds likely.
 
 Where this code departs from (or pins down) the papers, and why:
 
@@ -34,6 +39,8 @@ Where this code departs from (or pins down) the papers, and why:
   ~1e-12 absolute error in the log, which becomes ~1e-9 relative error in A when ρ is small.
 - ``pkpo`` returns the paper's PKPO transform ``s^(loo−1)`` (Eq. 33, the one used in all its LLM
   experiments) by default; see :func:`pkpo` for the reading of the formulas and of k = 1.
+- ``psr`` / ``nsr`` keep every row (the other sign's rows get 0); the release drops them from the
+  batch, which changes only the loss's normaliser (see :func:`nsr`).
 """
 
 from __future__ import annotations
@@ -46,13 +53,15 @@ from torch import Tensor
 
 from lit_rlvr.registry import Registry
 
-ADVANTAGES = Registry("advantage estimator", injected=("entropies", "generator"))
-"""Name → ``fn(rewards (B,), group_ids (B,), *, options) -> (B,)``. ``entropies`` and ``generator``
-are passed by the module to the estimators that declare them; every other keyword-only
-parameter is an option (``model.loss.advantage_options``), checked at start-up."""
+ADVANTAGES = Registry("advantage estimator", injected=("entropies", "generator", "mean_logprobs"))
+"""Name → ``fn(rewards (B,), group_ids (B,), *, options) -> (B,)``. ``entropies`` (each row's mean
+token entropy), ``generator`` and ``mean_logprobs`` (each row's mean token log π_old) are passed by
+the module to the estimators that declare them; every other keyword-only parameter is an option
+(``model.loss.advantage_options``), checked at start-up."""
 register_advantage = ADVANTAGES.register
 
 STD_MODES = ("population", "sample", "none")
+UNLIKELINESS_STD_MODES = ("sample", "population")
 PKPO_BASELINES = ("loo_minus_one", "loo", "none")
 
 
@@ -527,4 +536,149 @@ def max_minus_second(rewards: Tensor, group_ids: Tensor) -> Tensor:
         top2 = x.topk(2, dim=1).values  # (P_n, 2)
         best = rows.gather(1, x.argmax(1, keepdim=True)).squeeze(1)  # (P_n,)
         out[best] = top2[:, 0] - top2[:, 1]
+    return out.float()
+
+
+@register_advantage("psr")
+def psr(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Positive sample reinforcement (Zhu et al. 2025, arXiv 2506.01347): A = 1 for a correct row, 0 otherwise.
+
+    The PSR half of REINFORCE with reward ±1 (the paper's decomposition L = L_PSR + L_NSR):
+    only correct samples are reinforced, which sharpens the policy (pass@1 up, pass@k down in the
+    paper). No baseline, no group normalisation.
+
+    Args:
+        rewards: ``(B,)`` binary rewards.
+        group_ids: ``(B,)`` (unused: PSR compares no rows).
+
+    Example:
+        >>> psr(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
+        tensor([1., 0., 1.])
+    """
+    _grouped(rewards, group_ids)
+    _check_binary(rewards, "psr")
+    return rewards.float()
+
+
+@register_advantage("nsr")
+def nsr(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Negative sample reinforcement (Zhu et al. 2025, arXiv 2506.01347): A = −1 for an incorrect row, 0 otherwise.
+
+    The NSR half of REINFORCE with reward ±1: only incorrect samples are pushed down, and the
+    mass they lose goes to the other tokens in proportion to their probability, which the paper
+    finds keeps pass@k across the whole k range. The authors' release
+    (TianHongZXY/RLVR-Decomposed a5d4e7c1, ``compute_psr_nsr_outcome_advantage`` with
+    ``advantage='negative'``) gives the same values (``returns − 1`` with the 0/1 reward as return)
+    and then drops the correct rows from the batch; here they stay with A = 0, so they add nothing
+    to the gradient but count in the loss's normaliser (with ``token_mean`` the loss is the
+    release's × tokens of incorrect rows / all tokens).
+
+    Args:
+        rewards: ``(B,)`` binary rewards.
+        group_ids: ``(B,)`` (unused: NSR compares no rows).
+
+    Example:
+        >>> nsr(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0, 0, 1]))
+        tensor([ 0., -1., -1.])
+    """
+    _grouped(rewards, group_ids)
+    _check_binary(rewards, "nsr")
+    return rewards.float() - 1.0
+
+
+def _check_weight(positive_advantage_weight) -> None:
+    w = positive_advantage_weight
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= 1.0:
+        raise ValueError(f"w_reinforce: positive_advantage_weight (λ) must be in [0, 1] (0.1 in the paper), got {w!r}")
+
+
+@register_advantage("w_reinforce", check=_check_weight)
+def w_reinforce(rewards: Tensor, group_ids: Tensor, *, positive_advantage_weight: float = 0.1) -> Tensor:
+    """Weighted REINFORCE (Zhu et al. 2025, arXiv 2506.01347): A = λ for a correct row, −1 for an incorrect one.
+
+    L = λ·L_PSR + L_NSR: positive samples down-weighted by λ (0.1 in the paper), so the update is
+    mostly negative reinforcement with a little sharpening. λ = 0 is NSR, λ = 1 REINFORCE with
+    reward ±1. Equal to the release's ``advantage='weighted'`` (which also keeps every row).
+
+    Args:
+        rewards: ``(B,)`` binary rewards.
+        group_ids: ``(B,)`` (unused).
+        positive_advantage_weight: λ ∈ [0, 1] (the release's name).
+
+    Example:
+        >>> w_reinforce(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]))
+        tensor([ 0.1000, -1.0000])
+    """
+    _check_weight(positive_advantage_weight)
+    _grouped(rewards, group_ids)
+    _check_binary(rewards, "w_reinforce")
+    r = rewards.double()
+    return torch.where(r > 0, positive_advantage_weight * r, r - 1.0).float()
+
+
+def _check_unlikeliness(rank_penalty, std, eps) -> None:
+    if isinstance(rank_penalty, bool) or not isinstance(rank_penalty, (int, float)) or not 0.0 <= rank_penalty <= 1.0:
+        raise ValueError(f"unlikeliness: rank_penalty (β_rank) must be in [0, 1] (0.25 in the paper), got {rank_penalty!r}")
+    if std not in UNLIKELINESS_STD_MODES:
+        raise ValueError(f"unlikeliness: std must be one of {UNLIKELINESS_STD_MODES}; got {std!r}")
+    if not eps >= 0:
+        raise ValueError(f"unlikeliness: eps must be >= 0; got {eps}")
+
+
+@register_advantage("unlikeliness", check=_check_unlikeliness)
+def unlikeliness(
+    rewards: Tensor,
+    group_ids: Tensor,
+    *,
+    mean_logprobs: Tensor,
+    rank_penalty: float = 0.25,
+    std: str = "sample",
+    eps: float = 1e-6,
+) -> Tensor:
+    """The unlikeliness reward (He et al. 2025, arXiv 2506.02355), then GRPO.
+
+    GRPO's update favours the samples the policy already finds likely (rank bias), so it sharpens
+    the distribution instead of widening it. The unlikeliness reward lowers the reward of a likely
+    sample: within each group of G rows ranked by the policy's likelihood (rank 0 = least likely,
+    G − 1 = most likely),
+
+        r̃_i = r_i · (1 − β_rank · rank_i / G)
+
+    so of two correct samples the less likely one gets the larger reward (an incorrect one keeps
+    0), and A = GRPO(r̃). Equal to the authors' release (AndreHe02/rewarding-unlikely-release
+    ca1cff05, ``RayLeanTrainer._compute_advantages`` with ``lean.rank_penalty``): the likelihood is
+    the mean per-token log π_old of the completion, ranks are over the whole group, the std is the
+    sample std (G − 1) and ε = 1e-6. Departures: a group whose r̃ are all equal gets exactly 0 (as
+    ``grpo``; the release gives a group of one row its r̃, with mean 0 and std 1), and ties in
+    likelihood rank by row order (the release's ``argsort`` leaves them unspecified).
+
+    Args:
+        rewards: ``(B,)`` rewards (binary in the paper; any value is scaled the same way).
+        group_ids: ``(B,)`` integer group of each row.
+        mean_logprobs: ``(B,)`` mean token log π_old of each row's completion (the module passes it).
+        rank_penalty: β_rank ∈ [0, 1] (the release's name; 0.25 in the paper's runs). 0 is GRPO.
+        std: ``"sample"`` (the release) or ``"population"``.
+        eps: added to the std.
+
+    Returns:
+        ``(B,)`` float32 advantages.
+
+    Example:
+        >>> r = torch.tensor([1.0, 1.0, 0.0, 0.0])
+        >>> unlikeliness(r, torch.zeros(4, dtype=torch.long), mean_logprobs=torch.tensor([-0.1, -2.0, -1.0, -3.0]))
+        tensor([ 0.7385,  0.9847, -0.8616, -0.8616])
+    """
+    _check_unlikeliness(rank_penalty, std, eps)
+    groups = _grouped(rewards, group_ids)
+    if mean_logprobs.shape != rewards.shape:
+        raise ValueError(f"mean_logprobs must have the shape of rewards {tuple(rewards.shape)}; got {tuple(mean_logprobs.shape)}")
+    r = rewards.double()
+    likelihood = torch.nan_to_num(mean_logprobs.double(), nan=float("-inf"))
+    out = torch.zeros_like(r)
+    for rows in groups.blocks():  # (P_n, n)
+        n = rows.shape[1]
+        order = torch.argsort(likelihood[rows], dim=1, stable=True)  # least likely first
+        rank = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=order.device).expand_as(order))
+        shaped = r[rows] * (1.0 - rank_penalty * rank.double() / n)  # (P_n, n)
+        out[rows] = _zscore(shaped, std, eps)
     return out.float()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+ENTROPY_CHUNK = 1024  # positions per float32 softmax in token_entropy (the training forward computes it every step)
+
 
 def token_logprobs(logits: Tensor, labels: Tensor, temperature: float = 1.0) -> Tensor:
     """Log-probability of each label under ``softmax(logits / temperature)``.
@@ -59,9 +61,10 @@ def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
         raise ValueError(f"temperature must be > 0 for entropies, got {temperature}")
     out = torch.empty(logits.shape[:2], dtype=torch.float32, device=logits.device)
     for b in range(logits.shape[0]):
-        row = logits[b].float()
-        if temperature != 1.0:
-            row = row / temperature
-        lse = torch.logsumexp(row, dim=-1)
-        out[b] = lse - (torch.softmax(row, dim=-1) * row).sum(-1)
+        for t in range(0, logits.shape[1], ENTROPY_CHUNK):  # a packed row holds a whole batch: bound the copies
+            row = logits[b, t : t + ENTROPY_CHUNK].float()
+            if temperature != 1.0:
+                row = row / temperature
+            lse = torch.logsumexp(row, dim=-1)
+            out[b, t : t + ENTROPY_CHUNK] = lse - (torch.softmax(row, dim=-1) * row).sum(-1)
     return out

@@ -3,6 +3,10 @@
 - Clipped surrogate of PPO (Schulman et al. 2017, arXiv 1707.06347, Eq. 7) with the decoupled
   "clip-higher" bounds of DAPO (Yu et al. 2025, arXiv 2503.14476, Eq. 10: ε_low = 0.2,
   ε_high = 0.28) and the dual clip of Ye et al. 2020 (arXiv 1912.09729, Eq. 6) for A < 0.
+- Policy losses (:data:`POLICY_LOSSES`, verl's ``loss_mode``): ``vanilla`` is the clipped
+  surrogate above; the covariance methods of Cui et al. 2025 (``clip_cov``, ``kl_cov``) are in
+  :mod:`lit_rlvr.functional.covariance`. An entry is a per-token loss and, optionally, a token
+  selection it needs (:class:`PolicyLoss`).
 - Aggregations: ``token_mean`` (DAPO §3.3, default), ``seq_mean_token_mean`` (original GRPO,
   Shao et al. 2024, arXiv 2402.03300, Eq. 3), ``seq_mean_token_sum_norm`` (Dr. GRPO, Liu et al.
   2025, arXiv 2503.20783, §3.1: a constant normaliser B · max_new_tokens).
@@ -21,8 +25,10 @@ Departures, and why:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -31,6 +37,11 @@ from lit_rlvr.registry import Registry
 
 AGGREGATIONS = Registry("loss aggregation")
 KL_ESTIMATORS = Registry("KL estimator")
+POLICY_LOSSES = Registry("policy loss", injected=("clip_low", "clip_high", "dual_clip", "generator"))
+"""Name → :class:`PolicyLoss` (verl's ``policy_loss.loss_mode``): ``vanilla``, ``clip_cov``, ``kl_cov``.
+The loss-wide settings (``clip_low``, ``clip_high``, ``dual_clip``) and the module's ``generator``
+are passed by the library to the entries that declare them; every other keyword-only parameter of
+an entry's functions is an option (``model.loss.policy_loss_options``), checked at start-up."""
 LOG_RATIO_CLAMP = 20.0  # exp(20) ≈ 4.9e8: one outlier token cannot overflow float32
 
 
@@ -168,6 +179,96 @@ def checked_aggregation(mode: str, key: str) -> Aggregation:
     return agg
 
 
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A policy loss: the per-token loss and, optionally, the tokens it treats apart.
+
+    ``token_loss(log_ratio (B, T), advantages (B, 1) or (B, T), selected (B, T) bool or None, *,
+    <injected>, <options>) -> (B, T)`` is the loss of every token before aggregation (log_ratio is
+    log π_θ − log π_old, clamped to ±20 and 0 on padding). ``select(logprobs (B, T), old_logprobs
+    (B, T), advantages (B, T), response_mask (B, T), *, <injected>, <options>) -> (B, T) bool``
+    chooses the tokens ``token_loss`` treats apart (Clip-Cov's detached tokens, KL-Cov's penalised
+    ones) from detached statistics of the batch; None for losses that treat every token alike.
+    Each function gets the injected settings and the options its own signature names.
+    """
+
+    token_loss: Callable[..., Tensor]
+    select: Callable[..., Tensor] | None = None
+    _names: dict[str, frozenset] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        for role in ("token_loss", "select"):
+            if getattr(self, role) is not None:
+                self._names[role] = frozenset(inspect.signature(getattr(self, role)).parameters)
+
+    def _kwargs(self, role: str, values: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if k in self._names[role]}
+
+    def loss(self, log_ratio: Tensor, advantages: Tensor, selected: Tensor | None, **values) -> Tensor:
+        """``token_loss`` with the values (injected settings and options) it declares."""
+        return self.token_loss(log_ratio, advantages, selected, **self._kwargs("token_loss", values))
+
+    def choose(self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, response_mask: Tensor, **values) -> Tensor:
+        """``select`` with the values it declares: ``(B, T)`` bool, False on padding."""
+        return self.select(logprobs, old_logprobs, advantages, response_mask, **self._kwargs("select", values))
+
+
+def register_policy_loss(name: str, *, select: Callable[..., Tensor] | None = None, check: Callable[..., None] | None = None):
+    """Register ``token_loss`` (and its ``select``) as policy loss ``name`` (:class:`PolicyLoss`).
+
+    The entry's options are the keyword-only parameters of both functions less the injected
+    settings; ``check(**options)`` refuses values at start-up.
+
+    Example:
+        >>> @register_policy_loss("_doc_unclipped")
+        ... def unclipped(log_ratio, advantages, selected):
+        ...     return -advantages * torch.exp(log_ratio)
+        >>> loss, _ = policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2), loss="_doc_unclipped")
+        >>> loss
+        tensor(-1.)
+        >>> _ = POLICY_LOSSES.pop("_doc_unclipped")
+    """
+
+    def decorator(token_loss):
+        params: dict[str, inspect.Parameter] = {}
+        for fn in (token_loss, select):
+            for p in inspect.signature(fn).parameters.values() if fn is not None else ():
+                if p.kind is inspect.Parameter.KEYWORD_ONLY:
+                    params.setdefault(p.name, p)
+        POLICY_LOSSES.register(name, check=check, signature=inspect.Signature(list(params.values())))(PolicyLoss(token_loss, select))
+        return token_loss
+
+    return decorator
+
+
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, clip_low: float, clip_high: float) -> Tensor:
+    """``(B, T)`` −min(ρ·A, clip(ρ, 1 − ε_low, 1 + ε_high)·A) (PPO Eq. 7 with DAPO's bounds).
+
+    Example:
+        >>> clipped_surrogate(torch.tensor([[1.1, 1.5, 0.5]]), torch.tensor([[1.0, 1.0, -1.0]]), 0.2, 0.28)
+        tensor([[-1.1000, -1.2800,  0.8000]])
+    """
+    return torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
+
+
+@register_policy_loss("vanilla")
+def vanilla(log_ratio: Tensor, advantages: Tensor, selected: Tensor | None, *, clip_low: float, clip_high: float,
+            dual_clip: float | None = None) -> Tensor:  # fmt: skip
+    """The clipped surrogate with clip-higher and an optional dual clip (verl's ``vanilla``; §1.2).
+
+    l_t = −min(ρ_t·A, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A), and min(l_t, −c·A) where A < 0 when
+    ``dual_clip`` c is set. ``selected`` is unused (no token is treated apart).
+
+    Example:
+        >>> vanilla(torch.log(torch.tensor([[5.0]])), torch.tensor([[-1.0]]), None, clip_low=0.2, clip_high=0.28, dual_clip=3.0)
+        tensor([[3.]])
+    """
+    loss_t = clipped_surrogate(torch.exp(log_ratio), advantages, clip_low, clip_high)
+    if dual_clip is not None:
+        loss_t = torch.where(advantages < 0, torch.minimum(loss_t, -dual_clip * advantages), loss_t)
+    return loss_t
+
+
 def policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -180,13 +281,21 @@ def policy_loss(
     agg: str = "token_mean",
     max_len: int | None = None,
     token_weights: Tensor | None = None,
+    loss: str = "vanilla",
+    options: dict[str, Any] | None = None,
+    selected: Tensor | None = None,
+    generator: torch.Generator | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate loss with clip-higher and an optional dual clip (docs/methods.md §1).
+    """The policy loss ``loss`` of :data:`POLICY_LOSSES` (default: the clipped surrogate, docs/methods.md §1).
 
-    Per token, with ρ_t = exp(clamp(logprobs − old_logprobs, ±20))::
+    Per token, with ρ_t = exp(clamp(logprobs − old_logprobs, ±20)), the ``vanilla`` loss is::
 
         l_t = −min(ρ_t·A, clip(ρ_t, 1 − clip_low, 1 + clip_high)·A)
         l_t = min(l_t, −dual_clip·A)            for A < 0 when dual_clip is set
+
+    and the others are documented with their entries (``clip_cov``, ``kl_cov``: §8). A loss that
+    treats some tokens apart gets them as ``selected``; when None, its ``select`` chooses them
+    here from this batch (``logprobs`` detached), as verl's functions do within the batch they get.
 
     Args:
         logprobs: ``(B, T)`` log π_θ of the completion tokens (differentiable).
@@ -195,25 +304,32 @@ def policy_loss(
             and a zero gradient (count them with :func:`nonfinite_count` and log it).
         advantages: ``(B,)`` one per completion, or ``(B, T)`` per token.
         response_mask: ``(B, T)`` real completion tokens.
-        clip_low: ε_low ∈ [0, 1) (DAPO default 0.2).
+        clip_low: ε_low ∈ [0, 1] (DAPO default 0.2; 1 removes the lower bound, as Clip-Cov's release).
         clip_high: ε_high ≥ 0 (DAPO clip-higher default 0.28).
         dual_clip: c > 1 bounding the loss of negative-advantage tokens by −c·A (3.0 in
-            Ye et al. 2020); ``None`` disables it.
+            Ye et al. 2020); ``None`` disables it. Refused by losses that do not clip.
         agg: aggregation mode, see :func:`aggregate`.
         max_len: ``max_new_tokens`` for ``seq_mean_token_sum_norm``.
         token_weights: ``(B, T)`` detached per-token weights of ``l_t`` before aggregation (the
-            rollout correction's importance weights, :mod:`lit_rlvr.functional.correction`);
-            None: all 1. They do not change the aggregation's normaliser.
+            rollout correction's importance weights, a token mask); None: all 1. They do not
+            change the aggregation's normaliser.
+        loss: a key of :data:`POLICY_LOSSES`.
+        options: the entry's options (``{"clip_cov_ratio": 0.0002}``).
+        selected: ``(B, T)`` bool tokens the entry treats apart, chosen beforehand (the module
+            chooses them once per rollout batch); None: chosen here.
+        generator: randomness of a selection (Clip-Cov's draw); None: torch's global generator.
 
     Returns:
         ``(loss, stats)``: the scalar loss and a dict of detached scalar tensors computed over
         unmasked tokens: ``clipfrac_low`` (A < 0, ρ < 1 − ε_low), ``clipfrac_high`` (A > 0,
         ρ > 1 + ε_high), ``clipfrac_dual`` (A < 0 and the dual bound is active),
-        ``ratio_mean`` and ``approx_kl`` (k3 estimate of KL(π_old‖π_θ) on π_old's samples).
+        ``ratio_mean``, ``approx_kl`` (k3 estimate of KL(π_old‖π_θ) on π_old's samples), and
+        ``selected`` (share of tokens selected) for a loss with a selection.
 
     Raises:
-        ValueError: shapes that disagree, ``clip_low`` outside [0, 1), ``clip_high < 0`` or
-            ``dual_clip <= 1``; unknown ``agg``.
+        ValueError: shapes that disagree, ``clip_low`` outside [0, 1], ``clip_high < 0`` or
+            ``dual_clip <= 1``; unknown ``agg`` or ``loss``, options it does not take, a
+            ``dual_clip`` it does not take.
 
     Example:
         >>> lp = torch.log(torch.tensor([[1.1, 1.5, 0.5, 5.0]]))  # old log-probs are 0
@@ -224,6 +340,7 @@ def policy_loss(
         >>> {k: round(v.item(), 2) for k, v in stats.items() if k.startswith("clipfrac")}
         {'clipfrac_low': 0.25, 'clipfrac_high': 0.25, 'clipfrac_dual': 0.25}
     """
+    entry = checked_policy_loss(loss, options, dual_clip, "loss")
     _check_policy_args(
         logprobs, old_logprobs, advantages, response_mask, clip_low, clip_high, dual_clip
     )
@@ -231,21 +348,24 @@ def policy_loss(
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
     old = torch.where(torch.isnan(old_logprobs), float("-inf"), old_logprobs)  # NaN: no usable mass, as -inf
     log_ratio = _masked(logprobs - old, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T), 0 on padding
-    ratio = torch.exp(log_ratio)  # (B, T), 1 on padding
-    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    loss_t = torch.maximum(-adv * ratio, -adv * clipped)  # (B, T) = −min(ρA, clip(ρ)A)
-    dual = torch.zeros_like(mask)
-    if dual_clip is not None:
-        bound = -dual_clip * adv
-        dual = (adv < 0) & (loss_t > bound)
-        loss_t = torch.where(adv < 0, torch.minimum(loss_t, bound), loss_t)
+    values = {"clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual_clip, "generator": generator, **(options or {})}
+    if entry.select is not None and selected is None:
+        with torch.no_grad():
+            selected = entry.choose(logprobs.detach(), old, adv.expand_as(log_ratio), mask, **values)
+    if selected is not None and selected.shape != log_ratio.shape:
+        raise ValueError(f"selected must be (B, T) = {tuple(log_ratio.shape)}, got {tuple(selected.shape)}")
+    loss_t = entry.loss(log_ratio, adv, selected.bool() if selected is not None else None, **values)  # (B, T)
     if token_weights is not None:
         if token_weights.shape != loss_t.shape:
             raise ValueError(f"token_weights must be (B, T) = {tuple(loss_t.shape)}, got {tuple(token_weights.shape)}")
         loss_t = loss_t * token_weights.detach()
-    loss = aggregate(loss_t, mask, agg, max_len)
+    total = aggregate(loss_t, mask, agg, max_len)
 
     with torch.no_grad():  # shares of unmasked tokens in each clipped branch, for logging
+        ratio = torch.exp(log_ratio)  # 1 on padding
+        dual = torch.zeros_like(mask)
+        if dual_clip is not None:
+            dual = (adv < 0) & (clipped_surrogate(ratio, adv, clip_low, clip_high) > -dual_clip * adv)
         stats = {
             "clipfrac_low": token_mean(((adv < 0) & (ratio < 1.0 - clip_low)).float(), mask),
             "clipfrac_high": token_mean(((adv > 0) & (ratio > 1.0 + clip_high)).float(), mask),
@@ -253,7 +373,24 @@ def policy_loss(
             "ratio_mean": token_mean(ratio, mask),
             "approx_kl": token_mean(kl_estimate(old, logprobs.detach(), "k3"), mask),
         }
-    return loss, stats
+        if entry.select is not None:
+            stats["selected"] = token_mean(selected.float(), mask)
+    return total, stats
+
+
+def checked_policy_loss(name: str, options: dict[str, Any] | None, dual_clip: float | None, key: str) -> PolicyLoss:
+    """The :class:`PolicyLoss` ``name`` after checking its options, and that it takes a set ``dual_clip``.
+
+    A loss that does not clip (KL-Cov's surrogate is unclipped) would silently ignore the dual
+    clip, so the pair is refused.
+    """
+    entry = POLICY_LOSSES.get_checked(name, key, options or {}, f"{key}_options")
+    if dual_clip is not None and not POLICY_LOSSES.declares(name, "dual_clip"):
+        raise ValueError(
+            f"{key}: policy loss {name!r} does not clip, so dual_clip={dual_clip} would have no effect; "
+            "remove dual_clip (model.loss.dual_clip: null)"
+        )
+    return entry
 
 
 def nonfinite_count(values: Tensor, mask: Tensor) -> Tensor:
@@ -283,8 +420,8 @@ def _check_policy_args(
             f"advantages must be (B,) = ({B},) or (B, T) = ({B}, {T}); "
             f"got {tuple(advantages.shape)}"
         )
-    if not 0.0 <= clip_low < 1.0:
-        raise ValueError(f"clip_low (ε_low) must be in [0, 1), got {clip_low}")
+    if not 0.0 <= clip_low <= 1.0:
+        raise ValueError(f"clip_low (ε_low) must be in [0, 1], got {clip_low}")
     if clip_high < 0.0:
         raise ValueError(f"clip_high (ε_high) must be >= 0, got {clip_high}")
     if dual_clip is not None and dual_clip <= 1.0:

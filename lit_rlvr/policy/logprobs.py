@@ -47,6 +47,7 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     padding_free: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs (and optionally entropies) of the last ``response_len`` columns.
 
@@ -61,9 +62,10 @@ def completion_logprobs(
         attention_mask: ``(B, Lp+T)``.
         response_len: T.
         temperature: the sampling temperature the log-probs should describe.
-        with_entropy: also return token entropies (for entropy-adaptive Pass@k and logging).
+        with_entropy: also return token entropies (token masks, entropy-adaptive Pass@k, logging).
         padding_free: run the packed forward instead (only for a model that
             :func:`packs_sequences`; the values are the same).
+        entropy_grad: keep the entropies differentiable (the entropy bonus); detached otherwise.
 
     Returns:
         ``logprobs (B, T)`` float32 and ``entropy (B, T)`` or None. Values on padded completion
@@ -71,7 +73,7 @@ def completion_logprobs(
         ``response_mask``.
     """
     if padding_free:
-        return _packed_logprobs(model, input_ids, attention_mask, response_len, temperature, with_entropy)
+        return _packed_logprobs(model, input_ids, attention_mask, response_len, temperature, with_entropy, entropy_grad)
     T = response_len
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
@@ -79,16 +81,16 @@ def completion_logprobs(
     logits = logits[:, -T - 1 : -1]  # (B, T, V): position t predicts token t+1
     labels = input_ids[:, -T:]  # (B, T)
     logprobs = token_logprobs(logits, labels, temperature)
-    entropy = token_entropy(logits.detach(), temperature) if with_entropy else None
+    entropy = token_entropy(logits if entropy_grad else logits.detach(), temperature) if with_entropy else None
     return logprobs, entropy
 
 
-def _packed_logprobs(model, input_ids, attention_mask, response_len, temperature, with_entropy):
+def _packed_logprobs(model, input_ids, attention_mask, response_len, temperature, with_entropy, entropy_grad=False):
     """:func:`completion_logprobs` with every row's real tokens packed end to end (no padding)."""
     B, T, dev = input_ids.shape[0], response_len, input_ids.device
     lengths = segment_lengths(attention_mask, attention_mask[:, -T:])  # (B, 2) real (prompt, completion) tokens
     if not int(lengths[:, 1].sum()):  # no completion token: nothing to pack, keep the graph of the padded forward
-        return completion_logprobs(model, input_ids, attention_mask, T, temperature, with_entropy)
+        return completion_logprobs(model, input_ids, attention_mask, T, temperature, with_entropy, entropy_grad=entropy_grad)
     n = lengths.sum(-1)  # (B,) real tokens per row
     varlen = _attention_kind(model) == "varlen"  # flash-attention's varlen path takes one packed row
     bins = pack_bins(n, capacity=None if varlen else int(n.max()))
@@ -110,7 +112,7 @@ def _packed_logprobs(model, input_ids, attention_mask, response_len, temperature
     lp = torch.zeros(B, T, dtype=torch.float32, device=dev).index_put((rows, cols), token_logprobs(chosen, labels, temperature)[0])
     entropy = None
     if with_entropy:
-        values = token_entropy(chosen.detach(), temperature)[0]
+        values = token_entropy(chosen if entropy_grad else chosen.detach(), temperature)[0]
         entropy = torch.zeros(B, T, dtype=torch.float32, device=dev).index_put((rows, cols), values)
     return lp, entropy
 
@@ -264,10 +266,12 @@ def batched_completion_logprobs(
     with_entropy: bool = False,
     batching: MicroBatching = MicroBatching(),
     lockstep: Callable[[int], int] | None = None,
+    entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """:func:`completion_logprobs` over length-sorted micro-batches, each cropped to its longest row.
 
-    Same arguments and result (``(B, T)`` each, rows in the input's order); ``batching`` sets the
+    Same arguments and result (``(B, T)`` each, rows in the input's order, entropies differentiable
+    with ``entropy_grad``); ``batching`` sets the
     row cap, the token budget and padding-free packing. Differentiable: under autograd every
     micro-batch's graph is kept (split the backward yourself, as ``RLVRModule`` does, to bound memory).
     ``lockstep``: under FSDP every forward is a collective, so ranks must run as many; it maps this
@@ -283,7 +287,8 @@ def batched_completion_logprobs(
         rows = rows.to(input_ids.device)
         part = crop_padding({"input_ids": input_ids[rows], "attention_mask": attention_mask[rows], "response_mask": response_mask[rows]})
         t = part["response_mask"].shape[1]
-        lp, ent = completion_logprobs(model, part["input_ids"], part["attention_mask"], t, temperature, with_entropy, packed)
+        lp, ent = completion_logprobs(model, part["input_ids"], part["attention_mask"], t, temperature, with_entropy, packed,
+                                      entropy_grad)  # fmt: skip
         lps.append(F.pad(lp, (0, T - t)))
         ents.append(F.pad(ent, (0, T - t)) if ent is not None else None)
         order.append(rows)

@@ -110,9 +110,9 @@ def sections() -> list[tuple[str, str, list[Key]]]:
     from lit_rlvr.module import RLVRModule
     from lit_rlvr.tools.cache import build_cache
 
-    groups = ("policy", "sampling", "loss", "anchor", "kl", "batching", "scoring", "evaluation", "rollout_correction")
+    groups = ("policy", "sampling", "loss", "entropy", "anchor", "kl", "batching", "scoring", "evaluation", "rollout_correction")
     classes = {"policy": options.PolicyOptions, "sampling": options.SamplingParams, "loss": options.LossOptions,
-               "anchor": options.AnchorOptions, "kl": options.KLOptions, "batching": options.BatchingOptions,
+               "entropy": options.EntropyOptions, "anchor": options.AnchorOptions, "kl": options.KLOptions, "batching": options.BatchingOptions,
                "scoring": options.ScoringOptions, "evaluation": options.EvalOptions,
                "rollout_correction": options.RolloutCorrection}  # fmt: skip
     out = [("`model:` (RLVRModule)", "the recipe: one option group per concept, then the module's own switches",

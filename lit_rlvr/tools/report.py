@@ -13,7 +13,8 @@ files (``*.jsonl``, named explicitly). A folder is searched for CSV and TensorBo
 folder holding logs is one run, named after its path below the folder given (or its own name).
 It draws, per validation set, pass@1 and pass@k over steps, the gap pass@k − pass@1 (what the
 diversity collapse closes), distinct correct answers and the zero-variance share, and the
-training reward, mean token entropy and response length: one PNG. The x axis is the step the
+training reward, the training forward's mean token entropy (logged every step) and the rollouts'
+mean response length: one PNG. The x axis is the step the
 loggers record (Lightning's: training batches that stepped the optimizer; MetricsWriter writes
 ``trainer.global_step``, the same unless a batch takes several optimizer steps).
 """
@@ -292,9 +293,9 @@ class Panel(NamedTuple):
 
 _TRAIN_PANELS = (
     ("train/reward", "training reward", "not logged"),
-    ("train/entropy", "mean token entropy", "not logged: the module logs it when the step computes it anyway "
-     "(model.recompute_old_logprobs, or an entropy-using advantage)"),
-    ("train/response_length", "response length (tokens)", "not logged"),
+    ("train/entropy", "mean token entropy", "not logged: runs of lit_rlvr before per-step entropy logging had it only "
+     "with model.recompute_old_logprobs or an entropy-using advantage"),
+    ("rollout/mean_len", "response length (tokens)", "not logged"),
 )  # fmt: skip
 
 

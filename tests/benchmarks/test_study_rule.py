@@ -47,3 +47,41 @@ def test_rule_without_a_qualifying_configuration_takes_the_best_sum(tmp_path):
     name, _, why = dc.choose_dph(study)
     assert name == b and "no configuration reached" in why[0]
     assert dc.mean([0.1, 0.3]) == pytest.approx(0.2)
+
+
+def test_methods_preset_runs_every_method_config_against_grpo_with_its_knob_swept():
+    jobs = dc.methods_jobs()
+    configs = {p.stem for p in (Path(__file__).resolve().parents[2] / "configs" / "demo").glob("*.yaml")}
+    assert set(dc.METHODS) <= configs and set(dc.METHODS) == set(dc.EXPECTED)
+    labels = {j.label for j in jobs}
+    assert len(labels) == len(jobs)
+    for method in ("grpo", *dc.METHODS):  # every method at its config's setting on 2 bases × 3 seeds
+        assert {f"{method}/b{b}/s{s}" for b in (0, 1) for s in (0, 1, 2)} <= labels
+    assert {"clip_cov_0.005/b0/s0", "clip_cov_0.05/b0/s1", "unlikeliness_0.5/b0/s1"} <= labels and "nsr_0.1/b0/s0" not in labels
+
+
+@pytest.mark.parametrize("method", sorted(m for m, (flags, _) in dc.METHODS.items() if flags))
+def test_each_knob_value_of_the_sweep_parses_and_reaches_its_option(method, print_config):
+    root = Path(__file__).resolve().parents[2] / "configs" / "demo"
+    flags, values = dc.METHODS[method]
+    value = values[1]
+    config = print_config("fit", "--config", str(root / "base.yaml"), "--config", str(root / f"{method}.yaml"), *flags(value))
+    model = config["model"]["init_args"]
+    options = {**model["loss"]["policy_loss_options"], **model["loss"]["token_mask_options"], **model["loss"]["advantage_options"],
+               **((model.get("entropy") or {}).get("options") or {})}  # fmt: skip
+    assert float(value) in {float(v) for v in options.values()}
+    default = print_config("fit", "--config", str(root / "base.yaml"), "--config", str(root / f"{method}.yaml"), *flags(values[0]))
+    assert default["model"] == print_config("fit", "--config", str(root / "base.yaml"), "--config", str(root / f"{method}.yaml"))["model"]
+
+
+def test_expectations_are_checked_against_paired_differences_and_misses_said(tmp_path):
+    held = f"val/{dc.HELD_OUT}"
+    records = [{"label": f"grpo/b{b}/s{s}", f"{held}/pass@1": 0.40, f"{held}/pass@16": 0.70} for b in (0, 1) for s in (0, 1, 2)]
+    records += [{"label": f"nsr/b{b}/s{s}", f"{held}/pass@1": 0.40 + 0.01 * (s - 1), f"{held}/pass@16": 0.80 + 0.01 * s}
+                for b in (0, 1) for s in (0, 1, 2)]  # fmt: skip
+    records += [{"label": f"psr/b{b}/s{s}", f"{held}/pass@1": 0.45 + 0.01 * s, f"{held}/pass@16": 0.70} for b in (0, 1) for s in (0, 1, 2)]
+    by = dc.group(records)
+    assert dc.expectation_check(by, "nsr", 16).endswith("expected +, seen +: MET")
+    assert dc.expectation_check(by, "nsr", 1).endswith("expected =, seen =: MET")
+    assert dc.expectation_check(by, "psr", 1).endswith("expected =, seen +: MISS")  # a miss is reported as a miss
+    assert dc.expectation_check(by, "kl_cov", 1) == "- kl_cov pass@1: not run"

@@ -25,7 +25,8 @@ from lit_rlvr.functional.advantages import ADVANTAGES, _passk_pos_neg
 SEEDS = [0, 1, 2]
 LAYOUTS = {"equal": [4, 4, 4], "unequal": [1, 2, 3, 5, 8], "one_group": [7]}
 K_ENTRIES = ["passk", "passk_full", "passk_bootstrap", "passk_combined", "passk_entropy_adaptive", "pkpo"]
-BINARY_ENTRIES = ["passk", "passk_combined", "passk_entropy_adaptive", "pkpo"]
+BINARY_ENTRIES = ["passk", "passk_combined", "passk_entropy_adaptive", "pkpo", "psr", "nsr", "w_reinforce"]
+POLARITY_ENTRIES = ["psr", "nsr", "w_reinforce"]  # REINFORCE with reward ±1: no group baseline
 
 
 # ----------------------------------------------------------------------------- batch helpers
@@ -232,6 +233,8 @@ def options_for(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, k: in
         opts["generator"] = torch.Generator().manual_seed(0)
     if name == "passk_entropy_adaptive":
         opts["entropies"] = entropies_for(group_ids, 0)
+    if name == "unlikeliness":
+        opts["mean_logprobs"] = -entropies_for(group_ids, 1)
     return opts
 
 
@@ -241,7 +244,7 @@ def options_for(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, k: in
 def test_registry_holds_every_estimator_with_explicit_keyword_options():
     assert set(ADVANTAGES) == {
         "grpo", "rloo", "passk", "passk_full", "passk_bootstrap", "passk_combined",
-        "passk_entropy_adaptive", "pkpo", "max_minus_second",
+        "passk_entropy_adaptive", "pkpo", "max_minus_second", "psr", "nsr", "w_reinforce", "unlikeliness",
     }  # fmt: skip
     for name, fn in ADVANTAGES.items():
         params = list(inspect.signature(fn).parameters.values())
@@ -269,8 +272,9 @@ def test_contract_and_row_order_equivariance(name, seed):
     rng.shuffle(slots)
     perm = torch.tensor([queues[g].pop(0) for g in slots])  # new row j = old row perm[j]
     opts = options_for(name, rewards, group_ids)
-    if "entropies" in opts:
-        opts["entropies"] = opts["entropies"][perm]
+    for injected in ("entropies", "mean_logprobs"):
+        if injected in opts:
+            opts[injected] = opts[injected][perm]
     moved = fn(rewards[perm], group_ids[perm] * 3 + 17, **opts)
     assert torch.equal(moved, out[perm])
 
@@ -555,8 +559,10 @@ def test_max_minus_second_ties_and_singletons():
 # ----------------------------------------------------------------------------- shared edge cases and errors
 
 
-@pytest.mark.parametrize("name", sorted(ADVANTAGES))
+@pytest.mark.parametrize("name", sorted(set(ADVANTAGES) - {*POLARITY_ENTRIES, "unlikeliness"}))
 def test_group_of_one_and_all_equal_groups_get_zero(name):
+    """Group-relative estimators (not PSR/NSR/W-REINFORCE, whose advantage is the reward's sign, nor
+    the unlikeliness reward, which ranks an all-correct group by likelihood: tested below)."""
     rewards = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0])
     group_ids = torch.tensor([3, 3, 3, 3, 5, 5, 5, 9])  # all correct, all wrong, a single row
     out = ADVANTAGES[name](rewards, group_ids, **options_for(name, rewards, group_ids, k=1))
@@ -601,3 +607,110 @@ def test_non_binary_rewards_are_rejected_by_value(name):
     rewards, group_ids = torch.tensor([1.0, 0.0, 0.5, 1.0]), torch.tensor([0, 0, 0, 0])
     with pytest.raises(ValueError, match=rf"{name} needs binary rewards in \{{0, 1\}}; got 0.5 at row 2"):
         ADVANTAGES[name](rewards, group_ids, **options_for(name, rewards, group_ids))
+
+
+# ----------------------------------------------------------------------------- PSR, NSR, W-REINFORCE, unlikeliness
+
+# Zhu et al. 2025 (arXiv 2506.01347), released code TianHongZXY/RLVR-Decomposed at a5d4e7c1,
+# verl/trainer/ppo/core_algos.py compute_psr_nsr_outcome_advantage, run on these rows (one token
+# each, token_level_rewards = token_level_scores = the 0/1 reward, eos_mask 1, gamma 1):
+POLARITY_REWARDS = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
+RELEASED_POLARITY = {  # advantage= 'positive' / 'negative' / 'weighted' (positive_advantage_weight 0.1)
+    "psr": [1.0, 0.0, 0.0, 1.0, 0.0, 1.0],
+    "nsr": [0.0, -1.0, -1.0, 0.0, -1.0, 0.0],
+    "w_reinforce": [0.1, -1.0, -1.0, 0.1, -1.0, 0.1],
+}
+
+
+@pytest.mark.parametrize("name", POLARITY_ENTRIES)
+def test_polarity_estimators_equal_the_released_code(name):
+    rewards, group_ids = torch.tensor(POLARITY_REWARDS), torch.tensor([0, 0, 0, 1, 1, 2])
+    assert_close(ADVANTAGES[name](rewards, group_ids), torch.tensor(RELEASED_POLARITY[name]))
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.1, 0.5, 1.0])
+def test_w_reinforce_spans_nsr_to_reinforce(weight):
+    rewards, group_ids = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.zeros(4, dtype=torch.long)
+    got = ADVANTAGES["w_reinforce"](rewards, group_ids, positive_advantage_weight=weight)
+    assert_close(got, torch.tensor([weight, -1.0, weight, weight]))
+    if weight == 0.0:
+        assert torch.equal(got, ADVANTAGES["nsr"](rewards, group_ids))
+    if weight == 1.0:  # REINFORCE with reward ±1 = PSR + NSR
+        assert torch.equal(got, ADVANTAGES["psr"](rewards, group_ids) + ADVANTAGES["nsr"](rewards, group_ids))
+
+
+def test_w_reinforce_weight_is_checked_at_start_up():
+    with pytest.raises(ValueError, match=r"positive_advantage_weight \(λ\) must be in \[0, 1\]"):
+        ADVANTAGES.get_checked("w_reinforce", "adv", {"positive_advantage_weight": 1.5})
+
+
+def unlikeliness_ref(rewards: list[float], logps: list[float], beta: float, std: str, eps: float) -> list[float]:
+    """The release's group step written out: rank by mean log-prob (0 = least likely), scale, z-score."""
+    n = len(rewards)
+    rank = {i: r for r, i in enumerate(sorted(range(n), key=lambda i: (logps[i], i)))}
+    shaped = [rewards[i] * (1 - beta * rank[i] / n) for i in range(n)]
+    if len(set(shaped)) == 1:
+        return [0.0] * n
+    m = sum(shaped) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in shaped) / (n - 1 if std == "sample" else n))
+    return [(x - m) / (sd + eps) for x in shaped]
+
+
+@pytest.mark.parametrize("std", ["sample", "population"])
+@pytest.mark.parametrize("beta", [0.0, 0.25, 1.0])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_unlikeliness_matches_naive_loop(std, beta, layout, seed):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS[layout], seed), seed)
+    logps = -entropies_for(group_ids, seed + 7)
+    got = ADVANTAGES["unlikeliness"](rewards, group_ids, mean_logprobs=logps, rank_penalty=beta, std=std)
+    want = torch.zeros(len(rewards))
+    for g in set(group_ids.tolist()):
+        rows = [i for i, h in enumerate(group_ids.tolist()) if h == g]
+        ref = unlikeliness_ref([float(rewards[i]) for i in rows], [float(logps[i]) for i in rows], beta, std, 1e-6)
+        want[rows] = torch.tensor(ref)
+    assert_close(got, want, rtol=1e-5, atol=1e-6)
+    if beta == 0.0:  # no penalty: GRPO with the same std
+        assert_close(got, ADVANTAGES["grpo"](rewards, group_ids, std=std), rtol=1e-6, atol=1e-7)
+
+
+# He et al. 2025 (arXiv 2506.02355), released code AndreHe02/rewarding-unlikely-release at ca1cff05,
+# verl/trainer/ppo/ray_lean_trainer.py RayLeanTrainer._compute_advantages with lean.rank_penalty
+# 0.25, run on these two groups of 4 (old_log_probs one row per token below, eos_mask 1 on the
+# tokens given; group "b" has every sample correct):
+RELEASED_UNLIKELY_ROWS = [  # (uid, reward, per-token old log-probs)
+    ("a", 1.0, [-0.1, -0.3]), ("a", 1.0, [-2.0, -1.0]), ("a", 0.0, [-1.0, -0.5]), ("a", 0.0, [-3.0, -0.2]),
+    ("b", 1.0, [-0.5, -0.5]), ("b", 1.0, [-0.2, -0.1]), ("b", 1.0, [-1.5, -0.4]), ("b", 1.0, [-0.9, -0.6]),
+]  # fmt: skip
+RELEASED_UNLIKELY = [0.7385474, 0.9847299, -0.8616387, -0.8616387, -0.3872935, -1.1618806, 1.1618806, 0.3872935]
+
+
+def test_unlikeliness_equals_the_released_code():
+    rewards = torch.tensor([r for _, r, _ in RELEASED_UNLIKELY_ROWS])
+    group_ids = torch.tensor([0 if u == "a" else 1 for u, _, _ in RELEASED_UNLIKELY_ROWS])
+    mean_logprobs = torch.tensor([sum(lp) / len(lp) for _, _, lp in RELEASED_UNLIKELY_ROWS])
+    got = ADVANTAGES["unlikeliness"](rewards, group_ids, mean_logprobs=mean_logprobs, rank_penalty=0.25)
+    assert_close(got, torch.tensor(RELEASED_UNLIKELY), rtol=0, atol=1e-6)
+    assert got[5] < got[4] < got[7] < got[6]  # all correct: the likelier, the lower
+
+
+def test_unlikeliness_options_and_injected_logprobs():
+    assert ADVANTAGES.declares("unlikeliness", "mean_logprobs") and "mean_logprobs" not in ADVANTAGES.options("unlikeliness")
+    with pytest.raises(ValueError, match=r"rank_penalty \(β_rank\) must be in \[0, 1\]"):
+        ADVANTAGES.get_checked("unlikeliness", "adv", {"rank_penalty": 2.0})
+    with pytest.raises(ValueError, match="mean_logprobs must have the shape of rewards"):
+        ADVANTAGES["unlikeliness"](torch.ones(3), torch.zeros(3, dtype=torch.long), mean_logprobs=torch.zeros(2))
+    nan = ADVANTAGES["unlikeliness"](torch.ones(3), torch.zeros(3, dtype=torch.long), mean_logprobs=torch.tensor([float("nan"), -1.0, -2.0]))
+    assert nan.isfinite().all() and nan[0] == nan.max()  # no usable mass ranks least likely: the largest reward
+
+
+@pytest.mark.parametrize(("name", "silent"), [("psr", 0.0), ("nsr", 1.0)])
+def test_the_other_signs_rows_get_exactly_zero_gradient(name, silent):
+    """PSR moves only the correct rows, NSR only the incorrect ones: the others' tokens get no gradient."""
+    from lit_rlvr.functional.losses import policy_loss
+
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    lp = torch.full((4, 3), -1.0, requires_grad=True)
+    loss, _ = policy_loss(lp, lp.detach() - 0.05, ADVANTAGES[name](rewards, torch.zeros(4, dtype=torch.long)), torch.ones(4, 3))
+    loss.backward()
+    assert (lp.grad[rewards == silent] == 0).all() and (lp.grad[rewards != silent] != 0).all()

@@ -32,3 +32,16 @@ def test_gradient_matches_log_softmax():
 def test_rejects_non_positive_temperature():
     with pytest.raises(ValueError, match="temperature must be > 0"):
         token_logprobs(torch.zeros(1, 1, 2), torch.zeros(1, 1, dtype=torch.long), 0.0)
+
+
+def test_token_entropy_in_chunks_equals_one_pass_and_keeps_its_gradient(monkeypatch):
+    from lit_rlvr.functional import logprobs as module
+
+    logits = torch.randn(2, 7, 11, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    whole = -(torch.softmax(logits / 0.7, -1) * torch.log_softmax(logits / 0.7, -1)).sum(-1)
+    monkeypatch.setattr(module, "ENTROPY_CHUNK", 3)  # 3 + 3 + 1 positions per row
+    chunked = module.token_entropy(logits, 0.7)
+    torch.testing.assert_close(chunked, whole)
+    (g1,) = torch.autograd.grad(chunked.sum(), logits)
+    (g2,) = torch.autograd.grad(whole.sum(), logits)
+    torch.testing.assert_close(g1, g2)

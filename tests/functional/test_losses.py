@@ -199,7 +199,7 @@ def test_fully_masked_batch_gives_zero_loss_and_stats(mode):
     [
         ({"dual_clip": 1.0}, "dual_clip must be > 1"),
         ({"dual_clip": 0.5}, "got 0.5"),
-        ({"clip_low": 1.0}, r"clip_low .* \[0, 1\), got 1.0"),
+        ({"clip_low": 1.01}, r"clip_low .* \[0, 1\], got 1.01"),
         ({"clip_low": -0.1}, "clip_low"),
         ({"clip_high": -0.1}, "clip_high"),
         ({"agg": "sum"}, r"unknown loss aggregation 'sum'; valid names: \['seq_mean_token_mean'"),

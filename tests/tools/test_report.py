@@ -106,11 +106,11 @@ def test_curve_panels_per_set_and_for_training():
     assert rows[1][0].lines == {"grpo": [("pass@1", {20: 0.5})]} and not rows[1][1].lines  # no gap with k = 1 only
     training = {panel.title: panel for panel in rows[2]}
     assert training["training reward"].lines == {"grpo": [("train/reward", {1: 0.1, 2: 0.2})]}
-    assert not training["mean token entropy"].lines and "recompute_old_logprobs" in training["mean token entropy"].absent
+    assert not training["mean token entropy"].lines and "per-step entropy logging" in training["mean token entropy"].absent
 
 
 def test_curves_cli_writes_one_png_and_says_what_is_not_logged(tmp_path):
-    csv_run(tmp_path / "logs", "grpo", {9: {"train/reward": 0.5, "train/response_length": 6.0},
+    csv_run(tmp_path / "logs", "grpo", {9: {"train/reward": 0.5, "rollout/mean_len": 6.0},
                                         19: {"val/a/pass@1": 0.25, "val/a/pass@4": 0.5}})  # fmt: skip
     out = tmp_path / "png" / "curves.png"
     printed = run_main("--curves", str(out), str(tmp_path / "logs"), str(TB_FILE))
