@@ -18,6 +18,7 @@ group                   key                what it sets
 :class:`ScoringOptions` ``model.scoring``  the reward workers: processes, per-item deadline, reward options
 :class:`EvalOptions`    ``model.evaluation`` pass@k budgets, retention reference, validation sampling
 :class:`RolloutCorrection` ``model.rollout_correction`` importance weights sampler → trainer π_old (None = off)
+:class:`DynamicSampling` ``model.dynamic_sampling`` DAPO's filter of groups with equal rewards (``true`` = defaults)
 ======================  =================  ============================================================
 
 The sampling group is shared: the rollout callback reads the module's (a Python user who builds
@@ -45,6 +46,7 @@ from lit_rlvr.rollout.types import SamplingParams
 __all__ = [
     "AnchorOptions",
     "BatchingOptions",
+    "DynamicSampling",
     "EvalOptions",
     "KLOptions",
     "LoraOptions",
@@ -182,6 +184,29 @@ class RolloutCorrection:
 
 
 @dataclass(frozen=True)
+class DynamicSampling:
+    """DAPO's dynamic sampling: train only on the groups whose rewards are not all equal (docs/methods.md §1.5).
+
+    A group whose samples all got the same reward has zero advantage everywhere; DAPO filters
+    them. A batch in which no group (on any rank) has mixed rewards takes no optimizer step, so
+    a task that is too hard or too easy for the policy, or a reward that always fails, would
+    draw batches for ever without reaching ``trainer.max_steps``: after
+    ``max_batches_per_step`` such batches in a row the run stops with an error that says what the
+    rewards were (verl's ``filter_groups.max_num_gen_batches``). ``model.dynamic_sampling: true``
+    is this group with its defaults.
+
+    Args:
+        max_batches_per_step: batches drawn in a row without an optimizer step before the run
+            stops (>= 1).
+    """
+
+    max_batches_per_step: int = 10
+
+    def __post_init__(self):
+        _positive("model.dynamic_sampling.max_batches_per_step", self.max_batches_per_step, integer=True)
+
+
+@dataclass(frozen=True)
 class BatchingOptions:
     """How one rollout batch becomes optimizer steps and forward passes (docs/methods.md §5).
 
@@ -284,7 +309,7 @@ DEFAULT_SAMPLING = SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed
 """The default ``sampling`` of training (``model.sampling``) and of ``lit-rlvr cache`` alike."""
 
 GROUPS = (PolicyOptions, LoraOptions, SamplingParams, LossOptions, AnchorOptions, KLOptions, BatchingOptions, ScoringOptions,
-          EvalOptions, RolloutCorrection)
+          EvalOptions, RolloutCorrection, DynamicSampling)
 # checkpoints hold the module's option groups as its hyper-parameters: plain data, safe to unpickle with
 # torch.load(weights_only=True), which Lightning uses to resume
 torch.serialization.add_safe_globals([*GROUPS, (LoraOptions, "lit_rlvr.policy.LoraOptions")])  # the latter: 0.1's path

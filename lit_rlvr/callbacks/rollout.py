@@ -47,7 +47,16 @@ from typing_extensions import override
 
 from lit_rlvr.contracts import RolloutHost, TrainBatch, ValBatch, require
 from lit_rlvr.policy import batched_completion_logprobs, gathered_parameters
-from lit_rlvr.rollout.engine import ENGINE_INJECTED, ENGINES, RolloutEngine, build_engine, fingerprint_error, logprob_drift, probe_sequence
+from lit_rlvr.rollout.engine import (
+    ENGINE_INJECTED,
+    ENGINES,
+    RolloutEngine,
+    build_engine,
+    context_length,
+    fingerprint_error,
+    logprob_drift,
+    probe_sequence,
+)
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 # Sampling seeds (an engine seeds each sample of a call from the call's seed: vLLM uses seed + row):
@@ -162,6 +171,17 @@ class RolloutCallback(Callback):
         if self._status_group is None and trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
             self._status_group = dist.new_group(backend="gloo")  # every rank calls setup: a collective
         self._probe = probe_sequence(len(pl_module.tokenizer))
+        self.fit_context(trainer, pl_module)
+
+    def fit_context(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Have the DataModule skip (as bad rows, file:line) the prompts that cannot be generated
+        from: prompt tokens + ``max_new_tokens`` beyond the engine's context
+        (:func:`~lit_rlvr.rollout.engine.context_length`), which vLLM refuses mid-run and a model
+        past its positions samples from without a word."""
+        fit = getattr(getattr(trainer, "datamodule", None), "fit_context", None)
+        found = context_length(self.engine, getattr(pl_module, "policy", None))
+        if fit is not None and found is not None:
+            fit(found[0], self.train_sampling.max_new_tokens, self.val_sampling.max_new_tokens, found[1])
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:

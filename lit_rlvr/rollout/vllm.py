@@ -183,6 +183,11 @@ class VLLMEngine(EngineBase):
             f"tensor parallel {tensor_parallel_size}, sleep mode {'on' if enable_sleep_mode else 'off'})"
         )
 
+    @property
+    def context_length(self) -> tuple[int, str]:
+        """The longest prompt + completion this engine takes (vLLM's ``max_model_len``), and where it is set."""
+        return self.llm.llm_engine.model_config.max_model_len, "vLLM's max_model_len: rollout.init_args.engine_options.max_model_len"
+
     # ------------------------------------------------------------------ generation
 
     def _sampling(self, params: SamplingParams, seed: int | None, **extra: Any):
