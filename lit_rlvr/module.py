@@ -39,6 +39,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
+from lit_rlvr.checkpoint import verify_checkpoint
 from lit_rlvr.contracts import TrainBatch, ValBatch
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import crop_padding, split_indices
@@ -547,11 +548,14 @@ class RLVRModule(LightningModule):
     @override
     def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs):
         """Lightning's ``load_from_checkpoint``, also for a checkpoint of the 0.1 layout (upgraded in
-        memory, :func:`lit_rlvr.upgrade.upgrade_checkpoint`; the file is not changed)."""
+        memory, :func:`lit_rlvr.upgrade.upgrade_checkpoint`; the file is not changed), after checking
+        the sha256 a checkpoint carries (:func:`lit_rlvr.checkpoint.verify_checkpoint`)."""
         import io
 
         from lightning.fabric.utilities.cloud_io import _load
 
+        if isinstance(checkpoint_path, (str, Path)) and Path(checkpoint_path).is_file():
+            verify_checkpoint(checkpoint_path)
         checkpoint = _load(checkpoint_path, map_location="cpu", weights_only=False)
         if upgrade_checkpoint(checkpoint):
             buffer = io.BytesIO()
