@@ -17,7 +17,8 @@ callback (added by the ``lit-rlvr`` CLI) a signal during ``fit``:
 Ctrl-C (SIGINT) goes the same way; a second Ctrl-C stops at once, without a checkpoint (exit 1).
 Resume with ``--ckpt_path <the path it printed>``, or ``--ckpt_path=last`` when the run has a
 ``ModelCheckpoint`` (the newest ``last*.ckpt`` of its folder is taken, this one included), which
-lets a requeued job rerun the same command.
+lets a requeued job rerun the same command. A ``fit`` that finishes removes the file, so a later
+``--ckpt_path=last`` never goes back to it.
 """
 
 from __future__ import annotations
@@ -77,6 +78,14 @@ class SignalCheckpoint(Callback):
         handler = signal.getsignal(signal.SIGTERM)
         if callable(handler):  # Lightning's: passes the signal to the ranks it launched, stops at the next batch
             handler(signum, frame)
+
+    @override
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # the run got past the signal (it resumed and finished): an older state must not be resumed by mistake
+        path = self.checkpoint_path(trainer)
+        if trainer.is_global_zero and path.is_file():
+            trainer.strategy.remove_checkpoint(path)
+            rank_zero_info(f"lit_rlvr: removed {path}, the checkpoint of an earlier interruption (this run finished)")
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
