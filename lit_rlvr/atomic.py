@@ -64,6 +64,18 @@ def write_error(path: str | Path, err: OSError, what: str = "") -> WriteError:
     return WriteError(err.errno, f"cannot write {what + ' ' if what else ''}{path}: {reason} ({space})")
 
 
+def _os_error(err: BaseException) -> OSError | None:
+    """The ``OSError`` behind ``err``: itself, or one it was raised from or during (a writer such as
+    torch's zip writer turns its stream's ``OSError`` into a ``RuntimeError``)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def _temporary(path: Path) -> Path:
     """``path``'s temporary name: fixed, so a write killed midway leaves a file the next write of
     ``path`` replaces (one process writes a given path: rank 0, or the rank that owns a shard)."""
@@ -76,8 +88,9 @@ def atomic_file(path: str | Path, what: str = "") -> Iterator[BinaryIO]:
 
     The file is opened under a temporary name in ``path``'s folder (created if needed); on a clean
     exit it is flushed, ``fsync``-ed and renamed to ``path`` (replacing an older one at once). On
-    any exception the temporary file is removed; an ``OSError`` is raised as a
-    :class:`WriteError` naming ``path`` (described as ``what``) and the free space.
+    any exception the temporary file is removed; an ``OSError`` (also one a writer wrapped in
+    another exception) is raised as a :class:`WriteError` naming ``path`` (described as ``what``)
+    and the free space.
 
     Example:
         >>> import tempfile
@@ -98,8 +111,9 @@ def atomic_file(path: str | Path, what: str = "") -> Iterator[BinaryIO]:
         os.replace(tmp, path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError) and not isinstance(err, WriteError):
-            raise write_error(path, err, what) from err
+        cause = _os_error(err)
+        if cause is not None and not isinstance(err, WriteError):
+            raise write_error(path, cause, what) from err
         raise
 
 
@@ -138,7 +152,8 @@ def atomic_dir(path: str | Path, what: str = "") -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         if old.exists() and not path.exists():
             os.replace(old, path)  # the previous export stays
-        if isinstance(err, OSError) and not isinstance(err, WriteError):
-            raise write_error(path, err, what) from err
+        cause = _os_error(err)
+        if cause is not None and not isinstance(err, WriteError):
+            raise write_error(path, cause, what) from err
         raise
     shutil.rmtree(old, ignore_errors=True)

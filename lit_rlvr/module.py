@@ -267,12 +267,13 @@ class RLVRModule(LightningModule):
             anchor = {k: v.to(self.device) for k, v in anchor.tensors().items()}
 
         filler = {k: v[:1] for k, v in data.items()}  # a row for the passes that keep ranks in step
+        groups = (data["rewards"], data["group_ids"])  # (B,) each, before the filter: what dynamic sampling saw
         data = {k: v[keep] for k, v in data.items()}
         losses, kept = [], int(keep.sum())
         # every rank takes the same number of optimizer steps (the most any rank has; none if no rank
         # has a row to learn from): a rank with fewer steps takes steps without rows of its own
         steps = self.lockstep_ranks.optimizer_steps(kept, self.batching.mini_batch_size)
-        self._bound_unstepped_batches(steps, data)
+        self._bound_unstepped_batches(steps, *groups)
         for _ in range(self.batching.ppo_epochs if steps else 0):
             minis = split_indices(kept, self.batching.mini_batch_size, self.generator) if kept else []
             for i in range(steps):
@@ -326,7 +327,7 @@ class RLVRModule(LightningModule):
             return mixed_reward_rows(data["rewards"], data["group_ids"])
         return torch.ones_like(data["rewards"], dtype=torch.bool)
 
-    def _bound_unstepped_batches(self, steps: int, data: dict[str, Tensor]) -> None:
+    def _bound_unstepped_batches(self, steps: int, rewards: Tensor, group_ids: Tensor) -> None:
         """Raise once dynamic sampling has drawn ``max_batches_per_step`` batches in a row without a step.
 
         ``steps`` is the same on every rank (:meth:`Lockstep.optimizer_steps`), so every rank
@@ -335,7 +336,7 @@ class RLVRModule(LightningModule):
         if steps or self.dynamic_sampling is None:
             self._batches_without_step.clear()
             return
-        self._batches_without_step.append(_group_outcomes(data["rewards"], data["group_ids"]))
+        self._batches_without_step.append(_group_outcomes(rewards, group_ids))
         limit = self.dynamic_sampling.max_batches_per_step
         if len(self._batches_without_step) < limit:
             return

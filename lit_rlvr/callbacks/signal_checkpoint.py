@@ -7,18 +7,17 @@ exited 0, looking like success, and kept only the checkpoints written before the
 callback (added by the ``lit-rlvr`` CLI) a signal during ``fit``:
 
 1. lets the training step in progress finish (its rollouts, rewards and optimizer step);
-2. saves ``last-interrupted.ckpt`` (in the ``ModelCheckpoint`` folder, else
-   ``<default_root_dir>/checkpoints``) on every rank together, as ``trainer.save_checkpoint``
-   does for any checkpoint: Lightning stops every rank at the same batch (rank 0 broadcasts the
+2. saves ``<default_root_dir>/checkpoints/last-interrupted.ckpt`` (a fixed path, whatever the
+   logger's version folder) on every rank together, as ``trainer.save_checkpoint`` does for any
+   checkpoint: Lightning stops every rank at the same batch (rank 0 broadcasts the
    signal before each one), so the checkpoint is the same step's everywhere;
 3. exits with ``128 + the signal's number`` (143 for SIGTERM, 130 for SIGINT), as a shell reports
    a process ended by that signal, so schedulers and scripts see a failure, and requeue.
 
 Ctrl-C (SIGINT) goes the same way; a second Ctrl-C stops at once, without a checkpoint (exit 1).
-Resume with ``--ckpt_path <the path it printed>``, or ``--ckpt_path=last`` when the run has a
-``ModelCheckpoint`` (the newest ``last*.ckpt`` of its folder is taken, this one included), which
-lets a requeued job rerun the same command. A ``fit`` that finishes removes the file, so a later
-``--ckpt_path=last`` never goes back to it.
+Resume with the same command and ``--ckpt_path <the path it printed>``. A ``fit`` that finishes
+removes the file, so a requeued job that passes ``--ckpt_path`` whenever the file exists never
+goes back to an older state.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from lightning import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -43,8 +41,7 @@ class SignalCheckpoint(Callback):
     """Turn SIGTERM / SIGINT during ``fit`` into a checkpoint and a non-zero exit (module docstring).
 
     Args:
-        dirpath: where to save ``last-interrupted.ckpt`` (None: the ``ModelCheckpoint``'s folder,
-            else ``<default_root_dir>/checkpoints``).
+        dirpath: where to save ``last-interrupted.ckpt`` (None: ``<default_root_dir>/checkpoints``).
     """
 
     def __init__(self, dirpath: str | None = None):
@@ -55,12 +52,7 @@ class SignalCheckpoint(Callback):
 
     def checkpoint_path(self, trainer: Trainer) -> Path:
         """Where the checkpoint at a signal goes."""
-        if self.dirpath is not None:
-            folder = self.dirpath
-        elif isinstance(trainer.checkpoint_callback, ModelCheckpoint) and trainer.checkpoint_callback.dirpath:
-            folder = trainer.checkpoint_callback.dirpath
-        else:
-            folder = os.path.join(trainer.default_root_dir, "checkpoints")
+        folder = self.dirpath if self.dirpath is not None else os.path.join(trainer.default_root_dir, "checkpoints")
         return Path(folder) / FILENAME
 
     @override
