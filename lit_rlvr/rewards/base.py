@@ -157,7 +157,7 @@ def not_a_reward(value: Any) -> str | None:
     """
     if value is None:
         return "None (no score)"
-    if isinstance(value, bool) or type(value).__name__ == "bool_":  # Python's and numpy's bool
+    if isinstance(value, bool) or type(value).__name__ in ("bool", "bool_"):  # Python's and numpy's bool
         return f"a bool ({value!r}); return a float such as 1.0 or 0.0"
     if isinstance(value, numbers.Real):
         return None

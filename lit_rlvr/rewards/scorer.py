@@ -16,7 +16,8 @@ Design (why processes, and which kind):
   never re-imported in the worker. Workers import ``lit_rlvr.rewards`` (no torch), the
   plug-in modules of the run (:mod:`lit_rlvr.plugins`), and the module of a reward registered
   elsewhere only with the first chunk that names it (a registered reward the run never uses is
-  never imported there), so a replacement starts in about half a second. A worker whose parent has gone
+  never imported there; that import runs under ``start_timeout_s``, not the first item's
+  deadline), so a replacement starts in about half a second. A worker whose parent has gone
   exits at its next read (EOF on the socket).
 - Scores and, for validation, the rewards' canonical answers (maj@k, distinct answers) are
   computed in the workers: answer keys run sympy and SQL too.
@@ -332,6 +333,7 @@ class _Worker:
         self.pending: deque[int] = deque()
         self.clock = 0.0  # when the item at pending[0] started (approximately)
         self.known: set[str] = set()  # shipped rewards this worker has been sent
+        self.loading_at: int | None = None  # the item before which it imports newly shipped rewards
 
     def exit_reason(self) -> str:
         code = self.proc.wait(timeout=5)
@@ -601,10 +603,12 @@ class BatchScorer:
                     try:
                         new = {rows[i]["reward"] for i in chunk} & set(self.shipped) - worker.known
                         worker.known |= new
+                        if new:  # the worker imports their modules before this chunk's first item
+                            worker.loading_at = chunk[0]
                         _send(worker.sock, ({n: self.shipped[n] for n in sorted(new)}, [(i, completions[i], rows[i], task) for i in chunk]))
                     except OSError:  # it died on an earlier item; reading its socket will say EOF
                         worker.broken = True
-            deadlines = [w.clock + self.hard_timeout_s for w in self._workers if w.pending]
+            deadlines = [w.clock + self._limit(w) for w in self._workers if w.pending]
             deadlines += [w.started + self.start_timeout_s for w in self._workers if not w.ready]
             by_sock = {w.sock: w for w in self._workers}
             readable = wait(list(by_sock), timeout=max(0.0, min(deadlines) - now))
@@ -632,7 +636,7 @@ class BatchScorer:
                 worker.ready = True
                 continue
             if message == ("loaded",):  # it imported new reward modules: its current item starts now
-                worker.clock = time.monotonic()
+                worker.clock, worker.loading_at = time.monotonic(), None
                 continue
             index, reward, status, reason, answer, is_gold_error = message
             worker.pending.popleft()
@@ -642,11 +646,17 @@ class BatchScorer:
                 batch.gold_errors.append(reason.removeprefix("malformed gold: "))
             batch.remaining -= 1
 
+    def _limit(self, worker: _Worker) -> float:
+        """How long ``worker``'s current item may run: the hard deadline, or while it imports the
+        modules of rewards it meets for the first time (torch, say), the start-up allowance."""
+        importing = worker.loading_at is not None and worker.pending and worker.pending[0] == worker.loading_at
+        return self.start_timeout_s if importing else self.hard_timeout_s
+
     def _enforce_deadlines(self, batch: _Batch) -> None:
         """Kill workers stuck on an item past the hard deadline; fail workers that never start."""
         for worker in list(self._workers):
             now = time.monotonic()
-            if worker.pending and now > worker.clock + self.hard_timeout_s:
+            if worker.pending and now > worker.clock + self._limit(worker):
                 if wait([worker.sock], 0):  # a result landed just now: the item finished in time
                     self._collect(worker, batch)
                 else:
