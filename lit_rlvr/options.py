@@ -185,7 +185,7 @@ class RolloutCorrection:
 
 @dataclass(frozen=True)
 class DynamicSampling:
-    """DAPO's dynamic sampling: train only on the groups whose rewards are not all equal (docs/methods.md §1.5).
+    """DAPO's dynamic sampling (``true``: on, with these defaults; None/``false``: off): train only on groups with mixed rewards (docs/methods.md §1.5).
 
     A group whose samples all got the same reward has zero advantage everywhere; DAPO filters
     them. A batch in which no group (on any rank) has mixed rewards takes no optimizer step, so
@@ -250,8 +250,8 @@ class ScoringOptions:
     Shared by training (``model.scoring``) and ``lit-rlvr cache`` (``scoring``).
 
     Args:
-        workers: reward worker processes (0 = score in the training process, without a hard
-            deadline).
+        workers: reward worker processes (0 = score in the training process: the deadline then
+            interrupts the reward between Python bytecodes, so a single long C call finishes first).
         timeout_s: per-item deadline in seconds (soft in the reward, hard by killing its worker).
         options: ``{reward name: {option: value}}``, e.g. ``{sql: {mode: bird}}``; names, options
             and values are checked here (:func:`~lit_rlvr.rewards.scorer.check_reward_options`).

@@ -419,7 +419,7 @@ def test_a_dead_ddp_rank_is_named_as_dead(tiny_model_dir, tmp_path, plugin_dir):
     proc = run_cli(args, tmp_path, plugin_dir, timeout=360)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "hf generate of 1 prompts x 2 samples: rank 1 of 2 died (its process ended: a crash, the OOM killer or a kill" in out, out[-4000:]
+    assert "hf generate of 2 prompts x 2 samples: rank 1 of 2 died (its process ended: a crash, the OOM killer or a kill" in out, out[-4000:]
     assert "not every rank" not in out and time.monotonic() - start < 300
 
 
