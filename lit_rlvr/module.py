@@ -146,7 +146,7 @@ class RLVRModule(LightningModule):
         self.anchor, self.kl, self.batching, self.scoring, self.evaluation = anchor, kl, batching, scoring, evaluation
         self.rollout_correction = rollout_correction
         self.dynamic_sampling = DynamicSampling() if dynamic_sampling is True else dynamic_sampling or None
-        self._batches_without_step: list[dict[str, int]] = []  # what dynamic sampling filtered since the last step
+        self._batches_without_step: list[Counter] = []  # the groups of each batch since the last optimizer step
         self.set_advantage(loss.advantage, loss.advantage_options, loss)
         self.configured_loss = self.loss  # self.loss may be switched by an AdvantageSchedule
         self.micro_batching = batching.micro_batching
@@ -309,7 +309,8 @@ class RLVRModule(LightningModule):
         if summary.loud:
             log.warning("%s: %d of %d rewards failed (status error), each scored 0: %s", where, summary.errors, summary.total, summary)
         elif summary.errors and not self._warned_reward_error:
-            log.warning("%s: a reward failed (status error, scored 0; train/reward_errors counts them): %s", where, summary)
+            counted = "; train/reward_errors counts them" if prefix == "train" else ""
+            log.warning("%s: a reward failed (status error, scored 0%s): %s", where, counted, summary)
         self._warned_reward_error = self._warned_reward_error or summary.errors > 0
 
     def advantages(self, data: dict[str, Tensor]) -> Tensor:

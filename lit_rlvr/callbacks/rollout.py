@@ -23,8 +23,9 @@ operation (sync, fingerprint, generation) the ranks exchange their status on a g
 the engine of one rank raised, every rank raises :class:`RolloutRankError` naming that rank and
 its error, instead of the others waiting for it in the next collective; a rank that does not
 report within the operation's timeout (``sync_timeout_s``, ``generate_timeout_s``) plus
-10 s is named as stuck, and one whose process ended (a crash, the OOM killer) as dead. The fingerprint's trainer-side forward is a collective
-under FSDP2, so every rank scores the probe with its engine first, and all check together.
+10 s is named as stuck, and one whose process ended (a crash, the OOM killer) as dead. The
+fingerprint's trainer-side forward is a collective under FSDP2, so every rank scores the probe
+with its engine first, and all check together.
 
 At set-up the callback has the DataModule skip, as bad rows with file:line, the prompts whose
 tokens plus ``max_new_tokens`` exceed the engine's context (:meth:`RolloutCallback.fit_context`).

@@ -357,16 +357,9 @@ class PromptDataModule(pl.LightningDataModule):
         loaded = load_rows(spec.source, spec.adapter, name=name, options_key=f"{key}.options", **spec.options)
         if self.gold_check is not None and loaded.rows:
             loaded.drop(check_golds(loaded.rows, self.gold_check))
-        self.bad_rows[name] = loaded.bad
+        self.bad_rows[name] = []
         if loaded.bad:
-            shown = "\n  ".join(str(b) for b in loaded.bad[:10])
-            more = f"\n  ... and {len(loaded.bad) - 10} more" if len(loaded.bad) > 10 else ""
-            log.warning("%s: %d of %d rows are bad and skipped:\n  %s%s", name, len(loaded.bad), loaded.total, shown, more)
-        if loaded.bad_fraction > self.max_bad_fraction:
-            raise ValueError(
-                f"{name}: {len(loaded.bad)} of {loaded.total} rows are bad ({loaded.bad_fraction:.1%}), more than "
-                f"max_bad_fraction={self.max_bad_fraction:.1%}; first: {loaded.bad[0]}"
-            )
+            self._report_bad(name, loaded.bad, loaded.total)
         rows, ids, positions, too_long, unreadable = [], [], [], [], []
         for row, position in zip(loaded.rows, loaded.positions):
             try:
