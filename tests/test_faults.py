@@ -287,7 +287,7 @@ def test_a_prompt_the_template_cannot_build_is_a_bad_row(tiny_model_dir, tmp_pat
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_saves_a_checkpoint_exits_non_zero_and_the_run_resumes(tiny_model_dir, tmp_path, plugin_dir, signum):
-    """A reward stuck for 30 s (in-process, 1 s deadline) holds the step; SIGTERM still ends the run."""
+    """A reward stuck for 30 s (in-process, 1.5 s hard deadline) holds the step; the signal still ends the run."""
     from lit_rlvr.checkpoint import verify_checkpoint
 
     mark = tmp_path / "scoring"
@@ -311,6 +311,8 @@ def test_a_signal_saves_a_checkpoint_exits_non_zero_and_the_run_resumes(tiny_mod
     assert verify_checkpoint(checkpoint)  # complete, its sha256 checked
     step = torch.load(checkpoint, weights_only=False, map_location="cpu")["global_step"]
     assert step >= 0
+    if signum == signal.SIGINT:
+        return  # the same checkpoint: resumed once, below, for SIGTERM
     resumed = run_cli([*base, f"--trainer.max_steps={step + 1}", f"--ckpt_path={checkpoint}"], tmp_path, plugin_dir)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"Restored all states from the checkpoint at {checkpoint}" in resumed.stdout + resumed.stderr
