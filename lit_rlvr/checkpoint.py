@@ -141,16 +141,16 @@ class SafeCheckpointIO(TorchCheckpointIO):
             save_with_checksum(checkpoint, f)
 
     @override
-    def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None) -> dict[str, Any]:
-        if _local(path) and Path(path).is_file():
-            verify_checkpoint(path)
-            try:
-                return super().load_checkpoint(path, map_location, weights_only)
-            except RuntimeError as err:
-                if "zip archive" in str(err) or "central directory" in str(err):
-                    raise CheckpointCorruptError(f"checkpoint {path} is not a complete archive (truncated?): {err}") from err
-                raise
-        return super().load_checkpoint(path, map_location, weights_only)
+    def load_checkpoint(self, path, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if not (_local(path) and Path(path).is_file()):
+            return super().load_checkpoint(path, *args, **kwargs)
+        verify_checkpoint(path)
+        try:
+            return super().load_checkpoint(path, *args, **kwargs)  # Lightning's map_location and weights_only
+        except RuntimeError as err:
+            if "zip archive" in str(err) or "central directory" in str(err):
+                raise CheckpointCorruptError(f"checkpoint {path} is not a complete archive (truncated?): {err}") from err
+            raise
 
 
 def _local(path) -> bool:

@@ -342,7 +342,7 @@ def test_a_full_disk_leaves_no_half_written_checkpoint_and_names_the_path(tiny_m
 
 @pytest.mark.timeout(240)
 def test_a_damaged_checkpoint_is_refused_on_resume(tiny_model_dir, tmp_path, plugin_dir):
-    from lit_rlvr.checkpoint import CheckpointCorruptError, carried_checksum
+    from lit_rlvr.checkpoint import CheckpointCorruptError, SafeCheckpointIO, carried_checksum
 
     files = prompts(tmp_path, "issue24_zero")
     folder = tmp_path / "ckpts"
@@ -355,6 +355,10 @@ def test_a_damaged_checkpoint_is_refused_on_resume(tiny_model_dir, tmp_path, plu
     last.write_bytes(bytes(data))
     with pytest.raises(CheckpointCorruptError, match=rf"checkpoint {re.escape(str(last))} is damaged: its sha256 is"):
         main([*fit_args(tiny_model_dir, tmp_path, files, "--trainer.max_steps=2"), checkpointing, f"--ckpt_path={last}"])
+    truncated = folder / "truncated.ckpt"  # a copy cut short: it carries no checksum any more, and says so
+    truncated.write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(CheckpointCorruptError, match=rf"checkpoint {re.escape(str(truncated))} is not a complete archive"):
+        SafeCheckpointIO().load_checkpoint(truncated)
 
 
 @pytest.mark.timeout(240)
