@@ -22,10 +22,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from typing_extensions import override
 
-from lit_rlvr.callbacks import HFExport, PassCountsWriter, RolloutCallback
+from lit_rlvr.callbacks import HFExport, PassCountsWriter, RolloutCallback, SignalCheckpoint
+from lit_rlvr.checkpoint import SafeCheckpointIO
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.module import RLVRModule
 from lit_rlvr.plugins import load_plugins
@@ -74,6 +77,19 @@ class RLVRCLI(LightningCLI):
         if verbose and self.trainer.is_global_zero and results:
             print(results_table(results), flush=True)
         return results
+
+    @override
+    def instantiate_trainer(self, **kwargs) -> Trainer:
+        """The trainer, with lit_rlvr's defaults for failures: checkpoints written atomically with a
+        checksum verified on resume (:class:`~lit_rlvr.checkpoint.SafeCheckpointIO`, unless the config
+        gives another ``CheckpointIO``), and a checkpoint plus a non-zero exit on SIGTERM / Ctrl-C
+        (:class:`~lit_rlvr.callbacks.SignalCheckpoint`, unless the config has one)."""
+        trainer = super().instantiate_trainer(**kwargs)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's default, not a user's
+            trainer.strategy.checkpoint_io = SafeCheckpointIO()
+        if not any(isinstance(c, SignalCheckpoint) for c in trainer.callbacks):
+            trainer.callbacks.append(SignalCheckpoint())
+        return trainer
 
     @override
     def before_instantiate_classes(self) -> None:

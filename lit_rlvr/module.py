@@ -28,6 +28,7 @@ in :class:`~lit_rlvr.policy.ReferencePolicy`, rollouts and weight sync in
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections import Counter
 from dataclasses import replace
@@ -41,6 +42,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
+from lit_rlvr.checkpoint import verify_checkpoint
 from lit_rlvr.contracts import TrainBatch, ValBatch
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import crop_padding, split_indices
@@ -63,6 +65,7 @@ from lit_rlvr.options import (
     DEFAULT_SAMPLING,
     AnchorOptions,
     BatchingOptions,
+    DynamicSampling,
     EntropyOptions,
     EvalOptions,
     KLOptions,
@@ -76,8 +79,11 @@ from lit_rlvr.policy import ReferencePolicy, batched_completion_logprobs, load_p
 from lit_rlvr.rewards.base import STATUSES
 from lit_rlvr.rewards.combine import MixedScore
 from lit_rlvr.rewards.conventions import TrainerState
+from lit_rlvr.rewards.scorer import summarize
 from lit_rlvr.upgrade import CHECKPOINT_FORMAT, upgrade_checkpoint
 
+
+log = logging.getLogger(__name__)
 
 _FUSED_ADAMW_DEVICES = ("cpu", "cuda", "xpu", "mps")  # where torch has a fused AdamW kernel
 
@@ -118,7 +124,9 @@ class RLVRModule(LightningModule):
         rollout_correction: importance weights between the sampler and the trainer's π_old
             (:class:`~lit_rlvr.options.RolloutCorrection`; None = off: π_old is the sampler's
             log-probs, unless ``recompute_old_logprobs``).
-        dynamic_sampling: drop groups whose rewards are all equal (DAPO).
+        dynamic_sampling: drop groups whose rewards are all equal (DAPO;
+            :class:`~lit_rlvr.options.DynamicSampling`: ``true`` = its defaults, None/``false`` = off),
+            stopping after ``max_batches_per_step`` batches in a row without an optimizer step.
         recompute_old_logprobs: use the trainer's log-probs at rollout time as π_old instead of
             the sampler's.
         max_grad_norm: gradient clipping (None = off).
@@ -139,7 +147,7 @@ class RLVRModule(LightningModule):
         scoring: ScoringOptions = ScoringOptions(),
         evaluation: EvalOptions = EvalOptions(),
         rollout_correction: RolloutCorrection | None = None,
-        dynamic_sampling: bool = False,
+        dynamic_sampling: DynamicSampling | bool | None = None,
         recompute_old_logprobs: bool = False,
         max_grad_norm: float | None = 1.0,
         optimizer: OptimizerCallable = default_optimizer,
@@ -157,6 +165,8 @@ class RLVRModule(LightningModule):
         self.entropy = entropy
         self.entropy_state = initial_state(entropy.control, entropy.options) if entropy is not None else None
         self.rollout_correction = rollout_correction
+        self.dynamic_sampling = DynamicSampling() if dynamic_sampling is True else dynamic_sampling or None
+        self._batches_without_step: list[Counter] = []  # the groups of each batch since the last optimizer step
         self.set_advantage(loss.advantage, loss.advantage_options, loss)
         self.configured_loss = self.loss  # self.loss may be switched by an AdvantageSchedule
         self.micro_batching = batching.micro_batching
@@ -168,6 +178,7 @@ class RLVRModule(LightningModule):
         self.reward_mix = scoring.mix()  # the rewards, their weights and the correctness term
         self.scorer = None
         self._warned_unscored = False
+        self._warned_reward_error = False  # the first failed reward of a run is a warning
         self.val_panels = torch.nn.ModuleDict()  # one ValidationPanel per validation set
         self.reference_pass_counts = _read_json(evaluation.retention_reference, "model.evaluation.retention_reference")
 
@@ -178,6 +189,12 @@ class RLVRModule(LightningModule):
         k = loss.advantage_options.get("k")
         if k is not None and not 1 <= k <= self.sampling.n:
             raise ValueError(f"model.loss.advantage_options.k={k} must be between 1 and model.sampling.n={self.sampling.n}")
+        need = ADVANTAGES.trait(name, "min_group_size", loss.advantage_options, default=1)
+        if self.sampling.n < need:
+            raise ValueError(
+                f"model.sampling.n={self.sampling.n}: advantage {name!r} compares the samples of a prompt with each "
+                f"other and needs model.sampling.n >= {need} (with fewer, every advantage is 0 and the policy never learns)"
+            )
         self.loss = loss
 
     @property
@@ -276,12 +293,14 @@ class RLVRModule(LightningModule):
             anchor = {k: v.to(self.device) for k, v in anchor.tensors().items()}
 
         filler = {k: v[:1] for k, v in data.items()}  # a row for the passes that keep ranks in step
+        groups = (data["rewards"], data["group_ids"])  # (B,) each, before the filter: what dynamic sampling saw
         data = {k: v[keep] for k, v in data.items()}
         data.update(self.token_selections(data))
         losses, kept = [], int(keep.sum())
         # every rank takes the same number of optimizer steps (the most any rank has; none if no rank
         # has a row to learn from): a rank with fewer steps takes steps without rows of its own
         steps = self.lockstep_ranks.optimizer_steps(kept, self.batching.mini_batch_size)
+        self._bound_unstepped_batches(steps, *groups)
         for _ in range(self.batching.ppo_epochs if steps else 0):
             minis = split_indices(kept, self.batching.mini_batch_size, self.generator) if kept else []
             for i in range(steps):
@@ -295,15 +314,24 @@ class RLVRModule(LightningModule):
     def score(self, texts: list[str], rows: list[dict], prefix: str, with_answers: bool = False,
               completion_ids: list[list[int]] | None = None) -> list[MixedScore]:  # fmt: skip
         """Every reward of :attr:`reward_mix` on every completion, in the reward workers (with the
-        correctness term's canonical answers for validation); logs each status's share over all
-        the rewards' items and, with several rewards, each one's mean as ``<prefix>/reward/<name>``."""
+        correctness term's canonical answers for validation).
+
+        Logs each status's share over all the rewards' items, with several rewards each one's mean
+        as ``<prefix>/reward/<name>``, and for training the number of failed rewards
+        (``train/reward_errors``); a batch with failures is summarised in the log (items per
+        status, the first reason verbatim): at INFO, as a warning the first time in a run and
+        whenever at least a quarter of the batch failed (:class:`~lit_rlvr.rewards.scorer.ScoreSummary`).
+        """
         scores = self.reward_mix.score(self.scorer, texts, rows, with_answers=with_answers, completion_ids=completion_ids,
                                        trainer_state=self._trainer_state()) if rows else []  # fmt: skip
-        results = [r for s in scores for r in s.results]
-        counts = Counter(r.status for r in results)
+        summary = summarize([r for s in scores for r in s.results])
+        size = max(summary.total, 1)
         for status in STATUSES:  # every status, every batch: the same keys on every rank (synced means)
-            self.log(f"{prefix}/reward_status/{status}", counts[status] / max(len(results), 1), batch_size=max(len(results), 1),
+            self.log(f"{prefix}/reward_status/{status}", summary.counts[status] / size, batch_size=size,
                      add_dataloader_idx=False, sync_dist=True)  # the validation set's name is in the prefix
+        if prefix == "train":
+            self.log("train/reward_errors", float(summary.errors), batch_size=size, reduce_fx="sum", sync_dist=True)
+        self._report_failures(summary, prefix)
         if self.reward_mix.terms:
             self.log_reward_terms(scores, rows, prefix)
         return scores
@@ -334,6 +362,18 @@ class RLVRModule(LightningModule):
         if self._trainer is None:
             return TrainerState()
         return TrainerState(self.trainer.global_step, self.trainer.current_epoch, self.trainer.max_steps)
+
+    def _report_failures(self, summary, prefix: str) -> None:
+        if summary.first_reason is None:
+            return
+        where = f"{prefix} rewards (step {self.global_step}, rank {self.global_rank})"
+        log.info("%s: %s", where, summary)
+        if summary.loud:
+            log.warning("%s: %d of %d rewards failed (status error), each scored 0: %s", where, summary.errors, summary.total, summary)
+        elif summary.errors and not self._warned_reward_error:
+            counted = "; train/reward_errors counts them" if prefix == "train" else ""
+            log.warning("%s: a reward failed (status error, scored 0%s): %s", where, counted, summary)
+        self._warned_reward_error = self._warned_reward_error or summary.errors > 0
 
     def advantages(self, data: dict[str, Tensor]) -> Tensor:
         """``(B,)`` advantages from the configured estimator (options + injected tensors)."""
@@ -372,9 +412,33 @@ class RLVRModule(LightningModule):
 
     def rows_to_train(self, data: dict[str, Tensor]) -> Tensor:
         """``(B,)`` bool: every row, or with dynamic sampling only groups with mixed rewards (DAPO)."""
-        if self.hparams.dynamic_sampling:
+        if self.dynamic_sampling is not None:
             return mixed_reward_rows(data["rewards"], data["group_ids"])
         return torch.ones_like(data["rewards"], dtype=torch.bool)
+
+    def _bound_unstepped_batches(self, steps: int, rewards: Tensor, group_ids: Tensor) -> None:
+        """Raise once dynamic sampling has drawn ``max_batches_per_step`` batches in a row without a step.
+
+        ``steps`` is the same on every rank (:meth:`Lockstep.optimizer_steps`), so every rank
+        raises at the same batch; the message counts this rank's groups.
+        """
+        if steps or self.dynamic_sampling is None:
+            self._batches_without_step.clear()
+            return
+        self._batches_without_step.append(_group_outcomes(rewards, group_ids))
+        limit = self.dynamic_sampling.max_batches_per_step
+        if len(self._batches_without_step) < limit:
+            return
+        seen = Counter()
+        for outcome in self._batches_without_step:
+            seen.update(outcome)
+        constant = ", ".join(f"{n} with every reward {key}" for key, n in sorted(seen.items()) if key != "groups")
+        raise RuntimeError(
+            f"dynamic sampling: 0 of {seen['groups']} groups had mixed rewards in the last {limit} batches on this "
+            f"rank ({constant}), so no optimizer step was taken and trainer.max_steps cannot be reached. The task is "
+            "too hard or too easy for the policy, or the reward fails (see train/reward_status/*); raise "
+            "model.dynamic_sampling.max_batches_per_step to draw more batches per step"
+        )
 
     def logprobs(self, data: dict[str, Tensor], with_entropy: bool = False, model=None, temperature: float | None = None,
                  entropy_grad: bool = False):  # fmt: skip
@@ -604,11 +668,14 @@ class RLVRModule(LightningModule):
     @override
     def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs):
         """Lightning's ``load_from_checkpoint``, also for a checkpoint of the 0.1 layout (upgraded in
-        memory, :func:`lit_rlvr.upgrade.upgrade_checkpoint`; the file is not changed)."""
+        memory, :func:`lit_rlvr.upgrade.upgrade_checkpoint`; the file is not changed), after checking
+        the sha256 a checkpoint carries (:func:`lit_rlvr.checkpoint.verify_checkpoint`)."""
         import io
 
         from lightning.fabric.utilities.cloud_io import _load
 
+        if isinstance(checkpoint_path, (str, Path)) and Path(checkpoint_path).is_file():
+            verify_checkpoint(checkpoint_path)
         checkpoint = _load(checkpoint_path, map_location="cpu", weights_only=False)
         if upgrade_checkpoint(checkpoint):
             buffer = io.BytesIO()
@@ -681,3 +748,12 @@ def _read_json(path: str | None, key: str):
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"{key}: cannot read {path!r} as JSON ({err})") from err
 
+
+def _group_outcomes(rewards: Tensor, group_ids: Tensor) -> Counter:
+    """How many groups there are, and how many have each constant reward (``{"groups": 3, "0.0": 2, "1.0": 1}``)."""
+    out = Counter(groups=len(torch.unique(group_ids)))
+    for g in torch.unique(group_ids):
+        values = rewards[group_ids == g]
+        if bool((values == values[0]).all()):
+            out[f"{float(values[0]):g}"] += 1
+    return out

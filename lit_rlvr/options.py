@@ -19,6 +19,7 @@ group                   key                what it sets
 :class:`ScoringOptions` ``model.scoring``  the reward workers: processes, per-item deadline, reward options
 :class:`EvalOptions`    ``model.evaluation`` pass@k budgets, retention reference, validation sampling
 :class:`RolloutCorrection` ``model.rollout_correction`` importance weights sampler → trainer π_old (None = off)
+:class:`DynamicSampling` ``model.dynamic_sampling`` DAPO's filter of groups with equal rewards (``true`` = defaults)
 ======================  =================  ============================================================
 
 The sampling group is shared: the rollout callback reads the module's (a Python user who builds
@@ -48,6 +49,7 @@ from lit_rlvr.rollout.types import SamplingParams
 __all__ = [
     "AnchorOptions",
     "BatchingOptions",
+    "DynamicSampling",
     "EntropyOptions",
     "EvalOptions",
     "KLOptions",
@@ -233,6 +235,29 @@ class RolloutCorrection:
 
 
 @dataclass(frozen=True)
+class DynamicSampling:
+    """DAPO's dynamic sampling (``true``: on, with these defaults; None/``false``: off): train only on groups with mixed rewards (docs/methods.md §1.5).
+
+    A group whose samples all got the same reward has zero advantage everywhere; DAPO filters
+    them. A batch in which no group (on any rank) has mixed rewards takes no optimizer step, so
+    a task that is too hard or too easy for the policy, or a reward that always fails, would
+    draw batches for ever without reaching ``trainer.max_steps``: after
+    ``max_batches_per_step`` such batches in a row the run stops with an error that says what the
+    rewards were (verl's ``filter_groups.max_num_gen_batches``). ``model.dynamic_sampling: true``
+    is this group with its defaults.
+
+    Args:
+        max_batches_per_step: batches drawn in a row without an optimizer step before the run
+            stops (>= 1).
+    """
+
+    max_batches_per_step: int = 10
+
+    def __post_init__(self):
+        _positive("model.dynamic_sampling.max_batches_per_step", self.max_batches_per_step, integer=True)
+
+
+@dataclass(frozen=True)
 class BatchingOptions:
     """How one rollout batch becomes optimizer steps and forward passes (docs/methods.md §5).
 
@@ -277,8 +302,8 @@ class ScoringOptions:
     ``reward_funcs`` / ``reward_weights`` (:mod:`lit_rlvr.rewards.combine`).
 
     Args:
-        workers: reward worker processes (0 = score in the training process, without a hard
-            deadline).
+        workers: reward worker processes (0 = score in the training process: the deadline then
+            interrupts the reward between Python bytecodes, so a single long C call finishes first).
         timeout_s: per-item deadline in seconds (soft in the reward, hard by killing its worker).
         options: ``{reward name: {option: value}}``, e.g. ``{sql: {mode: bird}}``; names, options
             and values are checked here. For an imported function (``reward_funcs``), keyword
@@ -362,7 +387,7 @@ DEFAULT_SAMPLING = SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed
 """The default ``sampling`` of training (``model.sampling``) and of ``lit-rlvr cache`` alike."""
 
 GROUPS = (PolicyOptions, LoraOptions, SamplingParams, LossOptions, EntropyOptions, AnchorOptions, KLOptions, BatchingOptions,
-          ScoringOptions, EvalOptions, RolloutCorrection)
+          ScoringOptions, EvalOptions, RolloutCorrection, DynamicSampling)
 # checkpoints hold the module's option groups as its hyper-parameters: plain data, safe to unpickle with
 # torch.load(weights_only=True), which Lightning uses to resume
 torch.serialization.add_safe_globals([*GROUPS, (LoraOptions, "lit_rlvr.policy.LoraOptions")])  # the latter: 0.1's path

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 F = TypeVar("F")
@@ -34,6 +34,7 @@ F = TypeVar("F")
 class _Meta:
     signature: Any  # the callable whose parameters define the options
     check: Callable[..., None] | None
+    traits: Mapping[str, Any] = field(default_factory=dict)  # what the entry declares about itself
 
 
 class Registry(dict):
@@ -84,7 +85,8 @@ class Registry(dict):
         self.injected = frozenset(injected)
         self._meta: dict[str, _Meta] = {}
 
-    def register(self, name: str, *, check: Callable[..., None] | None = None, signature: Any = None) -> Callable[[F], F]:
+    def register(self, name: str, *, check: Callable[..., None] | None = None, signature: Any = None,
+                 **traits: Any) -> Callable[[F], F]:  # fmt: skip
         """Decorator that adds an entry under ``name``; raises ``ValueError`` if ``name`` is taken.
 
         Args:
@@ -93,10 +95,13 @@ class Registry(dict):
                 the entry refuses; called with every option, defaults filled in.
             signature: the callable whose keyword parameters are the options (default: the entry),
                 or an :class:`inspect.Signature` of them.
+            **traits: what the entry declares about itself for the library to read with
+                :meth:`trait` (e.g. an advantage estimator's ``min_group_size``); a callable
+                trait is a function of the options.
         """
 
         def decorator(entry: F) -> F:
-            self._add(name, entry, _Meta(signature if signature is not None else entry, check))
+            self._add(name, entry, _Meta(signature if signature is not None else entry, check, dict(traits)))
             return entry
 
         return decorator
@@ -146,6 +151,24 @@ class Registry(dict):
         """The options of entry ``name`` that have defaults, with them."""
         options = self.options(name)
         return {p.name: p.default for p in self._parameters(name) if p.name in options and p.default is not p.empty}
+
+    def trait(self, name: str, key: str, options: Mapping[str, Any] | None = None, default: Any = None) -> Any:
+        """What entry ``name`` declared as ``key`` at registration (``default`` if nothing); a
+        callable trait is called with ``options`` over the entry's defaults.
+
+        Example:
+            >>> LOSSES = Registry("loss")
+            >>> @LOSSES.register("hinge", margin_needed=lambda margin: margin > 0)
+            ... def hinge(x, *, margin: float = 1.0):
+            ...     return max(0.0, margin - x)
+            >>> LOSSES.trait("hinge", "margin_needed"), LOSSES.trait("hinge", "margin_needed", {"margin": 0.0})
+            (True, False)
+            >>> LOSSES.trait("hinge", "smooth", default=False)
+            False
+        """
+        meta = self._meta.get(name)
+        value = meta.traits.get(key, default) if meta is not None else default
+        return value(**{**self.defaults(name), **(options or {})}) if callable(value) else value
 
     def declares(self, name: str, argument: str) -> bool:
         """Whether entry ``name`` takes ``argument`` (e.g. an injected ``entropies``)."""

@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlvr"
-CORE = {"registry", "plugins", "strategies", "functional", "policy", "rewards", "metrics", "rollout", "contracts", "options",
-        "lockstep", "upgrade", "cache", "data", "callbacks", "module"}
+CORE = {"registry", "plugins", "strategies", "atomic", "checkpoint", "functional", "policy", "rewards", "metrics", "rollout",
+        "contracts", "options", "lockstep", "upgrade", "cache", "data", "callbacks", "module"}
 ALLOWED = {
     "registry": set(),
     "plugins": set(),
     "vllm_plugin": set(),  # run inside vLLM's processes: imports nothing of lit_rlvr
     "strategies": set(),
+    "atomic": set(),  # files written whole or not at all
+    "checkpoint": {"atomic"},  # checkpoints carrying their checksum
     "functional": {"registry"},
     "policy": {"functional"},
     "rewards": {"registry", "plugins"},
@@ -28,10 +30,10 @@ ALLOWED = {
     "options": {"functional", "policy", "rewards", "rollout"},  # the recipe's option groups
     "lockstep": {"functional"},
     "upgrade": {"options"},  # the 0.1 layout, read into the option groups
-    "cache": {"policy", "rollout", "contracts"},
+    "cache": {"atomic", "policy", "rollout", "contracts"},
     "data": {"registry", "rewards", "cache", "contracts"},
-    "callbacks": {"policy", "rollout", "contracts"},
-    "module": {"functional", "metrics", "policy", "rewards", "contracts", "lockstep", "options", "upgrade"},
+    "callbacks": {"atomic", "policy", "rollout", "contracts"},
+    "module": {"checkpoint", "functional", "metrics", "policy", "rewards", "contracts", "lockstep", "options", "upgrade"},
     "demo": CORE,  # the demo plugs into lit_rlvr like a user's package
     "tools": CORE | {"demo"},
     "cli": CORE | {"demo", "tools"},

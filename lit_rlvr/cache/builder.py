@@ -25,16 +25,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.numpy import save_file
+from safetensors.numpy import save
 from tqdm.auto import tqdm
 
+from lit_rlvr.atomic import atomic_file
 from lit_rlvr.cache.format import (
     FORMAT_VERSION,
     MANIFEST,
@@ -138,13 +138,10 @@ def write_shard(path: Path, ids: list[str], prompt_ids, completions, logprobs, r
     # one metadata key: safetensors writes metadata from a hash map, in no fixed order
     info = {"ids": ids, "status_counts": dict(sorted(Counter(statuses or []).items()))}
     metadata = {"lit_rlvr": json.dumps(info, sort_keys=True)}
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(arrays, str(tmp), metadata=metadata)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    entry = {"file": path.name, "bytes": tmp.stat().st_size, "sha256": file_sha256(tmp), "num_prompts": len(ids)}
-    os.replace(tmp, path)
-    return entry
+    data = save(arrays, metadata=metadata)
+    with atomic_file(path, "the reference cache shard") as f:  # complete or absent; errors name it and the free space
+        f.write(data)
+    return {"file": path.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "num_prompts": len(ids)}
 
 
 def verify_shard(directory: Path, entry: dict, check_sha256: bool = True) -> None:

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lit_rlvr.atomic import atomic_file
+
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SHARD_ARRAYS = (
@@ -89,10 +91,10 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
 
 
 def write_json_atomic(path: Path, obj) -> None:
-    """Write JSON to ``path`` through a temporary file and ``os.replace`` (never half-written)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    """Write JSON to ``path`` through a temporary file and a rename (never half-written;
+    :func:`~lit_rlvr.atomic.atomic_file`: a failed write names the path and the free space)."""
+    with atomic_file(path, "the reference cache's") as f:
+        f.write((json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
 
 
 def read_safetensors_header(path: str | Path) -> tuple[dict, int]:

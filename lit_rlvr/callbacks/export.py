@@ -4,7 +4,10 @@ The export folder loads with ``AutoModelForCausalLM.from_pretrained`` / ``PeftMo
 Its tokenizer pads on the left, as generation with a decoder-only model needs (transformers warns
 about right padding); lit_rlvr pads its own batches, so training never depended on the side. A
 model card (``README.md``, as on the Hub) names the base model, the method's settings, the last
-validation's pass@k and the ``lit-rlvr`` config. Under FSDP2 every rank takes part in gathering
+validation's pass@k and the ``lit-rlvr`` config. The folder is written under a temporary name and
+renamed when complete (:func:`~lit_rlvr.atomic.atomic_dir`): a full disk leaves the previous export
+(or none) and an error naming the folder and the free space, never a folder with only some of the
+files. Under FSDP2 every rank takes part in gathering
 the full state dict (a collective), streamed to CPU, and rank 0 writes it; the export is never
 the sharded local view.
 """
@@ -20,6 +23,7 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from typing_extensions import override
 
+from lit_rlvr.atomic import atomic_dir
 from lit_rlvr.contracts import PolicyHost, require
 from lit_rlvr.policy import gathered_parameters, is_peft_model
 
@@ -42,7 +46,8 @@ class HFExport(Callback):
     A LoRA policy saves its adapter only (``adapter_config.json`` + weights), as peft does.
 
     Args:
-        dirpath: the export folder (created); None disables the export.
+        dirpath: the export folder (created, or replaced once the new one is complete); None
+            disables the export.
     """
 
     def __init__(self, dirpath: str | None = None):
@@ -60,11 +65,10 @@ class HFExport(Callback):
         with gathered_parameters(trainer):  # FSDP1: full parameters on every rank
             state = full_state_dict(pl_module.policy)  # a collective under FSDP2: every rank
             if trainer.is_global_zero:
-                path = Path(self.dirpath)
-                path.mkdir(parents=True, exist_ok=True)
-                pl_module.policy.save_pretrained(path, **({"state_dict": state} if state is not None else {}))
-                pl_module.tokenizer.save_pretrained(path)
-                self.finish(path, trainer, pl_module)
+                with atomic_dir(self.dirpath, "the Hugging Face export") as path:  # complete, or absent
+                    pl_module.policy.save_pretrained(path, **({"state_dict": state} if state is not None else {}))
+                    pl_module.tokenizer.save_pretrained(path)
+                    self.finish(path, trainer, pl_module)
         trainer.strategy.barrier("lit_rlvr_export")
 
     def finish(self, path: Path, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -23,8 +23,12 @@ operation (sync, fingerprint, generation) the ranks exchange their status on a g
 the engine of one rank raised, every rank raises :class:`RolloutRankError` naming that rank and
 its error, instead of the others waiting for it in the next collective; a rank that does not
 report within the operation's timeout (``sync_timeout_s``, ``generate_timeout_s``) plus
-10 s is named as stuck. The fingerprint's trainer-side forward is a collective
-under FSDP2, so every rank scores the probe with its engine first, and all check together.
+10 s is named as stuck, and one whose process ended (a crash, the OOM killer) as dead. The
+fingerprint's trainer-side forward is a collective under FSDP2, so every rank scores the probe
+with its engine first, and all check together.
+
+At set-up the callback has the DataModule skip, as bad rows with file:line, the prompts whose
+tokens plus ``max_new_tokens`` exceed the engine's context (:meth:`RolloutCallback.fit_context`).
 
 Asynchronous rollouts (``max_staleness: k``, an engine that generates apart from the trainer,
 ``engine: vllm_server``): a :class:`~lit_rlvr.callbacks.rollout_producer.RolloutProducer` thread
@@ -46,6 +50,8 @@ histogram), ``rollout/queue_depth``, ``rollout/generator_idle_s`` and ``rollout/
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -65,6 +71,7 @@ from lit_rlvr.rollout.engine import (
     ENGINES,
     RolloutEngine,
     build_engine,
+    context_length,
     fingerprint_error,
     logprob_drift,
     probe_sequence,
@@ -185,6 +192,7 @@ class RolloutCallback(Callback):
         self.trainer_idle_s = 0.0
         self._number = 0  # the batch in training (asynchronous rollouts)
         self._val_hold = None  # the producer's lock, held through validation
+        self._peers: list[tuple[str, int]] | None = None  # each rank's (host, pid)
 
     @property
     @override
@@ -211,7 +219,20 @@ class RolloutCallback(Callback):
             self._force_sync = True
         if self._status_group is None and trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
             self._status_group = dist.new_group(backend="gloo")  # every rank calls setup: a collective
+            self._peers = [None] * dist.get_world_size(self._status_group)  # (host, pid) per rank: who died, later
+            dist.all_gather_object(self._peers, (socket.gethostname(), os.getpid()), group=self._status_group)
         self._probe = probe_sequence(len(pl_module.tokenizer))
+        self.fit_context(trainer, pl_module)
+
+    def fit_context(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Have the DataModule skip (as bad rows, file:line) the prompts that cannot be generated
+        from: prompt tokens + ``max_new_tokens`` beyond the engine's context
+        (:func:`~lit_rlvr.rollout.engine.context_length`), which vLLM refuses mid-run and a model
+        past its positions samples from without a word."""
+        fit = getattr(getattr(trainer, "datamodule", None), "fit_context", None)
+        found = context_length(self.engine, getattr(pl_module, "policy", None))
+        if fit is not None and found is not None:
+            fit(found[0], self.train_sampling.max_new_tokens, self.val_sampling.max_new_tokens, found[1])
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -504,7 +525,7 @@ class RolloutCallback(Callback):
         except Exception as err:  # reported to every rank, then re-raised here with the others' view
             out, error, cause = None, f"{type(err).__name__}: {err}", err
         try:
-            _exchange_status(self._status_group, what, error, timeout_s)
+            _exchange_status(self._status_group, what, error, timeout_s, self._peers)
         except RolloutRankError as err:
             raise err from cause
         return out
@@ -544,26 +565,66 @@ def _checked(batch: Any, kind: type) -> Any:
     return batch
 
 
+def dead_ranks(peers: list[tuple[str, int]], me: int) -> list[int]:
+    """Ranks of ``peers`` (``(host, pid)`` per rank) on this host whose process has ended (or is a zombie).
+
+    Example:
+        >>> import os, socket
+        >>> dead_ranks([(socket.gethostname(), os.getpid()), (socket.gethostname(), 2**22 + 1), ("elsewhere", 1)], me=0)
+        [1]
+    """
+    host, out = socket.gethostname(), []
+    for rank, (peer_host, pid) in enumerate(peers):
+        if rank == me or peer_host != host:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        except OSError:  # no /proc (macOS): ask the kernel
+            try:
+                os.kill(pid, 0)
+                state = "alive"
+            except ProcessLookupError:
+                state = "gone"
+            except PermissionError:
+                state = "alive"
+        if state in ("gone", "Z", "X"):
+            out.append(rank)
+    return out
+
+
 def _sum_or_none(*seconds: float | None) -> float | None:
     return None if any(s is None for s in seconds) else sum(seconds)
 
 
-def _exchange_status(group, what: str, error: str | None, timeout_s: float | None) -> None:
+def _exchange_status(group, what: str, error: str | None, timeout_s: float | None,
+                     peers: list[tuple[str, int]] | None = None) -> None:  # fmt: skip
     """Every rank of ``group`` learns whether ``what`` succeeded everywhere; raise on all if not.
 
     A monitored barrier (gloo) waits ``timeout_s`` + 10 s for every rank (None:
     the group's timeout) and names the ranks that did not arrive; then the ranks' errors
-    (None = success) are all-gathered.
+    (None = success) are all-gathered. A rank whose process has ended is named as dead, not as
+    late: gloo reports its closed connection at once, and ``peers`` (each rank's host and pid)
+    says which rank on this host is gone.
 
     Raises:
-        RolloutRankError: on every rank, naming each failed rank and its error, or the ranks
-            that did not finish ``what`` in time.
+        RolloutRankError: on every rank, naming each failed rank and its error, the ranks that
+            died, or the ranks that did not finish ``what`` in time.
     """
     world = dist.get_world_size(group)
     timeout = None if timeout_s is None else timedelta(seconds=timeout_s + _RANK_SKEW_S)
     try:
         dist.monitored_barrier(group, timeout=timeout, wait_all_ranks=True)
     except RuntimeError as err:
+        dead = dead_ranks(peers or [], dist.get_rank(group))
+        if dead or "closed by peer" in str(err) or "reset by peer" in str(err):
+            who = f"rank {', '.join(map(str, dead))} of {world}" if dead else "a rank on another host"
+            raise RolloutRankError(
+                f"{what}: {who} died (its process ended: a crash, the OOM killer or a kill; see its log), so "
+                f"this rank stops too. ({err})"
+            ) from None
         limit = "the process-group timeout" if timeout is None else f"{timeout.total_seconds():g} s"
         raise RolloutRankError(
             f"{what}: not every rank of {world} finished within {limit} (the operation's timeout + "

@@ -67,6 +67,25 @@ def _field(record: dict, key: str) -> object:
     return value
 
 
+def _text(record: dict, key: str) -> str:
+    """Field ``key`` as the text of a prompt: a non-empty string of valid Unicode, never converted.
+
+    Example:
+        >>> _text({"q": 7}, "q")
+        Traceback (most recent call last):
+        ...
+        lit_rlvr.data.adapters.BadRowError: field 'q' must be text, got int 7
+    """
+    value = _field(record, key)
+    if not isinstance(value, str):
+        raise BadRowError(f"field {key!r} must be text, got {type(value).__name__} {value!r:.60}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate ("\\ud800" in JSON): no tokenizer takes it
+        raise BadRowError(f"field {key!r} is not valid Unicode: a lone surrogate at character {e.start}") from None
+    return value
+
+
 def _row_id(record: dict, index: int, name: str, id_field: str | None) -> str:
     if id_field is None:
         return f"{name}/{index}"
@@ -87,7 +106,7 @@ def gsm8k(record: dict, *, index: int, name: str, source: Path, reward: str = "m
     final = solution.rsplit("####", 1)[1].strip().replace(",", "")
     if not final:
         raise BadRowError("GSM8K answer has an empty final answer after '####'")
-    prompt = str(_field(record, "question"))
+    prompt = _text(record, "question")
     return {"id": _row_id(record, index, name, id_field), "prompt": prompt, "answer": final, "reward": reward, "solution": solution}
 
 
@@ -113,7 +132,7 @@ def math_problem(
     """
     row = {
         "id": _row_id(record, index, name, id_field),
-        "prompt": str(_field(record, prompt_field)),
+        "prompt": _text(record, prompt_field),
         "answer": normalize_answer(_field(record, answer_field)),
         "reward": reward,
     }
@@ -169,7 +188,7 @@ def spider(
     gold = record.get("query") if record.get("query") is not None else record.get("SQL")
     if gold is None or not str(gold).strip():
         raise BadRowError(f"missing gold SQL: neither 'query' nor 'SQL' present (fields: {sorted(record)})")
-    question = str(_field(record, "question"))
+    question = _text(record, "question")
     prompt = f"Database schema:\n{schema}\n\nQuestion: {question}"
     return {
         "id": _row_id(record, index, name, id_field),
@@ -211,7 +230,7 @@ def generic(
     answer = _field(record, answer_field)
     row = {
         "id": _row_id(record, index, name, id_field),
-        "prompt": str(_field(record, prompt_field)),
+        "prompt": _text(record, prompt_field),
         "answer": answer if isinstance(answer, str) else normalize_answer(answer),
         "reward": reward_name,
     }

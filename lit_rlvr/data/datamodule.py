@@ -145,6 +145,13 @@ class CacheOptions:
 class _Prepared:
     rows: list[dict]
     prompt_ids: list[list[int]]
+    positions: list[tuple[str, int]]  # (file or source label, line) of each row, for reports
+    total: int  # records read, good and bad
+
+    def keep(self, indices: list[int]) -> _Prepared:
+        """The prepared rows at ``indices``, in order."""
+        pick = lambda values: [values[i] for i in indices]  # noqa: E731
+        return _Prepared(pick(self.rows), pick(self.prompt_ids), pick(self.positions), self.total)
 
 
 def check_golds(rows: list[dict], check: GoldCheck) -> list[str | None]:
@@ -296,6 +303,8 @@ class PromptDataModule(pl.LightningDataModule):
         self.tokenizer = None
         self.train_rows: list[dict] = []
         self.train_prompt_ids: list[list[int]] = []
+        self._train: _Prepared | None = None
+        self._context_checked: tuple[int, int, int] | None = None  # the last fit_context's limits
         self.val_sets: dict[str, _Prepared] = {}
         self.bad_rows: dict[str, list[BadRow]] = {}
         self.skipped_long: dict[str, list[str]] = {}
@@ -314,7 +323,7 @@ class PromptDataModule(pl.LightningDataModule):
 
             self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
         if stage in ("fit", None) and self.train_spec is not None and not self.train_rows:
-            prepared = self._prepare(self.train_spec, "data.train")
+            prepared = self._train = self._prepare(self.train_spec, "data.train")
             self.train_rows, self.train_prompt_ids = prepared.rows, prepared.prompt_ids
             self._train_index = list(range(len(self.train_rows)))
             if self.cache is not None:
@@ -355,24 +364,24 @@ class PromptDataModule(pl.LightningDataModule):
         loaded = load_rows(spec.source, spec.adapter, name=name, options_key=f"{key}.options", **spec.options)
         if self.gold_check is not None and loaded.rows:
             loaded.drop(check_golds(loaded.rows, self.gold_check))
-        self.bad_rows[name] = loaded.bad
+        self.bad_rows[name] = []
         if loaded.bad:
-            shown = "\n  ".join(str(b) for b in loaded.bad[:10])
-            more = f"\n  ... and {len(loaded.bad) - 10} more" if len(loaded.bad) > 10 else ""
-            log.warning("%s: %d of %d rows are bad and skipped:\n  %s%s", name, len(loaded.bad), loaded.total, shown, more)
-        if loaded.bad_fraction > self.max_bad_fraction:
-            raise ValueError(
-                f"{name}: {len(loaded.bad)} of {loaded.total} rows are bad ({loaded.bad_fraction:.1%}), more than "
-                f"max_bad_fraction={self.max_bad_fraction:.1%}; first: {loaded.bad[0]}"
-            )
-        rows, ids, too_long = [], [], []
-        for row in loaded.rows:
-            tokens = encode_prompt(row, self.tokenizer, self.prompt_format)
+            self._report_bad(name, loaded.bad, loaded.total)
+        rows, ids, positions, too_long, unreadable = [], [], [], [], []
+        for row, position in zip(loaded.rows, loaded.positions):
+            try:
+                tokens = encode_prompt(row, self.tokenizer, self.prompt_format)
+            except (TypeError, ValueError, UnicodeError) as e:  # text the template or tokenizer refuses
+                unreadable.append(BadRow(*position, f"cannot build the prompt's tokens: {type(e).__name__}: {str(e)[:200]}"))
+                continue
             if len(tokens) > self.max_prompt_tokens:
                 too_long.append(f"{row['id']} ({len(tokens)} tokens)")
                 continue
             rows.append(row)
             ids.append(tokens)
+            positions.append(position)
+        if unreadable:
+            self._report_bad(name, unreadable, loaded.total)
         self.skipped_long[name] = too_long
         if too_long:
             log.warning(
@@ -381,7 +390,73 @@ class PromptDataModule(pl.LightningDataModule):
             )  # fmt: skip
         if not rows:
             raise ValueError(f"{name}: no usable prompts ({loaded.total} rows, {len(loaded.bad)} bad, {len(too_long)} too long)")
-        return _Prepared(rows, ids)
+        return _Prepared(rows, ids, positions, loaded.total)
+
+    def _report_bad(self, name: str, bad: list[BadRow], total: int, hint: str = "") -> None:
+        """Add ``bad`` rows of dataset ``name`` to :attr:`bad_rows`, log them, and stop past ``max_bad_fraction``."""
+        self.bad_rows[name] = [*self.bad_rows.get(name, []), *bad]
+        shown = "\n  ".join(str(b) for b in bad[:10])
+        more = f"\n  ... and {len(bad) - 10} more" if len(bad) > 10 else ""
+        log.warning("%s: %d of %d rows are bad and skipped:\n  %s%s", name, len(bad), total, shown, more)
+        every = self.bad_rows[name]
+        if len(every) > self.max_bad_fraction * total:
+            raise ValueError(
+                f"{name}: {len(every)} of {total} rows are bad ({len(every) / total:.1%}), more than "
+                f"max_bad_fraction={self.max_bad_fraction:.1%}; first: {every[0]}{hint}"
+            )
+
+    def fit_context(self, context: int, train_new_tokens: int, val_new_tokens: int, where: str) -> None:
+        """Skip the prompts whose tokens plus the completion's length cap exceed the context.
+
+        Called at set-up by the rollout callback, which knows the engine's context. Each such
+        prompt is a bad row (file:line, :attr:`bad_rows`), counted against ``max_bad_fraction``;
+        the rows and their order stay as prepared (a reference cache's fingerprint is unchanged),
+        only the prompts served skip them.
+
+        Args:
+            context: the longest prompt + completion the engine and model take, in tokens.
+            train_new_tokens: the training rollouts' ``max_new_tokens``.
+            val_new_tokens: the validation rollouts' ``max_new_tokens``.
+            where: where ``context`` comes from, for the reports (e.g. the config key).
+
+        Raises:
+            ValueError: more than ``max_bad_fraction`` of a dataset's rows are bad, or none is left.
+        """
+        if self._context_checked == (context, train_new_tokens, val_new_tokens):
+            return  # set up again (fit, then validate): the same prompts were skipped already
+        self._context_checked = (context, train_new_tokens, val_new_tokens)
+        hint = (f"; shorten the prompts (data.max_prompt_tokens drops them earlier), lower model.sampling.max_new_tokens "
+                f"(or model.evaluation.max_new_tokens), or raise the context ({where})")  # fmt: skip
+        if self._train is not None:
+            kept = self._fitting(self._train, "data.train", context, train_new_tokens, where, hint, "model.sampling.max_new_tokens")
+            self._train_index = [i for i in self._train_index if i in kept]
+            if not self._train_index:
+                raise ValueError(f"{self._train_name}: no training prompt fits the context of {context} tokens{hint}")
+        for name, prepared in self.val_sets.items():
+            kept = self._fitting(prepared, name, context, val_new_tokens, where, hint, "the validation max_new_tokens")
+            if len(kept) < len(prepared.rows):
+                if not kept:
+                    raise ValueError(f"{name}: no validation prompt fits the context of {context} tokens{hint}")
+                self.val_sets[name] = prepared.keep(sorted(kept))
+
+    def _fitting(self, prepared: _Prepared, key: str, context: int, new_tokens: int, where: str, hint: str,
+                 new_key: str) -> set[int]:  # fmt: skip
+        """Indices of ``prepared``'s prompts that fit; the others are reported as bad rows."""
+        name = self._train_name if key == "data.train" else key
+        kept, bad = set(), []
+        for i, (ids, position) in enumerate(zip(prepared.prompt_ids, prepared.positions)):
+            if len(ids) + new_tokens <= context:
+                kept.add(i)
+            else:
+                bad.append(BadRow(*position, f"prompt of {len(ids)} tokens + {new_key}={new_tokens} exceeds the "
+                                             f"context of {context} tokens ({where})"))  # fmt: skip
+        if bad:
+            self._report_bad(name, bad, prepared.total, hint)
+        return kept
+
+    @property
+    def _train_name(self) -> str:
+        return self.train_spec.name or self.train_spec.adapter
 
     def _attach_cache(self) -> None:
         """Open the reference cache, check it belongs to this run, split D_pef / D_exp, index anchors."""

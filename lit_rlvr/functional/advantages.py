@@ -57,7 +57,10 @@ ADVANTAGES = Registry("advantage estimator", injected=("entropies", "generator",
 """Name → ``fn(rewards (B,), group_ids (B,), *, options) -> (B,)``. ``entropies`` (each row's mean
 token entropy), ``generator`` and ``mean_logprobs`` (each row's mean token log π_old) are passed by
 the module to the estimators that declare them; every other keyword-only parameter is an option
-(``model.loss.advantage_options``), checked at start-up."""
+(``model.loss.advantage_options``), checked at start-up. An estimator that compares a prompt's
+samples with each other (a group baseline: every one here but PKPO without a baseline) declares
+``min_group_size=2`` (:meth:`~lit_rlvr.registry.Registry.trait`): with one sample per prompt its
+advantages are all 0, so the module refuses ``model.sampling.n`` below it at start-up."""
 register_advantage = ADVANTAGES.register
 
 STD_MODES = ("population", "sample", "none")
@@ -140,6 +143,11 @@ def _check_pkpo(k, baseline: str) -> None:
         raise ValueError(f"pkpo: baseline must be one of {PKPO_BASELINES}; got {baseline!r}")
 
 
+def _pkpo_min_group_size(k, baseline: str) -> int:
+    """PKPO without a baseline (Eq. 8) scores a lone sample; its baselines need a second one."""
+    return 1 if baseline == "none" else 2
+
+
 def _check_k(k: int, groups: _Groups) -> int:
     """``k`` must be an integer with 1 <= k <= every group's size; errors name the group."""
     k = _positive_int(k, "k")
@@ -200,7 +208,7 @@ def _passk(rewards: Tensor, groups: _Groups, k: int) -> Tensor:
     return torch.where(rewards > 0, a_pos[groups.index], a_neg[groups.index])
 
 
-@register_advantage("grpo", check=_check_grpo)
+@register_advantage("grpo", check=_check_grpo, min_group_size=2)
 def grpo(rewards: Tensor, group_ids: Tensor, *, std: str = "population", eps: float = 1e-6) -> Tensor:
     """GRPO: A_i = (r_i − mean_g) / (std_g + ε) within each group (docs/methods.md §1).
 
@@ -230,7 +238,7 @@ def grpo(rewards: Tensor, group_ids: Tensor, *, std: str = "population", eps: fl
     return out.float()
 
 
-@register_advantage("rloo")
+@register_advantage("rloo", min_group_size=2)
 def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """RLOO: A_i = r_i − mean of the other G − 1 rewards of the group (docs/methods.md §1).
 
@@ -252,7 +260,7 @@ def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return torch.where(n > 1, r - others, 0.0).float()
 
 
-@register_advantage("passk", check=_check_k_option)
+@register_advantage("passk", check=_check_k_option, min_group_size=2)
 def passk(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     """Analytical Pass@k advantage (Pass@k Training, arXiv 2508.10751, §4; docs/methods.md §3).
 
@@ -290,7 +298,7 @@ def passk(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     return _passk(rewards.double(), groups, k).float()
 
 
-@register_advantage("passk_full", check=_check_k_option)
+@register_advantage("passk_full", check=_check_k_option, min_group_size=2)
 def passk_full(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     """Pass@k "full sampling" advantage (arXiv 2508.10751, §3; docs/methods.md §3).
 
@@ -324,7 +332,7 @@ def passk_full(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     return out.float()
 
 
-@register_advantage("passk_bootstrap", check=_check_bootstrap)
+@register_advantage("passk_bootstrap", check=_check_bootstrap, min_group_size=2)
 def passk_bootstrap(
     rewards: Tensor,
     group_ids: Tensor,
@@ -378,7 +386,7 @@ def passk_bootstrap(
     return out.float()
 
 
-@register_advantage("passk_combined", check=_check_k_option)
+@register_advantage("passk_combined", check=_check_k_option, min_group_size=2)
 def passk_combined(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     """Pass@k/Pass@1 mix (arXiv 2508.10751, Eq. 18): A = (N_pos/N)·A_passk + (1 − N_pos/N)·A_pass1.
 
@@ -406,7 +414,7 @@ def passk_combined(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     return (share * _passk(r, groups, k) + (1 - share) * _passk(r, groups, 1)).float()
 
 
-@register_advantage("passk_entropy_adaptive", check=_check_k_option)
+@register_advantage("passk_entropy_adaptive", check=_check_k_option, min_group_size=2)
 def passk_entropy_adaptive(rewards: Tensor, group_ids: Tensor, *, k: int, entropies: Tensor) -> Tensor:
     """Entropy-routed Pass@1/Pass@k advantage (arXiv 2508.10751, §5; docs/methods.md §3).
 
@@ -446,7 +454,7 @@ def passk_entropy_adaptive(rewards: Tensor, group_ids: Tensor, *, k: int, entrop
     return torch.where(high[groups.index], _passk(r, groups, 1), _passk(r, groups, k)).float()
 
 
-@register_advantage("pkpo", check=_check_pkpo)
+@register_advantage("pkpo", check=_check_pkpo, min_group_size=_pkpo_min_group_size)
 def pkpo(rewards: Tensor, group_ids: Tensor, *, k: int, baseline: str = "loo_minus_one") -> Tensor:
     """Pass@k Policy Optimization reward transform (Walder & Karkhanis, arXiv 2505.15201).
 
@@ -507,7 +515,7 @@ def pkpo(rewards: Tensor, group_ids: Tensor, *, k: int, baseline: str = "loo_min
     return (s - k / (n - 1) * -torch.expm1(_log_miss(n - 1, c - r, k))).float()
 
 
-@register_advantage("max_minus_second")
+@register_advantage("max_minus_second", min_group_size=2)
 def max_minus_second(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """Leave-one-out max advantage (Tang et al., arXiv 2503.19595): A_i = max_g r − max_{g∖i} r.
 
@@ -625,7 +633,7 @@ def _check_unlikeliness(rank_penalty, std, eps) -> None:
         raise ValueError(f"unlikeliness: eps must be >= 0; got {eps}")
 
 
-@register_advantage("unlikeliness", check=_check_unlikeliness)
+@register_advantage("unlikeliness", check=_check_unlikeliness, min_group_size=2)
 def unlikeliness(
     rewards: Tensor,
     group_ids: Tensor,

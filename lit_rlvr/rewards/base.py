@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import inspect
+import numbers
 import signal
 import threading
 import time
@@ -150,18 +151,49 @@ class Reward:
         return as_result(self.score(completion, answer, **row)).reward
 
 
+def not_a_reward(value: Any) -> str | None:
+    """Why ``value`` is not a reward value (None when it is a real number: int, float, numpy scalar).
+
+    Only real numbers are rewards: ``True`` and ``"1"`` are not 1.0 and a tensor is not a float,
+    so each is refused with what it was rather than converted. The range ([0, 1], which also
+    refuses NaN and inf) is checked by the scorer. A bare ``None`` never gets here
+    (:func:`as_result`: not applicable); a ``ScoreResult`` whose reward is None is refused.
+
+    Example:
+        >>> [not_a_reward(v) for v in (1, 0.5, True, "1", None)]
+        [None, None, 'a bool (True); return a float such as 1.0 or 0.0', "a str ('1'); return a float", 'None (no score)']
+    """
+    if value is None:
+        return "None (no score)"
+    if isinstance(value, bool) or type(value).__name__ in ("bool", "bool_"):  # Python's and numpy's bool
+        return f"a bool ({value!r}); return a float such as 1.0 or 0.0"
+    if isinstance(value, numbers.Real):
+        return None
+    if type(value).__name__ == "Tensor":
+        return f"a tensor ({value!r:.60}); return a float (tensor.item())"
+    return f"a {type(value).__name__} ({value!r:.60}); return a float"
+
+
 def as_result(out: Any) -> ScoreResult:
-    """A scorer's return value as a :class:`ScoreResult` (a bare float is an ``ok`` verdict; None,
-    TRL's "this reward does not apply here", is ``not_applicable``).
+    """A scorer's return value as a :class:`ScoreResult`: a real number is an ``ok`` verdict; None,
+    TRL's "this reward does not apply here", is ``not_applicable`` (left out of a weighted sum,
+    counted in the step's status summary); anything else (:func:`not_a_reward`) is an ``error``
+    naming what was returned.
 
     Example:
         >>> as_result(1.0), as_result(ScoreResult(0.0, "timeout"))
         (ScoreResult(reward=1.0, status='ok'), ScoreResult(reward=0.0, status='timeout'))
         >>> as_result(None).status
         'not_applicable'
+        >>> as_result("1")
+        ScoreResult(reward=0.0, status='error', reason="the reward returned a str ('1'); return a float")
     """
     if out is None:
         return ScoreResult(0.0, STATUS_NOT_APPLICABLE, "the reward returned None")
+    value = out.reward if isinstance(out, ScoreResult) else out
+    problem = not_a_reward(value)
+    if problem is not None:
+        return ScoreResult(0.0, STATUS_ERROR, f"the reward returned {problem}")
     return out if isinstance(out, ScoreResult) else ScoreResult(float(out), STATUS_OK)
 
 

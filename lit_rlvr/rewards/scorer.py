@@ -16,7 +16,8 @@ Design (why processes, and which kind):
   never re-imported in the worker. Workers import ``lit_rlvr.rewards`` (no torch), the
   plug-in modules of the run (:mod:`lit_rlvr.plugins`), and the module of a reward registered
   elsewhere only with the first chunk that names it (a registered reward the run never uses is
-  never imported there), so a replacement starts in about half a second. A worker whose parent has gone
+  never imported there; that import runs under ``start_timeout_s``, not the first item's
+  deadline), so a replacement starts in about half a second. A worker whose parent has gone
   exits at its next read (EOF on the socket).
 - Scores and, for validation, the rewards' canonical answers (maj@k, distinct answers) are
   computed in the workers: answer keys run sympy and SQL too.
@@ -27,7 +28,10 @@ Design (why processes, and which kind):
   for the whole run.
 - A :class:`~lit_rlvr.rewards.base.GoldAnswerError` (malformed gold, a data error) does not stop
   the batch: the other items are scored and then the first such error is raised.
-- ``workers=0`` scores in the calling thread with the same code (no hard deadline).
+- ``workers=0`` scores in the calling thread with the same code, each item under
+  :func:`~lit_rlvr.rewards.base.deadline` at the hard deadline (status ``timeout``): it interrupts
+  Python code, sleeps and regular expressions (in the main thread), but not a single long C
+  call, which finishes first; only a worker that can be killed makes the deadline hard.
 
 Each worker's address space is capped (``RLIMIT_AS``, ``memory_limit_mb``) so a memory bomb
 raises ``MemoryError`` in that worker instead of waking the system's OOM killer.
@@ -47,7 +51,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import wait
 
 from lit_rlvr.plugins import loaded_modules
@@ -55,11 +59,14 @@ from lit_rlvr.rewards.base import (
     REWARDS,
     STATUS_ERROR,
     STATUS_TIMEOUT,
+    STATUSES,
     GoldAnswerError,
     Reward,
     RewardRegistry,
+    RewardTimeout,
     ScoreResult,
     as_result,
+    deadline,
     stripped_completion,
 )
 
@@ -331,6 +338,7 @@ class _Worker:
         self.pending: deque[int] = deque()
         self.clock = 0.0  # when the item at pending[0] started (approximately)
         self.known: set[str] = set()  # shipped rewards this worker has been sent
+        self.loading_at: int | None = None  # the item before which it imports newly shipped rewards
 
     def exit_reason(self) -> str:
         code = self.proc.wait(timeout=5)
@@ -345,11 +353,62 @@ class _Worker:
         self.sock.close()
 
 
+LOUD_ERROR_SHARE = 0.25
+"""From this share of a batch's items with status ``error``, :meth:`ScoreSummary.loud` is True."""
+
+
+@dataclass(frozen=True)
+class ScoreSummary:
+    """What one batch of scores came to: items per status and the first error's reason, verbatim.
+
+    Attributes:
+        counts: items per status (every status of :data:`~lit_rlvr.rewards.base.STATUSES`).
+        first_reason: the reason of the first ``error`` item (else of the first ``timeout``), or None.
+
+    Example:
+        >>> s = summarize([ScoreResult(1.0), ScoreResult(0.0, "error", "KeyError: 'x'"), ScoreResult(0.0, "no_answer")])
+        >>> s.errors, s.loud, str(s)
+        (1, True, "3 scored: ok 1, no_answer 1, error 1; first error: KeyError: 'x'")
+    """
+
+    counts: dict[str, int]
+    first_reason: str | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def errors(self) -> int:
+        """Items whose reward failed (status ``error``)."""
+        return self.counts.get(STATUS_ERROR, 0)
+
+    @property
+    def loud(self) -> bool:
+        """Whether at least :data:`LOUD_ERROR_SHARE` of the items errored."""
+        return self.total > 0 and self.errors >= LOUD_ERROR_SHARE * self.total
+
+    def __str__(self) -> str:
+        counts = ", ".join(f"{status} {n}" for status, n in self.counts.items() if n)
+        first = "error" if self.errors else STATUS_TIMEOUT
+        return f"{self.total} scored: {counts}" + (f"; first {first}: {self.first_reason}" if self.first_reason else "")
+
+
+def summarize(results: Sequence[ScoreResult]) -> ScoreSummary:
+    """Count ``results`` by status and keep the first error's reason (:class:`ScoreSummary`)."""
+    counts = {status: 0 for status in STATUSES}
+    for r in results:
+        counts[r.status] += 1
+    reasons = [r.reason for status in (STATUS_ERROR, STATUS_TIMEOUT) for r in results if r.status == status and r.reason]
+    return ScoreSummary(counts, reasons[0] if reasons else None)
+
+
 class BatchScorer:
     """Score completions against their rows in worker processes, with a per-item deadline.
 
     Args:
-        workers: worker processes; 0 scores in the calling thread (no hard deadline).
+        workers: worker processes; 0 scores in the calling thread, each item interrupted at
+            the hard deadline between bytecodes (a single long C call finishes first).
         timeout_s: per-item deadline in seconds, passed to the reward (soft) and enforced by
             killing the worker after ``timeout_s + kill_grace_s`` (hard).
         kill_grace_s: extra time the soft deadline gets before the worker is killed.
@@ -515,7 +574,11 @@ class BatchScorer:
             results, gold_errors = [], []
             for c, r in zip(completions, rows):
                 try:
-                    results.append(run_task(self.table, task, c, dict(r), self.timeout_s, self.reward_options))
+                    with deadline(self.hard_timeout_s):  # the pool's hard deadline, as far as a thread can enforce it
+                        results.append(run_task(self.table, task, c, dict(r), self.timeout_s, self.reward_options))
+                except RewardTimeout:
+                    reason = f"interrupted after the hard deadline of {self.hard_timeout_s:g} s (in-process scoring)"
+                    results.append(ScoreResult(0.0, STATUS_TIMEOUT, reason))
                 except GoldAnswerError as e:
                     results.append(ScoreResult(0.0, STATUS_ERROR, f"malformed gold: {e}"))
                     gold_errors.append(str(e))
@@ -546,10 +609,12 @@ class BatchScorer:
                     try:
                         new = {rows[i]["reward"] for i in chunk} & set(self.shipped) - worker.known
                         worker.known |= new
+                        if new:  # the worker imports their modules before this chunk's first item
+                            worker.loading_at = chunk[0]
                         _send(worker.sock, ({n: self.shipped[n] for n in sorted(new)}, [(i, completions[i], rows[i], task) for i in chunk]))
                     except OSError:  # it died on an earlier item; reading its socket will say EOF
                         worker.broken = True
-            deadlines = [w.clock + self.hard_timeout_s for w in self._workers if w.pending]
+            deadlines = [w.clock + self._limit(w) for w in self._workers if w.pending]
             deadlines += [w.started + self.start_timeout_s for w in self._workers if not w.ready]
             by_sock = {w.sock: w for w in self._workers}
             readable = wait(list(by_sock), timeout=max(0.0, min(deadlines) - now))
@@ -577,7 +642,7 @@ class BatchScorer:
                 worker.ready = True
                 continue
             if message == ("loaded",):  # it imported new reward modules: its current item starts now
-                worker.clock = time.monotonic()
+                worker.clock, worker.loading_at = time.monotonic(), None
                 continue
             index, reward, status, reason, answer, is_gold_error = message
             worker.pending.popleft()
@@ -587,11 +652,17 @@ class BatchScorer:
                 batch.gold_errors.append(reason.removeprefix("malformed gold: "))
             batch.remaining -= 1
 
+    def _limit(self, worker: _Worker) -> float:
+        """How long ``worker``'s current item may run: the hard deadline, or while it imports the
+        modules of rewards it meets for the first time (torch, say), the start-up allowance."""
+        importing = worker.loading_at is not None and worker.pending and worker.pending[0] == worker.loading_at
+        return self.start_timeout_s if importing else self.hard_timeout_s
+
     def _enforce_deadlines(self, batch: _Batch) -> None:
         """Kill workers stuck on an item past the hard deadline; fail workers that never start."""
         for worker in list(self._workers):
             now = time.monotonic()
-            if worker.pending and now > worker.clock + self.hard_timeout_s:
+            if worker.pending and now > worker.clock + self._limit(worker):
                 if wait([worker.sock], 0):  # a result landed just now: the item finished in time
                     self._collect(worker, batch)
                 else:

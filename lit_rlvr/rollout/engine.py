@@ -162,6 +162,25 @@ class EngineBase:
         self.close()
 
 
+def context_length(engine: Any, model: nn.Module | None) -> tuple[int, str] | None:
+    """The longest prompt + completion ``engine`` can generate for ``model``, and where that limit is set.
+
+    An engine with a context of its own says so (``engine.context_length``: vLLM's
+    ``max_model_len``); otherwise the model's ``config.max_position_embeddings`` is the limit;
+    None when neither is known.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> context_length(object(), SimpleNamespace(config=SimpleNamespace(max_position_embeddings=512)))
+        (512, "the policy's max_position_embeddings (its config.json)")
+    """
+    own = getattr(engine, "context_length", None)
+    if own is not None:
+        return own
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return (int(limit), "the policy's max_position_embeddings (its config.json)") if isinstance(limit, int) else None
+
+
 def _check_prompts(prompt_ids: Sequence[Sequence[int]]) -> None:
     if len(prompt_ids) == 0:
         raise ValueError("generate needs at least one prompt, got an empty list")

@@ -343,8 +343,22 @@ class VLLMServerEngine(EngineBase):
         return response.json()
 
     def _served_model(self) -> str:
-        models = self._request(self.urls[0], "/v1/models", method="get", timeout=30)["data"]
+        contexts = []
+        for url in self.urls:
+            models = self._request(url, "/v1/models", method="get", timeout=30)["data"]
+            contexts.append(models[0].get("max_model_len"))
+        self._context = min((c for c in contexts if isinstance(c, int)), default=None)
         return models[0]["id"]
+
+    @property
+    def context_length(self) -> tuple[int, str] | None:
+        """The longest prompt + completion the servers take (their ``max_model_len``, the smallest of
+        several), and where it is set; None when a server does not say."""
+        if self._context is None:
+            return None
+        where = ("rollout.init_args.engine_options.max_model_len" if self.servers
+                 else "the vLLM server's --max-model-len")  # fmt: skip
+        return self._context, f"vLLM's max_model_len: {where}"
 
     def _check_settings(self, url: str) -> None:
         """Refuse a server whose log-probs are not the processed ones (π_old would be silently wrong) or

@@ -152,21 +152,31 @@ class VLLMEngine(EngineBase):
             llm_kwargs.setdefault("distributed_executor_backend", "external_launcher")
             seed += torch.distributed.get_rank() // tensor_parallel_size  # unseeded requests differ by engine
         self._set_num_threads = torch.set_num_threads  # the CPU worker replaces it process-wide
-        self.llm = vllm.LLM(
-            model=str(model_path),
-            tokenizer=str(tokenizer) if tokenizer is not None else None,
-            dtype=dtype,
-            max_model_len=max_model_len,
-            kv_cache_memory_bytes=kv_cache_memory_bytes,
-            gpu_memory_utilization=gpu_memory_utilization,
-            tensor_parallel_size=tensor_parallel_size,
-            enforce_eager=enforce_eager,
-            enable_sleep_mode=enable_sleep_mode,
-            enable_prefix_caching=enable_prefix_caching,
-            seed=seed,
-            logprobs_mode="processed_logprobs",
-            **llm_kwargs,
-        )
+        try:
+            self.llm = vllm.LLM(
+                model=str(model_path),
+                tokenizer=str(tokenizer) if tokenizer is not None else None,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                kv_cache_memory_bytes=kv_cache_memory_bytes,
+                gpu_memory_utilization=gpu_memory_utilization,
+                tensor_parallel_size=tensor_parallel_size,
+                enforce_eager=enforce_eager,
+                enable_sleep_mode=enable_sleep_mode,
+                enable_prefix_caching=enable_prefix_caching,
+                seed=seed,
+                logprobs_mode="processed_logprobs",
+                **llm_kwargs,
+            )
+        except ValueError as err:  # vLLM's start-up memory check names its own CLI flag, not our key
+            if "memory utilization" not in str(err):
+                raise
+            raise ValueError(
+                f"vLLM could not reserve the memory it wants for its KV cache: {err} Give the cache a size with "
+                "the engine option kv_cache_memory_bytes (e.g. 268435456 = 256 MiB; on CPU it comes out of host "
+                "memory): --rollout.init_args.engine_options='{kv_cache_memory_bytes: 268435456}' for lit-rlvr fit, "
+                f"engine_options for lit-rlvr cache; or lower gpu_memory_utilization (now {gpu_memory_utilization})"
+            ) from err
         self._tp_group = _tp_cpu_group() if world > 1 and tensor_parallel_size > 1 else None
         self.tokenizer = self.llm.get_tokenizer()
         # a chat-formatted completion ends at the template's turn end (<|im_end|>), which a base
@@ -182,6 +192,11 @@ class VLLMEngine(EngineBase):
             f"(VLLMEngine, model {model_path}, dtype {self.llm.llm_engine.model_config.dtype}, "
             f"tensor parallel {tensor_parallel_size}, sleep mode {'on' if enable_sleep_mode else 'off'})"
         )
+
+    @property
+    def context_length(self) -> tuple[int, str]:
+        """The longest prompt + completion this engine takes (vLLM's ``max_model_len``), and where it is set."""
+        return self.llm.llm_engine.model_config.max_model_len, "vLLM's max_model_len: rollout.init_args.engine_options.max_model_len"
 
     # ------------------------------------------------------------------ generation
 

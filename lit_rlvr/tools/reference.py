@@ -110,11 +110,12 @@ def sections() -> list[tuple[str, str, list[Key]]]:
     from lit_rlvr.module import RLVRModule
     from lit_rlvr.tools.cache import build_cache
 
-    groups = ("policy", "sampling", "loss", "entropy", "anchor", "kl", "batching", "scoring", "evaluation", "rollout_correction")
+    groups = ("policy", "sampling", "loss", "entropy", "anchor", "kl", "batching", "scoring", "evaluation", "rollout_correction",
+              "dynamic_sampling")  # fmt: skip
     classes = {"policy": options.PolicyOptions, "sampling": options.SamplingParams, "loss": options.LossOptions,
                "entropy": options.EntropyOptions, "anchor": options.AnchorOptions, "kl": options.KLOptions, "batching": options.BatchingOptions,
                "scoring": options.ScoringOptions, "evaluation": options.EvalOptions,
-               "rollout_correction": options.RolloutCorrection}  # fmt: skip
+               "rollout_correction": options.RolloutCorrection, "dynamic_sampling": options.DynamicSampling}  # fmt: skip
     out = [("`model:` (RLVRModule)", "the recipe: one option group per concept, then the module's own switches",
             keys("model", RLVRModule, skip=groups))]  # fmt: skip
     owner = inspect.signature(RLVRModule.__init__).parameters

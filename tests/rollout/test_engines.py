@@ -95,9 +95,15 @@ def trainer_logprobs(policy, rollouts, pad_id, temperature):
 
 @pytest.mark.timeout(TIMEOUT)
 def test_engine_follows_protocol(engine):
+    from lit_rlvr.rollout.engine import context_length
+
     assert isinstance(engine, RolloutEngine)
     if isinstance(engine, VLLMEngine):
         assert engine.enable_sleep_mode is False  # CPU: sleep mode refused politely
+        # the context prompts are checked against at set-up: vLLM's own, not the model's 512 positions
+        assert context_length(engine, None) == (256, "vLLM's max_model_len: rollout.init_args.engine_options.max_model_len")
+    else:
+        assert context_length(engine, engine.model) == (512, "the policy's max_position_embeddings (its config.json)")
 
 
 @pytest.mark.timeout(TIMEOUT)

@@ -109,6 +109,7 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
             local = colocated.generate(prompts, params)
         assert served.completion_ids == local.completion_ids and served.finish_reasons == local.finish_reasons
         assert served.texts == local.texts
+        assert engine.context_length == (128, "vLLM's max_model_len: rollout.init_args.engine_options.max_model_len")
         for a, b in zip(served.sampler_logprobs, local.sampler_logprobs):
             assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5)
 
