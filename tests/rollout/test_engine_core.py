@@ -140,7 +140,7 @@ def test_engine_rejects_bad_timeouts(tiny, value):
 def test_build_engine_hf_and_errors(tiny):
     tok, model = tiny
     assert isinstance(build_engine("hf", model=model, tokenizer=tok), HFEngine)
-    with pytest.raises(ValueError, match=r"engine: unknown rollout engine 'trt'; valid names: \['auto', 'hf', 'vllm'\]"):
+    with pytest.raises(ValueError, match=r"engine: unknown rollout engine 'trt'; valid names: \['auto', 'hf', 'vllm', 'vllm_server'\]"):
         build_engine("trt", model=model, tokenizer=tok)
     with pytest.raises(ValueError, match="needs the live policy model and its tokenizer"):
         build_engine("hf", model=model)
