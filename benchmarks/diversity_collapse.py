@@ -84,16 +84,17 @@ class Job:
     overrides: list[str] = field(default_factory=list)
     steps: int = 120
     domain: str = "countdown"  # or "sql"
-    warm: str = ""  # a WARMSTARTS key: the base's warm-start recipe ("" = configs/demo/warmstart.yaml as is)
+    warm: str = ""  # a WARMSTARTS key: the base's warm-start recipe ("" = study 1's, 450 steps)
 
     @property
     def label(self) -> str:
         return f"{self.variant}/b{self.base_seed}/s{self.seed}"
 
 
-# Warm-start recipes of the bases (flags on top of configs/demo/warmstart.yaml); each base lives in
-# <work>/base[_<name>]/s<seed> and is validated as base[_<name>]/b<seed>/s<rl seed>.
-WARMSTARTS: dict[str, list[str]] = {"": [], "ws200": ["--steps", "200"]}
+# Warm-start recipes of the bases (flags on top of configs/demo/warmstart.yaml, whose steps moved from
+# 450 to 200 with study 2's choice); each base lives in <work>/base[_<name>]/s<seed> and is validated as
+# base[_<name>]/b<seed>/s<rl seed>. "" is study 1's 450 steps, so its runs stay reproducible.
+WARMSTARTS: dict[str, list[str]] = {"": ["--steps", "450"], "ws200": ["--steps", "200"]}
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class Regime:
     def cost(self) -> tuple[int, int]:
         """What the rule's tie-break compares: (warm-start steps, RL steps)."""
         warm = WARMSTARTS[self.warm]
-        return (int(warm[warm.index("--steps") + 1]) if "--steps" in warm else 450, self.steps)
+        return (int(warm[warm.index("--steps") + 1]), self.steps)
 
 
 # The candidates of study2_plan.md, in its order (GRPO only; the rest of configs/demo as shipped)
@@ -699,6 +700,8 @@ def write_regime_report(study: Study, out: Path = RESULTS / "study2_regime.md") 
             sections += ["\n## 3. The selection runs' held-out and OOD numbers (recorded by the same validations; not read by the rule)\n",
                          *head(keys[1:]), *[row for n in REGIMES for row in run_rows(n, n, keys[1:])]]  # fmt: skip
     labels = [r["label"] for r in records if not r["label"].startswith("base")]
+    if name:
+        sections.append("\n`make demo` in this regime, one run with its wall time: [`study2_demo_run.md`](study2_demo_run.md).")
     sections += ["\n## Commands of every run\n", "Each run's `lit-rlvr fit` (then `lit-rlvr validate --config configs/demo/base.yaml "
                  "--config configs/demo/record.yaml --config configs/demo/study_sets.yaml` of its export and of its base, as in its log):\n",
                  *fit_commands(study, labels)]  # fmt: skip

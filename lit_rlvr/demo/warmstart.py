@@ -289,7 +289,7 @@ def measure(
 
 def warmstart(
     out_dir: str | Path = "artifacts/demo/base",
-    steps: int = 450,
+    steps: int = 200,
     max_seconds: float | None = None,
     seed: int = 0,
     data_seed: int = 0,

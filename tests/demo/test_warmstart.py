@@ -117,3 +117,5 @@ def test_shipped_config_parses():
     cfg = parser.instantiate(parser.parse_args(["--config", str(REPO / "configs/demo/warmstart.yaml"), "--steps", "7"]))
     assert cfg.steps == 7 and cfg.num_layers == 5 and cfg.head_dim == 32 and cfg.eval_samples == 32
     assert cfg.prompt_format == ws.PromptFormat()
+    other = parser.parse_args(["--config", str(REPO / "configs/demo/warmstart.yaml"), "--seed", "1"])  # docs/demo.md: another base
+    assert other.seed == 1 and other.data_seed == 0 and other.steps == 200  # the demo's regime (benchmarks/results/study2_plan.md)
