@@ -6,6 +6,8 @@ whose choice is made on a selection split, the pass@1–pass@16 Pareto, equal wa
     python benchmarks/diversity_collapse.py --preset quick    # GRPO, DPH-F, Pass@k: 1 base, 1 seed, 60 steps
     python benchmarks/diversity_collapse.py --preset robust   # one part only (ablation | robust | pareto | wallclock | sql)
     python benchmarks/diversity_collapse.py --preset methods  # the entropy/diversity methods of docs/methods.md §8 vs GRPO
+    python benchmarks/diversity_collapse.py --preset regime           # study 2: GRPO's regime candidates on the selection split
+    python benchmarks/diversity_collapse.py --preset regime_confirm   # study 2: the chosen regime on 2 bases x 3 fresh seeds, held out
     python benchmarks/diversity_collapse.py --report-only     # summarise an existing --work folder
 
 Every run goes through the ``lit-rlvr`` CLI and ``configs/demo/``: ``warmstart`` (one base per
@@ -29,6 +31,13 @@ of each method's one main knob (``METHODS``) on base 0 × 2 seeds; the report gi
 pass@1–pass@16 plot, the table, the paired differences against GRPO on the same base × seed, the
 training seconds per step, and each method's expected direction from its paper (``EXPECTED``,
 written before any run of the preset) with every miss reported as a miss.
+
+Study 2's regime presets (``benchmarks/results/study2_plan.md``, written before their runs) choose
+the demo's task schedule: ``regime`` runs GRPO for each candidate of :data:`REGIMES` on base 0 of
+its warm-start length (RL seeds 0, 1) and picks one by :func:`choose_regime` on the selection split
+only; ``regime_confirm`` runs the choice on bases 0 and 1 × fresh RL seeds 3, 4, 5 and checks the
+acceptance criterion on the held-out pairs (:func:`regime_criterion`). Their work folder defaults
+to ``artifacts/study2`` and their report is ``benchmarks/results/study2_regime.md``.
 """
 
 from __future__ import annotations
@@ -84,10 +93,49 @@ class Job:
     overrides: list[str] = field(default_factory=list)
     steps: int = 120
     domain: str = "countdown"  # or "sql"
+    warm: str = ""  # a WARMSTARTS key: the base's warm-start recipe ("" = study 1's, 450 steps)
 
     @property
     def label(self) -> str:
         return f"{self.variant}/b{self.base_seed}/s{self.seed}"
+
+
+# Warm-start recipes of the bases (flags on top of configs/demo/warmstart.yaml, whose steps moved from
+# 450 to 200 with study 2's choice); each base lives in <work>/base[_<name>]/s<seed> and is validated as
+# base[_<name>]/b<seed>/s<rl seed>. "" is study 1's 450 steps, so its runs stay reproducible.
+WARMSTARTS: dict[str, list[str]] = {"": ["--steps", "450"], "ws200": ["--steps", "200"]}
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A candidate setting of the demo's task and schedule for study 2 (benchmarks/results/study2_plan.md)."""
+
+    warm: str  # a WARMSTARTS key
+    lr: float
+    steps: int
+
+    @property
+    def flags(self) -> list[str]:
+        return [f"--model.optimizer.init_args.lr={self.lr}"]
+
+    @property
+    def cost(self) -> tuple[int, int]:
+        """What the rule's tie-break compares: (warm-start steps, RL steps)."""
+        warm = WARMSTARTS[self.warm]
+        return (int(warm[warm.index("--steps") + 1]), self.steps)
+
+
+# The candidates of study2_plan.md, in its order (GRPO only; the rest of configs/demo as shipped)
+REGIMES: dict[str, Regime] = {
+    "ref": Regime("", 2e-4, 120),
+    "lr1e-4": Regime("", 1e-4, 120),
+    "lr5e-5": Regime("", 5e-5, 120),
+    "ws200": Regime("ws200", 2e-4, 120),
+    "ws200_lr1e-4": Regime("ws200", 1e-4, 120),
+    "ws200_lr1e-4_s160": Regime("ws200", 1e-4, 160),
+}
+REGIME_SEEDS, CONFIRM_SEEDS, CONFIRM_BASES = (0, 1), (3, 4, 5), (0, 1)
+REGIME_MIN_GAIN = 0.08  # the acceptance criterion's held-out pass@1 gain, and the rule's bar on the selection split
 
 
 class Study:
@@ -116,23 +164,26 @@ class Study:
             raise RuntimeError(f"lit-rlvr {args[0]} failed (exit {proc.returncode}); see {path}:\n" + path.read_text()[-3000:])
         return time.perf_counter() - t0
 
-    def base_dir(self, seed: int, domain: str = "countdown") -> Path:
-        return self.work / ("base_sql" if domain == "sql" else "base") / f"s{seed}"
+    def base_dir(self, seed: int, domain: str = "countdown", warm: str = "") -> Path:
+        return self.work / ("base_sql" if domain == "sql" else f"base_{warm}" if warm else "base") / f"s{seed}"
 
-    def prepare(self, base_seeds: list[int], sql_seeds: list[int]) -> None:
-        """Data, one warm start per base seed (two at a time), and each base's reference cache."""
+    def prepare(self, base_seeds: list[int], sql_seeds: list[int], warms: tuple[str, ...] = ("",), cache: bool = True) -> None:
+        """Data, one warm start per base seed and recipe (two at a time), and each base's reference cache (``cache``)."""
         self.lit("demo-data", "--out_dir", str(DATA), log="prepare")
 
-        def warm(seed: int, domain: str) -> None:
+        def warm(seed: int, domain: str, recipe: str = "") -> None:
             # the SQL base: SQL + addition, 200 steps (measured: SQL pass@1 0.42 / pass@16 0.98 on sql_val)
-            extra = ["--countdown_share", "0.0", "--sql_share", "0.5", "--steps", "200"] if domain == "sql" else []
-            self.lit("warmstart", "--config", "configs/demo/warmstart.yaml", "--out_dir", str(self.base_dir(seed, domain)),
-                     "--seed", str(seed), "--progress_bar", "false", *extra, log=f"warmstart_{domain}_s{seed}")  # fmt: skip
-            config = "configs/demo/cache.yaml" if domain == "countdown" else "configs/demo/sql_cache.yaml"
-            self.lit("cache", "--config", config, f"--policy.path={self.base_dir(seed, domain)}",
-                     f"--data.cache.path={self.base_dir(seed, domain) / 'ref_cache'}", "--progress=false", log=f"cache_{domain}_s{seed}")  # fmt: skip
+            extra = ["--countdown_share", "0.0", "--sql_share", "0.5", "--steps", "200"] if domain == "sql" else WARMSTARTS[recipe]
+            base = self.base_dir(seed, domain, recipe)
+            self.lit("warmstart", "--config", "configs/demo/warmstart.yaml", "--out_dir", str(base),
+                     "--seed", str(seed), "--progress_bar", "false", *extra, log=f"warmstart_{domain}{recipe and '_' + recipe}_s{seed}")  # fmt: skip
+            if cache:
+                config = "configs/demo/cache.yaml" if domain == "countdown" else "configs/demo/sql_cache.yaml"
+                self.lit("cache", "--config", config, f"--policy.path={base}", f"--data.cache.path={base / 'ref_cache'}", "--progress=false",
+                         log=f"cache_{domain}{recipe and '_' + recipe}_s{seed}")  # fmt: skip
 
-        self.parallel([lambda s=s: warm(s, "countdown") for s in base_seeds] + [lambda s=s: warm(s, "sql") for s in sql_seeds])
+        self.parallel([lambda s=s, w=w: warm(s, "countdown", w) for w in warms for s in base_seeds]
+                      + [lambda s=s: warm(s, "sql") for s in sql_seeds])  # fmt: skip
 
     def parallel(self, tasks: list) -> None:
         """Run callables ``self.slots`` at a time; re-raise the first failure after all finished."""
@@ -175,22 +226,22 @@ class Study:
         files += [f"configs/demo/{method}.yaml"] if method else []
         return [arg for f in files for arg in ("--config", f)]
 
-    def base_label(self, base_seed: int, seed: int, domain: str) -> str:
-        return f"{'sql_base' if domain == 'sql' else 'base'}/b{base_seed}/s{seed}"
+    def base_label(self, base_seed: int, seed: int, domain: str, warm: str = "") -> str:
+        return f"{'sql_base' if domain == 'sql' else f'base_{warm}' if warm else 'base'}/b{base_seed}/s{seed}"
 
-    def counts_path(self, base_seed: int, seed: int, domain: str) -> Path:
-        return self.work / "counts" / f"{domain}_b{base_seed}_s{seed}.json"
+    def counts_path(self, base_seed: int, seed: int, domain: str, warm: str = "") -> Path:
+        return self.work / "counts" / f"{domain}{warm and '_' + warm}_b{base_seed}_s{seed}.json"
 
     def ensure_base_validation(self, jobs: list[Job]) -> None:
-        wanted = sorted({(j.base_seed, j.seed, j.domain) for j in jobs})
+        wanted = sorted({(j.base_seed, j.seed, j.domain, j.warm) for j in jobs})
         done = self.done_labels()
         tasks = []
-        for b, s, domain in wanted:
-            label = self.base_label(b, s, domain)
+        for b, s, domain, w in wanted:
+            label = self.base_label(b, s, domain, w)
             if label not in done:
-                path = self.counts_path(b, s, domain)
+                path = self.counts_path(b, s, domain, w)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tasks.append(lambda b=b, s=s, d=domain, label=label, path=path: self.validate(label, self.base_dir(b, d), s, d, None, path))
+                tasks.append(lambda b=b, s=s, d=domain, w=w, label=label, path=path: self.validate(label, self.base_dir(b, d, w), s, d, None, path))
         self.parallel(tasks)
 
     def run(self, jobs: list[Job]) -> None:
@@ -201,7 +252,7 @@ class Study:
 
     def run_job(self, job: Job) -> None:
         out = self.work / "runs" / job.label.replace("/", "_")
-        base = self.base_dir(job.base_seed, job.domain)
+        base = self.base_dir(job.base_seed, job.domain, job.warm)
         timer = out / "timer.json"
         cache = [f"--data.cache.path={base / 'ref_cache'}"] if job.method.startswith("dph") else []
         seconds = self.lit("fit", *self.configs(job.domain, job.method), f"--model.policy.path={base}", *cache,
@@ -210,7 +261,7 @@ class Study:
                            f"--trainer.default_root_dir={out}", "--trainer.logger=false", "--trainer.limit_val_batches=0",
                            "--trainer.callbacks+=diversity_collapse.FitTimer",
                            f"--trainer.callbacks.init_args.path={timer}", *job.overrides, log=job.label.replace("/", "_"))  # fmt: skip
-        self.validate(job.label, out / "hf", job.seed, job.domain, self.counts_path(job.base_seed, job.seed, job.domain), None)
+        self.validate(job.label, out / "hf", job.seed, job.domain, self.counts_path(job.base_seed, job.seed, job.domain, job.warm), None)
         timing = {"label": job.label, "wall_seconds": round(seconds, 1), **json.loads(timer.read_text())}
         with self.log_lock, self.timings.open("a") as f:
             f.write(json.dumps(timing) + "\n")
@@ -430,6 +481,73 @@ def sql_jobs(dph_flags: list[str], seeds=(0, 1, 2)) -> list[Job]:
             for s in seeds]  # fmt: skip
 
 
+def regime_jobs(names=tuple(REGIMES), seeds=REGIME_SEEDS) -> list[Job]:
+    """Study 2's selection runs: GRPO with each candidate regime on base 0 of its warm start."""
+    return [Job(n, "grpo", 0, s, REGIMES[n].flags, steps=REGIMES[n].steps, warm=REGIMES[n].warm) for n in names for s in seeds]
+
+
+def confirm_jobs(name: str, bases=CONFIRM_BASES, seeds=CONFIRM_SEEDS) -> list[Job]:
+    """Study 2's confirmation: the chosen regime on every base × fresh RL seeds (variant ``confirm_<name>``)."""
+    r = REGIMES[name]
+    return [Job(f"confirm_{name}", "grpo", b, s, r.flags, steps=r.steps, warm=r.warm) for b in bases for s in seeds]
+
+
+def regime_deltas(records: list[dict], name: str, key: str, variant: str | None = None) -> list[tuple[str, float]]:
+    """``(label, run − its base)`` for every run of regime ``name`` (variant ``name`` or ``variant``) that has ``key``.
+
+    The base is the regime's warm start with the run's base seed, validated with the run's seed.
+    """
+    warm = REGIMES[name].warm
+    base_variant = f"base_{warm}" if warm else "base"
+    bases = {tuple(r["label"].split("/")[1:]): r for r in records if r["label"].split("/")[0] == base_variant}
+    out = []
+    for r in records:
+        v, b, s = r["label"].split("/")
+        base = bases.get((b, s))
+        if v == (variant or name) and base is not None and key in r and key in base:
+            out.append((r["label"], r[key] - base[key]))
+    return out
+
+
+def choose_regime(study: Study) -> tuple[str | None, list[str]]:
+    """Study 2's rule (study2_plan.md), on the selection split only; returns (name or None, [why, *table]).
+
+    Qualify: mean selection Δpass@16 < 0. Pick: the highest mean selection Δpass@1; means within 0.01
+    of the best go to the cheaper demo (fewer warm-start steps, then fewer RL steps). ``None`` when
+    nothing ran yet.
+    """
+    records = study.records()
+    p1, p16 = f"val/{SELECT}/pass@1", f"val/{SELECT}/pass@16"
+    rows, lines = [], []
+    for name, r in REGIMES.items():
+        d1, d16 = [d for _, d in regime_deltas(records, name, p1)], [d for _, d in regime_deltas(records, name, p16)]
+        if not d1:
+            continue
+        ok = mean(d16) < 0
+        rows.append((name, mean(d1), ok))
+        lines.append(f"| `{name}` | {r.cost[0]} | {r.lr:.0e} | {r.steps} | {len(d1)} | {fmt(d1)} | {min(d1):+.3f} | {fmt(d16)} | {'yes' if ok else 'no'} |")
+    table = ["| candidate | warm-start steps | lr | RL steps | runs | selection Δpass@1 | worst Δpass@1 | selection Δpass@16 | qualifies (Δpass@16 < 0) |",
+             "|---|---|---|---|---|---|---|---|---|", *lines]  # fmt: skip
+    qualified = [r for r in rows if r[2]]
+    if not qualified:
+        return None, ["no candidate has run yet" if not rows else "no candidate qualifies (Δpass@16 < 0)", *table]
+    top = max(r[1] for r in qualified)
+    best = min((r for r in qualified if r[1] >= top - 0.01), key=lambda r: REGIMES[r[0]].cost)
+    why = (f"highest mean selection Δpass@1 ({top:+.3f})" + (f"; `{best[0]}` ({best[1]:+.3f}) is within 0.01 of it and the cheaper demo" if best[1] < top else "")
+           + (f"; below the +{REGIME_MIN_GAIN} bar, so not confirmed (study2_plan.md, rule 3)" if best[1] < REGIME_MIN_GAIN else ""))  # fmt: skip
+    return best[0], [why, *table]
+
+
+def regime_criterion(study: Study, name: str) -> tuple[bool | None, list[float], str]:
+    """The acceptance criterion on the confirmation runs: held-out Δpass@1 mean ≥ +0.08 with its 95% CI above 0."""
+    d = [x for _, x in regime_deltas(study.records(), name, f"val/{HELD_OUT}/pass@1", f"confirm_{name}")]
+    if len(d) < 2:
+        return None, d, f"not run ({len(d)} confirmation runs)"
+    met = mean(d) >= REGIME_MIN_GAIN and mean(d) - ci(d) > 0
+    return met, d, (f"{'MET' if met else 'NOT MET'}: held-out Δpass@1 {fmt(d)} over {len(d)} runs (95% CI [{mean(d) - ci(d):+.3f}, "
+                    f"{mean(d) + ci(d):+.3f}]; needs mean ≥ +{REGIME_MIN_GAIN} and lower bound > 0), worst run {min(d):+.3f}")  # fmt: skip
+
+
 # ---------------------------------------------------------------------------- statistics
 
 
@@ -586,13 +704,22 @@ def wallclock_table(by: dict, study: Study) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="study",
-                        choices=["study", "budget", "quick", "ablation", "robust", "pareto", "wallclock", "sql", "methods"])  # fmt: skip
-    parser.add_argument("--work", type=Path, default=ROOT / "artifacts" / "study")
+                        choices=["study", "budget", "quick", "ablation", "robust", "pareto", "wallclock", "sql", "methods", "regime",
+                                 "regime_confirm"])  # fmt: skip
+    parser.add_argument("--work", type=Path, default=None, help="work folder (default artifacts/study; artifacts/study2 for the regime presets)")
     parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
-    study = Study(args.work, args.slots)
+    regime = args.preset.startswith("regime")
+    study = Study(args.work or ROOT / "artifacts" / ("study2" if regime else "study"), args.slots)
     t0 = time.perf_counter()
+    if regime:
+        if not args.report_only:
+            run_regime(study, args.preset)
+            with (study.work / "seconds.txt").open("a") as f:
+                f.write(f"{args.preset} {time.perf_counter() - t0:.0f}\n")
+        write_regime_report(study)
+        return
     parts = {"study": ["ablation", "robust", "wallclock", "pareto", "sql"], "budget": ["ablation", "robust", "sql", "wallclock", "pareto"]}
     parts = parts.get(args.preset, [args.preset])
     budget = args.preset == "budget"  # seed 0 only outside robust, priority order (study_plan.md's amendment)
@@ -619,6 +746,99 @@ def main() -> None:
         with (args.work / "seconds.txt").open("a") as f:
             f.write(f"{args.preset} {time.perf_counter() - t0:.0f}\n")
     write_report(study, args.preset)
+
+
+def run_regime(study: Study, preset: str) -> None:
+    """``regime``: every candidate on the selection split; ``regime_confirm``: the rule's choice on every base × fresh seed."""
+    if preset == "regime":
+        study.prepare(base_seeds=[0], sql_seeds=[], warms=tuple(sorted({r.warm for r in REGIMES.values()})), cache=False)
+        study.run(regime_jobs())
+        return
+    name, why = choose_regime(study)
+    if name is None or not any(line.startswith("highest") for line in why[:1]):
+        raise RuntimeError(f"regime_confirm needs the regime preset's choice first: {why[0]}")
+    if "not confirmed" in why[0]:
+        raise RuntimeError(f"the rule's choice `{name}` is not confirmed on held-out pairs: {why[0]}")
+    study.prepare(base_seeds=list(CONFIRM_BASES), sql_seeds=[], warms=(REGIMES[name].warm,), cache=False)
+    study.run(confirm_jobs(name))
+
+
+def fit_commands(study: Study, labels: list[str]) -> list[str]:
+    """The ``lit-rlvr fit`` command line each run's log recorded (paths shown relative to the repository)."""
+    out = []
+    for label in labels:
+        log = study.work / "logs" / f"{label.replace('/', '_')}.log"
+        fits = [line[2:] for line in log.read_text().splitlines() if line.startswith("$ lit-rlvr fit")] if log.exists() else []
+        if fits:
+            out.append(f"- `{label}`: `{fits[-1].replace(str(ROOT) + os.sep, '')}`")
+    return out
+
+
+def write_regime_report(study: Study, out: Path = RESULTS / "study2_regime.md") -> None:
+    """benchmarks/results/study2_regime.md: the selection table and choice, the confirmation and its criterion, every run."""
+    records = study.records()
+    by_label = {r["label"]: r for r in records}
+    name, why = choose_regime(study)
+    sections = ["# Study 2, part 1: the demo's regime (GRPO's pass@1 gain)\n",
+                "Plan and rule committed before these runs: [`study2_plan.md`](study2_plan.md). Commands: "
+                "`python benchmarks/diversity_collapse.py --preset regime` (selection), then `--preset regime_confirm` (held-out); "
+                "every record in `" + _shown(study.metrics) + "`, each run's `lit-rlvr` commands in `" + _shown(study.work / "logs") + "`. "
+                "Δ = a run minus its own base validated with the same rollout seed (1000 + RL seed), 32 samples per prompt; "
+                "mean ± 95% t-interval over runs; worst = the lowest run.\n",
+                "## 1. Choosing the regime on the selection split (`countdown_select` only)\n", *why[1:],
+                f"\n**Chosen: `{name}`** — {why[0]}.\n" if name else f"\nNo choice: {why[0]}.\n"]  # fmt: skip
+    keys = [(SELECT, "selection"), (HELD_OUT, "held-out"), (OOD, "OOD addition")]
+
+    def head(sets: list[tuple[str, str]]) -> list[str]:
+        return ["| run | " + " | ".join(f"{n} pass@1 base → run (Δ) | {n} pass@16 base → run (Δ)" for _, n in sets) + " |",
+                "|---|" + "---|---|" * len(sets)]  # fmt: skip
+
+    def run_rows(variant: str, regime_name: str, sets: list[tuple[str, str]]) -> list[str]:
+        warm = REGIMES[regime_name].warm
+        base_variant = f"base_{warm}" if warm else "base"
+        lines = []
+        for r in records:
+            v, b, s = r["label"].split("/")
+            base = by_label.get(f"{base_variant}/{b}/{s}")
+            if v != variant or base is None:
+                continue
+            cells = []
+            for key, _ in sets:
+                for k in (1, 16):
+                    x, y = base[f"val/{key}/pass@{k}"], r[f"val/{key}/pass@{k}"]
+                    cells.append(f"{x:.3f} → {y:.3f} ({y - x:+.3f})")
+            lines.append(f"| `{r['label']}` | " + " | ".join(cells) + " |")
+        return lines
+
+    selection_runs = [row for n in REGIMES for row in run_rows(n, n, keys[:1])]
+    if selection_runs:
+        sections += ["\nEvery selection run (the rule reads these numbers only):\n", *head(keys[:1]), *selection_runs]
+    if name:
+        variant = f"confirm_{name}"
+        met, d, line = regime_criterion(study, name)
+        sections += [f"\n## 2. Confirmation on the held-out pairs: `{name}` on bases {', '.join(map(str, CONFIRM_BASES))} × fresh RL seeds "
+                     f"{', '.join(map(str, CONFIRM_SEEDS))}\n", f"**Acceptance criterion {line}.**\n"]  # fmt: skip
+        if d:
+            summary = ["| metric (Δ = run − its base) | mean ± 95% CI | worst run |", "|---|---|---|"]
+            for key, label in ((HELD_OUT, "held-out"), (OOD, "OOD addition"), (SELECT, "selection")):
+                for k in (1, 16, 32):
+                    ds = [x for _, x in regime_deltas(records, name, f"val/{key}/pass@{k}", variant)]
+                    summary.append(f"| {label} Δpass@{k} | {fmt(ds)} | {min(ds):+.3f} |")
+            ds = [x for _, x in regime_deltas(records, name, f"val/{HELD_OUT}/distinct_correct_answers", variant)]
+            summary.append(f"| held-out Δ distinct correct answers | {fmt(ds, 2)} | {min(ds):+.2f} |")
+            sections += [*summary, "\nEvery confirmation run:\n", *head(keys), *run_rows(variant, name, keys)]
+        if selection_runs:
+            sections += ["\n## 3. The selection runs' held-out and OOD numbers (recorded by the same validations; not read by the rule)\n",
+                         *head(keys[1:]), *[row for n in REGIMES for row in run_rows(n, n, keys[1:])]]  # fmt: skip
+    labels = [r["label"] for r in records if not r["label"].startswith("base")]
+    if name:
+        sections.append("\n`make demo` in this regime, one run with its wall time: [`study2_demo_run.md`](study2_demo_run.md).")
+    sections += ["\n## Commands of every run\n", "Each run's `lit-rlvr fit` (then `lit-rlvr validate --config configs/demo/base.yaml "
+                 "--config configs/demo/record.yaml --config configs/demo/study_sets.yaml` of its export and of its base, as in its log):\n",
+                 *fit_commands(study, labels)]  # fmt: skip
+    body = "\n".join(sections) + "\n"
+    out.write_text(body)
+    print(body)
 
 
 def _shown(path: Path) -> str:

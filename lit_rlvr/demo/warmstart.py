@@ -150,7 +150,10 @@ class WarmStartData(pl.LightningDataModule):
         holdout: share of countdown pairs held out (never drawn), as in :func:`split_countdown`.
         addition_width: digits per addition operand.
         addition_val_size: number of held-out addition pairs (never drawn).
-        seed: drives the split, the held-out pairs and the example stream.
+        seed: drives the example stream.
+        data_seed: drives the countdown split, the held-out additions and the SQL split; must be
+            the seed the data files were written with (``lit-rlvr demo-data --seed``, default 0),
+            or the warm start trains on the held-out prompts.
     """
 
     def __init__(
@@ -164,6 +167,7 @@ class WarmStartData(pl.LightningDataModule):
         addition_val_size: int = 200,
         seed: int = 0,
         sql_share: float = 0.0,
+        data_seed: int = 0,
     ):
         super().__init__()
         if not (0.0 <= countdown_share <= 1.0 and 0.0 <= sql_share <= 1.0 - countdown_share):
@@ -174,11 +178,11 @@ class WarmStartData(pl.LightningDataModule):
         self.prompt_format = prompt_format
         self.batch_size = batch_size
         self.countdown_share, self.sql_share = countdown_share, sql_share
-        self.sql_train, self.sql_val = sql_toy.split_questions(seed)
+        self.sql_train, self.sql_val = sql_toy.split_questions(data_seed)
         self.addition_width = addition_width
-        self.seed = seed
-        self.train_pairs, self.val_pairs = split_countdown(seed, holdout)
-        self.addition_exclude = frozenset(addition_val_pairs(seed, addition_val_size, addition_width))
+        self.seed, self.data_seed = seed, data_seed
+        self.train_pairs, self.val_pairs = split_countdown(data_seed, holdout)
+        self.addition_exclude = frozenset(addition_val_pairs(data_seed, addition_val_size, addition_width))
 
     def encode(self, row: dict) -> list[int]:
         return encode_prompt(row, self.tokenizer, self.prompt_format)
@@ -285,9 +289,10 @@ def measure(
 
 def warmstart(
     out_dir: str | Path = "artifacts/demo/base",
-    steps: int = 450,
+    steps: int = 200,
     max_seconds: float | None = None,
     seed: int = 0,
+    data_seed: int = 0,
     lr: float = 2e-3,
     batch_size: int = 128,
     warmup_steps: int = 30,
@@ -312,7 +317,9 @@ def warmstart(
         out_dir: where the model, tokenizer and ``warmstart.json`` go.
         steps: optimizer steps (also the cosine horizon).
         max_seconds: optional wall-time budget; training stops at whichever limit comes first.
-        seed: model init, data split and example stream.
+        seed: model init and example stream (one base per seed, all on the same data split).
+        data_seed: the data split (held-out countdown pairs and additions, SQL split); must be
+            the data files' ``lit-rlvr demo-data --seed`` so that the held-out prompts stay out.
         lr / batch_size / warmup_steps: optimisation.
         hidden_size / num_layers / num_heads / head_dim / intermediate_size: the Llama's size.
         countdown_share / sql_share / holdout / addition_width / addition_val_size: see :class:`WarmStartData`.
@@ -328,6 +335,8 @@ def warmstart(
     settings = {k: v for k, v in locals().items() if k not in ("out_dir", "out", "progress_bar")}
     if not sql_share:
         del settings["sql_share"]  # bases warm-started before the SQL mix existed stay reusable
+    if data_seed == seed:
+        del settings["data_seed"]  # the same training as before data_seed existed: such a base stays reusable
     settings["prompt_format"] = asdict(prompt_format)
     settings["chars"] = DEMO_CHARS
     info_path = out / INFO_FILE
@@ -342,7 +351,7 @@ def warmstart(
     tokenizer = build_char_tokenizer(DEMO_CHARS)
     model = build_tiny_llama(tokenizer, hidden_size, num_layers, num_heads, head_dim, intermediate_size, seed=seed)
     data = WarmStartData(tokenizer, prompt_format, batch_size, countdown_share, holdout, addition_width, addition_val_size, seed,
-                         sql_share)  # fmt: skip
+                         sql_share, data_seed)  # fmt: skip
     module = WarmStartModule(model.train(), lr=lr, warmup_steps=warmup_steps, total_steps=steps)
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -371,15 +380,15 @@ def warmstart(
     }
     if eval_samples:
         t0 = time.perf_counter()
-        val_rows = countdown_rows(data.val_pairs, seed)
-        add_rows = addition_rows(addition_val_pairs(seed, addition_val_size, addition_width), addition_width)
+        val_rows = countdown_rows(data.val_pairs, data_seed)
+        add_rows = addition_rows(addition_val_pairs(data_seed, addition_val_size, addition_width), addition_width)
         ks = tuple(k for k in (1, 4, 16, 32) if k <= eval_samples)
         info["metrics"] = {
             "countdown_val": measure(model, tokenizer, val_rows, REWARDS["countdown"], eval_samples, ks, prompt_format, seed=seed),
             "addition_val": measure(model, tokenizer, add_rows, REWARDS["math"], eval_samples, ks, prompt_format, seed=seed),
         }
         if sql_share:
-            db = str(sql_toy.build_database(out / "sql_toy.sqlite", seed))
+            db = str(sql_toy.build_database(out / "sql_toy.sqlite", data_seed))
             sql_rows = [{**q, "db_path": db} for q in data.sql_val]
             info["metrics"]["sql_val"] = measure(model, tokenizer, sql_rows, REWARDS["sql"], eval_samples, ks, prompt_format,
                                                  max_new_tokens=40, seed=seed)  # fmt: skip

@@ -35,6 +35,20 @@ def test_examples_are_valid_and_never_held_out(seed):
         assert ("".join(sorted(row["digits"])), int(row["answer"])) not in held_keys
 
 
+def test_every_base_seed_holds_out_the_data_files_prompts(tok, tmp_path):
+    """Another warm-start seed is another base on the same split: the data files' held-out prompts stay out."""
+    from lit_rlvr.demo.data import addition_val_pairs, read_rows, write_demo_data
+
+    paths = write_demo_data(tmp_path)  # the demo's files (seed 0)
+    held = {(''.join(sorted(r["digits"])), int(r["answer"])) for r in read_rows(paths["countdown_val"])}
+    additions = {(r["a"], r["b"]) for r in read_rows(paths["addition_val"])}
+    for seed in (0, 1, 2):
+        data = ws.WarmStartData(tok, batch_size=8, seed=seed)
+        assert not held & set(data.train_pairs) and set(data.val_pairs) == held
+        assert data.addition_exclude == additions == set(addition_val_pairs(0))
+    assert ws.WarmStartData(tok, batch_size=8, seed=1, data_seed=1).train_pairs != data.train_pairs  # data_seed moves the split
+
+
 def test_addition_examples_skip_excluded_pairs():
     exclude = frozenset((a, b) for a in range(10) for b in range(10) if (a + b) % 2)  # half of all 1-digit pairs
     rng = random.Random(0)
@@ -103,3 +117,5 @@ def test_shipped_config_parses():
     cfg = parser.instantiate(parser.parse_args(["--config", str(REPO / "configs/demo/warmstart.yaml"), "--steps", "7"]))
     assert cfg.steps == 7 and cfg.num_layers == 5 and cfg.head_dim == 32 and cfg.eval_samples == 32
     assert cfg.prompt_format == ws.PromptFormat()
+    other = parser.parse_args(["--config", str(REPO / "configs/demo/warmstart.yaml"), "--seed", "1"])  # docs/demo.md: another base
+    assert other.seed == 1 and other.data_seed == 0 and other.steps == 200  # the demo's regime (benchmarks/results/study2_plan.md)
