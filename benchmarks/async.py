@@ -13,8 +13,8 @@ this 2-core CPU, one step's generation and training cost about the same with one
   alternate, both on the machine's 2 cores (2 torch threads, vLLM bound to cores 0-1);
 - ``server sync``: ``engine: vllm_server`` (a ``vllm serve`` whose engine is bound to core 1) and
   the trainer on 1 thread, its training loop pinned to core 0 once the server has started
-  (``--no-pin``: unpinned; measured 2.7× slower asynchronous steps, the two sides then sharing a
-  core); still alternating (``max_staleness: null``);
+  (``--no-pin``: unpinned, the two sides then share cores and the asynchronous steps were measured
+  1.2–1.4× slower; PERFORMANCE.md); still alternating (``max_staleness: null``);
 - ``server async k``: the same two processes, generation up to k batches ahead (``max_staleness: k``).
 
 A step is the gap between consecutive ``on_train_batch_end`` calls (the first ``--warmup`` steps of
