@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 # One pytest worker per core (pytest-xdist), each test on one torch thread: most of the slow tests
 # wait on processes they start (DDP/FSDP2 ranks, vLLM engines, reward workers), so two run at once.
 test: install
-	OMP_NUM_THREADS=1 LIT_RLVR_TEST_THREADS=1 $(PY) -m pytest -n auto --dist worksteal
+	OMP_NUM_THREADS=1 LIT_RLVR_TEST_THREADS=1 $(PY) -m pytest -n auto --dist worksteal --durations=25
 
 clean-venv:
 	rm -rf $(VENV)
