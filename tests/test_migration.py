@@ -64,7 +64,8 @@ def lookup(config: dict, key: str):
 
 # every option group switched on, so that each key of every group is printed
 ON = ["--model.kl.coef=0.1", "--model.anchor.coef=1.0", "--data.cache.path=x", "--model.policy.lora.r=16",
-      "--model.rollout_correction.mode=token_truncate", "--data.train.files=null", "--data.train.hf.path=openai/gsm8k"]  # fmt: skip
+      "--model.rollout_correction.mode=token_truncate", "--data.train.files=null", "--data.train.hf.path=openai/gsm8k",
+      "--model.entropy.control=static", "--model.entropy.options={entropy_coef: 0.01}"]  # fmt: skip
 
 
 def test_every_lit_rlvr_key_of_the_tables_parses():
