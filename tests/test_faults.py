@@ -31,6 +31,7 @@ import pytest
 import torch
 
 from lit_rlvr.cli import main
+from lit_rlvr.rollout import ENGINES
 
 _spec = importlib.util.spec_from_file_location("lit_rlvr_test_faults_helpers", Path(__file__).with_name("faults.py"))
 faults = importlib.util.module_from_spec(_spec)
@@ -104,6 +105,9 @@ def plugin_dir(tmp_path_factory) -> Path:
     (folder / "issue24_plugin.py").write_text(PLUGIN)
     sys.path.insert(0, str(folder))
     importlib.import_module("issue24_plugin")  # its rewards, for the scorer tests (the CLI tests name it in --imports)
+    # its engine is only for the CLI's processes: left registered here it would show in every other
+    # test's list of engine names (test_engine_core's unknown-engine message, in the same worker)
+    ENGINES.pop("issue24_dies_on_rank_1", None)
     return folder
 
 
