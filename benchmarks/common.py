@@ -474,8 +474,12 @@ class RolloutStepTimer(Callback):
     ``trainer_idle_s`` (asynchronous rollouts: the loop's waits for rollouts and for the batch in
     generation before a weight sync)."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, pin_cpus: list[int] | None = None):
+        self.path, self.pin_cpus = path, pin_cpus
+
+    def on_train_start(self, trainer, pl_module):
+        if self.pin_cpus is not None:  # the training loop's thread (and the threads it starts later) on these cores
+            os.sched_setaffinity(0, set(self.pin_cpus))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         import json
