@@ -62,6 +62,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from lightning import Callback
@@ -147,12 +148,20 @@ REGIME_SEEDS, CONFIRM_SEEDS, CONFIRM_BASES = (0, 1), (3, 4, 5), (0, 1)
 REGIME_MIN_GAIN = 0.08  # the acceptance criterion's held-out pass@1 gain, and the rule's bar on the selection split
 
 
+def _labelled(task, label: str):
+    """``task`` with the label the deadline's skip list shows."""
+    task.label = label
+    return task
+
+
 class Study:
     """Runs jobs two at a time through the CLI and keeps every record in ``work``."""
 
-    def __init__(self, work: Path, slots: int = 2, pause: Path | None = None, poll: float = 30.0):
+    def __init__(self, work: Path, slots: int = 2, pause: Path | None = None, poll: float = 30.0, deadline: datetime | None = None):
         self.work, self.slots = work, slots
         self.pause, self.poll = pause, poll  # while the file ``pause`` exists, no new job starts (those running finish)
+        self.deadline = deadline  # no job starts after it (those running finish); a plan's amendment sets it before the runs
+        self.skipped: list[str] = []  # what the deadline kept from starting, in order
         self.work.mkdir(parents=True, exist_ok=True)
         self.metrics = work / "metrics.jsonl"
         self.timings = work / "timings.jsonl"
@@ -185,8 +194,11 @@ class Study:
             # the SQL base: SQL + addition, 200 steps (measured: SQL pass@1 0.42 / pass@16 0.98 on sql_val)
             extra = ["--countdown_share", "0.0", "--sql_share", "0.5", "--steps", "200"] if domain == "sql" else WARMSTARTS[recipe]
             base = self.base_dir(seed, domain, recipe)
-            self.lit("warmstart", "--config", "configs/demo/warmstart.yaml", "--out_dir", str(base),
-                     "--seed", str(seed), "--progress_bar", "false", *extra, log=f"warmstart_{domain}{recipe and '_' + recipe}_s{seed}")  # fmt: skip
+            if (base / "model.safetensors").exists() and (not cache or (base / "ref_cache" / "manifest.json").exists()):
+                return  # made by an earlier run of the study (or copied from one that ran the same command)
+            if not (base / "model.safetensors").exists():
+                self.lit("warmstart", "--config", "configs/demo/warmstart.yaml", "--out_dir", str(base),
+                         "--seed", str(seed), "--progress_bar", "false", *extra, log=f"warmstart_{domain}{recipe and '_' + recipe}_s{seed}")  # fmt: skip
             if cache:
                 config = "configs/demo/cache.yaml" if domain == "countdown" else "configs/demo/sql_cache.yaml"
                 self.lit("cache", "--config", config, f"--policy.path={base}", f"--data.cache.path={base / 'ref_cache'}", "--progress=false",
@@ -206,6 +218,9 @@ class Study:
                     if not pending:
                         return
                     task = pending.pop(0)
+                    if self.past_deadline():
+                        self.skipped.append(getattr(task, "label", "a job"))
+                        continue
                 try:
                     task()
                 except Exception as err:  # keep the other slot going, report at the end
@@ -218,6 +233,9 @@ class Study:
             t.join()
         if errors:
             raise errors[0]
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and datetime.now(timezone.utc) >= self.deadline
 
     def wait_while_paused(self) -> None:
         """Block while the pause file exists (checked every ``poll`` seconds), saying so once."""
@@ -268,7 +286,7 @@ class Study:
         """Validate the bases the jobs need, then fit + validate every job not already recorded."""
         self.ensure_base_validation(jobs)
         done = self.done_labels()
-        self.parallel([lambda j=j: self.run_job(j) for j in jobs if j.label not in done])
+        self.parallel([_labelled(lambda j=j: self.run_job(j), j.label) for j in jobs if j.label not in done])
 
     def run_dir(self, job: Job) -> Path:
         return self.work / "runs" / job.label.replace("/", "_")
@@ -701,6 +719,37 @@ def slower_than_grpo(study: Study, methods=STUDY3_METHODS, margin: float = STUDY
     return [m for m in methods if m != "grpo" and (x := step_seconds(times, m)) and statistics.median(x) > limit]
 
 
+# study3_plan.md, amendment 1 (a run bounded by a deadline): part B in base × seed blocks, in this order
+STUDY3_BLOCKS = ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2))
+
+
+def run_study3_amended(study: Study) -> None:
+    """Amendment 1 of study3_plan.md: no part A (the shipped DPH coverage), part B block by block until the deadline."""
+    study.prepare(base_seeds=list(STUDY3_BASES), sql_seeds=[], warms=(STUDY3_WARM,))
+    for b, s in STUDY3_BLOCKS:
+        jobs = study3_robust_jobs([], bases=(b,), seeds=(s,))
+        if study.past_deadline():
+            done = study.done_labels()
+            study.skipped += [j.label for j in jobs if j.label not in done]
+            continue
+        study.run(jobs)
+    (study.work / "deadline.txt").write_text(f"deadline {study.deadline.isoformat() if study.deadline else 'none'}\n"
+                                              + "".join(f"not started: {label}\n" for label in study.skipped))  # fmt: skip
+
+
+def block_of(record: dict) -> tuple[str, str]:
+    """(base, seed) of a record's label ``variant/b<base>/s<seed>``."""
+    _, b, s = record["label"].split("/")
+    return b, s
+
+
+def complete_blocks(by: dict, methods=STUDY3_METHODS) -> list[tuple[str, str]]:
+    """The base × seed blocks in which every one of ``methods`` has a record, in STUDY3_BLOCKS order."""
+    have = [{block_of(r) for r in by.get(m, [])} for m in methods]
+    order = [(f"b{b}", f"s{s}") for b, s in STUDY3_BLOCKS]
+    return [blk for blk in order if all(blk in h for h in have)]
+
+
 def run_study3(study: Study) -> None:
     """Parts A–D of study3_plan.md, in order; the Study skips every run already recorded."""
     study.prepare(base_seeds=list(STUDY3_BASES), sql_seeds=[], warms=(STUDY3_WARM,))
@@ -809,7 +858,7 @@ def coverage_sizes(pass_counts: list[int], n: int, candidates: dict[str, list[st
     return lines
 
 
-def study3_pareto_plot(by: dict, out: Path) -> None:
+def study3_pareto_plot(by: dict, out: Path, blocks: str = "2 bases × 3 seeds") -> None:
     """Left: each method's sweep on base 0 (a line); right: part B's 6-run means; both with 95% CIs."""
     import matplotlib
 
@@ -824,7 +873,7 @@ def study3_pareto_plot(by: dict, out: Path) -> None:
     axes[0].set_title("base 0: each method over its knob (shipped value: mean ± 95% CI over 3 seeds; others: seed 0)", fontsize=9)
     robust = [("base", [STUDY3_BASE]), *[(NAMES[m], [m]) for m in STUDY3_METHODS]]
     pareto_curves(axes[1], by, robust, HELD_OUT, bases=tuple(f"b{b}" for b in STUDY3_BASES), stars=("base",), styles=styles)
-    axes[1].set_title("equal compute: every method's shipped setting, 2 bases × 3 seeds (mean ± 95% CI)", fontsize=9)
+    axes[1].set_title(f"equal compute: every method's shipped setting, {blocks} (mean ± 95% CI)", fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8)
     fig.suptitle("held-out countdown pass@1 vs pass@16 (study 3: 200-step warm start, lr 1e-4, 160 steps)")
@@ -841,8 +890,17 @@ LEAK_NOTE = ("Study 1 (`study_plan.md`, `study_budget.md`) warm-started its base
 
 
 def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure: Path = RESULTS / "study3_pareto.png") -> None:
-    """benchmarks/results/study3.md (+ its figure), the content study3_plan.md declares."""
+    """benchmarks/results/study3.md (+ its figure), the content study3_plan.md declares.
+
+    Part B reads only the base × seed blocks where every method finished (amendment 1); the runs of a
+    block the deadline cut are listed and left out of every table.
+    """
     by, times = group(study.records()), study.times()
+    blocks = complete_blocks(by)
+    cut = sorted(r["label"] for v in (*STUDY3_METHODS, STUDY3_BASE) for r in by.get(v, []) if block_of(r) not in blocks)
+    by = {v: [r for r in rs if v not in (*STUDY3_METHODS, STUDY3_BASE) or block_of(r) in blocks] for v, rs in by.items()}
+    shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
+    deadline = study.work / "deadline.txt"
     seconds = study.work / "seconds.txt"
     sections = ["# Study 3: every method side by side in the regime where GRPO clearly raises pass@1\n",
                 "Plan, rule and expected directions committed before these runs: [`study3_plan.md`](study3_plan.md). Command: "
@@ -853,6 +911,12 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                 "16 prompts × 16 samples at lr 1e-4, validated at 32 samples per prompt with rollout seed 1000 + its RL seed. "
                 "Mean ± 95% t-interval over runs, the worst (lowest) run in brackets.\n",
                 "**Study 1's base-1 data leak.** " + LEAK_NOTE + "\n"]  # fmt: skip
+    if deadline.exists():
+        sections += ["**Amendment 1 (a run bounded by the clock; study3_plan.md).** "
+                     f"{deadline.read_text().splitlines()[0]}; part A not run (DPH-F and DPH-JS at their shipped coverage), parts C "
+                     f"and D not run. Part B's complete base × seed blocks: {shown} ({len(blocks)}); the runs of the blocks the "
+                     f"deadline cut, left out of every table: {', '.join(f'`{c}`' for c in cut) or 'none'}; "
+                     f"{sum(1 for line in deadline.read_text().splitlines() if line.startswith('not started'))} planned runs not started.\n"]  # fmt: skip
     rerun = sorted({v.split("_time")[0] for v in by if "_time" in v})
     if any(n in by for n in COVERAGE):
         name, flags, why = choose_dph(study, COVERAGE, STUDY3_BASE)
@@ -869,14 +933,26 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
             sections += ["What each candidate anchors and trains on (base 0's cache, 8 samples per training prompt):\n",
                          *coverage_sizes(ref.pass_counts.tolist(), ref.n), ""]  # fmt: skip
         sections += ["Their held-out results (not read by the rule):\n", *equal_compute_table(by, list(COVERAGE))]
+    else:
+        cache = study.base_dir(0, warm=STUDY3_WARM) / "ref_cache"
+        sections += ["## A. DPH's coverage: not re-chosen (amendment 1)\n",
+                     "DPH-F and DPH-JS run at their shipped coverage (threshold 6, `train_split` exp). What it anchors and trains on "
+                     "(base 0's cache, 8 samples per training prompt; DPH-JS anchors only the correct ones among these):\n"]  # fmt: skip
+        if (cache / "manifest.json").exists():
+            from lit_rlvr.cache.reader import ReferenceCache
+
+            ref = ReferenceCache(cache, verify="size")
+            sections += [*coverage_sizes(ref.pass_counts.tolist(), ref.n, {"cov_thr6_exp_all (shipped DPH-F)": COVERAGE["cov_thr6_exp_all"]}), ""]
     if "grpo" in by:
-        study3_pareto_plot(by, figure)
+        study3_pareto_plot(by, figure, f"base × seed blocks {shown}")
         sections += [f"\n## The pass@1–pass@16 picture\n\n![study 3]({figure.name})\n",
-                     "\n## B. Equal compute: every method at its shipped setting, 2 bases × 3 seeds, 160 steps\n",
+                     f"\n## B. Equal compute: every method at its shipped setting, 160 steps, blocks (base, seed) {shown}\n",
                      *equal_compute_table(by, [STUDY3_BASE, *STUDY3_METHODS]),
                      "\n### Paired differences against GRPO (same base × seed)\n", *paired_table(by, list(STUDY3_METHODS[1:])),
                      "\n### Expected directions (pre-registered: study3_plan.md, `EXPECTED`) and what was seen\n",
-                     "`+`/`−`: the 95% CI of the paired difference lies above/below 0; `=`: it contains 0.\n",
+                     "`+`/`−`: the 95% CI of the paired difference lies above/below 0; `=`: it contains 0. "
+                     + (f"With {len(blocks)} pairs the interval's t is {T95[len(blocks) - 1]}: a `=` there can be a lack of power, "
+                        "not evidence of no difference.\n" if 1 <= len(blocks) <= 9 else "\n"),
                      *[expectation_check(by, m, k) for m in STUDY3_METHODS[1:] for k in (1, 16)],
                      "\n### Training seconds per step (the training loop's time over its optimizer steps)\n",
                      "Measured on a 2-core machine that other sessions may share; two jobs ran at a time.\n",
@@ -1063,14 +1139,17 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
     parser.add_argument("--pause-file", type=Path, default=None, help="while this file exists no new job starts (running ones finish)")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--deadline", type=lambda v: datetime.fromisoformat(v).replace(tzinfo=timezone.utc), default=None,
+                        help="study3: amendment 1 of study3_plan.md — no job starts after this UTC time (e.g. 2026-12-03T13:25); "
+                             "no part A, part B block by block, no parts C and D")  # fmt: skip
     args = parser.parse_args()
     regime = args.preset.startswith("regime")
     folder = "study2" if regime else "study3" if args.preset == "study3" else "study"
-    study = Study(args.work or ROOT / "artifacts" / folder, args.slots, pause=args.pause_file)
+    study = Study(args.work or ROOT / "artifacts" / folder, args.slots, pause=args.pause_file, deadline=args.deadline)
     t0 = time.perf_counter()
     if args.preset == "study3":
         if not args.report_only:
-            run_study3(study)
+            run_study3_amended(study) if args.deadline else run_study3(study)
             with (study.work / "seconds.txt").open("a") as f:
                 f.write(f"{args.preset} {time.perf_counter() - t0:.0f}\n")
         write_study3_report(study)
