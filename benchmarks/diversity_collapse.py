@@ -952,7 +952,7 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                      "\n### Expected directions (pre-registered: study3_plan.md, `EXPECTED`) and what was seen\n",
                      "`+`/`−`: the 95% CI of the paired difference lies above/below 0; `=`: it contains 0. "
                      + (f"With {len(blocks)} pairs the interval's t is {T95[len(blocks) - 1]}: a `=` there can be a lack of power, "
-                        "not evidence of no difference.\n" if 1 <= len(blocks) <= 9 else "\n"),
+                        "not evidence of no difference.\n" if 2 <= len(blocks) <= 10 else "\n"),
                      *[expectation_check(by, m, k) for m in STUDY3_METHODS[1:] for k in (1, 16)],
                      "\n### Training seconds per step (the training loop's time over its optimizer steps)\n",
                      "Measured on a 2-core machine that other sessions may share; two jobs ran at a time.\n",

@@ -275,3 +275,39 @@ def test_no_new_job_starts_while_the_pause_file_exists(tmp_path):
     pause.unlink()
     worker.join(timeout=5)
     assert ran == [1] and not worker.is_alive()
+
+
+def test_no_job_starts_after_the_deadline_and_the_skipped_are_named(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    ran = []
+    study = dc.Study(tmp_path / "work", slots=1, deadline=datetime.now(timezone.utc) + timedelta(hours=1))
+    study.parallel([dc._labelled(lambda: ran.append("a"), "grpo/b0/s0")])
+    study.deadline = datetime.now(timezone.utc) - timedelta(seconds=1)
+    study.parallel([dc._labelled(lambda: ran.append("b"), "grpo/b1/s0"), dc._labelled(lambda: ran.append("c"), "dapo/b1/s0")])
+    assert ran == ["a"] and study.skipped == ["grpo/b1/s0", "dapo/b1/s0"]
+
+
+def test_amendment_1_runs_part_b_block_by_block_and_the_report_reads_complete_blocks_only(tmp_path, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    records = [full(f"base_ws200/b{b}/s0", 0.15, 0.80) for b in (0, 1)]
+    records += [full(f"{m}/b0/s0", 0.25, 0.70 + 0.1 * (m == "dph_f")) for m in dc.STUDY3_METHODS]
+    records += [full("grpo/b1/s0", 0.99, 0.99), full("dapo/b1/s0", 0.99, 0.99)]  # a block the deadline cut
+    study = study_with(tmp_path / "work", records)
+    study.deadline = datetime.now(timezone.utc) - timedelta(seconds=1)
+    ran = []
+    monkeypatch.setattr(study, "prepare", lambda **kw: ran.append("prepare"))
+    monkeypatch.setattr(study, "run", lambda jobs: ran.append([j.label for j in jobs]))
+    dc.run_study3_amended(study)
+    assert ran == ["prepare"]  # past the deadline: no block starts
+    assert len(study.skipped) == 6 * 17 - 17 - 2 and study.skipped[0] == "rkl/b1/s0"  # b0/s0 is done, b1/s0 half
+    assert dc.complete_blocks(dc.group(study.records())) == [("b0", "s0")]
+    timings(study, {r["label"]: 100.0 for r in records if not r["label"].startswith("base")})
+    dc.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
+    text = (tmp_path / "study3.md").read_text()
+    assert "**Amendment 1" in text and "complete base × seed blocks: (b0, s0) (1)" in text
+    assert "`base_ws200/b1/s0`, `dapo/b1/s0`, `grpo/b1/s0`" in text and "83 planned runs not started" in text
+    assert "| GRPO | 1 | 0.250 |" in text and "0.990" not in text  # the cut block's runs are in no table
+    assert "## A. DPH's coverage: not re-chosen (amendment 1)" in text and "Chosen:" not in text
+    assert "- dph_f pass@16 − GRPO: 0.100 over 1 paired runs" in text
