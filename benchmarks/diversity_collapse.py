@@ -756,6 +756,12 @@ def run_study3(study: Study) -> None:
     study.run(coverage_jobs())
     name, dph_flags, why = choose_dph(study, COVERAGE, STUDY3_BASE)
     print(f"part A chose {name}: {why[0]}", flush=True)
+    shipped = "cov_thr6_exp_all"  # configs/demo/dph_f.yaml's coverage, which amendment 1's part B ran
+    # DPH-JS's shipped coverage anchors the correct samples only, every candidate all of them: its recorded runs never match
+    ran = sorted(label for label in study.done_labels() if label.split("/")[0] == "dph_js" or (label.split("/")[0] == "dph_f" and name != shipped))
+    if ran:
+        raise SystemExit(f"part A chose {name}, but {len(ran)} DPH runs of part B are recorded at their shipped coverage ("
+                         f"amendment 1): the Study would skip them as done. Move their records out of {study.metrics} first.")  # fmt: skip
     study.run(study3_robust_jobs(dph_flags))
     study.run(study3_sweep_jobs(dph_flags))
     study.run(wallclock_jobs(study, dph_flags, seeds=STUDY3_SEEDS, methods=slower_than_grpo(study), warm=STUDY3_WARM))
@@ -802,8 +808,17 @@ def paired_table(by: dict, variants: list[str]) -> list[str]:
     return lines
 
 
-def seconds_table(study: Study, by: dict, rerun: list[str]) -> list[str]:
-    times = study.times()
+def identical_to_grpo(by: dict) -> list[str]:
+    """A note for each method whose every paired difference to GRPO is exactly 0: its term never acted in these runs."""
+    same = [m for m in STUDY3_METHODS[1:] if (ds := [d for key, _, _ in STUDY3_COLUMNS for d in paired(by, m, key)]) and not any(ds)]
+    return [f"\n{NAMES[m]}'s runs equal GRPO's on every number above, run for run: what it adds to GRPO never acted in "
+            "these runs (for adaptive entropy: the coefficient starts at 0 and moves only while the entropy is below the target)."
+            for m in same]  # fmt: skip
+
+
+def seconds_table(study: Study, by: dict, rerun: list[str], blocks: list[tuple[str, str]] | None = None) -> list[str]:
+    """Training seconds per step of each method (``blocks``: only the runs of these base × seed blocks)."""
+    times = {label: t for label, t in study.times().items() if blocks is None or tuple(label.split("/")[1:]) in blocks}
     grpo = step_seconds(times, "grpo")
     lines = ["| method | runs | median s/step, base 0 | s/step, all runs | ratio to GRPO (base-0 medians) | equal wall-clock rerun (part D) |",
              "|---|---|---|---|---|---|"]  # fmt: skip
@@ -870,7 +885,11 @@ def study3_pareto_plot(by: dict, out: Path, blocks: str = "2 bases × 3 seeds") 
     fig, axes = plt.subplots(1, 2, figsize=(17, 7))
     sweeps = [("base", [STUDY3_BASE]), *[(NAMES[m], sweep_variants(m)) for m in STUDY3_METHODS]]
     pareto_curves(axes[0], by, sweeps, HELD_OUT, stars=("base",), styles=styles)
-    axes[0].set_title("base 0: each method over its knob (shipped value: mean ± 95% CI over 3 seeds; others: seed 0)", fontsize=9)
+    swept = any(v in by for m in STUDY3_METHODS for v in sweep_variants(m) if v != m)
+    runs = len([r for r in by.get("grpo", []) if r["label"].split("/")[1] == "b0"])
+    axes[0].set_title(f"base 0: each method over its knob (shipped value: mean ± 95% CI over {runs} seeds; others: seed 0)" if swept
+                      else f"base 0 only: each method's shipped setting, mean ± 95% CI over {runs} seeds (no sweeps: part C not run)",
+                      fontsize=9)  # fmt: skip
     robust = [("base", [STUDY3_BASE]), *[(NAMES[m], [m]) for m in STUDY3_METHODS]]
     pareto_curves(axes[1], by, robust, HELD_OUT, bases=tuple(f"b{b}" for b in STUDY3_BASES), stars=("base",), styles=styles)
     axes[1].set_title(f"equal compute: every method's shipped setting, {blocks} (mean ± 95% CI)", fontsize=9)
@@ -949,6 +968,7 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                      f"\n## B. Equal compute: every method at its shipped setting, 160 steps, blocks (base, seed) {shown}\n",
                      *equal_compute_table(by, [STUDY3_BASE, *STUDY3_METHODS]),
                      "\n### Paired differences against GRPO (same base × seed)\n", *paired_table(by, list(STUDY3_METHODS[1:])),
+                     *identical_to_grpo(by),
                      "\n### Expected directions (pre-registered: study3_plan.md, `EXPECTED`) and what was seen\n",
                      "`+`/`−`: the 95% CI of the paired difference lies above/below 0; `=`: it contains 0. "
                      + (f"With {len(blocks)} pairs the interval's t is {T95[len(blocks) - 1]}: a `=` there can be a lack of power, "
@@ -956,7 +976,7 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                      *[expectation_check(by, m, k) for m in STUDY3_METHODS[1:] for k in (1, 16)],
                      "\n### Training seconds per step (the training loop's time over its optimizer steps)\n",
                      "Measured on a 2-core machine that other sessions may share; two jobs ran at a time.\n",
-                     *seconds_table(study, by, rerun)]  # fmt: skip
+                     *seconds_table(study, by, rerun, blocks)]  # fmt: skip
         g1, g16 = [deltas(by["grpo"], {tuple(r["label"].split("/")[1:]): r for r in by.get(STUDY3_BASE, [])}, f"val/{HELD_OUT}/pass@{k}") for k in (1, 16)]
         sections += ["\nSupplementary, not a criterion (a replication of study 2's confirmation on RL seeds 0–2): GRPO's held-out "
                      f"Δpass@1 over its own base {cell(g1, signed=True)}, Δpass@16 {cell(g16, signed=True)} over {len(g1)} runs."]  # fmt: skip

@@ -311,3 +311,24 @@ def test_amendment_1_runs_part_b_block_by_block_and_the_report_reads_complete_bl
     assert "| GRPO | 1 | 0.250 |" in text and "0.990" not in text  # the cut block's runs are in no table
     assert "## A. DPH's coverage: not re-chosen (amendment 1)" in text and "Chosen:" not in text
     assert "- dph_f pass@16 − GRPO: 0.100 over 1 paired runs" in text
+
+
+def test_a_method_equal_to_grpo_run_for_run_is_named_as_never_acting():
+    by = dc.group([full(f"{m}/b0/s{s}", 0.2 + 0.01 * s, 0.7 + 0.05 * (m == "dph_f")) for m in ("grpo", "dph_f", "entropy_adaptive") for s in (0, 1)])
+    (line,) = dc.identical_to_grpo(by)
+    assert line.startswith("\nadaptive entropy's runs equal GRPO's on every number above, run for run")
+
+
+def test_the_full_plan_refuses_to_skip_dph_runs_recorded_at_another_coverage(tmp_path, monkeypatch):
+    study = study_with(tmp_path / "work", [full("dph_js/b0/s0", 0.2, 0.8), full("grpo/b0/s0", 0.2, 0.7)])
+    ran = []
+    monkeypatch.setattr(study, "prepare", lambda **kw: None)
+    monkeypatch.setattr(study, "run", lambda jobs: ran.append(len(jobs)))
+    monkeypatch.setattr(dc, "choose_dph", lambda *a: ("cov_thr6_exp_all", dc.COVERAGE["cov_thr6_exp_all"], ["why"]))
+    with pytest.raises(SystemExit, match="1 DPH runs of part B are recorded at their shipped coverage"):
+        dc.run_study3(study)
+    study.metrics.write_text(json.dumps(full("dph_f/b0/s0", 0.2, 0.8)) + "\n")  # DPH-F at the shipped coverage, chosen again: kept
+    monkeypatch.setattr(dc, "slower_than_grpo", lambda study: [])
+    monkeypatch.setattr(dc, "wallclock_jobs", lambda *a, **k: [])
+    dc.run_study3(study)
+    assert ran[-3:] == [len(dc.STUDY3_METHODS) * 6, len(dc.study3_sweep_jobs([])), 0]
