@@ -8,6 +8,7 @@ whose choice is made on a selection split, the pass@1–pass@16 Pareto, equal wa
     python benchmarks/diversity_collapse.py --preset methods  # the entropy/diversity methods of docs/methods.md §8 vs GRPO
     python benchmarks/diversity_collapse.py --preset regime           # study 2: GRPO's regime candidates on the selection split
     python benchmarks/diversity_collapse.py --preset regime_confirm   # study 2: the chosen regime on 2 bases x 3 fresh seeds, held out
+    python benchmarks/diversity_collapse.py --preset study3   # study 3: every method in study 2's regime (3-5 h on 2 cores)
     python benchmarks/diversity_collapse.py --report-only     # summarise an existing --work folder
 
 Every run goes through the ``lit-rlvr`` CLI and ``configs/demo/``: ``warmstart`` (one base per
@@ -38,6 +39,14 @@ its warm-start length (RL seeds 0, 1) and picks one by :func:`choose_regime` on 
 only; ``regime_confirm`` runs the choice on bases 0 and 1 × fresh RL seeds 3, 4, 5 and checks the
 acceptance criterion on the held-out pairs (:func:`regime_criterion`). Their work folder defaults
 to ``artifacts/study2`` and their report is ``benchmarks/results/study2_regime.md``.
+
+Study 3 (``--preset study3``; ``benchmarks/results/study3_plan.md``, written before its runs) runs
+every method in that regime (200-step warm starts, lr 1e-4, 160 steps): DPH's coverage re-chosen by
+:func:`choose_dph` among :data:`COVERAGE` on the selection split (part A), every method of
+``STUDY3_METHODS`` at its config on 2 bases × 3 seeds (B), each knob of :data:`KNOBS` at two more
+values on base 0 × seed 0 (C), and the methods slower per step than GRPO at GRPO's wall-clock (D).
+Work folder ``artifacts/study3``; report ``benchmarks/results/study3.md`` and ``study3_pareto.png``.
+``--pause-file PATH`` holds new jobs while PATH exists.
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from lightning import Callback
@@ -138,11 +148,20 @@ REGIME_SEEDS, CONFIRM_SEEDS, CONFIRM_BASES = (0, 1), (3, 4, 5), (0, 1)
 REGIME_MIN_GAIN = 0.08  # the acceptance criterion's held-out pass@1 gain, and the rule's bar on the selection split
 
 
+def _labelled(task, label: str):
+    """``task`` with the label the deadline's skip list shows."""
+    task.label = label
+    return task
+
+
 class Study:
     """Runs jobs two at a time through the CLI and keeps every record in ``work``."""
 
-    def __init__(self, work: Path, slots: int = 2):
+    def __init__(self, work: Path, slots: int = 2, pause: Path | None = None, poll: float = 30.0, deadline: datetime | None = None):
         self.work, self.slots = work, slots
+        self.pause, self.poll = pause, poll  # while the file ``pause`` exists, no new job starts (those running finish)
+        self.deadline = deadline  # no job starts after it (those running finish); a plan's amendment sets it before the runs
+        self.skipped: list[str] = []  # what the deadline kept from starting, in order
         self.work.mkdir(parents=True, exist_ok=True)
         self.metrics = work / "metrics.jsonl"
         self.timings = work / "timings.jsonl"
@@ -175,8 +194,11 @@ class Study:
             # the SQL base: SQL + addition, 200 steps (measured: SQL pass@1 0.42 / pass@16 0.98 on sql_val)
             extra = ["--countdown_share", "0.0", "--sql_share", "0.5", "--steps", "200"] if domain == "sql" else WARMSTARTS[recipe]
             base = self.base_dir(seed, domain, recipe)
-            self.lit("warmstart", "--config", "configs/demo/warmstart.yaml", "--out_dir", str(base),
-                     "--seed", str(seed), "--progress_bar", "false", *extra, log=f"warmstart_{domain}{recipe and '_' + recipe}_s{seed}")  # fmt: skip
+            if (base / "model.safetensors").exists() and (not cache or (base / "ref_cache" / "manifest.json").exists()):
+                return  # made by an earlier run of the study (or copied from one that ran the same command)
+            if not (base / "model.safetensors").exists():
+                self.lit("warmstart", "--config", "configs/demo/warmstart.yaml", "--out_dir", str(base),
+                         "--seed", str(seed), "--progress_bar", "false", *extra, log=f"warmstart_{domain}{recipe and '_' + recipe}_s{seed}")  # fmt: skip
             if cache:
                 config = "configs/demo/cache.yaml" if domain == "countdown" else "configs/demo/sql_cache.yaml"
                 self.lit("cache", "--config", config, f"--policy.path={base}", f"--data.cache.path={base / 'ref_cache'}", "--progress=false",
@@ -191,10 +213,14 @@ class Study:
 
         def worker():
             while True:
+                self.wait_while_paused()
                 with lock:
                     if not pending:
                         return
                     task = pending.pop(0)
+                    if self.past_deadline():
+                        self.skipped.append(getattr(task, "label", "a job"))
+                        continue
                 try:
                     task()
                 except Exception as err:  # keep the other slot going, report at the end
@@ -207,6 +233,18 @@ class Study:
             t.join()
         if errors:
             raise errors[0]
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and datetime.now(timezone.utc) >= self.deadline
+
+    def wait_while_paused(self) -> None:
+        """Block while the pause file exists (checked every ``poll`` seconds), saying so once."""
+        said = False
+        while self.pause is not None and self.pause.exists():
+            if not said:
+                print(f"  paused: {self.pause} exists; no new job starts until it is removed", flush=True)
+                said = True
+            time.sleep(self.poll)
 
     def done_labels(self) -> set[str]:
         return {r["label"] for r in self.records()}
@@ -248,19 +286,29 @@ class Study:
         """Validate the bases the jobs need, then fit + validate every job not already recorded."""
         self.ensure_base_validation(jobs)
         done = self.done_labels()
-        self.parallel([lambda j=j: self.run_job(j) for j in jobs if j.label not in done])
+        self.parallel([_labelled(lambda j=j: self.run_job(j), j.label) for j in jobs if j.label not in done])
+
+    def run_dir(self, job: Job) -> Path:
+        return self.work / "runs" / job.label.replace("/", "_")
+
+    def fit_args(self, job: Job) -> list[str]:
+        """The job's ``lit-rlvr fit`` arguments: configs, base, seeds, steps, the job's own flags, then the study's timer.
+
+        The job's flags come before the timer is appended, so a flag addressing the configs' last
+        callback (``--trainer.callbacks.init_args.…``, e.g. the Pass@k → Pass@1 switch) reaches it.
+        """
+        out, base = self.run_dir(job), self.base_dir(job.base_seed, job.domain, job.warm)
+        cache = [f"--data.cache.path={base / 'ref_cache'}"] if job.method.startswith("dph") else []
+        return ["fit", *self.configs(job.domain, job.method), f"--model.policy.path={base}", *cache,
+                f"--seed_everything={job.seed}", f"--data.seed={job.seed}", f"--model.sampling.seed={job.seed}",
+                f"--trainer.max_steps={job.steps}", f"--export.dirpath={out / 'hf'}", "--trainer.enable_progress_bar=false",
+                f"--trainer.default_root_dir={out}", "--trainer.logger=false", "--trainer.limit_val_batches=0", *job.overrides,
+                "--trainer.callbacks+=diversity_collapse.FitTimer", f"--trainer.callbacks.init_args.path={out / 'timer.json'}"]  # fmt: skip
 
     def run_job(self, job: Job) -> None:
-        out = self.work / "runs" / job.label.replace("/", "_")
-        base = self.base_dir(job.base_seed, job.domain, job.warm)
+        out = self.run_dir(job)
         timer = out / "timer.json"
-        cache = [f"--data.cache.path={base / 'ref_cache'}"] if job.method.startswith("dph") else []
-        seconds = self.lit("fit", *self.configs(job.domain, job.method), f"--model.policy.path={base}", *cache,
-                           f"--seed_everything={job.seed}", f"--data.seed={job.seed}", f"--model.sampling.seed={job.seed}",
-                           f"--trainer.max_steps={job.steps}", f"--export.dirpath={out / 'hf'}", "--trainer.enable_progress_bar=false",
-                           f"--trainer.default_root_dir={out}", "--trainer.logger=false", "--trainer.limit_val_batches=0",
-                           "--trainer.callbacks+=diversity_collapse.FitTimer",
-                           f"--trainer.callbacks.init_args.path={timer}", *job.overrides, log=job.label.replace("/", "_"))  # fmt: skip
+        seconds = self.lit(*self.fit_args(job), log=job.label.replace("/", "_"))
         self.validate(job.label, out / "hf", job.seed, job.domain, self.counts_path(job.base_seed, job.seed, job.domain, job.warm), None)
         timing = {"label": job.label, "wall_seconds": round(seconds, 1), **json.loads(timer.read_text())}
         with self.log_lock, self.timings.open("a") as f:
@@ -305,15 +353,19 @@ def ablation_jobs(seeds=(0, 1), names=tuple(ABLATION)) -> list[Job]:
     return [Job(name, "dph_f", 0, s, ABLATION[name]) for name in names for s in seeds]
 
 
-def choose_dph(study: Study) -> tuple[str, list[str], list[str]]:
-    """The written-down rule (module docstring), on the selection split only; returns (name, flags, reasons)."""
+def choose_dph(study: Study, candidates: dict[str, list[str]] = ABLATION, base: str = "base") -> tuple[str, list[str], list[str]]:
+    """The written-down rule (module docstring), on the selection split only; returns (name, flags, reasons).
+
+    ``candidates``: name → flags (study 1's ``ABLATION``; study 3's ``COVERAGE``); ``base``: the
+    variant under which their base's validations are recorded (``base_ws200`` for study 3).
+    """
     by = group(study.records())
-    # the base's validations with the ablation's seeds only ("base 0, same validation seeds"): the
+    # the base's validations with the candidates' seeds only ("base 0, same validation seeds"): the
     # robust part validates base 0 with more seeds, which must not move the threshold afterwards
-    seeds = {r["label"].split("/")[2] for name in ABLATION for r in by.get(name, [])}
-    base1 = mean([r[f"val/{SELECT}/pass@1"] for r in by.get("base", []) if r["label"].split("/")[1] == "b0" and r["label"].split("/")[2] in seeds])
+    seeds = {r["label"].split("/")[2] for name in candidates for r in by.get(name, [])}
+    base1 = mean([r[f"val/{SELECT}/pass@1"] for r in by.get(base, []) if r["label"].split("/")[1] == "b0" and r["label"].split("/")[2] in seeds])
     rows, lines = [], []
-    for name in ABLATION:
+    for name in candidates:
         rs = by.get(name, [])
         if not rs:
             continue
@@ -325,7 +377,7 @@ def choose_dph(study: Study) -> tuple[str, list[str], list[str]]:
     why = (f"highest selection pass@16 ({best[2]:.3f}) among configurations with selection pass@1 >= base {base1:.3f} + 0.04"
            if qualified else f"no configuration reached selection pass@1 >= base {base1:.3f} + 0.04: highest pass@1 + pass@16")  # fmt: skip
     table = ["| configuration | seeds | selection pass@1 | selection pass@16 | pass@1 >= base + 0.04 |", "|---|---|---|---|---|", *lines]
-    return best[0], ABLATION[best[0]], [why, *table]
+    return best[0], candidates[best[0]], [why, *table]
 
 
 def robust_jobs(dph_flags: list[str], bases=(0, 1), seeds=(0, 1, 2), schedule: bool = True) -> list[Job]:
@@ -380,17 +432,58 @@ EXPECTED = {
     "nsr": {"pass@1": "=", "pass@16": "+"},  # Zhu et al.: NSR keeps pass@k over the whole k range
     "w_reinforce": {"pass@1": "=", "pass@16": "+"},
     "unlikeliness": {"pass@1": "=", "pass@16": "+"},  # He et al.: pass@N up, pass@1 kept
+    # the baselines, added by study 3's plan (benchmarks/results/study3_plan.md) before its runs:
+    # DAPO (arXiv 2503.14476): dynamic sampling reaches the accuracy sooner; its clip-higher is in this GRPO already
+    "dapo": {"pass@1": "+", "pass@16": "="},
+    # DPH-RL (arXiv 2509.07430), Llama-3.1-8B on Spider, pass@1 / pass@16: GRPO 73.0 / 80.6, RKL 71.0 / 80.6,
+    # DPH-F 77.4 / 85.7, DPH-JS 76.0 / 84.1
+    "rkl": {"pass@1": "-", "pass@16": "="},
+    "dph_f": {"pass@1": "+", "pass@16": "+"},
+    "dph_js": {"pass@1": "+", "pass@16": "+"},
+    # Pass@k Training (arXiv 2508.10751): pass@k up without hurting pass@1; Eq. 18's mix keeps that exploration;
+    # "P@k T. + P@1 T." on Enigmata 30.8 / 40.6 (pass@1 / pass@k) vs Pass@1 training's 12.9 / 21.3
+    "passk": {"pass@1": "=", "pass@16": "+"},
+    "passk_combined": {"pass@1": "=", "pass@16": "+"},
+    "passk_then_pass1": {"pass@1": "+", "pass@16": "+"},
 }  # fmt: skip
+
+
+def _switch(step: str) -> list[str]:
+    """Pass@k → Pass@1 switching at ``step`` (the phases of configs/demo/passk_then_pass1.yaml, its last callback)."""
+    return [f"--trainer.callbacks.init_args.phases=[{{start_step: 0, advantage: passk, options: {{k: 4}}}}, "
+            f"{{start_step: {step}, advantage: grpo, options: {{std: population}}}}]"]  # fmt: skip
+
+
+# The baselines' one main knob, as METHODS (study 3's part C; the config's value first)
+BASELINE_KNOBS = {
+    "grpo": (lambda v: [f"--model.optimizer.init_args.lr={v}"], ["1e-4", "5e-5", "2e-4"]),
+    "dapo": (lambda v: [f"--model.loss.clip_high={v}"], ["0.28", "0.2", "0.4"]),
+    "rkl": (lambda v: [f"--model.kl.coef={v}"], ["0.05", "0.01", "0.2"]),
+    "dph_f": (lambda v: [f"--model.anchor.coef={v}"], ["1.0", "0.5", "2.0"]),
+    "dph_js": (lambda v: [f"--model.anchor.coef={v}"], ["4.0", "2.0", "8.0"]),
+    "passk": (_options("loss.advantage_options", "k: {v}"), ["4", "2", "8"]),
+    "passk_combined": (_options("loss.advantage_options", "k: {v}"), ["4", "2", "8"]),
+    "passk_then_pass1": (_switch, ["80", "40", "120"]),
+}  # fmt: skip
+KNOBS = {**BASELINE_KNOBS, **METHODS}
+KNOB_NAMES = {"grpo": "lr", "dapo": "clip_high", "rkl": "β", "dph_f": "η", "dph_js": "η", "passk": "k", "passk_combined": "k",
+              "passk_then_pass1": "switch step", "clip_cov": "clip_cov_ratio", "kl_cov": "kl_cov_ratio",
+              "forking_tokens": "top_entropy_quantile", "entropy_bonus": "entropy_coef", "entropy_adaptive": "entropy_target",
+              "w_reinforce": "λ", "unlikeliness": "rank_penalty"}  # fmt: skip
+NAMES = {"grpo": "GRPO", "dapo": "DAPO", "rkl": "RKL", "dph_f": "DPH-F", "dph_js": "DPH-JS", "passk": "Pass@k",
+         "passk_combined": "Pass@k combined", "passk_then_pass1": "Pass@k → Pass@1", "clip_cov": "Clip-Cov", "kl_cov": "KL-Cov",
+         "forking_tokens": "forking tokens", "entropy_bonus": "entropy bonus", "entropy_adaptive": "adaptive entropy", "psr": "PSR",
+         "nsr": "NSR", "w_reinforce": "W-REINFORCE", "unlikeliness": "unlikeliness"}  # fmt: skip
 
 
 def sweep_variants(method: str) -> list[str]:
     """The variants of ``method``'s sweep, by knob value (the config's value is the variant ``method``).
 
     Example:
-        >>> sweep_variants("w_reinforce"), sweep_variants("nsr")
-        (['w_reinforce_0.03', 'w_reinforce', 'w_reinforce_0.3'], ['nsr'])
+        >>> sweep_variants("w_reinforce"), sweep_variants("nsr"), sweep_variants("grpo")
+        (['w_reinforce_0.03', 'w_reinforce', 'w_reinforce_0.3'], ['nsr'], ['grpo_5e-5', 'grpo', 'grpo_2e-4'])
     """
-    values = METHODS[method][1]
+    values = KNOBS[method][1]
     return [v for _, v in sorted((float(x), f"{method}_{x}" if i else method) for i, x in enumerate(values))] or [method]
 
 
@@ -443,21 +536,10 @@ def methods_pareto_plot(by: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    curves = [("base", ["base"]), ("GRPO", ["grpo"]), *[(m, sweep_variants(m)) for m in METHODS]]
     for ax, (s, title) in zip(axes, ((HELD_OUT, "held-out countdown (in-domain)"), (OOD, "addition (out-of-domain)"))):
-        for label, variants in [("base", ["base"]), ("GRPO", ["grpo"]), *[(m, sweep_variants(m)) for m in METHODS]]:
-            xs, ys, xe, ye = [], [], [], []
-            for v in variants:
-                rs = [r for r in by.get(v, []) if r["label"].split("/")[1] == "b0" and f"val/{s}/pass@16" in r]
-                if rs:
-                    a, b = [r[f"val/{s}/pass@1"] for r in rs], [r[f"val/{s}/pass@16"] for r in rs]
-                    xs.append(mean(a)), ys.append(mean(b))
-                    xe.append(0 if math.isnan(ci(a)) else ci(a)), ye.append(0 if math.isnan(ci(b)) else ci(b))
-            if xs:
-                ax.errorbar(xs, ys, xerr=xe, yerr=ye, marker="*" if label in ("base", "GRPO") else "o", capsize=3, label=label)
-        ax.set_xlabel("pass@1")
-        ax.set_ylabel("pass@16")
+        pareto_curves(ax, by, curves, s, stars=("base", "GRPO"))
         ax.set_title(title)
-        ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.suptitle("pass@1 vs pass@16 on base 0, each method over its knob (mean ± 95% CI over RL seeds)")
     fig.tight_layout()
@@ -465,15 +547,49 @@ def methods_pareto_plot(by: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def wallclock_jobs(study: Study, dph_flags: list[str], seeds=(0, 1, 2)) -> list[Job]:
-    """DPH-F and Pass@k stopped at GRPO's median training seconds (base 0), no step limit."""
+def pareto_point(rs: list[dict], s: str) -> tuple[float, float, float, float] | None:
+    """(mean pass@1, mean pass@16, their 95% CI half-widths, 0 for a single run) of the records ``rs`` on set ``s``."""
+    rs = [r for r in rs if f"val/{s}/pass@16" in r]
+    if not rs:
+        return None
+    a, b = [r[f"val/{s}/pass@1"] for r in rs], [r[f"val/{s}/pass@16"] for r in rs]
+    return mean(a), mean(b), 0 if math.isnan(ci(a)) else ci(a), 0 if math.isnan(ci(b)) else ci(b)
+
+
+def pareto_curves(ax, by: dict, curves: list[tuple[str, list[str]]], s: str, bases=("b0",), stars=(), styles: dict | None = None) -> None:
+    """One line per ``(label, variants)`` through the variants' points (runs on ``bases``), CIs as error bars.
+
+    ``styles``: label → matplotlib keywords (colour, marker) so that a method looks the same in every panel.
+    """
+    for label, variants in curves:
+        points = [p for v in variants if (p := pareto_point([r for r in by.get(v, []) if r["label"].split("/")[1] in bases], s))]
+        if points:
+            xs, ys, xe, ye = zip(*points)
+            style = {"marker": "*" if label in stars else "o", "markersize": 10 if label in stars else 5, **(styles or {}).get(label, {})}
+            ax.errorbar(xs, ys, xerr=xe, yerr=ye, capsize=3, label=label, **style)
+    ax.set_xlabel("pass@1")
+    ax.set_ylabel("pass@16")
+    ax.grid(alpha=0.3)
+
+
+def wallclock_jobs(study: Study, dph_flags: list[str], seeds=(0, 1, 2), methods=("dph_f", "passk"), warm: str = "") -> list[Job]:
+    """``methods`` (DPH-F and Pass@k in study 1) stopped at GRPO's median training seconds (base 0), no step limit."""
     grpo = [t["train_seconds"] for label, t in study.times().items() if label.startswith("grpo/b0/")]
     if not grpo:
         raise RuntimeError("wallclock needs the robust preset's GRPO runs first")
     budget = int(statistics.median(grpo))
     limit = [f"--trainer.max_time=00:00:{budget // 60:02d}:{budget % 60:02d}"]
-    return [Job(f"{v}_time{budget}s", m, 0, s, [*f, *limit], steps=100_000)
-            for v, m, f in (("dph_f", "dph_f", dph_flags), ("passk", "passk", [])) for s in seeds]  # fmt: skip
+    return [Job(f"{m}_time{budget}s", m, 0, s, [*method_flags(m, dph_flags), *limit], steps=100_000, warm=warm)
+            for m in methods for s in seeds]  # fmt: skip
+
+
+def method_flags(method: str, dph_flags: list[str]) -> list[str]:
+    """The flags a method runs with beyond its config: DPH-F the chosen anchor, DPH-JS its coverage (η its own)."""
+    if method == "dph_f":
+        return list(dph_flags)
+    if method == "dph_js":
+        return [f for f in dph_flags if not f.startswith("--model.anchor.coef")]
+    return []
 
 
 def sql_jobs(dph_flags: list[str], seeds=(0, 1, 2)) -> list[Job]:
@@ -546,6 +662,338 @@ def regime_criterion(study: Study, name: str) -> tuple[bool | None, list[float],
     met = mean(d) >= REGIME_MIN_GAIN and mean(d) - ci(d) > 0
     return met, d, (f"{'MET' if met else 'NOT MET'}: held-out Δpass@1 {fmt(d)} over {len(d)} runs (95% CI [{mean(d) - ci(d):+.3f}, "
                     f"{mean(d) + ci(d):+.3f}]; needs mean ≥ +{REGIME_MIN_GAIN} and lower bound > 0), worst run {min(d):+.3f}")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- study 3: every method in study 2's regime
+
+# benchmarks/results/study3_plan.md, written before its runs: 200-step warm starts (the demo's base), 160 RL steps
+STUDY3_WARM, STUDY3_STEPS, STUDY3_BASES, STUDY3_SEEDS = "ws200", 160, (0, 1), (0, 1, 2)
+STUDY3_BASE = f"base_{STUDY3_WARM}"  # the variant of the bases' validations
+STUDY3_WALLCLOCK_MARGIN = 0.10  # part D reruns a method slower per step than GRPO by more than this
+
+# Part A: DPH's coverage re-chosen for the 200-step base by choose_dph's rule (η 1 in every candidate)
+COVERAGE = {
+    f"cov_thr{t}_{split}_all": [f"--data.cache.perfect_threshold={t}", f"--data.cache.train_split={split}", "--data.cache.anchor_samples=all",
+                                "--model.anchor.coef=1.0"]
+    for t, split in ((6, "exp"), (4, "exp"), (2, "exp"), (4, "all"))
+}  # fmt: skip
+
+# Part B's methods (configs/demo/<method>.yaml), the baselines first
+STUDY3_METHODS = ("grpo", "dapo", "rkl", "dph_f", "dph_js", "passk", "passk_combined", "passk_then_pass1", *METHODS)
+
+
+def coverage_jobs(seeds=(0, 1)) -> list[Job]:
+    """Part A: DPH-F with each coverage candidate on base 0 of the 200-step warm start."""
+    return [Job(name, "dph_f", 0, s, flags, steps=STUDY3_STEPS, warm=STUDY3_WARM) for name, flags in COVERAGE.items() for s in seeds]
+
+
+def study3_robust_jobs(dph_flags: list[str], bases=STUDY3_BASES, seeds=STUDY3_SEEDS) -> list[Job]:
+    """Part B: every method at its config's setting (DPH with part A's coverage), in the order base, seed, method."""
+    return [Job(m, m, b, s, method_flags(m, dph_flags), steps=STUDY3_STEPS, warm=STUDY3_WARM)
+            for b in bases for s in seeds for m in STUDY3_METHODS]  # fmt: skip
+
+
+def study3_sweep_jobs(dph_flags: list[str]) -> list[Job]:
+    """Part C: each method's knob at its two other values on base 0 × seed 0 (DPH keeps part A's coverage)."""
+    jobs = []
+    for m in STUDY3_METHODS:
+        flags, values = KNOBS[m]
+        coverage = [f for f in method_flags(m, dph_flags) if not f.startswith("--model.anchor.coef")]
+        jobs += [Job(f"{m}_{v}", m, 0, 0, [*coverage, *flags(v)], steps=STUDY3_STEPS, warm=STUDY3_WARM) for v in values[1:]]
+    return jobs
+
+
+def step_seconds(times: dict[str, dict], variant: str, bases=("b0",)) -> list[float]:
+    """Training seconds per optimizer step of ``variant``'s runs on ``bases``."""
+    return [t["train_seconds"] / t["steps"] for label, t in times.items()
+            if label.split("/")[0] == variant and label.split("/")[1] in bases and t["steps"]]  # fmt: skip
+
+
+def slower_than_grpo(study: Study, methods=STUDY3_METHODS, margin: float = STUDY3_WALLCLOCK_MARGIN) -> list[str]:
+    """Part D's methods: median training seconds per step on base 0 above GRPO's by more than ``margin``."""
+    times = study.times()
+    grpo = step_seconds(times, "grpo")
+    if not grpo:
+        raise RuntimeError("part D needs part B's GRPO runs on base 0 first")
+    limit = (1 + margin) * statistics.median(grpo)
+    return [m for m in methods if m != "grpo" and (x := step_seconds(times, m)) and statistics.median(x) > limit]
+
+
+# study3_plan.md, amendment 1 (a run bounded by a deadline): part B in base × seed blocks, in this order
+STUDY3_BLOCKS = ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2))
+
+
+def run_study3_amended(study: Study) -> None:
+    """Amendment 1 of study3_plan.md: no part A (the shipped DPH coverage), part B block by block until the deadline."""
+    study.prepare(base_seeds=list(STUDY3_BASES), sql_seeds=[], warms=(STUDY3_WARM,))
+    for b, s in STUDY3_BLOCKS:
+        jobs = study3_robust_jobs([], bases=(b,), seeds=(s,))
+        if study.past_deadline():
+            done = study.done_labels()
+            study.skipped += [j.label for j in jobs if j.label not in done]
+            continue
+        study.run(jobs)
+    (study.work / "deadline.txt").write_text(f"deadline {study.deadline.isoformat() if study.deadline else 'none'}\n"
+                                              + "".join(f"not started: {label}\n" for label in study.skipped))  # fmt: skip
+
+
+def block_of(record: dict) -> tuple[str, str]:
+    """(base, seed) of a record's label ``variant/b<base>/s<seed>``."""
+    _, b, s = record["label"].split("/")
+    return b, s
+
+
+def complete_blocks(by: dict, methods=STUDY3_METHODS) -> list[tuple[str, str]]:
+    """The base × seed blocks in which every one of ``methods`` has a record, in STUDY3_BLOCKS order."""
+    have = [{block_of(r) for r in by.get(m, [])} for m in methods]
+    order = [(f"b{b}", f"s{s}") for b, s in STUDY3_BLOCKS]
+    return [blk for blk in order if all(blk in h for h in have)]
+
+
+def run_study3(study: Study) -> None:
+    """Parts A–D of study3_plan.md, in order; the Study skips every run already recorded."""
+    study.prepare(base_seeds=list(STUDY3_BASES), sql_seeds=[], warms=(STUDY3_WARM,))
+    study.run(coverage_jobs())
+    name, dph_flags, why = choose_dph(study, COVERAGE, STUDY3_BASE)
+    print(f"part A chose {name}: {why[0]}", flush=True)
+    shipped = "cov_thr6_exp_all"  # configs/demo/dph_f.yaml's coverage, which amendment 1's part B ran
+    # DPH-JS's shipped coverage anchors the correct samples only, every candidate all of them: its recorded runs never match
+    ran = sorted(label for label in study.done_labels() if label.split("/")[0] == "dph_js" or (label.split("/")[0] == "dph_f" and name != shipped))
+    if ran:
+        raise SystemExit(f"part A chose {name}, but {len(ran)} DPH runs of part B are recorded at their shipped coverage ("
+                         f"amendment 1): the Study would skip them as done. Move their records out of {study.metrics} first.")  # fmt: skip
+    study.run(study3_robust_jobs(dph_flags))
+    study.run(study3_sweep_jobs(dph_flags))
+    study.run(wallclock_jobs(study, dph_flags, seeds=STUDY3_SEEDS, methods=slower_than_grpo(study), warm=STUDY3_WARM))
+
+
+def cell(values: list[float], digits: int = 3, signed: bool = False) -> str:
+    """``mean ± 95% CI (worst)``, the worst being the lowest value; ``signed``: differences, shown with their sign."""
+    if not values:
+        return "–"
+    sign = "+" if signed else ""
+    m, h = mean(values), ci(values)
+    if len(values) < 2:
+        return f"{m:{sign}.{digits}f}"
+    return f"{m:{sign}.{digits}f} ± {h:.{digits}f} ({min(values):{sign}.{digits}f})"
+
+
+STUDY3_COLUMNS = [(f"val/{HELD_OUT}/pass@1", "held-out pass@1", 3), (f"val/{HELD_OUT}/pass@16", "held-out pass@16", 3),
+                  (f"val/{HELD_OUT}/pass@32", "held-out pass@32", 3), (f"val/{HELD_OUT}/distinct_correct_answers", "distinct correct", 2),
+                  (f"val/{OOD}/pass@1", "OOD addition pass@1", 3)]  # fmt: skip
+
+
+def paired(by: dict, variant: str, key: str, against: str = "grpo") -> list[float]:
+    """``variant`` − ``against`` on the same base × seed, for every pair that has ``key``."""
+    other = {tuple(r["label"].split("/")[1:]): r for r in by.get(against, [])}
+    return [r[key] - o[key] for r in by.get(variant, []) if (o := other.get(tuple(r["label"].split("/")[1:]))) and key in r and key in o]
+
+
+def equal_compute_table(by: dict, variants: list[str]) -> list[str]:
+    lines = ["| method | runs | " + " | ".join(name for _, name, _ in STUDY3_COLUMNS) + " |", "|---|---|" + "---|" * len(STUDY3_COLUMNS)]
+    for v in variants:
+        rs = by.get(v, [])
+        if rs:
+            cells = [cell([r[key] for r in rs if key in r], d) for key, _, d in STUDY3_COLUMNS]
+            lines.append(f"| {NAMES.get(v, 'base (200-step warm start)' if v == STUDY3_BASE else f'`{v}`')} | {len(rs)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def paired_table(by: dict, variants: list[str]) -> list[str]:
+    lines = ["| method − GRPO | pairs | " + " | ".join(f"Δ {name}" for _, name, _ in STUDY3_COLUMNS) + " |", "|---|---|" + "---|" * len(STUDY3_COLUMNS)]
+    for v in variants:
+        ds = [paired(by, v, key) for key, _, _ in STUDY3_COLUMNS]
+        if ds[0]:
+            lines.append(f"| {NAMES.get(v, v)} | {len(ds[0])} | " + " | ".join(cell(d, digits, signed=True) for d, (_, _, digits) in zip(ds, STUDY3_COLUMNS)) + " |")
+    return lines
+
+
+def identical_to_grpo(by: dict) -> list[str]:
+    """A note for each method whose every paired difference to GRPO is exactly 0: its term never acted in these runs."""
+    same = [m for m in STUDY3_METHODS[1:] if (ds := [d for key, _, _ in STUDY3_COLUMNS for d in paired(by, m, key)]) and not any(ds)]
+    return [f"\n{NAMES[m]}'s runs equal GRPO's on every number above, run for run: what it adds to GRPO never acted in "
+            "these runs (for adaptive entropy: the coefficient starts at 0 and moves only while the entropy is below the target)."
+            for m in same]  # fmt: skip
+
+
+def seconds_table(study: Study, by: dict, rerun: list[str], blocks: list[tuple[str, str]] | None = None) -> list[str]:
+    """Training seconds per step of each method (``blocks``: only the runs of these base × seed blocks)."""
+    times = {label: t for label, t in study.times().items() if blocks is None or tuple(label.split("/")[1:]) in blocks}
+    grpo = step_seconds(times, "grpo")
+    lines = ["| method | runs | median s/step, base 0 | s/step, all runs | ratio to GRPO (base-0 medians) | equal wall-clock rerun (part D) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for m in STUDY3_METHODS:
+        b0, every = step_seconds(times, m), step_seconds(times, m, bases=tuple(f"b{b}" for b in STUDY3_BASES))
+        if b0:
+            ratio = f"{statistics.median(b0) / statistics.median(grpo):.2f}" if grpo else "–"
+            lines.append(f"| {NAMES[m]} | {len(every)} | {statistics.median(b0):.3f} | {fmt(every, 3)} | {ratio} | "
+                         f"{'yes' if m in rerun else 'no'} |")  # fmt: skip
+    return lines
+
+
+def wallclock_view(study: Study, by: dict) -> list[str]:
+    """Part D: each rerun method at GRPO's training seconds, beside GRPO's base-0 runs, with the paired differences."""
+    times = study.times()
+    variants = sorted(v for v in by if "_time" in v and v.split("_time")[0] in STUDY3_METHODS)
+    lines = ["| run | runs | training seconds | steps | held-out pass@1 | held-out pass@16 | OOD addition pass@1 | "
+             "Δ pass@1 vs GRPO | Δ pass@16 vs GRPO |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for v in ["grpo", *variants]:
+        rs = [r for r in by[v] if r["label"].split("/")[1] == "b0"]
+        ts = [times[r["label"]] for r in rs if r["label"] in times]
+        d1, d16 = ["–", "–"] if v == "grpo" else [cell(paired(by, v, f"val/{HELD_OUT}/pass@{k}"), signed=True) for k in (1, 16)]
+        name = "GRPO (base 0, 160 steps)" if v == "grpo" else f"{NAMES[v.split('_time')[0]]} at {v.split('_time')[1]}"
+        lines.append(f"| {name} | {len(rs)} | {fmt([t['train_seconds'] for t in ts], 0)} | {fmt([t['steps'] for t in ts], 0)} | "
+                     f"{cell([r[f'val/{HELD_OUT}/pass@1'] for r in rs])} | {cell([r[f'val/{HELD_OUT}/pass@16'] for r in rs])} | "
+                     f"{cell([r[f'val/{OOD}/pass@1'] for r in rs])} | {d1} | {d16} |")  # fmt: skip
+    return lines
+
+
+def sweep_table(by: dict) -> list[str]:
+    """Part C beside its middle point: base 0 only (the shipped value: mean ± CI over its seeds; the others: seed 0)."""
+    lines = ["| method | knob | value | runs (base 0) | held-out pass@1 | held-out pass@16 | OOD addition pass@1 |", "|---|---|---|---|---|---|---|"]
+    for m in (m for m in STUDY3_METHODS if KNOBS[m][1]):
+        for v in sweep_variants(m):
+            rs = [r for r in by.get(v, []) if r["label"].split("/")[1] == "b0"]
+            value = f"{KNOBS[m][1][0]} (shipped)" if v == m else v[len(m) + 1 :]
+            if rs:
+                lines.append(f"| {NAMES[m]} | {KNOB_NAMES[m]} | {value} | "
+                             f"{len(rs)} | {fmt([r[f'val/{HELD_OUT}/pass@1'] for r in rs])} | {fmt([r[f'val/{HELD_OUT}/pass@16'] for r in rs])} | "
+                             f"{fmt([r[f'val/{OOD}/pass@1'] for r in rs])} |")  # fmt: skip
+    return lines
+
+
+def coverage_sizes(pass_counts: list[int], n: int, candidates: dict[str, list[str]] = COVERAGE) -> list[str]:
+    """|D_pef|, anchor samples and RL prompts of each candidate, from the base's cached pass counts (of ``n``)."""
+    lines = ["| candidate | threshold | train_split | D_pef prompts | anchor samples (all) | RL prompts |", "|---|---|---|---|---|---|"]
+    for name, flags in candidates.items():
+        opts = dict(f[2:].split("=", 1) for f in flags)
+        t, split = int(opts["data.cache.perfect_threshold"]), opts["data.cache.train_split"]
+        pef = sum(c >= t for c in pass_counts)
+        lines.append(f"| `{name}` | {t} | {split} | {pef} of {len(pass_counts)} | {pef * n} | {len(pass_counts) - pef if split == 'exp' else len(pass_counts)} |")
+    return lines
+
+
+def study3_pareto_plot(by: dict, out: Path, blocks: str = "2 bases × 3 seeds") -> None:
+    """Left: each method's sweep on base 0 (a line); right: part B's 6-run means; both with 95% CIs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    styles = {NAMES[m]: {"color": plt.cm.tab20(i % 20), "marker": "osD^vP"[i % 6]} for i, m in enumerate(STUDY3_METHODS)}
+    styles["base"] = {"color": "black"}
+    fig, axes = plt.subplots(1, 2, figsize=(17, 7))
+    sweeps = [("base", [STUDY3_BASE]), *[(NAMES[m], sweep_variants(m)) for m in STUDY3_METHODS]]
+    pareto_curves(axes[0], by, sweeps, HELD_OUT, stars=("base",), styles=styles)
+    swept = any(v in by for m in STUDY3_METHODS for v in sweep_variants(m) if v != m)
+    runs = len([r for r in by.get("grpo", []) if r["label"].split("/")[1] == "b0"])
+    axes[0].set_title(f"base 0: each method over its knob (shipped value: mean ± 95% CI over {runs} seeds; others: seed 0)" if swept
+                      else f"base 0 only: each method's shipped setting, mean ± 95% CI over {runs} seeds (no sweeps: part C not run)",
+                      fontsize=9)  # fmt: skip
+    robust = [("base", [STUDY3_BASE]), *[(NAMES[m], [m]) for m in STUDY3_METHODS]]
+    pareto_curves(axes[1], by, robust, HELD_OUT, bases=tuple(f"b{b}" for b in STUDY3_BASES), stars=("base",), styles=styles)
+    axes[1].set_title(f"equal compute: every method's shipped setting, {blocks} (mean ± 95% CI)", fontsize=9)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.suptitle("held-out countdown pass@1 vs pass@16 (study 3: 200-step warm start, lr 1e-4, 160 steps)")
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+LEAK_NOTE = ("Study 1 (`study_plan.md`, `study_budget.md`) warm-started its base 1 with `--seed 1`, which also drew the countdown split "
+             "and the held-out additions from seed 1, while the data files hold out seed 0's: that base had trained on ~90% of "
+             "`countdown_val` and most of `addition_val`. Its base-1 results, and so its 6-run means, are superseded by this study, "
+             "whose two bases both hold out exactly the data files' prompts (`data_seed` 0); study 1's base-0 runs are unaffected by "
+             "the leak but ran in the old regime (450-step warm start, lr 2e-4, 120 steps).")  # fmt: skip
+
+
+def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure: Path = RESULTS / "study3_pareto.png") -> None:
+    """benchmarks/results/study3.md (+ its figure), the content study3_plan.md declares.
+
+    Part B reads only the base × seed blocks where every method finished (amendment 1); the runs of a
+    block the deadline cut are listed and left out of every table.
+    """
+    by, times = group(study.records()), study.times()
+    blocks = complete_blocks(by)
+    cut = sorted(r["label"] for v in (*STUDY3_METHODS, STUDY3_BASE) for r in by.get(v, []) if block_of(r) not in blocks)
+    by = {v: [r for r in rs if v not in (*STUDY3_METHODS, STUDY3_BASE) or block_of(r) in blocks] for v, rs in by.items()}
+    shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
+    deadline = study.work / "deadline.txt"
+    seconds = study.work / "seconds.txt"
+    sections = ["# Study 3: every method side by side in the regime where GRPO clearly raises pass@1\n",
+                "Plan, rule and expected directions committed before these runs: [`study3_plan.md`](study3_plan.md). Command: "
+                "`python benchmarks/diversity_collapse.py --preset study3`; every record in `" + _shown(study.metrics) + "`, each run's "
+                "`lit-rlvr` commands in `" + _shown(study.work / "logs") + "`"
+                + (" (wall time of the script, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")" if seconds.exists() else "")
+                + ". Bases: 200-step warm starts, seeds 0 and 1, both holding out the data files' prompts; every run 160 steps of "
+                "16 prompts × 16 samples at lr 1e-4, validated at 32 samples per prompt with rollout seed 1000 + its RL seed. "
+                "Mean ± 95% t-interval over runs, the worst (lowest) run in brackets.\n",
+                "**Study 1's base-1 data leak.** " + LEAK_NOTE + "\n"]  # fmt: skip
+    if deadline.exists():
+        sections += ["**Amendment 1 (a run bounded by the clock; study3_plan.md).** "
+                     f"{deadline.read_text().splitlines()[0]}; part A not run (DPH-F and DPH-JS at their shipped coverage), parts C "
+                     f"and D not run. Part B's complete base × seed blocks: {shown} ({len(blocks)}); the runs of the blocks the "
+                     f"deadline cut, left out of every table: {', '.join(f'`{c}`' for c in cut) or 'none'}; "
+                     f"{sum(1 for line in deadline.read_text().splitlines() if line.startswith('not started'))} planned runs not started.\n"]  # fmt: skip
+    rerun = sorted({v.split("_time")[0] for v in by if "_time" in v})
+    if any(n in by for n in COVERAGE):
+        name, flags, why = choose_dph(study, COVERAGE, STUDY3_BASE)
+        sections += ["## A. DPH's coverage, re-chosen on the selection split (`countdown_select` only)\n",
+                     "Rule (study 1's): the highest mean selection pass@16 among candidates whose mean selection pass@1 ≥ base 0's "
+                     "(same validation seeds) + 0.04; else the highest pass@1 + pass@16. DPH-F, η 1, base 0 × RL seeds 0, 1.\n",
+                     *why[1:], f"\n**Chosen: `{name}`** — {why[0]}. Its coverage is DPH-F's and DPH-JS's below: "
+                     f"`{' '.join(f for f in flags if not f.startswith('--model.anchor.coef'))}`.\n"]  # fmt: skip
+        cache = study.base_dir(0, warm=STUDY3_WARM) / "ref_cache"
+        if (cache / "manifest.json").exists():
+            from lit_rlvr.cache.reader import ReferenceCache
+
+            ref = ReferenceCache(cache, verify="size")
+            sections += ["What each candidate anchors and trains on (base 0's cache, 8 samples per training prompt):\n",
+                         *coverage_sizes(ref.pass_counts.tolist(), ref.n), ""]  # fmt: skip
+        sections += ["Their held-out results (not read by the rule):\n", *equal_compute_table(by, list(COVERAGE))]
+    else:
+        cache = study.base_dir(0, warm=STUDY3_WARM) / "ref_cache"
+        sections += ["## A. DPH's coverage: not re-chosen (amendment 1)\n",
+                     "DPH-F and DPH-JS run at their shipped coverage (threshold 6, `train_split` exp). What it anchors and trains on "
+                     "(base 0's cache, 8 samples per training prompt; DPH-JS anchors only the correct ones among these):\n"]  # fmt: skip
+        if (cache / "manifest.json").exists():
+            from lit_rlvr.cache.reader import ReferenceCache
+
+            ref = ReferenceCache(cache, verify="size")
+            sections += [*coverage_sizes(ref.pass_counts.tolist(), ref.n, {"cov_thr6_exp_all (shipped DPH-F)": COVERAGE["cov_thr6_exp_all"]}), ""]
+    if "grpo" in by:
+        study3_pareto_plot(by, figure, f"base × seed blocks {shown}")
+        sections += [f"\n## The pass@1–pass@16 picture\n\n![study 3]({figure.name})\n",
+                     f"\n## B. Equal compute: every method at its shipped setting, 160 steps, blocks (base, seed) {shown}\n",
+                     *equal_compute_table(by, [STUDY3_BASE, *STUDY3_METHODS]),
+                     "\n### Paired differences against GRPO (same base × seed)\n", *paired_table(by, list(STUDY3_METHODS[1:])),
+                     *identical_to_grpo(by),
+                     "\n### Expected directions (pre-registered: study3_plan.md, `EXPECTED`) and what was seen\n",
+                     "`+`/`−`: the 95% CI of the paired difference lies above/below 0; `=`: it contains 0. "
+                     + (f"With {len(blocks)} pairs the interval's t is {T95[len(blocks) - 1]}: a `=` there can be a lack of power, "
+                        "not evidence of no difference.\n" if 2 <= len(blocks) <= 10 else "\n"),
+                     *[expectation_check(by, m, k) for m in STUDY3_METHODS[1:] for k in (1, 16)],
+                     "\n### Training seconds per step (the training loop's time over its optimizer steps)\n",
+                     "Measured on a 2-core machine that other sessions may share; two jobs ran at a time.\n",
+                     *seconds_table(study, by, rerun, blocks)]  # fmt: skip
+        g1, g16 = [deltas(by["grpo"], {tuple(r["label"].split("/")[1:]): r for r in by.get(STUDY3_BASE, [])}, f"val/{HELD_OUT}/pass@{k}") for k in (1, 16)]
+        sections += ["\nSupplementary, not a criterion (a replication of study 2's confirmation on RL seeds 0–2): GRPO's held-out "
+                     f"Δpass@1 over its own base {cell(g1, signed=True)}, Δpass@16 {cell(g16, signed=True)} over {len(g1)} runs."]  # fmt: skip
+    if rerun:
+        sections += ["\n## D. Equal wall-clock: the methods slower per step than GRPO by more than 10%, stopped at GRPO's median "
+                     "training seconds (base 0 × RL seeds 0, 1, 2)\n", *wallclock_view(study, by)]  # fmt: skip
+    if any(v in by for m in STUDY3_METHODS for v in sweep_variants(m) if v != m):
+        sections += ["\n## C. Sweeps of each method's main knob (base 0)\n", *sweep_table(by)]
+    firsts = {}
+    for r in study.records():
+        firsts.setdefault(r["label"].split("/")[0], r["label"])
+    sections += ["\n## Commands\n", "Each variant's first run (the others differ only in `--model.policy.path`, the seeds and the output "
+                 "paths); every run's `lit-rlvr fit` and `validate` lines are in its log:\n",
+                 *fit_commands(study, [label for v, label in firsts.items() if not v.startswith("base")])]  # fmt: skip
+    body = "\n".join(sections) + "\n"
+    out.write_text(body)
+    print(body)
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -705,14 +1153,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="study",
                         choices=["study", "budget", "quick", "ablation", "robust", "pareto", "wallclock", "sql", "methods", "regime",
-                                 "regime_confirm"])  # fmt: skip
-    parser.add_argument("--work", type=Path, default=None, help="work folder (default artifacts/study; artifacts/study2 for the regime presets)")
+                                 "regime_confirm", "study3"])  # fmt: skip
+    parser.add_argument("--work", type=Path, default=None,
+                        help="work folder (default artifacts/study; artifacts/study2 for the regime presets, artifacts/study3 for study3)")  # fmt: skip
     parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
+    parser.add_argument("--pause-file", type=Path, default=None, help="while this file exists no new job starts (running ones finish)")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--deadline", type=lambda v: datetime.fromisoformat(v).replace(tzinfo=timezone.utc), default=None,
+                        help="study3: amendment 1 of study3_plan.md — no job starts after this UTC time (e.g. 2026-12-03T13:25); "
+                             "no part A, part B block by block, no parts C and D")  # fmt: skip
     args = parser.parse_args()
     regime = args.preset.startswith("regime")
-    study = Study(args.work or ROOT / "artifacts" / ("study2" if regime else "study"), args.slots)
+    folder = "study2" if regime else "study3" if args.preset == "study3" else "study"
+    study = Study(args.work or ROOT / "artifacts" / folder, args.slots, pause=args.pause_file, deadline=args.deadline)
     t0 = time.perf_counter()
+    if args.preset == "study3":
+        if not args.report_only:
+            run_study3_amended(study) if args.deadline else run_study3(study)
+            with (study.work / "seconds.txt").open("a") as f:
+                f.write(f"{args.preset} {time.perf_counter() - t0:.0f}\n")
+        write_study3_report(study)
+        return
     if regime:
         if not args.report_only:
             run_regime(study, args.preset)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +54,7 @@ def test_rule_without_a_qualifying_configuration_takes_the_best_sum(tmp_path):
 def test_methods_preset_runs_every_method_config_against_grpo_with_its_knob_swept():
     jobs = dc.methods_jobs()
     configs = {p.stem for p in (Path(__file__).resolve().parents[2] / "configs" / "demo").glob("*.yaml")}
-    assert set(dc.METHODS) <= configs and set(dc.METHODS) == set(dc.EXPECTED)
+    assert set(dc.METHODS) <= configs and set(dc.METHODS) <= set(dc.EXPECTED)  # EXPECTED also holds the baselines (study 3)
     labels = {j.label for j in jobs}
     assert len(labels) == len(jobs)
     for method in ("grpo", *dc.METHODS):  # every method at its config's setting on 2 bases × 3 seeds
@@ -149,3 +151,184 @@ def test_regime_report_lists_every_run_the_choice_and_the_criterion(tmp_path):
     assert "**Chosen: `ws200`**" in text and "**Acceptance criterion MET: held-out Δpass@1 0.140 ± " in text
     assert "| `confirm_ws200/b1/s5` | 0.200 → 0.350 (+0.150) |" in text and "| `ws200/b0/s1` | 0.200 → 0.350 (+0.150) |" in text
     assert "- `ws200/b0/s0`: `lit-rlvr fit --config configs/demo/grpo.yaml --seed_everything=0`" in text
+
+
+# ---------------------------------------------------------------------------- study 3: every method in study 2's regime
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "demo"
+CHOSEN = dc.COVERAGE["cov_thr4_exp_all"]
+
+
+def test_study3_jobs_run_every_method_on_ws200_bases_for_160_steps_with_parts_a_b_c():
+    coverage, robust, sweeps = dc.coverage_jobs(), dc.study3_robust_jobs(CHOSEN), dc.study3_sweep_jobs(CHOSEN)
+    jobs = coverage + robust + sweeps
+    assert all(j.warm == "ws200" and j.steps == 160 for j in jobs)
+    assert len({j.label for j in jobs}) == len(jobs) == 4 * 2 + 17 * 6 + 15 * 2
+    assert {j.label for j in coverage} == {f"{n}/b0/s{s}" for n in dc.COVERAGE for s in (0, 1)}
+    assert {m for m in dc.STUDY3_METHODS} <= {p.stem for p in CONFIGS.glob("*.yaml")} and set(dc.STUDY3_METHODS[1:]) <= set(dc.EXPECTED)
+    assert {j.label for j in robust} == {f"{m}/b{b}/s{s}" for m in dc.STUDY3_METHODS for b in (0, 1) for s in (0, 1, 2)}
+    assert [j.method for j in robust[:17]] == list(dc.STUDY3_METHODS) and robust[17].seed == 1  # base, seed, method: methods interleaved
+    flags = {j.method: j.overrides for j in robust}
+    assert flags["dph_f"] == CHOSEN and flags["dph_js"] == CHOSEN[:3] and flags["grpo"] == flags["nsr"] == []  # JS keeps its own η
+    assert all((j.base_seed, j.seed) == (0, 0) for j in sweeps) and {"grpo_5e-5", "passk_then_pass1_120", "unlikeliness_0.1"} <= {j.variant for j in sweeps}
+    assert next(j for j in sweeps if j.variant == "dph_js_8.0").overrides == [*CHOSEN[:3], "--model.anchor.coef=8.0"]
+    assert not any(j.variant.startswith(("psr", "nsr")) for j in sweeps)
+
+
+@pytest.mark.parametrize("method", sorted(dc.BASELINE_KNOBS))
+def test_each_baseline_knob_value_parses_and_reaches_its_option_through_the_study_command(method, print_config, tmp_path):
+    """The flags go through the Study's own fit command (the job's flags before its timer callback)."""
+    study = dc.Study(tmp_path)
+    flags, values = dc.KNOBS[method]
+
+    def config(value: str | None) -> dict:
+        args = study.fit_args(dc.Job(method, method, 0, 0, flags(value) if value else [], steps=160, warm="ws200"))
+        return print_config(*args)
+
+    swept, shipped, default = config(values[1]), config(values[0]), config(None)
+    text = json.dumps(swept)
+    assert values[1] in text or str(float(values[1])) in text
+    assert shipped["model"] == default["model"] and shipped["trainer"]["callbacks"] == default["trainer"]["callbacks"]
+    assert swept["trainer"]["callbacks"][-1]["class_path"] == "diversity_collapse.FitTimer"
+
+
+def test_the_switch_step_of_passk_then_pass1_reaches_its_schedule(print_config, tmp_path):
+    args = dc.Study(tmp_path).fit_args(dc.Job("passk_then_pass1_40", "passk_then_pass1", 0, 0, dc.KNOBS["passk_then_pass1"][0]("40")))
+    schedule = print_config(*args)["trainer"]["callbacks"][0]
+    assert schedule["class_path"] == "lit_rlvr.callbacks.AdvantageSchedule"
+    assert [p["start_step"] for p in schedule["init_args"]["phases"]] == [0, 40]
+
+
+def full(label: str, p1: float, p16: float, ood: float = 0.05, distinct: float = 2.0) -> dict:
+    """A validation record on the three sets (selection = held-out here)."""
+    out = {"label": label, f"val/{dc.OOD}/pass@1": ood, f"val/{dc.HELD_OUT}/distinct_correct_answers": distinct}
+    for s in (dc.SELECT, dc.HELD_OUT):
+        out |= {f"val/{s}/pass@1": p1, f"val/{s}/pass@16": p16, f"val/{s}/pass@32": min(1.0, p16 + 0.05)}
+    return out
+
+
+def test_study3_coverage_rule_reads_the_ws200_base_validated_with_the_candidates_seeds(tmp_path):
+    a, b, c, d = dc.COVERAGE
+    records = [full(f"base_ws200/b0/s{s}", 0.16, 0.84) for s in (0, 1)] + [full("base_ws200/b0/s2", 0.50, 0.84)]  # s2: part B's, ignored
+    records += [full(f"{a}/b0/s{s}", 0.22, 0.80) for s in (0, 1)] + [full(f"{b}/b0/s{s}", 0.21, 0.83) for s in (0, 1)]
+    records += [full(f"{c}/b0/s{s}", 0.19, 0.90) for s in (0, 1)] + [full(f"{d}/b0/s{s}", 0.20, 0.81) for s in (0, 1)]
+    name, flags, why = dc.choose_dph(study_with(tmp_path, records), dc.COVERAGE, dc.STUDY3_BASE)
+    assert name == b and flags == dc.COVERAGE[b]  # c has the best pass@16 but gains 0.03 only
+    assert "base 0.160" in why[0]
+
+
+def timings(study: dc.Study, seconds: dict[str, float], steps: int = 160) -> None:
+    study.timings.write_text("".join(json.dumps({"label": label, "train_seconds": t, "steps": steps}) + "\n" for label, t in seconds.items()))
+
+
+def test_part_d_reruns_the_methods_slower_than_grpo_by_more_than_10_percent_at_grpos_median_seconds(tmp_path):
+    study = dc.Study(tmp_path)
+    timings(study, {**{f"grpo/b0/s{s}": t for s, t in enumerate((100.0, 120.0, 110.0))}, "grpo/b1/s0": 900.0,
+                    **{f"rkl/b0/s{s}": t for s, t in enumerate((130.0, 125.0, 140.0))},  # median 130 > 1.1 × 110
+                    **{f"dph_f/b0/s{s}": t for s, t in enumerate((118.0, 121.0, 119.0))},  # 120 < 121: not rerun
+                    "dapo/b1/s0": 999.0})  # fmt: skip
+    assert dc.slower_than_grpo(study) == ["rkl"]
+    jobs = dc.wallclock_jobs(study, CHOSEN, methods=dc.slower_than_grpo(study), warm="ws200")
+    assert [j.label for j in jobs] == [f"rkl_time110s/b0/s{s}" for s in (0, 1, 2)]
+    assert all(j.warm == "ws200" and j.steps == 100_000 and j.overrides == ["--trainer.max_time=00:00:01:50"] for j in jobs)
+    assert dc.wallclock_jobs(study, CHOSEN, methods=("dph_f",))[0].overrides[:4] == CHOSEN  # study 1's call is unchanged
+
+
+def test_study3_report_tables_expectations_and_views_on_hand_made_records(tmp_path):
+    records = [full(f"base_ws200/b{b}/s{s}", 0.15, 0.80) for b in (0, 1) for s in (0, 1, 2)]
+    records += [full(f"{n}/b0/s{s}", 0.25, 0.80) for n in dc.COVERAGE for s in (0, 1)]
+    for m in dc.STUDY3_METHODS:
+        up = {"grpo": 0.0, "dph_f": 0.10, "psr": -0.05}.get(m, 0.0)
+        records += [full(f"{m}/b{b}/s{s}", 0.25 + 0.01 * s, 0.70 + up + 0.01 * b, ood=0.04) for b in (0, 1) for s in (0, 1, 2)]
+    records += [full("grpo_5e-5/b0/s0", 0.20, 0.78), full("rkl_time110s/b0/s0", 0.24, 0.75), full("rkl_time110s/b0/s1", 0.25, 0.76)]
+    study = study_with(tmp_path / "work", records)
+    timings(study, {r["label"]: 110.0 + 40 * r["label"].startswith("rkl") for r in records if not r["label"].startswith("base")})
+    dc.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
+    text = (tmp_path / "study3.md").read_text()
+    assert (tmp_path / "study3.png").stat().st_size > 0 and "Study 1 (`study_plan.md`" in text
+    assert "**Chosen: `cov_thr6_exp_all`**" in text  # all candidates tie: the first, by the rule's order
+    assert "| DPH-F | 6 | 0.260 ± 0.009 (0.250) | 0.805 ± 0.006 (0.800) |" in text
+    assert "| DPH-F | 6 | +0.000 ± 0.000 (+0.000) | +0.100 ± 0.000 (+0.100) |" in text  # paired on base × seed
+    assert "- dph_f pass@16 − GRPO: 0.100 ± 0.000 over 6 paired runs (worst +0.100); expected +, seen +: MET" in text
+    assert "- psr pass@16 − GRPO: -0.050 ± 0.000 over 6 paired runs (worst -0.050); expected -, seen -: MET" in text
+    assert "- rkl pass@1 − GRPO: 0.000 ± 0.000 over 6 paired runs (worst +0.000); expected -, seen =: MISS" in text
+    assert "| RKL | 6 | 0.938 | 0.938 ± 0.000 | 1.36 | yes |" in text and "| GRPO | 6 | 0.688 |" in text
+    assert "| RKL at 110s | 2 | 150 ± 0 | 160 ± 0 | 0.245 ± 0.064 (0.240) |" in text and "| -0.010 ± 0.000 (-0.010) | +0.055 ± 0.064 (+0.050) |" in text
+    assert "| GRPO | lr | 5e-5 | 1 | 0.200 | 0.780 | 0.050 |" in text and "| GRPO | lr | 1e-4 (shipped) | 3 |" in text
+    assert "GRPO's held-out Δpass@1 over its own base +0.110 ± 0.009 (+0.100)" in text
+
+
+def test_the_coverage_table_counts_d_pef_anchor_samples_and_rl_prompts():
+    lines = dc.coverage_sizes([0, 1, 2, 4, 6, 8, 3, 2], n=8)
+    assert "| `cov_thr6_exp_all` | 6 | exp | 2 of 8 | 16 | 6 |" in lines
+    assert "| `cov_thr2_exp_all` | 2 | exp | 6 of 8 | 48 | 2 |" in lines and "| `cov_thr4_all_all` | 4 | all | 3 of 8 | 24 | 8 |" in lines
+
+
+def test_no_new_job_starts_while_the_pause_file_exists(tmp_path):
+    pause, ran = tmp_path / "PAUSE", []
+    pause.touch()
+    study = dc.Study(tmp_path / "work", slots=1, pause=pause, poll=0.02)
+    worker = threading.Thread(target=study.parallel, args=([lambda: ran.append(1)],))
+    worker.start()
+    time.sleep(0.2)
+    assert ran == [] and worker.is_alive()
+    pause.unlink()
+    worker.join(timeout=5)
+    assert ran == [1] and not worker.is_alive()
+
+
+def test_no_job_starts_after_the_deadline_and_the_skipped_are_named(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    ran = []
+    study = dc.Study(tmp_path / "work", slots=1, deadline=datetime.now(timezone.utc) + timedelta(hours=1))
+    study.parallel([dc._labelled(lambda: ran.append("a"), "grpo/b0/s0")])
+    study.deadline = datetime.now(timezone.utc) - timedelta(seconds=1)
+    study.parallel([dc._labelled(lambda: ran.append("b"), "grpo/b1/s0"), dc._labelled(lambda: ran.append("c"), "dapo/b1/s0")])
+    assert ran == ["a"] and study.skipped == ["grpo/b1/s0", "dapo/b1/s0"]
+
+
+def test_amendment_1_runs_part_b_block_by_block_and_the_report_reads_complete_blocks_only(tmp_path, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    records = [full(f"base_ws200/b{b}/s0", 0.15, 0.80) for b in (0, 1)]
+    records += [full(f"{m}/b0/s0", 0.25, 0.70 + 0.1 * (m == "dph_f")) for m in dc.STUDY3_METHODS]
+    records += [full("grpo/b1/s0", 0.99, 0.99), full("dapo/b1/s0", 0.99, 0.99)]  # a block the deadline cut
+    study = study_with(tmp_path / "work", records)
+    study.deadline = datetime.now(timezone.utc) - timedelta(seconds=1)
+    ran = []
+    monkeypatch.setattr(study, "prepare", lambda **kw: ran.append("prepare"))
+    monkeypatch.setattr(study, "run", lambda jobs: ran.append([j.label for j in jobs]))
+    dc.run_study3_amended(study)
+    assert ran == ["prepare"]  # past the deadline: no block starts
+    assert len(study.skipped) == 6 * 17 - 17 - 2 and study.skipped[0] == "rkl/b1/s0"  # b0/s0 is done, b1/s0 half
+    assert dc.complete_blocks(dc.group(study.records())) == [("b0", "s0")]
+    timings(study, {r["label"]: 100.0 for r in records if not r["label"].startswith("base")})
+    dc.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
+    text = (tmp_path / "study3.md").read_text()
+    assert "**Amendment 1" in text and "complete base × seed blocks: (b0, s0) (1)" in text
+    assert "`base_ws200/b1/s0`, `dapo/b1/s0`, `grpo/b1/s0`" in text and "83 planned runs not started" in text
+    assert "| GRPO | 1 | 0.250 |" in text and "0.990" not in text  # the cut block's runs are in no table
+    assert "## A. DPH's coverage: not re-chosen (amendment 1)" in text and "Chosen:" not in text
+    assert "- dph_f pass@16 − GRPO: 0.100 over 1 paired runs" in text
+
+
+def test_a_method_equal_to_grpo_run_for_run_is_named_as_never_acting():
+    by = dc.group([full(f"{m}/b0/s{s}", 0.2 + 0.01 * s, 0.7 + 0.05 * (m == "dph_f")) for m in ("grpo", "dph_f", "entropy_adaptive") for s in (0, 1)])
+    (line,) = dc.identical_to_grpo(by)
+    assert line.startswith("\nadaptive entropy's runs equal GRPO's on every number above, run for run")
+
+
+def test_the_full_plan_refuses_to_skip_dph_runs_recorded_at_another_coverage(tmp_path, monkeypatch):
+    study = study_with(tmp_path / "work", [full("dph_js/b0/s0", 0.2, 0.8), full("grpo/b0/s0", 0.2, 0.7)])
+    ran = []
+    monkeypatch.setattr(study, "prepare", lambda **kw: None)
+    monkeypatch.setattr(study, "run", lambda jobs: ran.append(len(jobs)))
+    monkeypatch.setattr(dc, "choose_dph", lambda *a: ("cov_thr6_exp_all", dc.COVERAGE["cov_thr6_exp_all"], ["why"]))
+    with pytest.raises(SystemExit, match="1 DPH runs of part B are recorded at their shipped coverage"):
+        dc.run_study3(study)
+    study.metrics.write_text(json.dumps(full("dph_f/b0/s0", 0.2, 0.8)) + "\n")  # DPH-F at the shipped coverage, chosen again: kept
+    monkeypatch.setattr(dc, "slower_than_grpo", lambda study: [])
+    monkeypatch.setattr(dc, "wallclock_jobs", lambda *a, **k: [])
+    dc.run_study3(study)
+    assert ran[-3:] == [len(dc.STUDY3_METHODS) * 6, len(dc.study3_sweep_jobs([])), 0]
