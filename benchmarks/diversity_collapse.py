@@ -920,6 +920,7 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
     by = {v: [r for r in rs if v not in (*STUDY3_METHODS, STUDY3_BASE) or block_of(r) in blocks] for v, rs in by.items()}
     shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
     deadline = study.work / "deadline.txt"
+    deadline_lines = deadline.read_text().splitlines() if deadline.exists() else []
     seconds = study.work / "seconds.txt"
     sections = ["# Study 3: every method side by side in the regime where GRPO clearly raises pass@1\n",
                 "Plan, rule and expected directions committed before these runs: [`study3_plan.md`](study3_plan.md). Command: "
@@ -930,13 +931,21 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                 "16 prompts × 16 samples at lr 1e-4, validated at 32 samples per prompt with rollout seed 1000 + its RL seed. "
                 "Mean ± 95% t-interval over runs, the worst (lowest) run in brackets.\n",
                 "**Study 1's base-1 data leak.** " + LEAK_NOTE + "\n"]  # fmt: skip
-    if deadline.exists():
+    if deadline_lines:
         sections += ["**Amendment 1 (a run bounded by the clock; study3_plan.md).** "
-                     f"{deadline.read_text().splitlines()[0]}; part A not run (DPH-F and DPH-JS at their shipped coverage), parts C "
+                     f"{deadline_lines[0]}; part A not run (DPH-F and DPH-JS at their shipped coverage), parts C "
                      f"and D not run. Part B's complete base × seed blocks: {shown} ({len(blocks)}); the runs of the blocks the "
                      f"deadline cut, left out of every table: {', '.join(f'`{c}`' for c in cut) or 'none'}; "
-                     f"{sum(1 for line in deadline.read_text().splitlines() if line.startswith('not started'))} planned runs not started.\n"]  # fmt: skip
+                     f"{sum(1 for line in deadline_lines if line.startswith('not started'))} planned runs not started.\n"]  # fmt: skip
     rerun = sorted({v.split("_time")[0] for v in by if "_time" in v})
+    cache = study.base_dir(0, warm=STUDY3_WARM) / "ref_cache"
+    if (cache / "manifest.json").exists():
+        from lit_rlvr.cache.reader import ReferenceCache
+
+        ref = ReferenceCache(cache, verify="size")
+        pass_counts, n_cached = ref.pass_counts.tolist(), ref.n
+    else:
+        pass_counts = None
     if any(n in by for n in COVERAGE):
         name, flags, why = choose_dph(study, COVERAGE, STUDY3_BASE)
         sections += ["## A. DPH's coverage, re-chosen on the selection split (`countdown_select` only)\n",
@@ -944,24 +953,16 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                      "(same validation seeds) + 0.04; else the highest pass@1 + pass@16. DPH-F, η 1, base 0 × RL seeds 0, 1.\n",
                      *why[1:], f"\n**Chosen: `{name}`** — {why[0]}. Its coverage is DPH-F's and DPH-JS's below: "
                      f"`{' '.join(f for f in flags if not f.startswith('--model.anchor.coef'))}`.\n"]  # fmt: skip
-        cache = study.base_dir(0, warm=STUDY3_WARM) / "ref_cache"
-        if (cache / "manifest.json").exists():
-            from lit_rlvr.cache.reader import ReferenceCache
-
-            ref = ReferenceCache(cache, verify="size")
+        if pass_counts is not None:
             sections += ["What each candidate anchors and trains on (base 0's cache, 8 samples per training prompt):\n",
-                         *coverage_sizes(ref.pass_counts.tolist(), ref.n), ""]  # fmt: skip
+                         *coverage_sizes(pass_counts, n_cached), ""]  # fmt: skip
         sections += ["Their held-out results (not read by the rule):\n", *equal_compute_table(by, list(COVERAGE))]
     else:
-        cache = study.base_dir(0, warm=STUDY3_WARM) / "ref_cache"
         sections += ["## A. DPH's coverage: not re-chosen (amendment 1)\n",
                      "DPH-F and DPH-JS run at their shipped coverage (threshold 6, `train_split` exp). What it anchors and trains on "
                      "(base 0's cache, 8 samples per training prompt; DPH-JS anchors only the correct ones among these):\n"]  # fmt: skip
-        if (cache / "manifest.json").exists():
-            from lit_rlvr.cache.reader import ReferenceCache
-
-            ref = ReferenceCache(cache, verify="size")
-            sections += [*coverage_sizes(ref.pass_counts.tolist(), ref.n, {"cov_thr6_exp_all (shipped DPH-F)": COVERAGE["cov_thr6_exp_all"]}), ""]
+        if pass_counts is not None:
+            sections += [*coverage_sizes(pass_counts, n_cached, {"cov_thr6_exp_all (shipped DPH-F)": COVERAGE["cov_thr6_exp_all"]}), ""]
     if "grpo" in by:
         study3_pareto_plot(by, figure, f"base × seed blocks {shown}")
         sections += [f"\n## The pass@1–pass@16 picture\n\n![study 3]({figure.name})\n",
