@@ -737,6 +737,28 @@ def run_study3_amended(study: Study) -> None:
                                               + "".join(f"not started: {label}\n" for label in study.skipped))  # fmt: skip
 
 
+# study3_plan.md, amendment 2: after part B's remaining blocks, part C method by method in this order
+# (the library's two methods first, then the plan's table order), DPH at its shipped coverage (no part A)
+STUDY3_SWEEP_ORDER = ("dph_f", "dph_js", "passk", "passk_combined", "passk_then_pass1", "grpo", "dapo", "rkl", "clip_cov", "kl_cov",
+                      "forking_tokens", "entropy_bonus", "entropy_adaptive", "w_reinforce", "unlikeliness")  # fmt: skip
+
+
+def run_study3_amendment2(study: Study) -> None:
+    """Amendment 2 of study3_plan.md: part B's blocks as amendment 1, then part C method by method, until the deadline."""
+    study.prepare(base_seeds=list(STUDY3_BASES), sql_seeds=[], warms=(STUDY3_WARM,))
+    sweeps = study3_sweep_jobs([])
+    groups = [study3_robust_jobs([], bases=(b,), seeds=(s,)) for b, s in STUDY3_BLOCKS]
+    groups += [[j for j in sweeps if j.method == m] for m in STUDY3_SWEEP_ORDER]
+    for jobs in groups:
+        if study.past_deadline():
+            done = study.done_labels()
+            study.skipped += [j.label for j in jobs if j.label not in done]
+            continue
+        study.run(jobs)
+    (study.work / "deadline.txt").write_text(f"deadline {study.deadline.isoformat() if study.deadline else 'none'}\namendment 2\n"
+                                              + "".join(f"not started: {label}\n" for label in study.skipped))  # fmt: skip
+
+
 def block_of(record: dict) -> tuple[str, str]:
     """(base, seed) of a record's label ``variant/b<base>/s<seed>``."""
     _, b, s = record["label"].split("/")
@@ -931,7 +953,20 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                 "16 prompts × 16 samples at lr 1e-4, validated at 32 samples per prompt with rollout seed 1000 + its RL seed. "
                 "Mean ± 95% t-interval over runs, the worst (lowest) run in brackets.\n",
                 "**Study 1's base-1 data leak.** " + LEAK_NOTE + "\n"]  # fmt: skip
-    if deadline_lines:
+    if deadline_lines[1:2] == ["amendment 2"]:
+        sweeps = [j.label for j in study3_sweep_jobs([])]
+        done = sum(1 for v in by for r in by[v] if r["label"] in sweeps)
+        sections += ["**Amendments 1 and 2 (runs bounded by the clock; study3_plan.md).** Amendment 1 (deadline "
+                     "2026-12-03T13:25) ran part B block by block; amendment 2 ("
+                     f"{deadline_lines[0]}) completed its blocks in the same order, then ran part C (base 0 × RL seed 0) method "
+                     f"by method in the order {', '.join(NAMES[m] for m in STUDY3_SWEEP_ORDER)}: {done} of {len(sweeps)} sweep runs "
+                     "finished. Part A not run (DPH-F and DPH-JS at their shipped coverage in parts B and C), part D not run. "
+                     f"Part B's complete base × seed blocks: {shown} ({len(blocks)}); the runs of blocks the deadline cut, left out "
+                     f"of every table: {', '.join(f'`{c}`' for c in cut) or 'none'}; "
+                     f"{sum(1 for line in deadline_lines if line.startswith('not started'))} planned runs not started"
+                     + (": " + ", ".join(f"`{line.split(': ', 1)[1]}`" for line in deadline_lines if line.startswith("not started"))
+                        if any(line.startswith("not started") for line in deadline_lines) else "") + ".\n"]  # fmt: skip
+    elif deadline_lines:
         sections += ["**Amendment 1 (a run bounded by the clock; study3_plan.md).** "
                      f"{deadline_lines[0]}; part A not run (DPH-F and DPH-JS at their shipped coverage), parts C "
                      f"and D not run. Part B's complete base × seed blocks: {shown} ({len(blocks)}); the runs of the blocks the "
@@ -1160,6 +1195,8 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
     parser.add_argument("--pause-file", type=Path, default=None, help="while this file exists no new job starts (running ones finish)")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--amendment", type=int, choices=[1, 2], default=1,
+                        help="study3 with --deadline: which amendment of study3_plan.md governs the run (2: part B's blocks, then part C)")
     parser.add_argument("--deadline", type=lambda v: datetime.fromisoformat(v).replace(tzinfo=timezone.utc), default=None,
                         help="study3: amendment 1 of study3_plan.md — no job starts after this UTC time (e.g. 2026-12-03T13:25); "
                              "no part A, part B block by block, no parts C and D")  # fmt: skip
@@ -1170,7 +1207,7 @@ def main() -> None:
     t0 = time.perf_counter()
     if args.preset == "study3":
         if not args.report_only:
-            run_study3_amended(study) if args.deadline else run_study3(study)
+            (run_study3_amendment2 if args.amendment == 2 else run_study3_amended)(study) if args.deadline else run_study3(study)
             with (study.work / "seconds.txt").open("a") as f:
                 f.write(f"{args.preset} {time.perf_counter() - t0:.0f}\n")
         write_study3_report(study)

@@ -332,3 +332,33 @@ def test_the_full_plan_refuses_to_skip_dph_runs_recorded_at_another_coverage(tmp
     monkeypatch.setattr(dc, "wallclock_jobs", lambda *a, **k: [])
     dc.run_study3(study)
     assert ran[-3:] == [len(dc.STUDY3_METHODS) * 6, len(dc.study3_sweep_jobs([])), 0]
+
+
+def test_amendment_2_completes_part_b_then_sweeps_method_by_method_dph_first_until_the_deadline(tmp_path, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    records = [full(f"base_ws200/b{b}/s{s}", 0.15, 0.80) for b in (0, 1) for s in (0, 1, 2)]
+    records += [full(f"{m}/b{b}/s{s}", 0.25, 0.70) for m in dc.STUDY3_METHODS for b in (0, 1) for s in (0, 1, 2)]
+    study = study_with(tmp_path / "work", records)
+    study.deadline = datetime.now(timezone.utc) + timedelta(hours=1)
+    ran = []
+    monkeypatch.setattr(study, "prepare", lambda **kw: None)
+
+    def run(jobs):  # each group records its runs; the deadline passes after DPH-F's sweep
+        ran.append([j.label for j in jobs])
+        with study.metrics.open("a") as f:
+            f.writelines(json.dumps(full(j.label, 0.2, 0.8)) + "\n" for j in jobs if j.variant != j.method)
+        if len(ran) == len(dc.STUDY3_BLOCKS) + 1:
+            study.deadline = datetime.now(timezone.utc) - timedelta(seconds=1)
+
+    monkeypatch.setattr(study, "run", run)
+    dc.run_study3_amendment2(study)
+    assert len(ran) == 7 and all(len(g) == 17 for g in ran[:6])  # part B's blocks first (the Study skips the recorded)
+    assert ran[6] == ["dph_f_0.5/b0/s0", "dph_f_2.0/b0/s0"]
+    assert study.skipped[:2] == ["dph_js_2.0/b0/s0", "dph_js_8.0/b0/s0"] and len(study.skipped) == 30 - 2
+    assert all(not any(f.startswith("--data.cache") for f in j.overrides) for j in dc.study3_sweep_jobs([]))  # shipped coverage
+    timings(study, {r["label"]: 100.0 for r in study.records() if not r["label"].startswith("base")})
+    dc.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
+    text = (tmp_path / "study3.md").read_text()
+    assert "**Amendments 1 and 2" in text and "2 of 30 sweep runs finished" in text and "28 planned runs not started: `dph_js_2.0/b0/s0`" in text
+    assert "(b0, s2), (b1, s2) (6)" in text and "| DPH-F | η | 0.5 | 1 | 0.200 | 0.800 |" in text
