@@ -853,6 +853,13 @@ def seconds_table(study: Study, by: dict, rerun: list[str], blocks: list[tuple[s
     return lines
 
 
+def load_notes(study: Study) -> list[str]:
+    """``load_notes.txt`` of the work folder, written by whoever ran other work on the machine during the study:
+    which runs shared the cores with it (their seconds are not comparable with the others')."""
+    path = study.work / "load_notes.txt"
+    return ["", *(f"Load: {line}" for line in path.read_text().splitlines() if line.strip())] if path.exists() else []
+
+
 def wallclock_view(study: Study, by: dict) -> list[str]:
     """Part D: each rerun method at GRPO's training seconds, beside GRPO's base-0 runs, with the paired differences."""
     times = study.times()
@@ -881,6 +888,18 @@ def sweep_table(by: dict) -> list[str]:
                 lines.append(f"| {NAMES[m]} | {KNOB_NAMES[m]} | {value} | "
                              f"{len(rs)} | {fmt([r[f'val/{HELD_OUT}/pass@1'] for r in rs])} | {fmt([r[f'val/{HELD_OUT}/pass@16'] for r in rs])} | "
                              f"{fmt([r[f'val/{OOD}/pass@1'] for r in rs])} |")  # fmt: skip
+    return lines
+
+
+def inert_knobs(by: dict) -> list[str]:
+    """A note for each swept knob whose seed-0 runs on base 0 gave the same numbers at every value: it never acted."""
+    keys = [key for key, _, _ in STUDY3_COLUMNS]
+    lines = []
+    for m in (m for m in STUDY3_METHODS if KNOBS[m][1]):
+        runs = [next((r for r in by.get(v, []) if r["label"] == f"{v}/b0/s0"), None) for v in sweep_variants(m)]
+        if len(runs) > 2 and all(runs) and all([r.get(k) for k in keys] == [runs[0].get(k) for k in keys] for r in runs):
+            lines.append(f"\n{NAMES[m]}'s {KNOB_NAMES[m]} gave the same numbers at {', '.join(KNOBS[m][1])} (base 0, seed 0), "
+                         "run for run: the knob never acted in these runs.")  # fmt: skip
     return lines
 
 
@@ -1012,7 +1031,7 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                      *[expectation_check(by, m, k) for m in STUDY3_METHODS[1:] for k in (1, 16)],
                      "\n### Training seconds per step (the training loop's time over its optimizer steps)\n",
                      "Measured on a 2-core machine that other sessions may share; two jobs ran at a time.\n",
-                     *seconds_table(study, by, rerun, blocks)]  # fmt: skip
+                     *seconds_table(study, by, rerun, blocks), *load_notes(study)]  # fmt: skip
         g1, g16 = [deltas(by["grpo"], {tuple(r["label"].split("/")[1:]): r for r in by.get(STUDY3_BASE, [])}, f"val/{HELD_OUT}/pass@{k}") for k in (1, 16)]
         sections += ["\nSupplementary, not a criterion (a replication of study 2's confirmation on RL seeds 0–2): GRPO's held-out "
                      f"Δpass@1 over its own base {cell(g1, signed=True)}, Δpass@16 {cell(g16, signed=True)} over {len(g1)} runs."]  # fmt: skip
@@ -1020,7 +1039,7 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
         sections += ["\n## D. Equal wall-clock: the methods slower per step than GRPO by more than 10%, stopped at GRPO's median "
                      "training seconds (base 0 × RL seeds 0, 1, 2)\n", *wallclock_view(study, by)]  # fmt: skip
     if any(v in by for m in STUDY3_METHODS for v in sweep_variants(m) if v != m):
-        sections += ["\n## C. Sweeps of each method's main knob (base 0)\n", *sweep_table(by)]
+        sections += ["\n## C. Sweeps of each method's main knob (base 0)\n", *sweep_table(by), *inert_knobs(by)]
     firsts = {}
     for r in study.records():
         firsts.setdefault(r["label"].split("/")[0], r["label"])
@@ -1185,7 +1204,7 @@ def wallclock_table(by: dict, study: Study) -> list[str]:
 # ---------------------------------------------------------------------------- main
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="study",
                         choices=["study", "budget", "quick", "ablation", "robust", "pareto", "wallclock", "sql", "methods", "regime",
@@ -1200,7 +1219,11 @@ def main() -> None:
     parser.add_argument("--deadline", type=lambda v: datetime.fromisoformat(v).replace(tzinfo=timezone.utc), default=None,
                         help="study3: amendment 1 of study3_plan.md — no job starts after this UTC time (e.g. 2026-12-03T13:25); "
                              "no part A, part B block by block, no parts C and D")  # fmt: skip
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     regime = args.preset.startswith("regime")
     folder = "study2" if regime else "study3" if args.preset == "study3" else "study"
     study = Study(args.work or ROOT / "artifacts" / folder, args.slots, pause=args.pause_file, deadline=args.deadline)

@@ -362,3 +362,27 @@ def test_amendment_2_completes_part_b_then_sweeps_method_by_method_dph_first_unt
     text = (tmp_path / "study3.md").read_text()
     assert "**Amendments 1 and 2" in text and "2 of 30 sweep runs finished" in text and "28 planned runs not started: `dph_js_2.0/b0/s0`" in text
     assert "(b0, s2), (b1, s2) (6)" in text and "| DPH-F | η | 0.5 | 1 | 0.200 | 0.800 |" in text
+
+
+def test_a_swept_knob_that_gave_the_same_numbers_at_every_value_is_named_and_load_notes_are_shown(tmp_path):
+    by = dc.group([full("dapo/b0/s0", 0.25, 0.71), full("dapo_0.2/b0/s0", 0.25, 0.71), full("dapo_0.4/b0/s0", 0.25, 0.71),
+                   full("rkl/b0/s0", 0.25, 0.71), full("rkl_0.01/b0/s0", 0.26, 0.71), full("rkl_0.2/b0/s0", 0.25, 0.71),
+                   full("grpo/b0/s0", 0.2, 0.7), full("grpo_5e-5/b0/s0", 0.2, 0.7)])  # GRPO's 2e-4 missing: not named
+    (line,) = dc.inert_knobs(by)
+    assert line == "\nDAPO's clip_high gave the same numbers at 0.28, 0.2, 0.4 (base 0, seed 0), run for run: the knob never acted in these runs."
+    study = dc.Study(tmp_path)
+    assert dc.load_notes(study) == []
+    (tmp_path / "load_notes.txt").write_text("from 14:15 the tests ran too\n\n")
+    assert dc.load_notes(study) == ["", "Load: from 14:15 the tests ran too"]
+
+
+def test_the_readmes_study_commands_parse():
+    import re
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    commands = re.findall(r"`python benchmarks/diversity_collapse.py ([^`]*)`", readme)
+    assert any("--amendment 2" in c for c in commands), commands
+    for command in commands:
+        args = dc.parse_args(shlex.split(command))
+        assert args.preset in ("study3", "regime", "regime_confirm", "methods", "study", "budget") and (args.deadline is None or args.preset == "study3")
