@@ -15,8 +15,12 @@ SHARED_DATA = Path(os.environ.get("LIT_RLVR_DATA", REPO_ROOT.parent / "shared" /
 
 
 def pytest_collection_modifyitems(config, items):
-    """The multi-process and vLLM tests (``slow``) first: with one worker per core, the long ones
-    then overlap each other and the many short ones fill the gaps, instead of ending the run alone."""
+    """The multi-process and vLLM tests (``slow``) first. pytest-xdist's ``worksteal`` scheduler sends
+    each worker a contiguous block of the collection first, so they all land in worker 0's block and
+    run one after the other while the other worker runs the short tests; stealing takes a block's
+    tail. That is what we want: two vLLM tests at once (each pins its OpenMP threads to the same
+    cores) took twice as long each — spreading the slow tests over both workers made the suite
+    11 min 7 s instead of 9 min 15 s (measured 2026-12-03, quiet machine)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -69,25 +69,28 @@ def test_fsdp2_weight_stream_gathers_one_parameter_at_a_time(tmp_path):
 UNEVEN = SCRIPT.with_name("uneven_ranks_step.py")
 
 
-def run_uneven(model_dir, out: Path, strategy: str, case: str) -> list[dict]:
+def run_uneven(model_dir, out: Path, strategy: str, cases: tuple[str, ...]) -> dict[str, list[dict]]:
+    """Each case's rank files (one launch runs every case: the ranks start once)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, str(UNEVEN), str(model_dir), str(out), strategy, case],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=out.parent)  # fmt: skip
+    proc = subprocess.run([sys.executable, str(UNEVEN), str(model_dir), str(out), strategy, ",".join(cases)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=out.parent)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(1 if strategy == "single" else 2)]
+    return {case: [json.loads(Path(f"{out}.{case}.rank{r}").read_text()) for r in range(1 if strategy == "single" else 2)] for case in cases}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("case", ["tokens", "dropped"])
-def test_uneven_ranks_take_the_global_batchs_step(tiny_model_dir, tmp_path, case):
+def test_uneven_ranks_take_the_global_batchs_step(tiny_model_dir, tmp_path):
     """Ranks with different token counts and micro-batch counts (``tokens``), or one rank with no row
     left after dynamic sampling (``dropped``): DDP and FSDP2 end the step (nobody waits in a
-    collective) with the update of one process on the whole global batch (token-mean over all ranks)."""
-    (single,) = run_uneven(tiny_model_dir, tmp_path / "single", "single", case)
+    collective) with the update of one process on the whole global batch (token-mean over all ranks).
+    Both cases run in the same launch of each strategy, one after the other."""
+    cases = ("tokens", "dropped")
+    single = run_uneven(tiny_model_dir, tmp_path / "single", "single", cases)
     for strategy in ("ddp", "fsdp2"):
-        ranks = run_uneven(tiny_model_dir, tmp_path / strategy, strategy, case)
-        assert all(r["steps"] == 1 for r in ranks)
-        for name, values in single["params"].items():
-            for r in ranks:
-                assert r["params"][name] == pytest.approx(values, abs=1e-5), (strategy, name)
+        per_case = run_uneven(tiny_model_dir, tmp_path / strategy, strategy, cases)
+        for case, ranks in per_case.items():
+            assert all(r["steps"] == 1 for r in ranks), case
+            for name, values in single[case][0]["params"].items():
+                for r in ranks:
+                    assert r["params"][name] == pytest.approx(values, abs=1e-5), (strategy, case, name)

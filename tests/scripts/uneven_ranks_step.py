@@ -1,12 +1,14 @@
 """One RLVRModule step where each rank holds a different, unevenly sized half of a global batch.
 
-    python uneven_ranks_step.py MODEL_DIR OUT_JSON STRATEGY CASE      # STRATEGY: single | ddp | fsdp2
+    python uneven_ranks_step.py MODEL_DIR OUT_JSON STRATEGY CASES     # STRATEGY: single | ddp | fsdp2; CASES: tokens,dropped
 
 CASE ``tokens``: rank 1's completions are much longer, so the ranks differ in tokens and, under a
 token budget, in micro-batch count. CASE ``dropped``: with dynamic sampling every group of rank
 0 has equal rewards, so rank 0 has no row to learn from while rank 1 has. ``single`` runs the
 whole global batch in one process. Rank 0 writes the parameters after the step, so a test can
 check that the ranks' averaged gradient is the global batch's (and that no rank waits forever).
+Several cases run one after the other in the same processes (one launch, one process group), each
+with a fresh module and Trainer, each writing ``OUT_JSON.<case>.rank<r>``.
 """
 
 from __future__ import annotations
@@ -51,11 +53,10 @@ def batch(tokenizer, case: str, prompts: range) -> TrainBatch:
     return TrainBatch(rows, [prompt_ids[i] for i in prompts], rollouts=rollouts)
 
 
-def main(model_dir: str, out: str, strategy: str, case: str) -> None:
-    torch.set_num_threads(1)
-    REWARDS.register("seven")(contains_seven)
+def step(model_dir: str, out: str, strategy: str, case: str) -> None:
     devices = 1 if strategy == "single" else 2
     rank = int(os.environ.get("LOCAL_RANK", 0))
+    torch.manual_seed(0)
     module = RLVRModule(PolicyOptions(model_dir), sampling=SamplingParams(n=4, max_new_tokens=24), batching=BatchingOptions(micro_batch_tokens=96, padding_free=False), scoring=ScoringOptions(workers=0), max_grad_norm=None, dynamic_sampling=case == "dropped", optimizer=lambda p: torch.optim.SGD(p, lr=0.5))  # fmt: skip
     strategies = {"single": "auto", "ddp": "ddp", "fsdp2": ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)}
     trainer = Trainer(max_steps=1, accelerator="cpu", devices=devices, strategy=strategies[strategy], logger=False,
@@ -68,8 +69,15 @@ def main(model_dir: str, out: str, strategy: str, case: str) -> None:
     for name, p in module.policy.named_parameters():
         full = p.full_tensor() if hasattr(p, "full_tensor") else p  # DTensor under FSDP2
         params[name] = full.detach().flatten()[:64].tolist()
-    with open(f"{out}.rank{trainer.global_rank}", "w") as f:
+    with open(f"{out}.{case}.rank{trainer.global_rank}", "w") as f:
         json.dump({"rank": trainer.global_rank, "params": params, "steps": trainer.global_step}, f)
+
+
+def main(model_dir: str, out: str, strategy: str, cases: str) -> None:
+    torch.set_num_threads(1)
+    REWARDS.register("seven")(contains_seven)
+    for case in cases.split(","):
+        step(model_dir, out, strategy, case)
 
 
 if __name__ == "__main__":
