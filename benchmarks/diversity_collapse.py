@@ -723,18 +723,24 @@ def slower_than_grpo(study: Study, methods=STUDY3_METHODS, margin: float = STUDY
 STUDY3_BLOCKS = ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2))
 
 
-def run_study3_amended(study: Study) -> None:
-    """Amendment 1 of study3_plan.md: no part A (the shipped DPH coverage), part B block by block until the deadline."""
-    study.prepare(base_seeds=list(STUDY3_BASES), sql_seeds=[], warms=(STUDY3_WARM,))
-    for b, s in STUDY3_BLOCKS:
-        jobs = study3_robust_jobs([], bases=(b,), seeds=(s,))
+def run_until_deadline(study: Study, groups: list[list[Job]], amendment: str = "") -> None:
+    """Run ``groups`` in order; once the deadline has passed, none starts and their unrecorded runs are
+    named in ``deadline.txt`` (after the deadline and the ``amendment`` line, when given)."""
+    for jobs in groups:
         if study.past_deadline():
             done = study.done_labels()
             study.skipped += [j.label for j in jobs if j.label not in done]
             continue
         study.run(jobs)
     (study.work / "deadline.txt").write_text(f"deadline {study.deadline.isoformat() if study.deadline else 'none'}\n"
+                                              + (f"{amendment}\n" if amendment else "")
                                               + "".join(f"not started: {label}\n" for label in study.skipped))  # fmt: skip
+
+
+def run_study3_amended(study: Study) -> None:
+    """Amendment 1 of study3_plan.md: no part A (the shipped DPH coverage), part B block by block until the deadline."""
+    study.prepare(base_seeds=list(STUDY3_BASES), sql_seeds=[], warms=(STUDY3_WARM,))
+    run_until_deadline(study, [study3_robust_jobs([], bases=(b,), seeds=(s,)) for b, s in STUDY3_BLOCKS])
 
 
 # study3_plan.md, amendment 2: after part B's remaining blocks, part C method by method in this order
@@ -749,14 +755,7 @@ def run_study3_amendment2(study: Study) -> None:
     sweeps = study3_sweep_jobs([])
     groups = [study3_robust_jobs([], bases=(b,), seeds=(s,)) for b, s in STUDY3_BLOCKS]
     groups += [[j for j in sweeps if j.method == m] for m in STUDY3_SWEEP_ORDER]
-    for jobs in groups:
-        if study.past_deadline():
-            done = study.done_labels()
-            study.skipped += [j.label for j in jobs if j.label not in done]
-            continue
-        study.run(jobs)
-    (study.work / "deadline.txt").write_text(f"deadline {study.deadline.isoformat() if study.deadline else 'none'}\namendment 2\n"
-                                              + "".join(f"not started: {label}\n" for label in study.skipped))  # fmt: skip
+    run_until_deadline(study, groups, "amendment 2")
 
 
 def block_of(record: dict) -> tuple[str, str]:
@@ -972,8 +971,9 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                 "16 prompts × 16 samples at lr 1e-4, validated at 32 samples per prompt with rollout seed 1000 + its RL seed. "
                 "Mean ± 95% t-interval over runs, the worst (lowest) run in brackets.\n",
                 "**Study 1's base-1 data leak.** " + LEAK_NOTE + "\n"]  # fmt: skip
+    not_started = [line.split(": ", 1)[1] for line in deadline_lines if line.startswith("not started: ")]
     if deadline_lines[1:2] == ["amendment 2"]:
-        sweeps = [j.label for j in study3_sweep_jobs([])]
+        sweeps = {j.label for j in study3_sweep_jobs([])}
         done = sum(1 for v in by for r in by[v] if r["label"] in sweeps)
         sections += ["**Amendments 1 and 2 (runs bounded by the clock; study3_plan.md).** Amendment 1 (deadline "
                      "2026-12-03T13:25) ran part B block by block; amendment 2 ("
@@ -982,15 +982,14 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                      "finished. Part A not run (DPH-F and DPH-JS at their shipped coverage in parts B and C), part D not run. "
                      f"Part B's complete base × seed blocks: {shown} ({len(blocks)}); the runs of blocks the deadline cut, left out "
                      f"of every table: {', '.join(f'`{c}`' for c in cut) or 'none'}; "
-                     f"{sum(1 for line in deadline_lines if line.startswith('not started'))} planned runs not started"
-                     + (": " + ", ".join(f"`{line.split(': ', 1)[1]}`" for line in deadline_lines if line.startswith("not started"))
-                        if any(line.startswith("not started") for line in deadline_lines) else "") + ".\n"]  # fmt: skip
+                     f"{len(not_started)} planned runs not started"
+                     + (": " + ", ".join(f"`{label}`" for label in not_started) if not_started else "") + ".\n"]  # fmt: skip
     elif deadline_lines:
         sections += ["**Amendment 1 (a run bounded by the clock; study3_plan.md).** "
                      f"{deadline_lines[0]}; part A not run (DPH-F and DPH-JS at their shipped coverage), parts C "
                      f"and D not run. Part B's complete base × seed blocks: {shown} ({len(blocks)}); the runs of the blocks the "
                      f"deadline cut, left out of every table: {', '.join(f'`{c}`' for c in cut) or 'none'}; "
-                     f"{sum(1 for line in deadline_lines if line.startswith('not started'))} planned runs not started.\n"]  # fmt: skip
+                     f"{len(not_started)} planned runs not started.\n"]  # fmt: skip
     rerun = sorted({v.split("_time")[0] for v in by if "_time" in v})
     cache = study.base_dir(0, warm=STUDY3_WARM) / "ref_cache"
     if (cache / "manifest.json").exists():
