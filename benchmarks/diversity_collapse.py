@@ -353,13 +353,18 @@ def ablation_jobs(seeds=(0, 1), names=tuple(ABLATION)) -> list[Job]:
     return [Job(name, "dph_f", 0, s, ABLATION[name]) for name in names for s in seeds]
 
 
-def choose_dph(study: Study, candidates: dict[str, list[str]] = ABLATION, base: str = "base") -> tuple[str, list[str], list[str]]:
+def choose_dph(study: Study, candidates: dict[str, list[str]] = ABLATION, base: str = "base",
+               blocks: set[tuple[str, str]] | None = None) -> tuple[str, list[str], list[str]]:
     """The written-down rule (module docstring), on the selection split only; returns (name, flags, reasons).
 
     ``candidates``: name → flags (study 1's ``ABLATION``; study 3's ``COVERAGE``); ``base``: the
-    variant under which their base's validations are recorded (``base_ws200`` for study 3).
+    variant under which their base's validations are recorded (``base_ws200`` for study 3);
+    ``blocks``: only the candidates' runs on these (base, seed) blocks count (study 3's part A: base 0 ×
+    seeds 0, 1 — amendment 3 extends the chosen candidate to every block afterwards).
     """
     by = group(study.records())
+    if blocks is not None:
+        by = {v: [r for r in rs if v not in candidates or block_of(r) in blocks] for v, rs in by.items()}
     # the base's validations with the candidates' seeds only ("base 0, same validation seeds"): the
     # robust part validates base 0 with more seeds, which must not move the threshold afterwards
     seeds = {r["label"].split("/")[2] for name in candidates for r in by.get(name, [])}
@@ -682,6 +687,9 @@ COVERAGE = {
 STUDY3_METHODS = ("grpo", "dapo", "rkl", "dph_f", "dph_js", "passk", "passk_combined", "passk_then_pass1", *METHODS)
 
 
+STUDY3_PART_A = {("b0", "s0"), ("b0", "s1")}  # part A's base × seed blocks, the only runs its rule reads
+
+
 def coverage_jobs(seeds=(0, 1)) -> list[Job]:
     """Part A: DPH-F with each coverage candidate on base 0 of the 200-step warm start."""
     return [Job(name, "dph_f", 0, s, flags, steps=STUDY3_STEPS, warm=STUDY3_WARM) for name, flags in COVERAGE.items() for s in seeds]
@@ -709,14 +717,19 @@ def step_seconds(times: dict[str, dict], variant: str, bases=("b0",)) -> list[fl
             if label.split("/")[0] == variant and label.split("/")[1] in bases and t["steps"]]  # fmt: skip
 
 
-def slower_than_grpo(study: Study, methods=STUDY3_METHODS, margin: float = STUDY3_WALLCLOCK_MARGIN) -> list[str]:
-    """Part D's methods: median training seconds per step on base 0 above GRPO's by more than ``margin``."""
+def slower_than_grpo(study: Study, methods=STUDY3_METHODS, margin: float = STUDY3_WALLCLOCK_MARGIN, stat=statistics.median,
+                     bases=("b0",)) -> list[str]:
+    """Part D's methods: ``stat`` of the training seconds per step on ``bases`` above GRPO's by more than ``margin``.
+
+    The plan reads the median of base 0's runs; amendment 3 the fastest (``stat=min``) of every part-B
+    run (``bases=("b0", "b1")``), since interference from other work on the machine only adds time.
+    """
     times = study.times()
-    grpo = step_seconds(times, "grpo")
+    grpo = step_seconds(times, "grpo", bases)
     if not grpo:
-        raise RuntimeError("part D needs part B's GRPO runs on base 0 first")
-    limit = (1 + margin) * statistics.median(grpo)
-    return [m for m in methods if m != "grpo" and (x := step_seconds(times, m)) and statistics.median(x) > limit]
+        raise RuntimeError("part D needs part B's GRPO runs first")
+    limit = (1 + margin) * stat(grpo)
+    return [m for m in methods if m != "grpo" and (x := step_seconds(times, m, bases)) and stat(x) > limit]
 
 
 # study3_plan.md, amendment 1 (a run bounded by a deadline): part B in base × seed blocks, in this order
@@ -758,6 +771,35 @@ def run_study3_amendment2(study: Study) -> None:
     run_until_deadline(study, groups, "amendment 2")
 
 
+STUDY3_SHIPPED_COVERAGE = "cov_thr6_exp_all"  # configs/demo/dph_f.yaml's coverage, which amendments 1 and 2 ran
+
+
+def chosen_coverage_jobs(name: str, dph_flags: list[str]) -> tuple[list[Job], list[Job]]:
+    """Amendment 3's steps 4 and 5: DPH-F at part A's chosen coverage on every part-B block (its variant is
+    the candidate's name, whose base-0 seeds 0 and 1 are part A's runs; none when the shipped coverage
+    was chosen), and DPH-JS at that coverage (η its own) as ``dph_js_<candidate>``."""
+    dph_f = [] if name == STUDY3_SHIPPED_COVERAGE else [Job(name, "dph_f", b, s, list(dph_flags), steps=STUDY3_STEPS, warm=STUDY3_WARM)
+                                                        for b, s in STUDY3_BLOCKS]  # fmt: skip
+    dph_js = [Job(f"dph_js_{name}", "dph_js", b, s, method_flags("dph_js", dph_flags), steps=STUDY3_STEPS, warm=STUDY3_WARM)
+              for b, s in STUDY3_BLOCKS]  # fmt: skip
+    return dph_f, dph_js
+
+
+def run_study3_amendment3(study: Study) -> None:
+    """Amendment 3 of study3_plan.md: part A and its rule, unlikeliness's two sweep runs, part D (methods by
+    their fastest part-B run), DPH-F then DPH-JS at the chosen coverage — until the deadline."""
+    study.prepare(base_seeds=list(STUDY3_BASES), sql_seeds=[], warms=(STUDY3_WARM,))
+    run_until_deadline(study, [coverage_jobs()], "amendment 3")
+    name, dph_flags, why = choose_dph(study, COVERAGE, STUDY3_BASE, STUDY3_PART_A)
+    print(f"part A chose {name}: {why[0]}", flush=True)
+    slower = slower_than_grpo(study, stat=min, bases=tuple(f"b{b}" for b in STUDY3_BASES))
+    print(f"part D re-runs {', '.join(slower) or 'none'}", flush=True)
+    dph_f, dph_js = chosen_coverage_jobs(name, dph_flags)
+    groups = [[j for j in study3_sweep_jobs([]) if j.method == "unlikeliness"],
+              wallclock_jobs(study, dph_flags, seeds=STUDY3_SEEDS, methods=slower, warm=STUDY3_WARM), dph_f, dph_js]  # fmt: skip
+    run_until_deadline(study, groups, "amendment 3")
+
+
 def block_of(record: dict) -> tuple[str, str]:
     """(base, seed) of a record's label ``variant/b<base>/s<seed>``."""
     _, b, s = record["label"].split("/")
@@ -775,9 +817,9 @@ def run_study3(study: Study) -> None:
     """Parts A–D of study3_plan.md, in order; the Study skips every run already recorded."""
     study.prepare(base_seeds=list(STUDY3_BASES), sql_seeds=[], warms=(STUDY3_WARM,))
     study.run(coverage_jobs())
-    name, dph_flags, why = choose_dph(study, COVERAGE, STUDY3_BASE)
+    name, dph_flags, why = choose_dph(study, COVERAGE, STUDY3_BASE, STUDY3_PART_A)
     print(f"part A chose {name}: {why[0]}", flush=True)
-    shipped = "cov_thr6_exp_all"  # configs/demo/dph_f.yaml's coverage, which amendment 1's part B ran
+    shipped = STUDY3_SHIPPED_COVERAGE
     # DPH-JS's shipped coverage anchors the correct samples only, every candidate all of them: its recorded runs never match
     ran = sorted(label for label in study.done_labels() if label.split("/")[0] == "dph_js" or (label.split("/")[0] == "dph_f" and name != shipped))
     if ran:
@@ -835,6 +877,28 @@ def identical_to_grpo(by: dict) -> list[str]:
     return [f"\n{NAMES[m]}'s runs equal GRPO's on every number above, run for run: what it adds to GRPO never acted in "
             "these runs (for adaptive entropy: the coefficient starts at 0 and moves only while the entropy is below the target)."
             for m in same]  # fmt: skip
+
+
+def reproduced(by: dict) -> list[str]:
+    """Part A's shipped candidate has part B's DPH-F flags on the same base and seeds: do its runs equal them digit for digit?"""
+    pairs = [(r, o) for r in by.get(STUDY3_SHIPPED_COVERAGE, []) for o in by.get("dph_f", []) if o["label"].split("/")[1:] == r["label"].split("/")[1:]]
+    if not pairs:
+        return []
+    keys = [key for key, _, _ in STUDY3_COLUMNS]
+    same = [r["label"].split("/", 1)[1] for r, o in pairs if all(r.get(k) == o.get(k) for k in keys)]
+    return [f"\n`{STUDY3_SHIPPED_COVERAGE}` has part B's DPH-F flags: {len(same)} of its {len(pairs)} runs equal part B's DPH-F run "
+            f"on the same base × seed on every number above ({', '.join(same) or 'none'})."]  # fmt: skip
+
+
+def chosen_rows(by: dict, table: str) -> list[str]:
+    """Amendment 3's DPH runs at part A's chosen coverage (the candidate's variant, ``dph_js_<candidate>``), below part B's tables."""
+    variants = [v for v in by if v in COVERAGE and len(by[v]) > 2 or v.startswith("dph_js_cov_")]
+    if not variants:
+        return []
+    head = ("\nAt part A's chosen coverage (amendment 3; DPH-F under the candidate's name, DPH-JS as `dph_js_<candidate>`), "
+            "on the blocks each has:\n")  # fmt: skip
+    rows = equal_compute_table(by, variants) if table == "equal" else paired_table(by, variants)
+    return [head, *rows]
 
 
 def seconds_table(study: Study, by: dict, rerun: list[str], blocks: list[tuple[str, str]] | None = None) -> list[str]:
@@ -972,7 +1036,19 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                 "Mean ± 95% t-interval over runs, the worst (lowest) run in brackets.\n",
                 "**Study 1's base-1 data leak.** " + LEAK_NOTE + "\n"]  # fmt: skip
     not_started = [line.split(": ", 1)[1] for line in deadline_lines if line.startswith("not started: ")]
-    if deadline_lines[1:2] == ["amendment 2"]:
+    if deadline_lines[1:2] == ["amendment 3"]:
+        sweeps = {j.label for j in study3_sweep_jobs([])}
+        done = sum(1 for v in by for r in by[v] if r["label"] in sweeps)
+        sections += ["**Amendments 1, 2 and 3 (runs bounded by the clock; study3_plan.md).** Amendment 1 (deadline "
+                     "2026-12-03T13:25) ran part B block by block; amendment 2 (deadline 2026-12-03T15:50) completed its blocks "
+                     "and ran part C method by method; amendment 3 ("
+                     f"{deadline_lines[0]}) ran part A and its rule, part C's last runs, part D (its methods read from each "
+                     "method's fastest part-B run) and DPH at the chosen coverage. "
+                     f"{done} of {len(sweeps)} sweep runs finished. Part B's complete base × seed blocks: {shown} ({len(blocks)}); "
+                     f"the runs of blocks a deadline cut, left out of every table: {', '.join(f'`{c}`' for c in cut) or 'none'}; "
+                     f"{len(not_started)} runs of amendment 3 not started"
+                     + (": " + ", ".join(f"`{label}`" for label in not_started) if not_started else "") + ".\n"]  # fmt: skip
+    elif deadline_lines[1:2] == ["amendment 2"]:
         sweeps = {j.label for j in study3_sweep_jobs([])}
         done = sum(1 for v in by for r in by[v] if r["label"] in sweeps)
         sections += ["**Amendments 1 and 2 (runs bounded by the clock; study3_plan.md).** Amendment 1 (deadline "
@@ -999,8 +1075,9 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
         pass_counts, n_cached = ref.pass_counts.tolist(), ref.n
     else:
         pass_counts = None
+    part_a = {v: [r for r in rs if block_of(r) in STUDY3_PART_A] for v, rs in by.items()}
     if any(n in by for n in COVERAGE):
-        name, flags, why = choose_dph(study, COVERAGE, STUDY3_BASE)
+        name, flags, why = choose_dph(study, COVERAGE, STUDY3_BASE, STUDY3_PART_A)
         sections += ["## A. DPH's coverage, re-chosen on the selection split (`countdown_select` only)\n",
                      "Rule (study 1's): the highest mean selection pass@16 among candidates whose mean selection pass@1 ≥ base 0's "
                      "(same validation seeds) + 0.04; else the highest pass@1 + pass@16. DPH-F, η 1, base 0 × RL seeds 0, 1.\n",
@@ -1009,7 +1086,7 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
         if pass_counts is not None:
             sections += ["What each candidate anchors and trains on (base 0's cache, 8 samples per training prompt):\n",
                          *coverage_sizes(pass_counts, n_cached), ""]  # fmt: skip
-        sections += ["Their held-out results (not read by the rule):\n", *equal_compute_table(by, list(COVERAGE))]
+        sections += ["Their held-out results (not read by the rule):\n", *equal_compute_table(part_a, list(COVERAGE)), *reproduced(part_a)]
     else:
         sections += ["## A. DPH's coverage: not re-chosen (amendment 1)\n",
                      "DPH-F and DPH-JS run at their shipped coverage (threshold 6, `train_split` exp). What it anchors and trains on "
@@ -1021,7 +1098,9 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
         sections += [f"\n## The pass@1–pass@16 picture\n\n![study 3]({figure.name})\n",
                      f"\n## B. Equal compute: every method at its shipped setting, 160 steps, blocks (base, seed) {shown}\n",
                      *equal_compute_table(by, [STUDY3_BASE, *STUDY3_METHODS]),
+                     *chosen_rows(by, "equal"),
                      "\n### Paired differences against GRPO (same base × seed)\n", *paired_table(by, list(STUDY3_METHODS[1:])),
+                     *chosen_rows(by, "paired"),
                      *identical_to_grpo(by),
                      "\n### Expected directions (pre-registered: study3_plan.md, `EXPECTED`) and what was seen\n",
                      "`+`/`−`: the 95% CI of the paired difference lies above/below 0; `=`: it contains 0. "
@@ -1213,8 +1292,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
     parser.add_argument("--pause-file", type=Path, default=None, help="while this file exists no new job starts (running ones finish)")
     parser.add_argument("--report-only", action="store_true")
-    parser.add_argument("--amendment", type=int, choices=[1, 2], default=1,
-                        help="study3 with --deadline: which amendment of study3_plan.md governs the run (2: part B's blocks, then part C)")
+    parser.add_argument("--amendment", type=int, choices=[1, 2, 3], default=1,
+                        help="study3 with --deadline: which amendment of study3_plan.md governs the run (2: part B's blocks, then "
+                             "part C; 3: part A, the last sweeps, part D, DPH at the chosen coverage)")  # fmt: skip
     parser.add_argument("--deadline", type=lambda v: datetime.fromisoformat(v).replace(tzinfo=timezone.utc), default=None,
                         help="study3: amendment 1 of study3_plan.md — no job starts after this UTC time (e.g. 2026-12-03T13:25); "
                              "no part A, part B block by block, no parts C and D")  # fmt: skip
@@ -1229,7 +1309,8 @@ def main() -> None:
     t0 = time.perf_counter()
     if args.preset == "study3":
         if not args.report_only:
-            (run_study3_amendment2 if args.amendment == 2 else run_study3_amended)(study) if args.deadline else run_study3(study)
+            amended = {1: run_study3_amended, 2: run_study3_amendment2, 3: run_study3_amendment3}[args.amendment]
+            amended(study) if args.deadline else run_study3(study)
             with (study.work / "seconds.txt").open("a") as f:
                 f.write(f"{args.preset} {time.perf_counter() - t0:.0f}\n")
         write_study3_report(study)

@@ -386,3 +386,56 @@ def test_the_readmes_study_commands_parse():
     for command in commands:
         args = dc.parse_args(shlex.split(command))
         assert args.preset in ("study3", "regime", "regime_confirm", "methods", "study", "budget") and (args.deadline is None or args.preset == "study3")
+
+
+def test_amendment_3_runs_part_a_then_the_last_sweeps_part_d_by_fastest_runs_then_dph_at_the_chosen_coverage(tmp_path, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    records = [full(f"base_ws200/b{b}/s{s}", 0.15, 0.80) for b in (0, 1) for s in (0, 1, 2)]
+    records += [full(f"{m}/b{b}/s{s}", 0.25, 0.70 + 0.05 * (m == "dph_f")) for m in dc.STUDY3_METHODS for b in (0, 1) for s in (0, 1, 2)]
+    study = study_with(tmp_path / "work", records)
+    # PSR's median is 1.5× GRPO's (load), its fastest run 1.0×: not re-run; RKL's fastest is 1.2×: re-run
+    seconds = {f"{m}/b{b}/s{s}": 100.0 for m in dc.STUDY3_METHODS for b in (0, 1) for s in (0, 1, 2)}
+    seconds |= {f"psr/b{b}/s{s}": 150.0 for b in (0, 1) for s in (0, 1, 2)} | {"psr/b1/s2": 100.0}
+    seconds |= {f"rkl/b{b}/s{s}": 120.0 for b in (0, 1) for s in (0, 1, 2)}
+    timings(study, seconds)
+    study.deadline = datetime.now(timezone.utc) + timedelta(hours=1)
+    ran = []
+    monkeypatch.setattr(study, "prepare", lambda **kw: None)
+
+    def run(jobs):  # part A's candidates: thr4 on all samples wins the selection pass@16; the deadline passes during DPH-F's runs
+        ran.append([j.label for j in jobs])
+        done = study.done_labels()  # as the Study: recorded runs are skipped
+        with study.metrics.open("a") as f:
+            f.writelines(json.dumps(full(j.label, 0.3, 0.9 if j.variant == "cov_thr4_all_all" else 0.8)) + "\n" for j in jobs if j.label not in done)
+        if len(ran) == 4:
+            study.deadline = datetime.now(timezone.utc) - timedelta(seconds=1)
+
+    monkeypatch.setattr(study, "run", run)
+    dc.run_study3_amendment3(study)
+    assert ran[0] == [j.label for j in dc.coverage_jobs()] and len(ran[0]) == 8
+    assert ran[1] == ["unlikeliness_0.1/b0/s0", "unlikeliness_0.5/b0/s0"]
+    assert ran[2] == ["rkl_time100s/b0/s0", "rkl_time100s/b0/s1", "rkl_time100s/b0/s2"]  # GRPO's median base-0 seconds
+    assert ran[3] == [f"cov_thr4_all_all/b{b}/s{s}" for b, s in dc.STUDY3_BLOCKS]  # part A's two are skipped
+    assert study.skipped == [f"dph_js_cov_thr4_all_all/b{b}/s{s}" for b, s in dc.STUDY3_BLOCKS]
+    dph_js = dc.chosen_coverage_jobs("cov_thr4_all_all", dc.COVERAGE["cov_thr4_all_all"])[1]
+    assert "--data.cache.anchor_samples=all" in dph_js[0].overrides and not any("anchor.coef" in f for f in dph_js[0].overrides)
+    assert dc.chosen_coverage_jobs(dc.STUDY3_SHIPPED_COVERAGE, [])[0] == []  # the shipped coverage: part B's DPH-F runs stand
+    # the rule reads part A's blocks only, though the chosen candidate now has a run on every block
+    assert dc.choose_dph(study, dc.COVERAGE, dc.STUDY3_BASE, dc.STUDY3_PART_A)[0] == "cov_thr4_all_all"
+    assert "| cov_thr4_all_all | 2 | 0.300 | 0.900 | yes |" in dc.choose_dph(study, dc.COVERAGE, dc.STUDY3_BASE, dc.STUDY3_PART_A)[2]
+    timings(study, {**seconds, **{label: 100.0 for g in ran for label in g}})
+    dc.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
+    text = (tmp_path / "study3.md").read_text()
+    assert "**Amendments 1, 2 and 3" in text and "6 runs of amendment 3 not started: `dph_js_cov_thr4_all_all/b0/s0`" in text
+    assert "**Chosen: `cov_thr4_all_all`**" in text and "0 of its 2 runs equal part B's DPH-F run" in text
+    assert "| `cov_thr4_all_all` | 6 | 0.300 ± 0.000 (0.300) | 0.900 ± 0.000 (0.900) |" in text  # below part B's table
+    assert "| cov_thr4_all_all | 6 | +0.050 ± 0.000 (+0.050) | +0.200 ± 0.000 (+0.200) |" in text  # paired against GRPO
+    assert "| RKL at 100s | 3 |" in text
+
+
+def test_the_shipped_coverage_candidate_is_checked_against_part_bs_dph_f_digit_for_digit():
+    by = dc.group([full("dph_f/b0/s0", 0.25, 0.75), full("dph_f/b0/s1", 0.25, 0.75),
+                   full(f"{dc.STUDY3_SHIPPED_COVERAGE}/b0/s0", 0.25, 0.75), full(f"{dc.STUDY3_SHIPPED_COVERAGE}/b0/s1", 0.25, 0.76)])
+    (line,) = dc.reproduced(by)
+    assert "1 of its 2 runs equal part B's DPH-F run on the same base × seed on every number above (b0/s0)" in line
