@@ -39,7 +39,6 @@ import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -158,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = parse_args(argv)
     common.quiet_libraries()
     load_before = common.load_average()
-    cfg.work = Path(tempfile.mkdtemp(prefix="lit_rlvr_async_"))
+    cfg.work = common.work_dir("lit_rlvr_async_")
     shape = common.ModelShape(cfg.layers, cfg.hidden, cfg.hidden // 64, 64)
     model_dir = common.build_model_dir(cfg.work / "model", shape)
     (cfg.work / "bench_reward.py").write_text(

@@ -114,13 +114,27 @@ def resolve_workload(cfg: argparse.Namespace) -> Workload:
     return replace(work, **{k: v for k, v in explicit.items() if v is not None})
 
 
+def work_dir(prefix: str) -> Path:
+    """A fresh temporary folder for a benchmark's model, prompts and logs, removed when the process exits
+    unless an exception ended it (then its server logs are still there to read)."""
+    import atexit
+    import shutil
+
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    failed = []
+    hook = sys.excepthook
+    sys.excepthook = lambda *exc: (failed.append(exc), hook(*exc))
+    atexit.register(lambda: failed or shutil.rmtree(work, ignore_errors=True))
+    return work
+
+
 def start_bench(cfg: argparse.Namespace, shape: ModelShape | None = None) -> tuple[str, Path, Path]:
     """Threads, quiet logs, the bench reward and a fresh model: ``(load before, work dir, model dir)``."""
     set_threads(cfg.threads)
     quiet_libraries()
     register_bench_reward()
     load_before = load_average()
-    work = Path(tempfile.mkdtemp(prefix="lit_rlvr_bench_"))
+    work = work_dir("lit_rlvr_bench_")
     return load_before, work, build_model_dir(work / "model", shape or ModelShape(4, 128, 4, 32))
 
 

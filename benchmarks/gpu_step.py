@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -74,7 +73,7 @@ def main() -> None:
     on_gpu = torch.cuda.is_available() and not cfg.smoke
     if cfg.smoke:
         cfg.prompts, cfg.samples, cfg.new_tokens, cfg.steps, cfg.strategy = 2, 2, 8, 2, "auto"
-    work = Path(tempfile.mkdtemp(prefix="lit_rlvr_gpu_"))
+    work = common.work_dir("lit_rlvr_gpu_")
     tok = build_char_tokenizer()
     model = qwen_like(tok, cfg.smoke)
     non_embedding = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n)

@@ -21,7 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -89,7 +88,7 @@ def main() -> None:
         cfg.steps, cfg.rounds, cfg.engines = 4, 1, ["hf"]
     common.quiet_libraries()
     load_before = common.load_average()
-    work = Path(tempfile.mkdtemp(prefix="lit_rlvr_scale_"))
+    work = common.work_dir("lit_rlvr_scale_")
     model_dir = common.build_model_dir(work / "model")
     (work / "bench_reward.py").write_text(
         "from lit_rlvr.rewards import register_reward\n"
