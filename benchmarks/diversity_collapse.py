@@ -500,16 +500,20 @@ def methods_jobs(bases=(0, 1), seeds=(0, 1, 2), sweep_seeds=(0, 1)) -> list[Job]
     return jobs
 
 
-def expectation_check(by: dict, method: str, k: int) -> str:
-    """One pre-registered expectation against the paired differences to GRPO: MET or a miss, with the numbers."""
+def expectation_check(by: dict, method: str, k: int, variant: str | None = None) -> str:
+    """One pre-registered expectation against the paired differences to GRPO: MET or a miss, with the numbers
+    (``variant``: the runs read, when not the method's own, e.g. DPH-F at part A's coverage)."""
     key = f"val/{HELD_OUT}/pass@{k}"
     grpo = {tuple(r["label"].split("/")[1:]): r for r in by.get("grpo", [])}
-    diffs = [r[key] - grpo[tuple(r["label"].split("/")[1:])][key] for r in by.get(method, []) if tuple(r["label"].split("/")[1:]) in grpo]
+    runs = by.get(variant or method, [])
+    diffs = [r[key] - grpo[tuple(r["label"].split("/")[1:])][key] for r in runs if tuple(r["label"].split("/")[1:]) in grpo]
+    if variant:
+        method = f"{method} ({variant})"
     if not diffs:
         return f"- {method} pass@{k}: not run"
     m, h = mean(diffs), ci(diffs)
     seen = "=" if math.isnan(h) or m - h <= 0 <= m + h else ("+" if m > 0 else "-")
-    want = EXPECTED[method][f"pass@{k}"]
+    want = EXPECTED[method.split(" ")[0]][f"pass@{k}"]
     return (f"- {method} pass@{k} − GRPO: {fmt(diffs)} over {len(diffs)} paired runs (worst {min(diffs):+.3f}); "
             f"expected {want}, seen {seen}: {'MET' if seen == want else 'MISS'}")  # fmt: skip
 
@@ -897,21 +901,26 @@ def chosen_rows(by: dict, table: str) -> list[str]:
         return []
     head = ("\nAt part A's chosen coverage (amendment 3; DPH-F under the candidate's name, DPH-JS as `dph_js_<candidate>`), "
             "on the blocks each has:\n")  # fmt: skip
-    rows = equal_compute_table(by, variants) if table == "equal" else paired_table(by, variants)
-    return [head, *rows]
+    if table == "equal":
+        return [head, *equal_compute_table(by, variants)]
+    expected = [expectation_check(by, "dph_js" if v.startswith("dph_js_") else "dph_f", k, v) for v in variants for k in (1, 16)]
+    return [head, *paired_table(by, variants), "\nThe pre-registered directions of DPH-F and DPH-JS read on these runs:\n", *expected]
 
 
 def seconds_table(study: Study, by: dict, rerun: list[str], blocks: list[tuple[str, str]] | None = None) -> list[str]:
     """Training seconds per step of each method (``blocks``: only the runs of these base × seed blocks)."""
     times = {label: t for label, t in study.times().items() if blocks is None or tuple(label.split("/")[1:]) in blocks}
     grpo = step_seconds(times, "grpo")
-    lines = ["| method | runs | median s/step, base 0 | s/step, all runs | ratio to GRPO (base-0 medians) | equal wall-clock rerun (part D) |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    bases = tuple(f"b{b}" for b in STUDY3_BASES)
+    fastest = step_seconds(times, "grpo", bases)
+    lines = ["| method | runs | median s/step, base 0 | s/step, all runs | ratio to GRPO (base-0 medians) | "
+             "ratio to GRPO (fastest runs; amendment 3) | equal wall-clock rerun (part D) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in STUDY3_METHODS:
-        b0, every = step_seconds(times, m), step_seconds(times, m, bases=tuple(f"b{b}" for b in STUDY3_BASES))
+        b0, every = step_seconds(times, m), step_seconds(times, m, bases=bases)
         if b0:
             ratio = f"{statistics.median(b0) / statistics.median(grpo):.2f}" if grpo else "–"
-            lines.append(f"| {NAMES[m]} | {len(every)} | {statistics.median(b0):.3f} | {fmt(every, 3)} | {ratio} | "
+            fast = f"{min(every) / min(fastest):.2f}" if fastest else "–"
+            lines.append(f"| {NAMES[m]} | {len(every)} | {statistics.median(b0):.3f} | {fmt(every, 3)} | {ratio} | {fast} | "
                          f"{'yes' if m in rerun else 'no'} |")  # fmt: skip
     return lines
 

@@ -252,7 +252,7 @@ def test_study3_report_tables_expectations_and_views_on_hand_made_records(tmp_pa
     assert "- dph_f pass@16 − GRPO: 0.100 ± 0.000 over 6 paired runs (worst +0.100); expected +, seen +: MET" in text
     assert "- psr pass@16 − GRPO: -0.050 ± 0.000 over 6 paired runs (worst -0.050); expected -, seen -: MET" in text
     assert "- rkl pass@1 − GRPO: 0.000 ± 0.000 over 6 paired runs (worst +0.000); expected -, seen =: MISS" in text
-    assert "| RKL | 6 | 0.938 | 0.938 ± 0.000 | 1.36 | yes |" in text and "| GRPO | 6 | 0.688 |" in text
+    assert "| RKL | 6 | 0.938 | 0.938 ± 0.000 | 1.36 | 1.36 | yes |" in text and "| GRPO | 6 | 0.688 |" in text
     assert "| RKL at 110s | 2 | 150 ± 0 | 160 ± 0 | 0.245 ± 0.064 (0.240) |" in text and "| -0.010 ± 0.000 (-0.010) | +0.055 ± 0.064 (+0.050) |" in text
     assert "| GRPO | lr | 5e-5 | 1 | 0.200 | 0.780 | 0.050 |" in text and "| GRPO | lr | 1e-4 (shipped) | 3 |" in text
     assert "GRPO's held-out Δpass@1 over its own base +0.110 ± 0.009 (+0.100)" in text
@@ -432,6 +432,8 @@ def test_amendment_3_runs_part_a_then_the_last_sweeps_part_d_by_fastest_runs_the
     assert "| `cov_thr4_all_all` | 6 | 0.300 ± 0.000 (0.300) | 0.900 ± 0.000 (0.900) |" in text  # below part B's table
     assert "| cov_thr4_all_all | 6 | +0.050 ± 0.000 (+0.050) | +0.200 ± 0.000 (+0.200) |" in text  # paired against GRPO
     assert "| RKL at 100s | 3 |" in text
+    assert "- dph_f (cov_thr4_all_all) pass@16 − GRPO: 0.200 ± 0.000 over 6 paired runs (worst +0.200); expected +, seen +: MET" in text
+    assert "| RKL | 6 | 0.750 | 0.750 ± 0.000 | 1.20 | 1.20 | yes |" in text and "| PSR | 6 | 0.938 | 0.885 ± 0.134 | 1.50 | 1.00 | no |" in text
 
 
 def test_the_shipped_coverage_candidate_is_checked_against_part_bs_dph_f_digit_for_digit():
