@@ -35,6 +35,9 @@ DEMO_REGIME_0_1 = {
     "demo/base": ["--model.optimizer.init_args.lr=2.0e-4", "--trainer.max_steps=120", "--trainer.val_check_interval=30"],
     "demo/passk_then_pass1": ["--trainer.callbacks.init_args.phases=[{start_step: 0, advantage: passk, options: {k: 4}}, "
                               "{start_step: 60, advantage: grpo, options: {std: population}}]"],
+    # and DPH's threshold (study 3's part A chose 4 of 8 for the 200-step base, benchmarks/results/study3_plan.md)
+    "demo/dph_f": ["--data.cache.perfect_threshold=6"],
+    "demo/cache": ["--data.cache.perfect_threshold=6"],
 }
 
 
@@ -144,7 +147,7 @@ def test_0_1_cache_configs_upgrade_to_the_shipped_ones(tmp_path, old, new, print
 
     main(["config", str(LEGACY / "configs" / f"{old}.yaml"), "--out", str(tmp_path / "cache.yaml")])
     got = print_config("cache", "--config", str(tmp_path / "cache.yaml"))
-    want = print_config("cache", "--config", str(CONFIGS / f"{new}.yaml"))
+    want = print_config("cache", "--config", str(CONFIGS / f"{new}.yaml"), *DEMO_REGIME_0_1.get(new, []))
     got.pop("config", None), want.pop("config", None)
     if old == "math_cache":  # 0.1's cache tool defaulted to a 5 s deadline, training to 10 s: one default now
         assert got["scoring"]["timeout_s"] == 10.0
