@@ -1056,7 +1056,10 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                      f"{done} of {len(sweeps)} sweep runs finished. Part B's complete base × seed blocks: {shown} ({len(blocks)}); "
                      f"the runs of blocks a deadline cut, left out of every table: {', '.join(f'`{c}`' for c in cut) or 'none'}; "
                      f"{len(not_started)} runs of amendment 3 not started"
-                     + (": " + ", ".join(f"`{label}`" for label in not_started) if not_started else "") + ".\n"]  # fmt: skip
+                     + (": " + ", ".join(f"`{label}`" for label in not_started) if not_started else "") + ". "
+                     "After these runs `configs/demo/dph_f.yaml` and `dph_js.yaml` took part A's choice, as the plan says; "
+                     "part B's DPH-F and DPH-JS rows are the coverage they shipped with while amendments 1 and 2 ran "
+                     "(threshold 6; DPH-JS on the correct samples), and the chosen coverage's rows follow part B's tables.\n"]  # fmt: skip
     elif deadline_lines[1:2] == ["amendment 2"]:
         sweeps = {j.label for j in study3_sweep_jobs([])}
         done = sum(1 for v in by for r in by[v] if r["label"] in sweeps)

@@ -382,7 +382,7 @@ def test_the_readmes_study_commands_parse():
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     commands = re.findall(r"`python benchmarks/diversity_collapse.py ([^`]*)`", readme)
-    assert any("--amendment 2" in c for c in commands), commands
+    assert any("--amendment 2" in c for c in commands) and any("--amendment 3" in c for c in commands), commands
     for command in commands:
         args = dc.parse_args(shlex.split(command))
         assert args.preset in ("study3", "regime", "regime_confirm", "methods", "study", "budget") and (args.deadline is None or args.preset == "study3")
