@@ -364,7 +364,7 @@ def choose_dph(study: Study, candidates: dict[str, list[str]] = ABLATION, base: 
     """
     by = group(study.records())
     if blocks is not None:
-        by = {v: [r for r in rs if v not in candidates or block_of(r) in blocks] for v, rs in by.items()}
+        by = in_blocks(by, blocks, candidates)
     # the base's validations with the candidates' seeds only ("base 0, same validation seeds"): the
     # robust part validates base 0 with more seeds, which must not move the threshold afterwards
     seeds = {r["label"].split("/")[2] for name in candidates for r in by.get(name, [])}
@@ -507,14 +507,13 @@ def expectation_check(by: dict, method: str, k: int, variant: str | None = None)
     grpo = {tuple(r["label"].split("/")[1:]): r for r in by.get("grpo", [])}
     runs = by.get(variant or method, [])
     diffs = [r[key] - grpo[tuple(r["label"].split("/")[1:])][key] for r in runs if tuple(r["label"].split("/")[1:]) in grpo]
-    if variant:
-        method = f"{method} ({variant})"
+    label = f"{method} ({variant})" if variant else method
     if not diffs:
-        return f"- {method} pass@{k}: not run"
+        return f"- {label} pass@{k}: not run"
     m, h = mean(diffs), ci(diffs)
     seen = "=" if math.isnan(h) or m - h <= 0 <= m + h else ("+" if m > 0 else "-")
-    want = EXPECTED[method.split(" ")[0]][f"pass@{k}"]
-    return (f"- {method} pass@{k} − GRPO: {fmt(diffs)} over {len(diffs)} paired runs (worst {min(diffs):+.3f}); "
+    want = EXPECTED[method][f"pass@{k}"]
+    return (f"- {label} pass@{k} − GRPO: {fmt(diffs)} over {len(diffs)} paired runs (worst {min(diffs):+.3f}); "
             f"expected {want}, seen {seen}: {'MET' if seen == want else 'MISS'}")  # fmt: skip
 
 
@@ -678,6 +677,7 @@ def regime_criterion(study: Study, name: str) -> tuple[bool | None, list[float],
 # benchmarks/results/study3_plan.md, written before its runs: 200-step warm starts (the demo's base), 160 RL steps
 STUDY3_WARM, STUDY3_STEPS, STUDY3_BASES, STUDY3_SEEDS = "ws200", 160, (0, 1), (0, 1, 2)
 STUDY3_BASE = f"base_{STUDY3_WARM}"  # the variant of the bases' validations
+STUDY3_BASE_LABELS = tuple(f"b{b}" for b in STUDY3_BASES)  # as the labels name them
 STUDY3_WALLCLOCK_MARGIN = 0.10  # part D reruns a method slower per step than GRPO by more than this
 
 # Part A: DPH's coverage re-chosen for the 200-step base by choose_dph's rule (η 1 in every candidate)
@@ -796,7 +796,7 @@ def run_study3_amendment3(study: Study) -> None:
     run_until_deadline(study, [coverage_jobs()], "amendment 3")
     name, dph_flags, why = choose_dph(study, COVERAGE, STUDY3_BASE, STUDY3_PART_A)
     print(f"part A chose {name}: {why[0]}", flush=True)
-    slower = slower_than_grpo(study, stat=min, bases=tuple(f"b{b}" for b in STUDY3_BASES))
+    slower = slower_than_grpo(study, stat=min, bases=STUDY3_BASE_LABELS)
     print(f"part D re-runs {', '.join(slower) or 'none'}", flush=True)
     dph_f, dph_js = chosen_coverage_jobs(name, dph_flags)
     groups = [[j for j in study3_sweep_jobs([]) if j.method == "unlikeliness"],
@@ -808,6 +808,11 @@ def block_of(record: dict) -> tuple[str, str]:
     """(base, seed) of a record's label ``variant/b<base>/s<seed>``."""
     _, b, s = record["label"].split("/")
     return b, s
+
+
+def in_blocks(by: dict, blocks, variants=None) -> dict:
+    """``by`` with the records of ``variants`` (every variant when None) kept only on the (base, seed) ``blocks``."""
+    return {v: [r for r in rs if variants is not None and v not in variants or block_of(r) in blocks] for v, rs in by.items()}
 
 
 def complete_blocks(by: dict, methods=STUDY3_METHODS) -> list[tuple[str, str]]:
@@ -911,12 +916,11 @@ def seconds_table(study: Study, by: dict, rerun: list[str], blocks: list[tuple[s
     """Training seconds per step of each method (``blocks``: only the runs of these base × seed blocks)."""
     times = {label: t for label, t in study.times().items() if blocks is None or tuple(label.split("/")[1:]) in blocks}
     grpo = step_seconds(times, "grpo")
-    bases = tuple(f"b{b}" for b in STUDY3_BASES)
-    fastest = step_seconds(times, "grpo", bases)
+    fastest = step_seconds(times, "grpo", STUDY3_BASE_LABELS)
     lines = ["| method | runs | median s/step, base 0 | s/step, all runs | ratio to GRPO (base-0 medians) | "
              "ratio to GRPO (fastest runs; amendment 3) | equal wall-clock rerun (part D) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in STUDY3_METHODS:
-        b0, every = step_seconds(times, m), step_seconds(times, m, bases=bases)
+        b0, every = step_seconds(times, m), step_seconds(times, m, bases=STUDY3_BASE_LABELS)
         if b0:
             ratio = f"{statistics.median(b0) / statistics.median(grpo):.2f}" if grpo else "–"
             fast = f"{min(every) / min(fastest):.2f}" if fastest else "–"
@@ -1004,7 +1008,7 @@ def study3_pareto_plot(by: dict, out: Path, blocks: str = "2 bases × 3 seeds") 
                       else f"base 0 only: each method's shipped setting, mean ± 95% CI over {runs} seeds (no sweeps: part C not run)",
                       fontsize=9)  # fmt: skip
     robust = [("base", [STUDY3_BASE]), *[(NAMES[m], [m]) for m in STUDY3_METHODS]]
-    pareto_curves(axes[1], by, robust, HELD_OUT, bases=tuple(f"b{b}" for b in STUDY3_BASES), stars=("base",), styles=styles)
+    pareto_curves(axes[1], by, robust, HELD_OUT, bases=STUDY3_BASE_LABELS, stars=("base",), styles=styles)
     axes[1].set_title(f"equal compute: every method's shipped setting, {blocks} (mean ± 95% CI)", fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8)
@@ -1030,7 +1034,7 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
     by, times = group(study.records()), study.times()
     blocks = complete_blocks(by)
     cut = sorted(r["label"] for v in (*STUDY3_METHODS, STUDY3_BASE) for r in by.get(v, []) if block_of(r) not in blocks)
-    by = {v: [r for r in rs if v not in (*STUDY3_METHODS, STUDY3_BASE) or block_of(r) in blocks] for v, rs in by.items()}
+    by = in_blocks(by, blocks, (*STUDY3_METHODS, STUDY3_BASE))
     shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
     deadline = study.work / "deadline.txt"
     deadline_lines = deadline.read_text().splitlines() if deadline.exists() else []
@@ -1045,9 +1049,10 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                 "Mean ± 95% t-interval over runs, the worst (lowest) run in brackets.\n",
                 "**Study 1's base-1 data leak.** " + LEAK_NOTE + "\n"]  # fmt: skip
     not_started = [line.split(": ", 1)[1] for line in deadline_lines if line.startswith("not started: ")]
+    named = ": " + ", ".join(f"`{label}`" for label in not_started) if not_started else ""
+    sweeps = {j.label for j in study3_sweep_jobs([])}
+    done = sum(1 for v in by for r in by[v] if r["label"] in sweeps)
     if deadline_lines[1:2] == ["amendment 3"]:
-        sweeps = {j.label for j in study3_sweep_jobs([])}
-        done = sum(1 for v in by for r in by[v] if r["label"] in sweeps)
         sections += ["**Amendments 1, 2 and 3 (runs bounded by the clock; study3_plan.md).** Amendment 1 (deadline "
                      "2026-12-03T13:25) ran part B block by block; amendment 2 (deadline 2026-12-03T15:50) completed its blocks "
                      "and ran part C method by method; amendment 3 ("
@@ -1055,14 +1060,11 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                      "method's fastest part-B run) and DPH at the chosen coverage. "
                      f"{done} of {len(sweeps)} sweep runs finished. Part B's complete base × seed blocks: {shown} ({len(blocks)}); "
                      f"the runs of blocks a deadline cut, left out of every table: {', '.join(f'`{c}`' for c in cut) or 'none'}; "
-                     f"{len(not_started)} runs of amendment 3 not started"
-                     + (": " + ", ".join(f"`{label}`" for label in not_started) if not_started else "") + ". "
+                     f"{len(not_started)} runs of amendment 3 not started{named}. "
                      "After these runs `configs/demo/dph_f.yaml` and `dph_js.yaml` took part A's choice, as the plan says; "
                      "part B's DPH-F and DPH-JS rows are the coverage they shipped with while amendments 1 and 2 ran "
                      "(threshold 6; DPH-JS on the correct samples), and the chosen coverage's rows follow part B's tables.\n"]  # fmt: skip
     elif deadline_lines[1:2] == ["amendment 2"]:
-        sweeps = {j.label for j in study3_sweep_jobs([])}
-        done = sum(1 for v in by for r in by[v] if r["label"] in sweeps)
         sections += ["**Amendments 1 and 2 (runs bounded by the clock; study3_plan.md).** Amendment 1 (deadline "
                      "2026-12-03T13:25) ran part B block by block; amendment 2 ("
                      f"{deadline_lines[0]}) completed its blocks in the same order, then ran part C (base 0 × RL seed 0) method "
@@ -1070,8 +1072,7 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                      "finished. Part A not run (DPH-F and DPH-JS at their shipped coverage in parts B and C), part D not run. "
                      f"Part B's complete base × seed blocks: {shown} ({len(blocks)}); the runs of blocks the deadline cut, left out "
                      f"of every table: {', '.join(f'`{c}`' for c in cut) or 'none'}; "
-                     f"{len(not_started)} planned runs not started"
-                     + (": " + ", ".join(f"`{label}`" for label in not_started) if not_started else "") + ".\n"]  # fmt: skip
+                     f"{len(not_started)} planned runs not started{named}.\n"]  # fmt: skip
     elif deadline_lines:
         sections += ["**Amendment 1 (a run bounded by the clock; study3_plan.md).** "
                      f"{deadline_lines[0]}; part A not run (DPH-F and DPH-JS at their shipped coverage), parts C "
@@ -1087,7 +1088,7 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
         pass_counts, n_cached = ref.pass_counts.tolist(), ref.n
     else:
         pass_counts = None
-    part_a = {v: [r for r in rs if block_of(r) in STUDY3_PART_A] for v, rs in by.items()}
+    part_a = in_blocks(by, STUDY3_PART_A)
     if any(n in by for n in COVERAGE):
         name, flags, why = choose_dph(study, COVERAGE, STUDY3_BASE, STUDY3_PART_A)
         sections += ["## A. DPH's coverage, re-chosen on the selection split (`countdown_select` only)\n",
