@@ -180,12 +180,15 @@ def main(argv: list[str] | None = None) -> None:
     given = sys.argv[1:] if argv is None else argv
     shown = [a for i, a in enumerate(given) if a != "--out" and (i == 0 or given[i - 1] != "--out")]  # what was measured
     command = " ".join(["python benchmarks/async.py", *(shlex.quote(a) for a in shown)])
+    colocated, served = ("bound to cores 0-1", "bound to core 1") if cfg.bind else ("unbound", "unbound")
+    placement = "GPU" if cfg.gpu else (f"CPU: sync colocated on 2 threads (vLLM {colocated}); server layouts: trainer 1 thread"
+                                       f"{' pinned to core 0' if cfg.pin_trainer else ''}, the `vllm serve` engine {served}")  # fmt: skip
     lines = [
         f"# Generation layouts ({'quick' if cfg.quick else 'full'}; {time.strftime('%Y-%m-%d %H:%M')}; commit {common.git_rev()})",
         "",
         f"Command: `{command}`. Work per step: P={cfg.prompts} prompts × G={cfg.samples} samples × up to "
         f"T={cfg.new_tokens} tokens; {shape.label()}; GRPO, AdamW; {cfg.rounds} alternated round(s) × {cfg.steps} timed "
-        f"steps after {cfg.warmup} dropped. {'GPU' if cfg.gpu else 'CPU: sync colocated on 2 threads (vLLM ' + ('bound to cores 0-1' if cfg.bind else 'unbound') + '); server layouts: trainer 1 thread' + (' pinned to core 0' if cfg.pin_trainer else '') + ', the `vllm serve` engine ' + ('bound to core 1' if cfg.bind else 'unbound')}. "
+        f"steps after {cfg.warmup} dropped. {placement}. "
         f"Load average before: {load_before}; after: {common.load_average()}.",
         "",
         *rows,
