@@ -165,3 +165,20 @@ def test_mismatch_measures_bf16_vllm_against_the_fp32_trainer(tiny_model_dir, tm
     assert bf16["max_abs"] > 1e-3 and bf16["kl"] > 100 * fp32["kl"]
     assert bf16["token_ratio"] > 1.0 + 1e-3  # some token's ratio is off 1: the weights correct it
     assert bf16["max_abs"] > 100 * fp32["max_abs"]  # max |Δ log p|: bf16 kernels, not noise
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_benchmarks_work_folder_is_removed_at_exit_unless_an_exception_ended_it(fails):
+    """``common.work_dir``: no folder left in /tmp after a run, but a failed run keeps its logs to read."""
+    import shutil
+    from pathlib import Path
+
+    code = "import common; w = common.work_dir('lit_rlvr_test_wd_'); (w / 'log').write_text('x'); print(w, flush=True)"
+    proc = subprocess.run([sys.executable, "-c", code + ("; raise SystemError('boom')" if fails else "")], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT / "benchmarks")  # fmt: skip
+    work = Path(proc.stdout.strip())
+    assert work.name.startswith("lit_rlvr_test_wd_") and (proc.returncode != 0) == fails
+    try:
+        assert work.exists() == fails and (not fails or (work / "log").read_text() == "x")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
