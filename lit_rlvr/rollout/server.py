@@ -245,7 +245,9 @@ class VLLMServerEngine(EngineBase):
         weight_transfer: ``file`` (lit_rlvr's backend: the server reads the trainer's files, one
             machine, CPU or GPU) or ``nccl`` (vLLM's, GPUs; needs ``nccl_master_address``).
         nccl_master_address / nccl_master_port: the trainer's rendezvous for ``nccl``.
-        server_args: further ``vllm serve`` arguments.
+        server_args: further ``vllm serve`` arguments (not the flags lit_rlvr sets: ``--model``,
+            ``--host``, ``--port``, ``--api-key``, ``--dtype``, ``--seed``, ``--logprobs-mode``,
+            ``--weight-transfer-config``; refused at start-up).
         server_env: a started server's extra environment (``{CUDA_VISIBLE_DEVICES: "1"}``: its GPUs).
         startup_timeout_s: how long a started server may take to come up.
         log_dir: where a started server's log goes.
@@ -285,7 +287,7 @@ class VLLMServerEngine(EngineBase):
     ):
         super().__init__(generate_timeout_s, sync_timeout_s)
         check_server_options(weight_transfer=weight_transfer, nccl_master_address=nccl_master_address,
-                             max_concurrent_requests=max_concurrent_requests)  # fmt: skip
+                             max_concurrent_requests=max_concurrent_requests, server_args=server_args)  # fmt: skip
         self.model_path, self.tokenizer = str(model_path), tokenizer
         self.weight_transfer = weight_transfer
         self.nccl = (nccl_master_address, nccl_master_port)
@@ -308,7 +310,7 @@ class VLLMServerEngine(EngineBase):
                                 allow_remote_weight_routes=allow_remote_weight_routes, env=server_env)  # fmt: skip
             self.servers, self.urls, self.api_key = [server], [server.url], server.api_key
         self.served_model = self._served_model()
-        for url in self.urls:
+        for url in self.urls if urls else []:  # a started server has lit_rlvr's flags (server_args cannot override them)
             self._check_settings(url)
         self.turn_end_ids = chat_turn_end_ids(tokenizer) if tokenizer is not None else []
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent_requests, thread_name_prefix="lit_rlvr_vllm_server")
@@ -361,8 +363,10 @@ class VLLMServerEngine(EngineBase):
         return self._context, f"vLLM's max_model_len: {where}"
 
     def _check_settings(self, url: str) -> None:
-        """Refuse a server whose log-probs are not the processed ones (π_old would be silently wrong) or
-        whose weight-transfer backend is not this engine's (``/server_info``, vLLM's dev mode)."""
+        """Refuse a given server whose log-probs are not the processed ones (π_old would be silently
+        wrong) or whose weight-transfer backend is not this engine's (``/server_info``, vLLM's dev
+        mode; the route runs vLLM's environment report, seconds of CPU, so a server lit_rlvr started
+        with its own flags is not asked)."""
         info = self._request(url, "/server_info?config_format=json", method="get", timeout=30)["vllm_config"]
         wanted = {"logprobs_mode": ("processed_logprobs", "--logprobs-mode processed_logprobs"),
                   "backend": (_BACKENDS[self.weight_transfer], f"--weight-transfer-config '{{\"backend\": \"{_BACKENDS[self.weight_transfer]}\"}}'")}  # fmt: skip
@@ -483,9 +487,21 @@ class VLLMServerEngine(EngineBase):
         self.servers = []
 
 
+# ``vllm serve`` flags a started server gets from lit_rlvr: in ``server_args`` they would override
+# what the engine relies on (``processed_logprobs`` is π_old; the transfer backend is its own)
+_OWNED_FLAGS = {"--model": "the policy's path (model_path)", "--host": "host", "--port": "port", "--api-key": "api_key",
+                "--dtype": "dtype", "--seed": "seed", "--logprobs-mode": "none: lit_rlvr needs processed_logprobs",
+                "--weight-transfer-config": "weight_transfer"}  # fmt: skip
+
+
 def check_server_options(*, weight_transfer: str = "file", nccl_master_address: str | None = None,
-                         max_concurrent_requests: int = 64, **_) -> None:
-    """Refuse an unknown transfer, NCCL without a rendezvous, or no concurrency (at start-up)."""
+                         max_concurrent_requests: int = 64, server_args: list[str] | None = None, **_) -> None:
+    """Refuse an unknown transfer, NCCL without a rendezvous, no concurrency, or a ``server_args``
+    flag that lit_rlvr sets itself on a started server (at start-up)."""
+    owned = [a.split("=", 1)[0] for a in server_args or () if a.split("=", 1)[0] in _OWNED_FLAGS]
+    if owned:
+        raise ValueError("rollout.init_args.engine_options.server_args: " + "; ".join(
+            f"{flag} is set by lit_rlvr (option: {_OWNED_FLAGS[flag]})" for flag in owned))  # fmt: skip
     if weight_transfer not in ("file", "nccl"):
         raise ValueError(f"weight_transfer must be 'file' or 'nccl', got {weight_transfer!r}")
     if weight_transfer == "nccl" and not nccl_master_address:

@@ -86,3 +86,19 @@ def test_a_given_server_without_processed_logprobs_or_the_transfer_backend_is_re
     with _Answers({"/v1/models": {"data": [{"id": "m"}]}, "/server_info": info}) as server:
         with pytest.raises(ServerError, match=rf"server at {server.url} cannot serve lit_rlvr's rollouts: {match}"):
             build_engine("vllm_server", model_path="unused", urls=[server.url])
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--logprobs-mode", "raw_logprobs"], r"--logprobs-mode is set by lit_rlvr \(option: none: lit_rlvr needs processed_logprobs\)"),
+        (["--max-num-seqs", "8", "--weight-transfer-config={}", "--port=9"], r"--weight-transfer-config is set by lit_rlvr "
+         r"\(option: weight_transfer\); --port is set by lit_rlvr \(option: port\)"),
+    ],
+)  # fmt: skip
+def test_server_args_that_would_override_lit_rlvrs_own_flags_are_refused_before_a_server_starts(tmp_path, args, match):
+    """A started server is not asked for ``/server_info`` (it has lit_rlvr's flags), so ``server_args``
+    may not replace them: refused before anything starts."""
+    with pytest.raises(ValueError, match=rf"engine_options.server_args: {match}"):
+        build_engine("vllm_server", model_path="unused", server_args=args, log_dir=str(tmp_path))
+    assert not list(tmp_path.iterdir())  # nothing started, no log
