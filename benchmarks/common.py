@@ -371,15 +371,25 @@ def _worker(conn, setup: Callable, args: tuple, threads: int) -> None:
 
 
 def alternate_in_workers(
-    setups: dict[str, tuple[Callable, tuple]], rounds: int, threads: int
+    setups: dict[str, tuple[Callable, tuple]], rounds: int, threads: int, preload: Sequence[str] = ()
 ) -> tuple[dict[str, StepRun], dict[str, dict[str, float]]]:
     """:func:`alternate`, each contender in a spawned process of its own (``setup(*args) -> run``).
 
     Only one contender runs at a time (the others wait on their pipe), so they do not compete
     for the CPU. Returns the pooled runs and, per contender, ``{"setup_mb", "peak_mb"}``: its
     process's peak RSS after ``setup`` (imports, engines) and over the whole benchmark.
+
+    ``preload``: modules every contender imports anyway; the workers are then forked from one
+    ``forkserver`` process that imported them once (it has run no torch op, so no thread pool is
+    forked) instead of each importing them (seconds each). The RSS figures then include those
+    modules for every contender: pass it only where every contender imports them or RSS is not
+    compared.
     """
-    ctx = multiprocessing.get_context("spawn")
+    if preload:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(preload))
+    else:
+        ctx = multiprocessing.get_context("spawn")
     workers = {}
     for name, (setup, args) in setups.items():
         parent, child = ctx.Pipe()

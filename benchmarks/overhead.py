@@ -182,7 +182,8 @@ def main() -> None:
         setup, args = runs[keep]
         pooled = common.alternate({keep: setup(*args)}, work.rounds)
     else:
-        pooled, _ = common.alternate_in_workers(runs, work.rounds, cfg.threads)
+        # RSS is not reported here: the contenders fork from one process that imported the library once
+        pooled, _ = common.alternate_in_workers(runs, work.rounds, cfg.threads, preload=["common", "lit_rlvr.cli"])
     load_after = common.load_average()
     med = {name: common.median_ms(run.times) for name, run in pooled.items()}
 
