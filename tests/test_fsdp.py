@@ -13,18 +13,22 @@ import pytest
 SCRIPT = Path(__file__).parent / "scripts" / "fsdp2_step.py"
 
 
-def run_step(model_dir, out: Path, devices: int) -> list[dict]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(model_dir), str(out), str(devices)],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=out.parent)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def run_step(model_dir, out: Path, devices: int, in_process=None) -> list[dict]:
+    """The script's rank files; one device through ``in_process`` (the ``script_in_process`` fixture) when given."""
+    if in_process is not None:
+        in_process(SCRIPT, "main", str(model_dir), str(out), devices)
+    else:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        proc = subprocess.run([sys.executable, str(SCRIPT), str(model_dir), str(out), str(devices)],
+                              capture_output=True, text=True, timeout=240, env=env, cwd=out.parent)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(devices)]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_fsdp2_two_processes_match_single_process(tiny_model_dir, tmp_path):
-    (single,) = run_step(tiny_model_dir, tmp_path / "single", 1)
+def test_fsdp2_two_processes_match_single_process(tiny_model_dir, tmp_path, script_in_process):
+    (single,) = run_step(tiny_model_dir, tmp_path / "single", 1, in_process=script_in_process)
     ranks = run_step(tiny_model_dir, tmp_path / "fsdp", 2)
     assert not single["sharded"] and all(r["sharded"] for r in ranks)
     for r in ranks:  # every rank saw the same batch: same first-step loss
@@ -69,24 +73,28 @@ def test_fsdp2_weight_stream_gathers_one_parameter_at_a_time(tmp_path):
 UNEVEN = SCRIPT.with_name("uneven_ranks_step.py")
 
 
-def run_uneven(model_dir, out: Path, strategy: str, cases: tuple[str, ...]) -> dict[str, list[dict]]:
-    """Each case's rank files (one launch runs every case: the ranks start once)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, str(UNEVEN), str(model_dir), str(out), strategy, ",".join(cases)],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=out.parent)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def run_uneven(model_dir, out: Path, strategy: str, cases: tuple[str, ...], in_process=None) -> dict[str, list[dict]]:
+    """Each case's rank files (one launch runs every case: the ranks start once); ``single``, the
+    one-process reference, through ``in_process`` (the ``script_in_process`` fixture) when given."""
+    if in_process is not None:
+        in_process(UNEVEN, "main", str(model_dir), str(out), strategy, ",".join(cases))
+    else:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        proc = subprocess.run([sys.executable, str(UNEVEN), str(model_dir), str(out), strategy, ",".join(cases)],
+                              capture_output=True, text=True, timeout=300, env=env, cwd=out.parent)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {case: [json.loads(Path(f"{out}.{case}.rank{r}").read_text()) for r in range(1 if strategy == "single" else 2)] for case in cases}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_uneven_ranks_take_the_global_batchs_step(tiny_model_dir, tmp_path):
+def test_uneven_ranks_take_the_global_batchs_step(tiny_model_dir, tmp_path, script_in_process):
     """Ranks with different token counts and micro-batch counts (``tokens``), or one rank with no row
     left after dynamic sampling (``dropped``): DDP and FSDP2 end the step (nobody waits in a
     collective) with the update of one process on the whole global batch (token-mean over all ranks).
     Both cases run in the same launch of each strategy, one after the other."""
     cases = ("tokens", "dropped")
-    single = run_uneven(tiny_model_dir, tmp_path / "single", "single", cases)
+    single = run_uneven(tiny_model_dir, tmp_path / "single", "single", cases, in_process=script_in_process)
     for strategy in ("ddp", "fsdp2"):
         per_case = run_uneven(tiny_model_dir, tmp_path / strategy, strategy, cases)
         for case, ranks in per_case.items():

@@ -61,13 +61,15 @@ def ranks(out: Path) -> list[dict]:
     return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
 
 
-def reference(tiny_model_dir, prompts, run_out: Path) -> dict:
-    """One process, one step on the union of the two ranks' step-0 batches (cached by that batch)."""
+def reference(tiny_model_dir, run_out: Path, in_process) -> dict:
+    """One process, one step on the union of the two ranks' step-0 batches (cached by that batch): the
+    script's ``reference`` mode, in this process (``script_in_process``: no engine, no launch)."""
+    import argparse
+
     key = json.dumps([r["steps"][0]["rows"] for r in ranks(run_out)])
     if key not in _REFERENCE:
         out = run_out.with_name("reference")
-        rc, log, _ = launch(tiny_model_dir, prompts, out, "reference", "--rows", str(run_out))
-        assert rc == 0, log[-3000:]
+        in_process(SCRIPT, "reference", argparse.Namespace(model_dir=str(tiny_model_dir), rows=str(run_out), out=str(out)))
         _REFERENCE[key] = json.loads(Path(f"{out}.rank0").read_text())
     return _REFERENCE[key]
 
@@ -99,18 +101,18 @@ def check_fit(results: list[dict], ref: dict, steps: int) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @needs_vllm
-def test_ddp_fit_with_one_vllm_engine_per_rank_matches_one_process(tiny_model_dir, prompts, tmp_path):
+def test_ddp_fit_with_one_vllm_engine_per_rank_matches_one_process(tiny_model_dir, prompts, tmp_path, seven_reward, script_in_process):
     out = tmp_path / "ddp"
     rc, log, seconds = launch(tiny_model_dir, prompts, out, "ddp", "--steps", "3")
     assert rc == 0, log[-3000:]
-    check_fit(ranks(out), reference(tiny_model_dir, prompts, out), steps=3)
+    check_fit(ranks(out), reference(tiny_model_dir, out, script_in_process), steps=3)
     print(f"\n[DDP x vLLM fit, 2 processes: {seconds:.1f} s]")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @needs_vllm
-def test_fsdp2_fit_with_vllm_matches_one_process_then_a_failing_engine_ends_every_rank(tiny_model_dir, prompts, tmp_path):
+def test_fsdp2_fit_with_vllm_matches_one_process_then_a_failing_engine_ends_every_rank(tiny_model_dir, prompts, tmp_path, seven_reward, script_in_process):
     """3 steps are checked as under DDP; then rank 1's engine raises inside its 4th generation."""
     out = tmp_path / "fsdp2"
     rc, log, seconds = launch(tiny_model_dir, prompts, out, "fsdp2", "--steps", "4", "--fail", "raise:1:3")
@@ -119,7 +121,7 @@ def test_fsdp2_fit_with_vllm_matches_one_process_then_a_failing_engine_ends_ever
                "rank 1: RuntimeError: injected engine failure on rank 1 at step 3")
     for rank in range(2):  # the same error on both ranks, not rank 0 waiting in the next collective
         assert f"[rank{rank}]: lit_rlvr.callbacks.rollout.{message}" in log, log[-3000:]
-    check_fit(ranks(out), reference(tiny_model_dir, prompts, out), steps=3)
+    check_fit(ranks(out), reference(tiny_model_dir, out, script_in_process), steps=3)
     print(f"\n[FSDP2 x vLLM fit, 2 processes, failing at step 3: {seconds:.1f} s]")
 
 

@@ -24,14 +24,14 @@ def run(args: list[str], cwd: Path, timeout: int = 240) -> subprocess.CompletedP
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_validation_metrics_on_two_ranks_equal_one_process(tiny_model_dir, tmp_path):
+def test_validation_metrics_on_two_ranks_equal_one_process(tiny_model_dir, tmp_path, script_in_process):
     # the retention reference: "the base" solved the first 3 prompts of each set
     (tmp_path / "base_counts.json").write_text(json.dumps({s: {f"{s}/{i}": int(i < 3) for i in range(9)} for s in ("small", "large")}))
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
     for d in (one, two):
         (d / "base_counts.json").write_text((tmp_path / "base_counts.json").read_text())
-    run([str(SCRIPTS / "val_ranks.py"), str(tiny_model_dir), str(one / "run"), "1"], one)
+    script_in_process(SCRIPTS / "val_ranks.py", "main", str(tiny_model_dir), str(one / "run"), 1)  # the one-process reference
     run([str(SCRIPTS / "val_ranks.py"), str(tiny_model_dir), str(two / "run"), "2"], two)
     single = json.loads((one / "run.metrics.json").read_text())
     ranks = json.loads((two / "run.metrics.json").read_text())
