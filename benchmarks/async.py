@@ -72,7 +72,7 @@ def run(layout: str, model_dir: Path, rows_file: str, cfg) -> dict:
         "trainer": {"accelerator": "gpu" if cfg.gpu else "cpu", "devices": 1, "max_steps": cfg.warmup + cfg.steps + 1,
                     "logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
                     "num_sanity_val_steps": 0, "limit_val_batches": 0, "default_root_dir": str(cfg.work),
-                    "callbacks": [{"class_path": "common.RolloutStepTimer", "init_args": {"path": str(out), "pin_cpus": pin}}]},
+                    "callbacks": [{"class_path": "step_timer.RolloutStepTimer", "init_args": {"path": str(out), "pin_cpus": pin}}]},
         "model": {"policy": {"path": str(model_dir), "dtype": "float32"},
                   "sampling": {"n": cfg.samples, "max_new_tokens": cfg.new_tokens, "seed": 0}, "scoring": {"workers": 0},
                   "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-5}}},

@@ -36,7 +36,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from lightning import Callback
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -488,35 +487,6 @@ def lit_fit_times(
                       limit_val_batches=0, callbacks=[rollout, Clock()])  # fmt: skip
     trainer.fit(module, datamodule=dm)
     return clock.run(warmup)
-
-
-class RolloutStepTimer(Callback):
-    """``common.RolloutStepTimer`` in a config's ``trainer.callbacks``: one JSON line per training batch
-    at ``path`` with its end time, its rollout tokens and the step's rollout metrics
-    (``rollout/seconds``: the time the loop waited for rollouts; ``rollout/tokens_per_s``: tokens
-    over the sampler's own seconds; ``rollout/staleness``) and the rollout callback's cumulative
-    ``trainer_idle_s`` (asynchronous rollouts: the loop's waits for rollouts and for the batch in
-    generation before a weight sync)."""
-
-    def __init__(self, path: str, pin_cpus: list[int] | None = None):
-        self.path, self.pin_cpus = path, pin_cpus
-
-    def on_train_start(self, trainer, pl_module):
-        if self.pin_cpus is not None:  # the training loop's thread (and the threads it starts later) on these cores
-            os.sched_setaffinity(0, set(self.pin_cpus))
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        import json
-
-        from lit_rlvr.callbacks import RolloutCallback
-
-        m = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("rollout/")}
-        rollout = next(cb for cb in trainer.callbacks if isinstance(cb, RolloutCallback))
-        record = {"end": time.perf_counter(), "tokens": batch.rollouts.num_tokens(), "wait_s": m.get("rollout/seconds"),
-                  "tokens_per_s": m.get("rollout/tokens_per_s"), "staleness": m.get("rollout/staleness"),
-                  "trainer_idle_s": rollout.trainer_idle_s}  # fmt: skip
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
 
 
 def load_average() -> str:
