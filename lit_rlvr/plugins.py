@@ -18,8 +18,8 @@ adapter options, ``advantage: my_estimator``, ``divergence: my_f``, ``adapter: m
   ``lit_rlvr.plugins`` (``[project.entry-points."lit_rlvr.plugins"] myproj = "myproj.rewards"``),
   which every ``lit-rlvr`` command and every reward worker loads.
 
-Reward workers are fresh interpreters: they import the same modules (:func:`loaded_modules`)
-before scoring, so a plug-in's rewards run in the killable workers like the built-in ones.
+Reward workers are forked from a launcher that imported only lit_rlvr's rewards
+(:mod:`lit_rlvr.rewards.launcher`): they import the same modules (:func:`loaded_modules`) before scoring, so a plug-in's rewards run in the killable workers like the built-in ones.
 An entry point names a module, or a function that registers things (it is called once).
 """
 

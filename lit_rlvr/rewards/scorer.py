@@ -9,16 +9,18 @@ Design (why processes, and which kind):
   the worker (SIGKILL), scores the item 0 with status ``timeout``, requeues the rest of that
   worker's chunk and starts a replacement. A worker that dies (segfault, OOM kill, ``exit``)
   costs only its current item (status ``error``, reason ``worker died …``).
-- Workers are fresh interpreters started with ``subprocess`` (``python -c …``) and talk over a
-  socketpair with length-prefixed pickles (the parent reads all pending results in one call).
-  Nothing is forked, so the torch/vLLM threads of a training process are never duplicated,
-  and unlike ``multiprocessing``'s spawn and forkserver the training script (``__main__``) is
-  never re-imported in the worker. Workers import ``lit_rlvr.rewards`` (no torch), the
+- Workers are forks of one launcher process per training process (:mod:`lit_rlvr.rewards.launcher`):
+  a fresh interpreter, without torch or threads, that imported ``lit_rlvr.rewards`` and built its
+  parsers once. Nothing of the training process is forked, so its torch/vLLM threads are never
+  duplicated, and unlike ``multiprocessing``'s spawn and forkserver the training script
+  (``__main__``) is never re-imported in a worker. A worker talks over a socketpair with
+  length-prefixed pickles (the parent reads all pending results in one call); it imports the
   plug-in modules of the run (:mod:`lit_rlvr.plugins`), and the module of a reward registered
   elsewhere only with the first chunk that names it (a registered reward the run never uses is
   never imported there; that import runs under ``start_timeout_s``, not the first item's
-  deadline), so a replacement starts in about half a second. A worker whose parent has gone
-  exits at its next read (EOF on the socket).
+  deadline), so a worker, or the replacement of one that was killed, starts in milliseconds
+  (a fresh interpreter took ~0.6 s of CPU). A worker whose parent has gone exits at its next
+  read (EOF on the socket).
 - Scores and, for validation, the rewards' canonical answers (maj@k, distinct answers) are
   computed in the workers: answer keys run sympy and SQL too.
 - Items go to workers in chunks (one message per chunk, at most two chunks in flight per
@@ -55,6 +57,7 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import wait
 
 from lit_rlvr.plugins import loaded_modules
+from lit_rlvr.rewards.launcher import Launcher, LauncherGone
 from lit_rlvr.rewards.base import (
     REWARDS,
     STATUS_ERROR,
@@ -70,8 +73,8 @@ from lit_rlvr.rewards.base import (
     stripped_completion,
 )
 
-_BOOT = "import sys; from lit_rlvr.rewards.scorer import _worker_main; _worker_main(int(sys.argv[1]))"
-_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+_PRELOAD = "lit_rlvr.rewards.scorer:_prepare_worker"  # what the launcher imports once for every worker
+_TARGET = "lit_rlvr.rewards.scorer:_worker_main"
 _HEADER = struct.Struct("!I")
 
 
@@ -260,6 +263,19 @@ def _takes(fn: Callable, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+def _prepare_worker() -> None:
+    """What every worker needs before its first item (run once in the launcher, which forks the
+    workers; again, at no cost, in each worker): the built-in rewards and their parsers (math-verify's
+    LaTeX grammar takes ~0.1 s on first use), so no item's deadline pays for them."""
+    import logging
+
+    import lit_rlvr.rewards  # registers math and sql
+
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)  # "falling back to Command" on bad SQL
+    lit_rlvr.rewards.REWARDS["math"].score("\\boxed{\\frac{1}{2}}", "0.5", timeout_s=None)
+    lit_rlvr.rewards.sql.check_read_only("SELECT 1")
+
+
 def _worker_main(fd: int) -> None:
     """Worker loop: read the config, say ready, then score chunks, sending one result per item."""
     sock = socket.socket(fileno=fd)
@@ -271,18 +287,11 @@ def _worker_main(fd: int) -> None:
 
         limit = memory_limit_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    import logging
-
-    import lit_rlvr.rewards  # noqa: F401  (registers math and sql)
     from lit_rlvr.plugins import load_plugins
 
+    _prepare_worker()
     load_plugins(plugin_modules)  # the user's rewards, as in the parent
-    logging.getLogger("sqlglot").setLevel(logging.ERROR)  # "falling back to Command" on bad SQL
     table = dict(reward_table())
-    # Build the parsers now (math-verify's LaTeX grammar takes ~0.1 s on first use), so no
-    # item's deadline pays for it.
-    lit_rlvr.rewards.REWARDS["math"].score("\\boxed{\\frac{1}{2}}", "0.5", timeout_s=None)
-    lit_rlvr.rewards.sql.check_read_only("SELECT 1")
     _send(sock, ("ready",))
     while True:
         try:
@@ -319,15 +328,15 @@ class _Worker:
 
     def __init__(self, config: tuple):
         parent_sock, child_sock = socket.socketpair()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        env.update({name: "1" for name in _THREAD_ENV})
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, str(child_sock.fileno())],
-            pass_fds=(child_sock.fileno(),),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C in the terminal goes to the parent only
-        )
+        try:
+            self.proc = Launcher.get(_PRELOAD).spawn(_TARGET, child_sock)
+        except LauncherGone as e:
+            child_sock.close()
+            parent_sock.close()
+            raise RuntimeError(
+                f"a reward worker could not be started: {e}; its traceback is on stderr — check that lit_rlvr "
+                "and any plug-in modules import in a fresh interpreter"
+            ) from None
         child_sock.close()
         self.sock = parent_sock
         self.reader = _FrameReader(parent_sock)
@@ -341,10 +350,7 @@ class _Worker:
         self.loading_at: int | None = None  # the item before which it imports newly shipped rewards
 
     def exit_reason(self) -> str:
-        code = self.proc.wait(timeout=5)
-        if code < 0:
-            return f"killed by {signal.Signals(-code).name}"
-        return f"exit code {code}"
+        return self.proc.exit_reason()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
