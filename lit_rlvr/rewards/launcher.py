@@ -14,8 +14,9 @@ launcher's start): the environment, the working directory, ``sys.path``, and its
 stderr (passed as file descriptors), and it leads a session of its own (a Ctrl-C in the
 terminal goes to the trainer only). It runs ``target(fd)`` on the socket it was handed.
 
-The launcher talks over a ``SOCK_SEQPACKET`` socketpair: one pickled message per request and per
-reply, file descriptors attached with ``SCM_RIGHTS``. Replies are read only when needed (a
+The launcher talks over a Unix stream socketpair (``SOCK_STREAM``: Linux and macOS alike): one
+length-prefixed pickled message per request and per reply, a request's file descriptors attached
+to it with ``SCM_RIGHTS``. Replies are read only when needed (a
 worker's pid when it must be killed or polled), so asking for workers does not wait for the
 launcher's own start. Workers stay the launcher's children until the parent asks for their exit
 status (``wait``), so a worker's pid is never reused while the parent may still signal it. The
@@ -25,13 +26,13 @@ EOF on their own sockets, as before.
 
 from __future__ import annotations
 
-import errno
 import importlib
 import os
 import pickle
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -40,7 +41,7 @@ import traceback
 
 _BOOT = "import sys; from lit_rlvr.rewards.launcher import _launcher_main; _launcher_main(int(sys.argv[1]), sys.argv[2])"
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-_MAX_MESSAGE = 1 << 22
+_HEADER = struct.Struct("!Q")  # the length of the pickled message that follows
 
 
 class LauncherGone(RuntimeError):
@@ -69,7 +70,7 @@ class Launcher:
     included); one that does not is killed, and the next worker comes from a new one."""
 
     def __init__(self, preload: str):
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT, str(child.fileno()), preload],
             pass_fds=(child.fileno(),),
@@ -115,15 +116,9 @@ class Launcher:
             if self.gone:
                 raise LauncherGone(self.gone)
             rid, self.next_id = self.next_id, self.next_id + 1
-            message = pickle.dumps((rid, op, args), protocol=pickle.HIGHEST_PROTOCOL)
             try:
-                socket.send_fds(self.sock, [message], list(fds))
+                _send_message(self.sock, (rid, op, args), fds)
             except OSError as e:
-                if e.errno == errno.EMSGSIZE:
-                    raise RuntimeError(
-                        f"a reward worker's start request ({len(message)} bytes: this process's environment and "
-                        "sys.path) is larger than a socket message may be; shorten the environment"
-                    ) from e
                 self._lost(f"the worker launcher exited ({self._exit_status()}; {e})")
                 raise LauncherGone(self.gone) from None
             return rid
@@ -140,15 +135,15 @@ class Launcher:
                 if not select.select([self.sock], [], [], left)[0]:
                     raise TimeoutError(f"the worker launcher did not answer within {timeout:g} s")
                 try:
-                    data = self.sock.recv(_MAX_MESSAGE)
+                    message, _ = _recv_message(self.sock)
                 except OSError as e:
-                    data, why = b"", str(e)
+                    message, why = None, str(e)
                 else:
                     why = "EOF"
-                if not data:
+                if message is None:
                     self._lost(f"the worker launcher exited ({self._exit_status()}; {why})")
                     continue
-                got, value = pickle.loads(data)
+                got, value = message
                 self.replies[got] = value
             value = self.replies.pop(rid)
         if isinstance(value, BaseException):
@@ -257,6 +252,46 @@ class LaunchedProcess:
         return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
+def _send_message(sock: socket.socket, message, fds=()) -> None:
+    """Send ``message`` pickled behind its length, with ``fds`` attached to its first byte."""
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    data = memoryview(_HEADER.pack(len(payload)) + payload)
+    sent = socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+    if sent < len(data):
+        sock.sendall(data[sent:])
+
+
+def _recv_message(sock: socket.socket, max_fds: int = 0):
+    """The next message and the file descriptors sent with it; ``(None, [])`` at end of stream.
+
+    A stream that ends inside a message raises ``ConnectionError`` (the sender died mid-send)."""
+    if max_fds:
+        head, fds, _, _ = socket.recv_fds(sock, _HEADER.size, max_fds)
+    else:
+        head, fds = sock.recv(_HEADER.size), []
+    if not head:
+        return None, fds
+    try:
+        head += _recv_exactly(sock, _HEADER.size - len(head))
+        (size,) = _HEADER.unpack(head)
+        return pickle.loads(_recv_exactly(sock, size)), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise ConnectionError(f"the stream ended {left} bytes before the end of a {size}-byte message")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def _is_open(fd: int) -> bool:
     try:
         os.fstat(fd)
@@ -281,12 +316,12 @@ def _launcher_main(fd: int, preload: str) -> None:
     codes: dict[int, int] = {}
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 3)
+            message, fds = _recv_message(sock, max_fds=3)
         except OSError:
             return
-        if not data:
+        if message is None:
             return  # the parent exited
-        rid, op, args = pickle.loads(data)
+        rid, op, args = message
         try:
             if op == "spawn":
                 value = _fork_worker(sock, fds, *args)
@@ -300,7 +335,7 @@ def _launcher_main(fd: int, preload: str) -> None:
             for f in fds:
                 os.close(f)
         try:
-            sock.send(pickle.dumps((rid, value), protocol=pickle.HIGHEST_PROTOCOL))
+            _send_message(sock, (rid, value))
         except OSError:
             return
 

@@ -82,6 +82,22 @@ def test_workers_of_every_scorer_come_from_one_launcher_and_see_the_asking_proce
 
 
 @pytest.mark.timeout(120)
+def test_a_start_request_larger_than_the_socket_buffer_arrives_whole(probe_module, monkeypatch):
+    """The request carries the whole environment and ``sys.path``: a large one (at least 0.7 MB, two
+    socket buffers or more) reaches the worker intact instead of failing the start."""
+    import socket as socketlib
+
+    a, b = socketlib.socketpair()
+    buffer = a.getsockopt(socketlib.SOL_SOCKET, socketlib.SO_SNDBUF)
+    a.close(), b.close()
+    monkeypatch.setenv("LIT_RLVR_LAUNCHER_PROBE", "x" * 100_000)  # one variable stays under exec's 128 KiB limit
+    for i in range(max(6, 2 * buffer // 100_000 + 1)):  # within exec's 2 MiB for the launcher's own start
+        monkeypatch.setenv(f"LIT_RLVR_LAUNCHER_PADDING_{i}", "y" * 100_000)
+    with BatchScorer(workers=1, timeout_s=5.0) as pool:
+        assert pool.score(["env"], [row("x" * 100_000)]) == [ScoreResult(1.0, "ok")]
+
+
+@pytest.mark.timeout(120)
 def test_a_workers_stderr_is_the_asking_processs_stderr_at_the_time(probe_module, capfd):
     Launcher.get(_PRELOAD)
     capfd.readouterr()
