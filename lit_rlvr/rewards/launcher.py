@@ -15,8 +15,8 @@ stderr (passed as file descriptors), and it leads a session of its own (a Ctrl-C
 terminal goes to the trainer only). It runs ``target(fd)`` on the socket it was handed.
 
 The launcher talks over a Unix stream socketpair (``SOCK_STREAM``: Linux and macOS alike): one
-length-prefixed pickled message per request and per reply, a request's file descriptors attached
-to it with ``SCM_RIGHTS``. Replies are read only when needed (a
+frame per request and per reply (:mod:`lit_rlvr.rewards.frames`), a request's file descriptors
+attached to it with ``SCM_RIGHTS``. Replies are read only when needed (a
 worker's pid when it must be killed or polled), so asking for workers does not wait for the
 launcher's own start. Workers stay the launcher's children until the parent asks for their exit
 status (``wait``), so a worker's pid is never reused while the parent may still signal it. The
@@ -28,20 +28,19 @@ from __future__ import annotations
 
 import importlib
 import os
-import pickle
 import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
 import traceback
 
+from lit_rlvr.rewards import frames
+
 _BOOT = "import sys; from lit_rlvr.rewards.launcher import _launcher_main; _launcher_main(int(sys.argv[1]), sys.argv[2])"
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-_HEADER = struct.Struct("!Q")  # the length of the pickled message that follows
 
 
 class LauncherGone(RuntimeError):
@@ -117,7 +116,7 @@ class Launcher:
                 raise LauncherGone(self.gone)
             rid, self.next_id = self.next_id, self.next_id + 1
             try:
-                _send_message(self.sock, (rid, op, args), fds)
+                frames.send(self.sock, (rid, op, args), fds)
             except OSError as e:
                 self._lost(f"the worker launcher exited ({self._exit_status()}; {e})")
                 raise LauncherGone(self.gone) from None
@@ -135,15 +134,10 @@ class Launcher:
                 if not select.select([self.sock], [], [], left)[0]:
                     raise TimeoutError(f"the worker launcher did not answer within {timeout:g} s")
                 try:
-                    message, _ = _recv_message(self.sock)
-                except OSError as e:
-                    message, why = None, str(e)
-                else:
-                    why = "EOF"
-                if message is None:
-                    self._lost(f"the worker launcher exited ({self._exit_status()}; {why})")
+                    (got, value), _ = frames.recv(self.sock)
+                except (EOFError, OSError) as e:
+                    self._lost(f"the worker launcher exited ({self._exit_status()}; {e})")
                     continue
-                got, value = message
                 self.replies[got] = value
             value = self.replies.pop(rid)
         if isinstance(value, BaseException):
@@ -167,10 +161,9 @@ class Launcher:
 
     def _exit_status(self) -> str:
         try:
-            code = self.proc.wait(timeout=5)
+            return describe_exit(self.proc.wait(timeout=5))
         except subprocess.TimeoutExpired:
             return "still running"
-        return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
 class LaunchedProcess:
@@ -247,49 +240,12 @@ class LaunchedProcess:
             code = self.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return "still running after 5 s"
-        if code is None:
-            return self.lost or "unknown"
-        return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        return (self.lost or "unknown") if code is None else describe_exit(code)
 
 
-def _send_message(sock: socket.socket, message, fds=()) -> None:
-    """Send ``message`` pickled behind its length, with ``fds`` attached to its first byte."""
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    data = memoryview(_HEADER.pack(len(payload)) + payload)
-    sent = socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
-    if sent < len(data):
-        sock.sendall(data[sent:])
-
-
-def _recv_message(sock: socket.socket, max_fds: int = 0):
-    """The next message and the file descriptors sent with it; ``(None, [])`` at end of stream.
-
-    A stream that ends inside a message raises ``ConnectionError`` (the sender died mid-send)."""
-    if max_fds:
-        head, fds, _, _ = socket.recv_fds(sock, _HEADER.size, max_fds)
-    else:
-        head, fds = sock.recv(_HEADER.size), []
-    if not head:
-        return None, fds
-    try:
-        head += _recv_exactly(sock, _HEADER.size - len(head))
-        (size,) = _HEADER.unpack(head)
-        return pickle.loads(_recv_exactly(sock, size)), fds
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
-            raise ConnectionError(f"the stream ended {left} bytes before the end of a {size}-byte message")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+def describe_exit(code: int) -> str:
+    """An exit code as ``Popen.returncode`` has it, in words ("killed by SIGKILL", "exit code 3")."""
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
 def _is_open(fd: int) -> bool:
@@ -316,12 +272,9 @@ def _launcher_main(fd: int, preload: str) -> None:
     codes: dict[int, int] = {}
     while True:
         try:
-            message, fds = _recv_message(sock, max_fds=3)
-        except OSError:
-            return
-        if message is None:
+            (rid, op, args), fds = frames.recv(sock, max_fds=3)
+        except (EOFError, OSError):
             return  # the parent exited
-        rid, op, args = message
         try:
             if op == "spawn":
                 value = _fork_worker(sock, fds, *args)
@@ -335,7 +288,7 @@ def _launcher_main(fd: int, preload: str) -> None:
             for f in fds:
                 os.close(f)
         try:
-            _send_message(sock, (rid, value))
+            frames.send(sock, (rid, value))
         except OSError:
             return
 

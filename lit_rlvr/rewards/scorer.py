@@ -13,8 +13,8 @@ Design (why processes, and which kind):
   a fresh interpreter, without torch or threads, that imported ``lit_rlvr.rewards`` and built its
   parsers once. Nothing of the training process is forked, so its torch/vLLM threads are never
   duplicated, and unlike ``multiprocessing``'s spawn and forkserver the training script
-  (``__main__``) is never re-imported in a worker. A worker talks over a socketpair with
-  length-prefixed pickles (the parent reads all pending results in one call); it imports the
+  (``__main__``) is never re-imported in a worker. A worker talks over a socketpair in frames
+  (:mod:`lit_rlvr.rewards.frames`; the parent reads all pending results in one call); it imports the
   plug-in modules of the run (:mod:`lit_rlvr.plugins`), and the module of a reward registered
   elsewhere only with the first chunk that names it (a registered reward the run never uses is
   never imported there; that import runs under ``start_timeout_s``, not the first item's
@@ -43,13 +43,10 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
 import pickle
 import signal
 import socket
-import struct
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +54,7 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import wait
 
 from lit_rlvr.plugins import loaded_modules
+from lit_rlvr.rewards import frames
 from lit_rlvr.rewards.launcher import Launcher, LauncherGone
 from lit_rlvr.rewards.base import (
     REWARDS,
@@ -75,51 +73,6 @@ from lit_rlvr.rewards.base import (
 
 _PRELOAD = "lit_rlvr.rewards.scorer:_prepare_worker"  # what the launcher imports once for every worker
 _TARGET = "lit_rlvr.rewards.scorer:_worker_main"
-_HEADER = struct.Struct("!I")
-
-
-def _send(sock: socket.socket, obj) -> None:
-    """Write one length-prefixed pickle frame."""
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_HEADER.pack(len(data)) + data)
-
-
-def _recv(stream) -> object:
-    """Read one frame from a blocking binary stream; raises ``EOFError`` when the peer is gone."""
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        raise EOFError
-    (size,) = _HEADER.unpack(header)
-    payload = stream.read(size)
-    if len(payload) < size:
-        raise EOFError
-    return pickle.loads(payload)
-
-
-class _FrameReader:
-    """Parent side: turn whatever bytes are available on a socket into complete frames."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock, self.buffer = sock, bytearray()
-
-    def read_available(self) -> list:
-        """All complete frames now available (call when the socket is readable); EOFError at EOF."""
-        data = self.sock.recv(1 << 20)
-        if not data:
-            raise EOFError
-        self.buffer += data
-        frames, offset = [], 0
-        while len(self.buffer) - offset >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self.buffer, offset)
-            if len(self.buffer) - offset - _HEADER.size < size:
-                break
-            start = offset + _HEADER.size
-            frames.append(pickle.loads(bytes(self.buffer[start : start + size])))
-            offset = start + size
-        del self.buffer[:offset]
-        return frames
-
-
 def reward_table(rewards: Mapping[str, Callable | Reward] | None = None) -> RewardRegistry:
     """Every registered reward, plus ``rewards`` (plain functions by name, wrapped in records, or
     whole :class:`~lit_rlvr.rewards.base.Reward` records; they override the registry), as one
@@ -279,8 +232,7 @@ def _prepare_worker() -> None:
 def _worker_main(fd: int) -> None:
     """Worker loop: read the config, say ready, then score chunks, sending one result per item."""
     sock = socket.socket(fileno=fd)
-    stream = sock.makefile("rb")
-    timeout_s, memory_limit_mb, plugin_modules, options = _recv(stream)
+    (timeout_s, memory_limit_mb, plugin_modules, options), _ = frames.recv(sock)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
     if memory_limit_mb:
         import resource
@@ -292,10 +244,10 @@ def _worker_main(fd: int) -> None:
     _prepare_worker()
     load_plugins(plugin_modules)  # the user's rewards, as in the parent
     table = dict(reward_table())
-    _send(sock, ("ready",))
+    frames.send(sock, ("ready",))
     while True:
         try:
-            chunk = _recv(stream)
+            chunk, _ = frames.recv(sock)
         except (EOFError, OSError):
             return
         if chunk is None:
@@ -303,13 +255,13 @@ def _worker_main(fd: int) -> None:
         records, items = chunk
         if records:  # rewards defined elsewhere, first used now: importing their modules is not an item's time
             table.update(records)
-            _send(sock, ("loaded",))
+            frames.send(sock, ("loaded",))
         for index, completion, row, task in items:
             try:
                 r = run_task(table, task, completion, row, timeout_s, options)
-                _send(sock, (index, r.reward, r.status, r.reason, r.answer, False))
+                frames.send(sock, (index, r.reward, r.status, r.reason, r.answer, False))
             except GoldAnswerError as e:
-                _send(sock, (index, 0.0, STATUS_ERROR, f"malformed gold: {e}", None, True))
+                frames.send(sock, (index, 0.0, STATUS_ERROR, f"malformed gold: {e}", None, True))
 
 
 class _Batch:
@@ -339,8 +291,8 @@ class _Worker:
             ) from None
         child_sock.close()
         self.sock = parent_sock
-        self.reader = _FrameReader(parent_sock)
-        _send(parent_sock, config)
+        self.reader = frames.FrameReader(parent_sock)
+        frames.send(parent_sock, config)
         self.ready = False
         self.broken = False  # a send failed: it is dead, and EOF will be read soon
         self.started = time.monotonic()
@@ -617,7 +569,7 @@ class BatchScorer:
                         worker.known |= new
                         if new:  # the worker imports their modules before this chunk's first item
                             worker.loading_at = chunk[0]
-                        _send(worker.sock, ({n: self.shipped[n] for n in sorted(new)}, [(i, completions[i], rows[i], task) for i in chunk]))
+                        frames.send(worker.sock, ({n: self.shipped[n] for n in sorted(new)}, [(i, completions[i], rows[i], task) for i in chunk]))
                     except OSError:  # it died on an earlier item; reading its socket will say EOF
                         worker.broken = True
             deadlines = [w.clock + self._limit(w) for w in self._workers if w.pending]
@@ -693,7 +645,7 @@ class BatchScorer:
         """Stop the workers (politely, then by force)."""
         for worker in self._workers:
             try:
-                _send(worker.sock, None)
+                frames.send(worker.sock, None)
             except OSError:
                 pass
         for worker in self._workers:
