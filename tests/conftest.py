@@ -207,4 +207,3 @@ def script_in_process():
             torch.set_num_threads(threads)
 
     return run
-

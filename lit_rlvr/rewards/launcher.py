@@ -244,7 +244,12 @@ class LaunchedProcess:
 
 
 def describe_exit(code: int) -> str:
-    """An exit code as ``Popen.returncode`` has it, in words ("killed by SIGKILL", "exit code 3")."""
+    """An exit code as ``Popen.returncode`` has it (negative: the signal that ended it), in words.
+
+    Example:
+        >>> describe_exit(-9), describe_exit(3), describe_exit(0)
+        ('killed by SIGKILL', 'exit code 3', 'exit code 0')
+    """
     return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
