@@ -37,7 +37,11 @@ VARIANTS = ("instruct", "base")
 
 
 def teach_turn_ends(model, tok, steps: int = 150, seed: int = 0) -> None:
-    """SGD on ``Number: N`` → ``\\boxed{N}<|im_end|>`` (loss on the answer), so completions end their turn."""
+    """SGD on ``Number: N`` → ``\\boxed{N}<|im_end|>`` (loss on the answer), so completions end their turn.
+
+    Half the examples are the test prompts' numbers, so that some samples copy them on every CPU
+    (with only random numbers, one machine kind's rounding left every sample wrong after 150 steps).
+    """
     rng = random.Random(seed)
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -45,7 +49,7 @@ def teach_turn_ends(model, tok, steps: int = 150, seed: int = 0) -> None:
     for _ in range(steps):
         pairs = []
         for _ in range(16):
-            a = rng.randrange(100)
+            a = rng.choice(NUMBERS) if rng.random() < 0.5 else rng.randrange(100)
             prompt = encode_prompt({"prompt": f"Number: {a}"}, tok, FORMAT)
             pairs.append((prompt, tok(f"\\boxed{{{a}}}<|im_end|>", add_special_tokens=False).input_ids))
         L = max(len(p) + len(c) for p, c in pairs)
