@@ -241,6 +241,7 @@ def micro_batching(cfg: argparse.Namespace, work: common.Workload) -> None:
     """
     import torch
 
+    from lit_rlvr.contracts import StepData
     from lit_rlvr.module import RLVRModule
     from lit_rlvr.options import BatchingOptions, PolicyOptions, ScoringOptions
     from lit_rlvr.rollout.hf import HFEngine
@@ -253,7 +254,7 @@ def micro_batching(cfg: argparse.Namespace, work: common.Workload) -> None:
     any_module = next(iter(modules.values()))
     rollouts = HFEngine(any_module.policy, any_module.tokenizer).generate(
         prompts, SamplingParams(n=work.samples, max_new_tokens=work.new_tokens, seed=0))
-    data = rollouts.to_padded(any_module.tokenizer.pad_token_id)
+    data = StepData.from_rollouts(rollouts, any_module.tokenizer.pad_token_id, torch.zeros(len(rollouts.completion_ids)))
     seconds: dict[str, list[float]] = {name: [] for name in modules}
     for r in range(work.rounds * 2):
         names = list(modules)
@@ -261,9 +262,9 @@ def micro_batching(cfg: argparse.Namespace, work: common.Workload) -> None:
             module = modules[name]
             module.policy.zero_grad()
             t0 = time.process_time()
-            for part in module.micro_batches(data):
-                lp, _ = module.logprobs(part)
-                torch.where(part["response_mask"].bool(), lp, 0.0).sum().backward()
+            for part in data.micro_batches(module.micro_batching, module.packs):
+                lp, _ = module.forward_logprobs(part)
+                torch.where(part.response_mask.bool(), lp, 0.0).sum().backward()
             seconds[name].append(time.process_time() - t0)
     base = statistics.median(seconds[next(iter(seconds))])
     lines = [

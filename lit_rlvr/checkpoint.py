@@ -15,14 +15,18 @@ CLI's default ``CheckpointIO``) instead:
 - verifies that checksum before loading (:func:`verify_checkpoint`): a damaged file is refused
   with :class:`CheckpointCorruptError` naming it. A checkpoint without the comment (written by
   Lightning's default writer, or by lit_rlvr 0.1) loads unverified, as before.
+
+The random states a checkpoint carries for an exact resume are :func:`rng_state`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
@@ -155,3 +159,31 @@ class SafeCheckpointIO(TorchCheckpointIO):
 
 def _local(path) -> bool:
     return "://" not in str(path)
+
+
+def save_training_state(checkpoint: dict[str, Any], generator: torch.Generator, entropy: Any | None) -> None:
+    """Put into ``checkpoint`` what an exact resume needs beyond Lightning's: the random states
+    (:func:`rng_state`) and the adaptive entropy coefficient (an ``EntropyState``; None: no bonus)."""
+    checkpoint["lit_rlvr_rng"] = rng_state(generator)
+    if entropy is not None:  # the adaptive coefficient moves with training: it resumes where it was
+        checkpoint["lit_rlvr_entropy_control"] = {"coef": entropy.coef, "active": entropy.active}
+
+
+def load_training_state(checkpoint: dict[str, Any], generator: torch.Generator) -> dict[str, Any] | None:
+    """Restore what :func:`save_training_state` saved; returns the entropy coefficient's state (None if not saved)."""
+    if "lit_rlvr_rng" in checkpoint:
+        restore_rng(checkpoint["lit_rlvr_rng"], generator)
+    return checkpoint.get("lit_rlvr_entropy_control")
+
+
+def rng_state(generator: torch.Generator) -> dict[str, Any]:
+    """The random states a resumed run needs to draw what the uninterrupted run would: torch's global
+    generator, Python's, and ``generator`` (the module's own: bootstrap advantages, mini-batch order)."""
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "generator": generator.get_state()}
+
+
+def restore_rng(state: dict[str, Any], generator: torch.Generator) -> None:
+    """Put back what :func:`rng_state` saved."""
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    generator.set_state(state["generator"])

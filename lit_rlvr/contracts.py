@@ -1,8 +1,11 @@
-"""What flows between the pieces: the batches, and what callbacks require of the LightningModule.
+"""What flows between the pieces: the batches, the step's tensors, and what callbacks require of the LightningModule.
 
 The DataModule makes :class:`TrainBatch` and :class:`ValBatch` objects; the rollout callback
 fills their ``rollouts`` before Lightning hands the same object to ``training_step`` /
-``validation_step``. A callback states what it needs from the module as a Protocol
+``validation_step``, which turns them into one :class:`StepData` (and the cache's
+:class:`AnchorBatch`): typed, row-aligned tensors with one ``select`` and one splitter into
+micro-batches, so a misspelled field is an error rather than a silently missing term (verl's
+``DataProto`` is the model). A callback states what it needs from the module as a Protocol
 (:class:`RolloutHost`, :class:`PolicyHost`, :class:`AdvantageHost`) and checks it at set-up with
 :func:`require`, so a module that lacks a piece fails with the missing names, not with an
 ``AttributeError`` in the middle of a run. :class:`~lit_rlvr.module.RLVRModule` satisfies all of
@@ -11,16 +14,131 @@ them; so must a user's module that replaces it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+import torch
 from torch import Tensor, nn
 
+from lit_rlvr.functional.batching import crop_padding
+from lit_rlvr.policy.logprobs import MicroBatching
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
+R = TypeVar("R", bound="RowTensors")
 
-@dataclass
-class AnchorBatch:
+
+class RowTensors:
+    """Row-aligned tensors in the padded layout of :meth:`~lit_rlvr.rollout.types.Rollouts.to_padded`.
+
+    A dataclass of tensors whose first dimension is the row (B): ``input_ids`` and
+    ``attention_mask`` ``(B, Lp+T)`` (prompts left-padded), per-token fields ``(B, T)``
+    (completions right-padded), per-row fields ``(B,)``; an optional field is None when absent.
+    Subclasses are ``slots`` dataclasses, so assigning a misspelled field raises too.
+    """
+
+    __slots__ = ()
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    response_mask: Tensor
+
+    def present(self) -> dict[str, Tensor]:
+        """The fields that are set, by name."""
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
+
+    def need(self, name: str) -> Tensor:
+        """Field ``name``, or a ``ValueError`` saying that this step has none (an option that needs it is off)."""
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"{type(self).__name__}.{name} is not set for this step, but a term of the loss needs it")
+        return value
+
+    def select(self: R, idx: Tensor | slice) -> R:
+        """The rows ``idx`` (an index or bool tensor, or a slice) of every field."""
+        return replace(self, **{k: v[idx] for k, v in self.present().items()})
+
+    def to(self: R, device: torch.device | str) -> R:
+        return replace(self, **{k: v.to(device) for k, v in self.present().items()})
+
+    def crop(self: R) -> R:
+        """Without the columns that are padding in every row (:func:`~lit_rlvr.functional.batching.crop_padding`)."""
+        return replace(self, **crop_padding(self.present()))
+
+    def micro_batches(self: R, batching: MicroBatching, packed: bool) -> list[R]:
+        """This batch split once into forward passes: length-sorted rows under ``batching``'s row cap and
+        token budget (:meth:`~lit_rlvr.policy.MicroBatching.split`; ``packed``: the budget of the
+        padding-free forward), each micro-batch cropped to its own longest prompt and completion.
+        Each is exactly one forward."""
+        rows = batching.split(self.attention_mask, self.response_mask, packed)
+        return [self.select(idx).crop() for idx in rows]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass(slots=True)
+class StepData(RowTensors):
+    """One training step's tensors on this rank: B rollouts of P prompts × G samples, prompt-major.
+
+    Made once per step by :class:`~lit_rlvr.module.RLVRModule` from the batch's rollouts, the
+    rewards and π_θ at the start of the step; mini-batches are :meth:`select` of it and
+    micro-batches its :meth:`micro_batches`, so every field travels with its rows.
+
+    Attributes:
+        input_ids: ``(B, Lp+T)`` prompt + completion tokens.
+        attention_mask: ``(B, Lp+T)``.
+        response_mask: ``(B, T)`` real completion tokens (what the forward scores).
+        old_logprobs: ``(B, T)`` log π_old: the sampler's, or the trainer's at the start of the step.
+        group_ids: ``(B,)`` the prompt of each row.
+        rewards: ``(B,)`` Σ_k w_k r_k.
+        advantages: ``(B,)`` or ``(B, T)``; None until the estimator has run (the loss needs it).
+        ref_logprobs: ``(B, T)`` log π_ref for the online KL term (None without it).
+        is_weights: ``(B, T)`` the rollout correction's importance weights (None without it).
+        token_mask: ``(B, T)`` float, the token mask's kept tokens (forking tokens; None = all).
+        selected: ``(B, T)`` bool, the policy loss's covariance selection (Clip-Cov, KL-Cov).
+        entropies: ``(B,)`` each row's mean token entropy under π_θ at the start of the step.
+        token_logprobs: ``(B, T)`` π_θ's log-probs at the start of the step (for the selections).
+        token_entropy: ``(B, T)`` π_θ's token entropies at the start of the step.
+        loss_mask: ``(B, T)`` the completion tokens the losses act on (multi-turn: the model's
+            tokens 1, the environment's 0); None = every completion token (:attr:`loss_tokens`).
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    response_mask: Tensor
+    old_logprobs: Tensor
+    group_ids: Tensor
+    rewards: Tensor
+    advantages: Tensor | None = None
+    ref_logprobs: Tensor | None = None
+    is_weights: Tensor | None = None
+    token_mask: Tensor | None = None
+    selected: Tensor | None = None
+    entropies: Tensor | None = None
+    token_logprobs: Tensor | None = None
+    token_entropy: Tensor | None = None
+    loss_mask: Tensor | None = None
+
+    @classmethod
+    def from_rollouts(cls, rollouts: Rollouts, pad_id: int, rewards: Tensor) -> StepData:
+        """The padded rollouts (:meth:`~lit_rlvr.rollout.types.Rollouts.to_padded`) with their ``(B,)`` rewards."""
+        return cls(**rollouts.to_padded(pad_id), rewards=rewards)
+
+    @property
+    def loss_tokens(self) -> Tensor:
+        """``(B, T)`` the tokens every loss, divergence, entropy term and token statistic acts on."""
+        return self.response_mask if self.loss_mask is None else self.response_mask * self.loss_mask
+
+    @property
+    def token_weights(self) -> Tensor | None:
+        """``(B, T)`` detached weights of each token's policy loss: the importance weights times the token mask (None: all 1)."""
+        weights = [w for w in (self.is_weights, self.token_mask) if w is not None]
+        return torch.stack(weights).prod(0) if weights else None
+
+
+@dataclass(slots=True)
+class AnchorBatch(RowTensors):
     """DPH-RL anchor samples from the reference cache: A cached π_ref completions of D_pef prompts.
 
     Attributes:
@@ -37,9 +155,14 @@ class AnchorBatch:
     ref_logprobs: Tensor
     rewards: Tensor
 
+    @property
+    def loss_tokens(self) -> Tensor:
+        """``(A, T)`` the tokens the divergence acts on: every cached completion token."""
+        return self.response_mask
+
     def tensors(self) -> dict[str, Tensor]:
-        """The fields by name (the layout the log-prob passes take)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The fields by name."""
+        return self.present()
 
 
 @dataclass
@@ -92,14 +215,22 @@ class PolicyHost(Protocol):
     tokenizer: Any
 
 
+class Ranks(Protocol):
+    """The data-parallel ranks in lock step (:class:`~lit_rlvr.lockstep.Lockstep`)."""
+
+    def most(self, passes: int) -> int:
+        """The number of forward passes every rank runs when this rank has ``passes``: the most any rank has."""
+        ...
+
+
 @runtime_checkable
 class RolloutHost(Protocol):
     """What :class:`~lit_rlvr.callbacks.RolloutCallback` needs from the module.
 
     ``sampling`` is the training rollouts' (its ``n`` is the group size G), ``val_sampling`` the
     validation rollouts' (``n`` comes from each set); ``micro_batching`` bounds the drift pass,
-    and ``lockstep(passes)`` is the number of forward passes every data-parallel rank runs when
-    this one has ``passes`` (FSDP's forwards are collectives).
+    and ``lockstep.most(passes)`` is the number of forward passes every data-parallel rank runs
+    when this one has ``passes`` (FSDP's forwards are collectives).
     """
 
     policy: nn.Module
@@ -107,8 +238,38 @@ class RolloutHost(Protocol):
     sampling: SamplingParams
     val_sampling: SamplingParams
     micro_batching: Any
+    lockstep: Ranks
 
-    def lockstep(self, passes: int) -> int: ...
+
+@runtime_checkable
+class PromptData(Protocol):
+    """What :class:`~lit_rlvr.module.RLVRModule` and :class:`~lit_rlvr.callbacks.RolloutCallback` read
+    from the DataModule given to ``Trainer.fit`` / ``validate``, checked at set-up with :func:`require`.
+
+    :class:`~lit_rlvr.data.PromptDataModule` provides it. A user's DataModule must too, so that no
+    start-up check is skipped for want of an attribute; training on plain dataloaders (no
+    DataModule) skips these checks.
+
+    Attributes:
+        tokenizer: the tokenizer whose ids the prompts are (compared with the policy's at set-up;
+            None: not loaded, not compared).
+        reference_cache: DPH-RL's reference cache (None without one): its log π_ref must be the policy's.
+        base_pass_counts: π_ref's pass count per prompt id (retention@k; None without a cache).
+        val_samples_per_prompt: ``{validation set name: samples per prompt}``.
+    """
+
+    tokenizer: Any
+    reference_cache: Any
+    base_pass_counts: Mapping[str, int] | None
+    val_samples_per_prompt: Mapping[str, int]
+
+    def all_rows(self) -> list[dict]:
+        """Every row, so that the rewards can check each one can be scored before any generation."""
+        ...
+
+    def fit_context(self, context: int, train_new_tokens: int, val_new_tokens: int, where: str) -> None:
+        """Set aside (as bad rows) the prompts too long for the engine's ``context`` with these completion budgets."""
+        ...
 
 
 @runtime_checkable
@@ -132,8 +293,8 @@ class AdvantageHost(Protocol):
     def set_advantage(self, name: str, options: dict | None = None) -> None: ...
 
 
-def require(module: object, protocol: type, who: str) -> None:
-    """Raise ``TypeError`` naming what ``module`` lacks of ``protocol`` (needed by ``who``).
+def require(module: object, protocol: type, who: str, role: str = "LightningModule") -> None:
+    """Raise ``TypeError`` naming what ``module`` lacks of ``protocol`` (needed by ``who`` of the ``role``).
 
     Example:
         >>> require(object(), PolicyHost, "HFExport")
@@ -145,7 +306,7 @@ def require(module: object, protocol: type, who: str) -> None:
         return
     wanted = [name for name in _members(protocol) if not hasattr(module, name)]
     raise TypeError(
-        f"{who} needs the LightningModule to provide {protocol.__name__}: {type(module).__name__} has no "
+        f"{who} needs the {role} to provide {protocol.__name__}: {type(module).__name__} has no "
         f"{', '.join(wanted)}"
     )
 

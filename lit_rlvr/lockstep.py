@@ -10,7 +10,9 @@ that talks to the other ranks about this; with one process every reduction is th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -38,14 +40,15 @@ class StepPlan:
 class Lockstep:
     """The training ranks of ``trainer`` (one process without a trainer).
 
+    :class:`~lit_rlvr.module.RLVRModule` holds one, made at ``setup`` for the Trainer it runs under.
+
     Args:
-        trainer: the Lightning Trainer (None: a single process).
-        device: where the reduced scalars live (the module's device).
+        trainer: the Lightning Trainer (None: a single process). The reductions run on its
+            strategy's root device (a CUDA tensor for NCCL, a CPU one for gloo).
     """
 
-    def __init__(self, trainer=None, device: torch.device | str = "cpu"):
+    def __init__(self, trainer=None):
         self.trainer = trainer
-        self.device = device
 
     @property
     def world(self) -> int:
@@ -55,7 +58,13 @@ class Lockstep:
         """``value`` reduced over the ranks (``"sum"`` or ``"max"``); ``value`` itself in one process."""
         if self.world == 1:
             return float(value)
-        return float(self.trainer.strategy.reduce(torch.tensor(float(value), device=self.device), reduce_op=op))
+        return float(self.reduce_tensor(torch.tensor(float(value)), op))
+
+    def reduce_tensor(self, value: Tensor, op: str = "sum") -> Tensor:
+        """``value`` (any shape) reduced over the ranks, on the CPU; ``value`` itself in one process."""
+        if self.world == 1:
+            return value
+        return self.trainer.strategy.reduce(value.to(self.trainer.strategy.root_device), reduce_op=op).cpu()
 
     def most(self, passes: int) -> int:
         """The number of passes every rank runs when this rank has ``passes``: the most any rank has."""
@@ -66,34 +75,36 @@ class Lockstep:
         mini-batches gives (0 when no rank has a row to learn from)."""
         return self.most(len(split_indices(rows, mini_batch_size)) if rows else 0)
 
-    def plan(
-        self,
-        mini_mask: Tensor | None,
-        part_masks: list[Tensor],
-        aggregation: str,
-        anchor_mask: Tensor | None = None,
-        anchor_masks: list[Tensor] = (),
-        anchor_level: str | None = None,
-    ) -> StepPlan:
+    def plan(self, mini: Rows | None, parts: Sequence[Rows], aggregation: str, anchor: Rows | None = None,
+             anchors: Sequence[Rows] = (), anchor_level: str | None = None) -> StepPlan:  # fmt: skip
         """Weights and filler passes of one optimizer step (collectives: every rank calls it, in step).
 
+        Each batch is weighed by its ``loss_tokens`` ``(b, T)`` mask (the tokens its loss acts on:
+        :class:`~lit_rlvr.contracts.StepData`, :class:`~lit_rlvr.contracts.AnchorBatch`).
+
         Args:
-            mini_mask: ``(b, T)`` response mask of this rank's mini-batch (None: none this step).
-            part_masks: the masks of its micro-batches.
+            mini: this rank's mini-batch (None: none this step).
+            parts: its micro-batches.
             aggregation: the policy loss's aggregation (its normaliser weights the micro-batches).
-            anchor_mask: ``(A, T)`` response mask of this rank's anchor batch (None: none).
-            anchor_masks: the masks of its anchor micro-batches.
+            anchor: this rank's anchor batch (None: none).
+            anchors: its anchor micro-batches.
             anchor_level: the divergence level whose units weight the anchor micro-batches; None
                 when the run has no anchor term (the same on every rank).
         """
-        passes = len(part_masks) + len(anchor_masks)
+        passes = len(parts) + len(anchors)
         filler = self.most(passes) - passes  # before any backward's collective
-        own = aggregation_normaliser(mini_mask, aggregation) if mini_mask is not None else 0.0
+        own = aggregation_normaliser(mini.loss_tokens, aggregation) if mini is not None else 0.0
         den = self.reduce(own, "sum") / self.world
-        loss_weights = [aggregation_weight(m, den, aggregation) for m in part_masks]
+        loss_weights = [aggregation_weight(p.loss_tokens, den, aggregation) for p in parts]
         anchor_weights: list[float] = []
         if anchor_level is not None:
-            units = float(divergence_units(anchor_mask, anchor_level).sum()) if anchor_mask is not None else 0.0
+            units = float(divergence_units(anchor.loss_tokens, anchor_level).sum()) if anchor is not None else 0.0
             units = self.reduce(units, "sum") / self.world
-            anchor_weights = [float(divergence_units(m, anchor_level).sum()) / units if units > 0 else 0.0 for m in anchor_masks]
+            anchor_weights = [float(divergence_units(a.loss_tokens, anchor_level).sum()) / units if units > 0 else 0.0 for a in anchors]
         return StepPlan(loss_weights, anchor_weights, filler)
+
+
+class Rows(Protocol):
+    """Rows that a step plan weighs: their ``loss_tokens`` ``(b, T)``."""
+
+    loss_tokens: Tensor

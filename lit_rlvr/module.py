@@ -1,10 +1,12 @@
 """RLVRModule: the RLVR recipe as a LightningModule.
 
-One training step (docs/methods.md):
+One training step (docs/methods.md; :meth:`RLVRModule.training_step` reads in this order):
 
-    rollouts (RolloutCallback) → rewards (BatchScorer) → advantages (ADVANTAGES[name])
-    → token selections on π_θ's log-probs and entropies (forking tokens, Clip-Cov/KL-Cov, §8)
-    → policy loss (POLICY_LOSSES[name], §1, §8) − c · entropy bonus (§8.3)
+    rollouts (RolloutCallback) → rewards (the reward workers) → StepData → π_θ before the step,
+    where a piece needs it → advantages (ADVANTAGES[name]) → rows to train (dynamic sampling)
+    → token selections (forking tokens, Clip-Cov/KL-Cov, §8) → for each PPO epoch and mini-batch,
+    one optimizer step over micro-batches of
+    policy loss (POLICY_LOSSES[name], §1, §8) − c · entropy bonus (§8.3)
     + η · f-divergence on cached π_ref anchors (DPH-RL, §2) + β · online KL to π_ref (RKL baseline, §1)
 
 Every method of both papers is this module with other option groups (:mod:`lit_rlvr.options`):
@@ -17,21 +19,24 @@ bonus (``entropy``) or an advantage (NSR, W-REINFORCE, the unlikeliness reward).
 Optimisation is manual, because one rollout batch feeds ``batching.ppo_epochs`` × mini-batches
 optimizer steps, each accumulated over micro-batches whose losses are weighted so that
 accumulation does not change the update, also across data-parallel ranks (docs/methods.md §5).
-What is not the recipe lives elsewhere: the ranks' lock-step and the micro-batch weights in
-:class:`~lit_rlvr.lockstep.Lockstep`, loading the policy in :mod:`lit_rlvr.policy.loading`, π_ref
-in :class:`~lit_rlvr.policy.ReferencePolicy`, rollouts and weight sync in
-:class:`~lit_rlvr.callbacks.RolloutCallback`, the validation metrics in
-:class:`~lit_rlvr.metrics.ValidationPanel`, export and per-prompt pass counts in
-:class:`~lit_rlvr.callbacks.HFExport` and :class:`~lit_rlvr.callbacks.PassCountsWriter`.
+The step's tensors are one typed :class:`~lit_rlvr.contracts.StepData`, split into micro-batches
+once (each one forward). What is not the recipe lives elsewhere: the ranks' lock-step and the
+micro-batch weights in :class:`~lit_rlvr.lockstep.Lockstep`, loading the policy in
+:mod:`lit_rlvr.policy.loading`, π_ref in :class:`~lit_rlvr.policy.ReferencePolicy`, rollouts and
+weight sync in :class:`~lit_rlvr.callbacks.RolloutCallback`, reward logging in
+:class:`~lit_rlvr.rewards.report.RewardReport`, the stall guard of dynamic sampling in
+:class:`~lit_rlvr.options.DynamicSampling`, the validation metrics in
+:class:`~lit_rlvr.metrics.ValidationPanels`, the RNG state of checkpoints in
+:mod:`lit_rlvr.checkpoint` and safe checkpoint reading in :mod:`lit_rlvr.upgrade`, export and
+per-prompt pass counts in :class:`~lit_rlvr.callbacks.HFExport` and
+:class:`~lit_rlvr.callbacks.PassCountsWriter`.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import logging
-import random
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,25 +47,16 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
-from lit_rlvr.checkpoint import verify_checkpoint
-from lit_rlvr.contracts import TrainBatch, ValBatch
+from lit_rlvr.checkpoint import load_training_state, save_training_state
+from lit_rlvr.contracts import AnchorBatch, PromptData, StepData, TrainBatch, ValBatch, require
 from lit_rlvr.functional.advantages import ADVANTAGES
-from lit_rlvr.functional.batching import crop_padding, split_indices
+from lit_rlvr.functional.batching import split_indices
 from lit_rlvr.functional.correction import correction_weights
 from lit_rlvr.functional.divergences import f_divergence
 from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, EntropyState, entropy_bonus, initial_state
-from lit_rlvr.functional.losses import (
-    POLICY_LOSSES,
-    aggregate,
-    kl_estimate,
-    masked_row_mean,
-    nonfinite_count,
-    policy_loss,
-    token_mean,
-)
-from lit_rlvr.functional.metrics import mixed_reward_rows
+from lit_rlvr.functional.losses import aggregate, kl_estimate, masked_row_mean, nonfinite_count, policy_loss, token_mean
 from lit_rlvr.lockstep import Lockstep
-from lit_rlvr.metrics.panel import ValidationPanel
+from lit_rlvr.metrics.panel import ValidationPanels, solved_prompts
 from lit_rlvr.options import (
     DEFAULT_SAMPLING,
     AnchorOptions,
@@ -74,16 +70,16 @@ from lit_rlvr.options import (
     RolloutCorrection,
     SamplingParams,
     ScoringOptions,
+    as_group,
+    group_outcomes,
+    plain,
 )
-from lit_rlvr.policy import ReferencePolicy, batched_completion_logprobs, load_policy, packs_sequences, shard_fsdp2
-from lit_rlvr.rewards.base import STATUSES
+from lit_rlvr.policy import ReferencePolicy, batched_completion_logprobs, completion_logprobs, load_policy, packs_sequences, shard_fsdp2
 from lit_rlvr.rewards.combine import MixedScore
 from lit_rlvr.rewards.conventions import TrainerState
-from lit_rlvr.rewards.scorer import summarize
-from lit_rlvr.upgrade import CHECKPOINT_FORMAT, upgrade_checkpoint
+from lit_rlvr.rewards.report import RewardReport
+from lit_rlvr.upgrade import CHECKPOINT_FORMAT, read_checkpoint, upgrade_checkpoint
 
-
-log = logging.getLogger(__name__)
 
 _FUSED_ADAMW_DEVICES = ("cpu", "cuda", "xpu", "mps")  # where torch has a fused AdamW kernel
 
@@ -133,6 +129,10 @@ class RLVRModule(LightningModule):
         optimizer: optimizer factory (LightningCLI dependency injection).
         lr_scheduler: optional scheduler factory, stepped once per optimizer step.
         seed: seeds the module's own generator (bootstrap advantages, mini-batch shuffling).
+
+    Every group may also be given as a mapping of its fields: the hyper-parameters are stored as
+    plain data (:func:`~lit_rlvr.options.plain`), which every Lightning logger writes and
+    ``load_from_checkpoint`` reads back into the groups.
     """
 
     def __init__(
@@ -155,7 +155,16 @@ class RLVRModule(LightningModule):
         seed: int = 0,
     ):
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        policy, sampling, loss = as_group(PolicyOptions, policy), as_group(SamplingParams, sampling), as_group(LossOptions, loss)
+        anchor, kl, entropy = as_group(AnchorOptions, anchor), as_group(KLOptions, kl), as_group(EntropyOptions, entropy)
+        batching, scoring, evaluation = as_group(BatchingOptions, batching), as_group(ScoringOptions, scoring), as_group(EvalOptions, evaluation)
+        rollout_correction = as_group(RolloutCorrection, rollout_correction)
+        dynamic_sampling = DynamicSampling() if dynamic_sampling is True else as_group(DynamicSampling, dynamic_sampling or None)
+        groups = dict(policy=policy, sampling=sampling, loss=loss, anchor=anchor, kl=kl, entropy=entropy, batching=batching,
+                      scoring=scoring, evaluation=evaluation, rollout_correction=rollout_correction,
+                      dynamic_sampling=dynamic_sampling)  # fmt: skip
+        self.save_hyperparameters({**{k: plain(v) for k, v in groups.items()}, "recompute_old_logprobs": recompute_old_logprobs,
+                                   "max_grad_norm": max_grad_norm, "seed": seed})  # fmt: skip
         self.automatic_optimization = False
         if sampling.temperature <= 0:
             raise ValueError(f"model.sampling.temperature must be > 0 (sampled rollouts), got {sampling.temperature}")
@@ -165,8 +174,8 @@ class RLVRModule(LightningModule):
         self.entropy = entropy
         self.entropy_state = initial_state(entropy.control, entropy.options) if entropy is not None else None
         self.rollout_correction = rollout_correction
-        self.dynamic_sampling = DynamicSampling() if dynamic_sampling is True else dynamic_sampling or None
-        self._batches_without_step: list[Counter] = []  # the groups of each batch since the last optimizer step
+        self.dynamic_sampling = dynamic_sampling
+        self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
         self.set_advantage(loss.advantage, loss.advantage_options, loss)
         self.configured_loss = self.loss  # self.loss may be switched by an AdvantageSchedule
         self.micro_batching = batching.micro_batching
@@ -175,27 +184,17 @@ class RLVRModule(LightningModule):
         self.optimizer_factory = optimizer
         self.lr_scheduler_factory = lr_scheduler
         self.generator = torch.Generator().manual_seed(seed)
+        self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
         self.reward_mix = scoring.mix()  # the rewards, their weights and the correctness term
+        self.reward_report = RewardReport(self.reward_mix.names if self.reward_mix.terms else [])
         self.scorer = None
-        self._warned_unscored = False
-        self._warned_reward_error = False  # the first failed reward of a run is a warning
-        self.val_panels = torch.nn.ModuleDict()  # one ValidationPanel per validation set
+        self.val_panels = ValidationPanels(evaluation.pass_k)  # one ValidationPanel per validation set
         self.reference_pass_counts = _read_json(evaluation.retention_reference, "model.evaluation.retention_reference")
 
     # ------------------------------------------------------------------ configuration
     def set_advantage(self, name: str, options: dict[str, Any] | None = None, loss: LossOptions | None = None) -> None:
-        """Switch the advantage estimator, checked (at start-up, and by :class:`AdvantageSchedule`)."""
-        loss = (loss or self.loss).with_advantage(name, options)
-        k = loss.advantage_options.get("k")
-        if k is not None and not 1 <= k <= self.sampling.n:
-            raise ValueError(f"model.loss.advantage_options.k={k} must be between 1 and model.sampling.n={self.sampling.n}")
-        need = ADVANTAGES.trait(name, "min_group_size", loss.advantage_options, default=1)
-        if self.sampling.n < need:
-            raise ValueError(
-                f"model.sampling.n={self.sampling.n}: advantage {name!r} compares the samples of a prompt with each "
-                f"other and needs model.sampling.n >= {need} (with fewer, every advantage is 0 and the policy never learns)"
-            )
-        self.loss = loss
+        """Switch the advantage estimator, checked against the group size (at start-up, and by :class:`AdvantageSchedule`)."""
+        self.loss = (loss or self.loss).with_advantage(name, options, group_size=self.sampling.n)
 
     @property
     def advantage_name(self) -> str:
@@ -205,15 +204,6 @@ class RLVRModule(LightningModule):
     def advantage_options(self) -> dict[str, Any]:
         return self.loss.advantage_options
 
-    @property
-    def lockstep_ranks(self) -> Lockstep:
-        """The data-parallel ranks this module trains on (:class:`~lit_rlvr.lockstep.Lockstep`)."""
-        return Lockstep(self._trainer, self.device)
-
-    def lockstep(self, passes: int) -> int:
-        """The number of forward passes every rank runs when this rank has ``passes``: the most any has."""
-        return self.lockstep_ranks.most(passes)
-
     # ------------------------------------------------------------------ Lightning hooks
     @override
     def configure_model(self) -> None:
@@ -221,6 +211,17 @@ class RLVRModule(LightningModule):
         mesh = getattr(self, "device_mesh", None) if self._trainer is not None else None
         if mesh is not None:
             shard_fsdp2(self.policy, mesh)
+
+    @override
+    def configure_callbacks(self) -> list:
+        """No callbacks of the module's own; refuses Lightning's gradient clipping first (it is called
+        before Lightning checks the Trainer, whose message would not say where clipping is set here)."""
+        clip = self.trainer.gradient_clip_val
+        if clip:
+            raise ValueError(f"Trainer(gradient_clip_val={clip}): RLVRModule optimises manually and clips its gradients "
+                             f"itself: set model.max_grad_norm={clip} (RLVRModule(max_grad_norm=...)) and leave "
+                             "trainer.gradient_clip_val unset")  # fmt: skip
+        return []
 
     @override
     def configure_optimizers(self):
@@ -232,22 +233,22 @@ class RLVRModule(LightningModule):
 
     @override
     def setup(self, stage: str) -> None:
+        self.lockstep = Lockstep(self.trainer)
         if self.scorer is None:
             self.scorer = self.scoring.scorer()
-        datamodule = getattr(self.trainer, "datamodule", None)
-        _check_tokenizer(datamodule, self.tokenizer)
-        if hasattr(datamodule, "all_rows"):  # every row can be scored by these rewards, before any generation
-            self.reward_mix.check_rows(datamodule.all_rows(), "data")
-        for name, n in getattr(datamodule, "val_samples_per_prompt", {}).items():
-            if name not in self.val_panels:
-                self.val_panels[name] = ValidationPanel(n, self.evaluation.pass_k)
+        datamodule = self.trainer.datamodule  # None: plain dataloaders, nothing to check here
+        if datamodule is not None:
+            require(datamodule, PromptData, "RLVRModule", "DataModule")
+            _check_tokenizer(datamodule.tokenizer, self.tokenizer)
+            self.reward_mix.check_rows(datamodule.all_rows(), "data")  # every row can be scored, before any generation
+            for name, n in datamodule.val_samples_per_prompt.items():
+                self.val_panels.panel(name, n)
         if stage != "fit":
             return
         self.reference.setup()  # before a checkpoint is restored: π_ref is the initial policy
-        cache = getattr(datamodule, "reference_cache", None)
-        if cache is not None:
-            self.reference.check_cache(cache)  # the anchors' log π_ref must be this policy's
-        if self.anchor is not None and datamodule is not None and cache is None:
+        if datamodule is not None and datamodule.reference_cache is not None:
+            self.reference.check_cache(datamodule.reference_cache)  # the anchors' log π_ref must be this policy's
+        elif self.anchor is not None and datamodule is not None:
             raise ValueError("model.anchor (DPH-RL) needs data.cache: build it with `lit-rlvr cache` first")
 
     @override
@@ -263,211 +264,148 @@ class RLVRModule(LightningModule):
     # ------------------------------------------------------------------ the recipe
     @override
     def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
+        """Rollouts → rewards → advantages → token selections → optimizer steps on L_exp (+ η L_pef) (docs/methods.md §5)."""
         rollouts = _require_rollouts(batch)
         rows = [row for row in batch.rows for _ in range(rollouts.n)]  # (B,) prompt-major
         scores = self.score(rollouts.texts, rows, prefix="train", completion_ids=rollouts.completion_ids)
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (B,) Σ_k w_k r_k
-        data = {k: v.to(self.device) for k, v in rollouts.to_padded(self.tokenizer.pad_token_id).items()}
-        data["rewards"] = rewards.to(self.device)
-        trainer_old = self.hparams.recompute_old_logprobs or self.rollout_correction is not None
-        if trainer_old or ADVANTAGES.declares(self.advantage_name, "entropies") or self.loss.selects_tokens:
-            with torch.no_grad():  # π_θ at the start of the step
-                old, entropy = self.logprobs(data, with_entropy=True)
-            data["token_logprobs"], data["token_entropy"] = old, entropy
-            if self.rollout_correction is not None:  # π_old is the trainer's; the sampler's tokens are re-weighted
-                c = self.rollout_correction
-                data["is_weights"], stats = correction_weights(old, data["old_logprobs"], data["response_mask"],
-                                                               c.mode, c.clip_max, c.clip_min)  # fmt: skip
-                self.log_dict({f"train/{k}": v for k, v in stats.items()}, batch_size=len(old))
-            if trainer_old:
-                data["old_logprobs"] = old
-            data["entropies"] = masked_row_mean(entropy, data["response_mask"])
-        data["advantages"] = self.advantages(data)
+        data = StepData.from_rollouts(rollouts, self.tokenizer.pad_token_id, rewards).to(self.device)
+        data = self.start_of_step(data)
+        data.advantages = self.advantages(data)
         keep = self.rows_to_train(data)
         if self.kl is not None:
-            data["ref_logprobs"] = self.reference_logprobs(data)
-        anchor = batch.anchor if self.anchor is not None else None
-        if self.anchor is not None and anchor is None:
-            rank_zero_warn("DPH-RL: this batch has no anchor samples (empty D_pef?); L_pef is skipped")
-        if anchor is not None:
-            anchor = {k: v.to(self.device) for k, v in anchor.tensors().items()}
-
-        filler = {k: v[:1] for k, v in data.items()}  # a row for the passes that keep ranks in step
-        groups = (data["rewards"], data["group_ids"])  # (B,) each, before the filter: what dynamic sampling saw
-        data = {k: v[keep] for k, v in data.items()}
-        data.update(self.token_selections(data))
-        losses, kept = [], int(keep.sum())
+            data.ref_logprobs = self.reference_logprobs(data)
+        anchor = self.anchor_batch(batch)
+        filler = data.select(slice(0, 1))  # a row for the passes that keep ranks in step
+        unfiltered = (data.rewards, data.group_ids)  # what dynamic sampling saw
+        data = self.token_selections(data.select(keep))
         # every rank takes the same number of optimizer steps (the most any rank has; none if no rank
         # has a row to learn from): a rank with fewer steps takes steps without rows of its own
-        steps = self.lockstep_ranks.optimizer_steps(kept, self.batching.mini_batch_size)
-        self._bound_unstepped_batches(steps, *groups)
+        steps = self.lockstep.optimizer_steps(len(data), self.batching.mini_batch_size)
+        self.check_progress(steps, *unfiltered)
+        losses = []
         for _ in range(self.batching.ppo_epochs if steps else 0):
-            minis = split_indices(kept, self.batching.mini_batch_size, self.generator) if kept else []
+            minis = split_indices(len(data), self.batching.mini_batch_size, self.generator) if len(data) else []
             for i in range(steps):
-                mini = {k: v[minis[i]] for k, v in data.items()} if i < len(minis) else None
-                losses.append(self.optimizer_step_on(mini, anchor, filler))
+                losses.append(self.optimizer_step_on(data.select(minis[i]) if i < len(minis) else None, anchor, filler))
         self.log_step(data, keep, losses)
         if self.entropy is not None and losses:  # every rank has the same optimizer steps: the reduction is in step
             self.update_entropy_control(losses)
         return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
 
+    def start_of_step(self, data: StepData) -> StepData:
+        """π_θ's log-probs and entropies before the step, where a piece needs them: the trainer's π_old
+        (``recompute_old_logprobs``, the rollout correction and its importance weights), an advantage
+        that reads entropies, a token selection."""
+        trainer_old = self.hparams.recompute_old_logprobs or self.rollout_correction is not None
+        if not (trainer_old or ADVANTAGES.declares(self.advantage_name, "entropies") or self.loss.selects_tokens):
+            return data
+        old, entropy = self.logprobs(data, with_entropy=True)
+        data.token_logprobs, data.token_entropy = old, entropy
+        if self.rollout_correction is not None:  # π_old is the trainer's; the sampler's tokens are re-weighted
+            c = self.rollout_correction
+            data.is_weights, stats = correction_weights(old, data.old_logprobs, data.loss_tokens, c.mode, c.clip_max, c.clip_min)
+            self.log_dict({f"train/{k}": v for k, v in stats.items()}, batch_size=len(old))
+        if trainer_old:
+            data.old_logprobs = old
+        data.entropies = masked_row_mean(entropy, data.loss_tokens)
+        return data
+
     def score(self, texts: list[str], rows: list[dict], prefix: str, with_answers: bool = False,
               completion_ids: list[list[int]] | None = None) -> list[MixedScore]:  # fmt: skip
         """Every reward of :attr:`reward_mix` on every completion, in the reward workers (with the
-        correctness term's canonical answers for validation).
-
-        Logs each status's share over all the rewards' items, with several rewards each one's mean
-        as ``<prefix>/reward/<name>``, and for training the number of failed rewards
-        (``train/reward_errors``); a batch with failures is summarised in the log (items per
-        status, the first reason verbatim): at INFO, as a warning the first time in a run and
-        whenever at least a quarter of the batch failed (:class:`~lit_rlvr.rewards.scorer.ScoreSummary`).
-        """
+        correctness term's canonical answers for validation), logged by :class:`~lit_rlvr.rewards.report.RewardReport`."""
         scores = self.reward_mix.score(self.scorer, texts, rows, with_answers=with_answers, completion_ids=completion_ids,
-                                       trainer_state=self._trainer_state()) if rows else []  # fmt: skip
-        summary = summarize([r for s in scores for r in s.results])
-        size = max(summary.total, 1)
-        for status in STATUSES:  # every status, every batch: the same keys on every rank (synced means)
-            self.log(f"{prefix}/reward_status/{status}", summary.counts[status] / size, batch_size=size,
-                     add_dataloader_idx=False, sync_dist=True)  # the validation set's name is in the prefix
-        if prefix == "train":
-            self.log("train/reward_errors", float(summary.errors), batch_size=size, reduce_fx="sum", sync_dist=True)
-        self._report_failures(summary, prefix)
-        if self.reward_mix.terms:
-            self.log_reward_terms(scores, rows, prefix)
+                                       trainer_state=TrainerState.of(self._trainer)) if rows else []  # fmt: skip
+        self.reward_report(self, scores, rows, prefix, self.lockstep.reduce_tensor)
         return scores
 
-    def log_reward_terms(self, scores: list[MixedScore], rows: list[dict], prefix: str) -> None:
-        """``<prefix>/reward/<name>``: each reward's mean over the completions it applies to, across
-        ranks (TRL's ``rewards/<name>/mean``); a reward that applied to none is not logged."""
-        names = self.reward_mix.names
-        totals = torch.zeros(len(names), 2, dtype=torch.float64)  # (K, [sum, count])
-        for s in scores:
-            for k, part in enumerate(s.parts):
-                if part is not None:
-                    totals[k] += torch.tensor([part, 1.0], dtype=torch.float64)
-        if self._trainer is not None and self.trainer.world_size > 1:
-            totals = self.trainer.strategy.reduce(totals.to(self.device), reduce_op="sum").cpu()
-        for k, name in enumerate(names):
-            if totals[k, 1] > 0:
-                self.log(f"{prefix}/reward/{name}", float(totals[k, 0] / totals[k, 1]), batch_size=int(totals[k, 1]),
-                         add_dataloader_idx=False, sync_dist=False)  # fmt: skip
-        unscored = next((i for i, s in enumerate(scores) if all(p is None for p in s.parts)), None)
-        if unscored is not None and not self._warned_unscored:  # TRL warns too; once is enough
-            self._warned_unscored = True
-            rank_zero_warn(f"every reward of {names} returned None for a completion of row {rows[unscored].get('id')!r}, "
-                           "so it scores 0; check that some reward judges every row")
-
-    def _trainer_state(self) -> TrainerState:
-        """Progress as TRL reward functions read it (``trainer_state.global_step``, ...)."""
-        if self._trainer is None:
-            return TrainerState()
-        return TrainerState(self.trainer.global_step, self.trainer.current_epoch, self.trainer.max_steps)
-
-    def _report_failures(self, summary, prefix: str) -> None:
-        if summary.first_reason is None:
-            return
-        where = f"{prefix} rewards (step {self.global_step}, rank {self.global_rank})"
-        log.info("%s: %s", where, summary)
-        if summary.loud:
-            log.warning("%s: %d of %d rewards failed (status error), each scored 0: %s", where, summary.errors, summary.total, summary)
-        elif summary.errors and not self._warned_reward_error:
-            counted = "; train/reward_errors counts them" if prefix == "train" else ""
-            log.warning("%s: a reward failed (status error, scored 0%s): %s", where, counted, summary)
-        self._warned_reward_error = self._warned_reward_error or summary.errors > 0
-
-    def advantages(self, data: dict[str, Tensor]) -> Tensor:
+    def advantages(self, data: StepData) -> Tensor:
         """``(B,)`` advantages from the configured estimator (options + injected tensors)."""
         name, options = self.advantage_name, dict(self.advantage_options)
         if ADVANTAGES.declares(name, "entropies"):
-            options["entropies"] = data["entropies"]
+            options["entropies"] = data.need("entropies")
         if ADVANTAGES.declares(name, "generator"):
             options["generator"] = self.generator
         if ADVANTAGES.declares(name, "mean_logprobs"):  # each row's mean token log π_old; NaN (no usable mass) as -inf
-            old = torch.nan_to_num(data["old_logprobs"], nan=float("-inf"))
-            options["mean_logprobs"] = masked_row_mean(old, data["response_mask"]).cpu()
-        return ADVANTAGES[name](data["rewards"].cpu(), data["group_ids"].cpu(), **options).to(self.device)
+            old = torch.nan_to_num(data.old_logprobs, nan=float("-inf"))
+            options["mean_logprobs"] = masked_row_mean(old, data.loss_tokens).cpu()
+        return ADVANTAGES[name](data.rewards.cpu(), data.group_ids.cpu(), **options).to(self.device)
 
-    def token_selections(self, data: dict[str, Tensor]) -> dict[str, Tensor]:
+    def token_selections(self, data: StepData) -> StepData:
         """``(B, T)`` selections of the trained rows' tokens, made once per rollout batch (§8).
 
         From π_θ's log-probs and entropies at the start of the step (``token_logprobs``,
-        ``token_entropy``, popped here): ``token_mask`` (float, the token mask's kept tokens) and
+        ``token_entropy``, dropped here): ``token_mask`` (float, the token mask's kept tokens) and
         ``selected`` (bool, the policy loss's covariance selection). They travel with the rows into
         mini- and micro-batches, so micro-batching does not change them.
         """
-        stats = {k: data.pop(k) for k in ("token_logprobs", "token_entropy") if k in data}
-        out, loss = {}, self.loss
+        loss, mask = self.loss, data.loss_tokens
         if loss.token_mask is not None:
-            mask = TOKEN_MASKS[loss.token_mask](stats["token_entropy"], data["response_mask"], **loss.token_mask_options)
-            out["token_mask"] = mask.float()
-        entry = POLICY_LOSSES[loss.policy_loss]
-        if entry.select is not None:
-            adv = data["advantages"]
-            adv = adv.unsqueeze(-1).expand_as(data["response_mask"]) if adv.dim() == 1 else adv
-            old = torch.nan_to_num(data["old_logprobs"], nan=float("-inf"))
-            out["selected"] = entry.choose(stats["token_logprobs"], old, adv, data["response_mask"].bool(), clip_low=loss.clip_low,
-                                           clip_high=loss.clip_high, dual_clip=loss.dual_clip, generator=self.generator,
-                                           **loss.policy_loss_options)  # fmt: skip
-        return out
+            data.token_mask = TOKEN_MASKS[loss.token_mask](data.need("token_entropy"), mask, **loss.token_mask_options).float()
+        if loss.entry.select is not None:
+            adv = data.advantages
+            adv = adv.unsqueeze(-1).expand_as(mask) if adv.dim() == 1 else adv
+            old = torch.nan_to_num(data.old_logprobs, nan=float("-inf"))
+            data.selected = loss.entry.choose(data.need("token_logprobs"), old, adv, mask.bool(), clip_low=loss.clip_low,
+                                              clip_high=loss.clip_high, dual_clip=loss.dual_clip, generator=self.generator,
+                                              **loss.policy_loss_options)  # fmt: skip
+        data.token_logprobs = data.token_entropy = None
+        return data
 
-    def rows_to_train(self, data: dict[str, Tensor]) -> Tensor:
+    def rows_to_train(self, data: StepData) -> Tensor:
         """``(B,)`` bool: every row, or with dynamic sampling only groups with mixed rewards (DAPO)."""
         if self.dynamic_sampling is not None:
-            return mixed_reward_rows(data["rewards"], data["group_ids"])
-        return torch.ones_like(data["rewards"], dtype=torch.bool)
+            return self.dynamic_sampling.rows_to_train(data.rewards, data.group_ids)
+        return torch.ones_like(data.rewards, dtype=torch.bool)
 
-    def _bound_unstepped_batches(self, steps: int, rewards: Tensor, group_ids: Tensor) -> None:
-        """Raise once dynamic sampling has drawn ``max_batches_per_step`` batches in a row without a step.
-
-        ``steps`` is the same on every rank (:meth:`Lockstep.optimizer_steps`), so every rank
-        raises at the same batch; the message counts this rank's groups.
-        """
+    def check_progress(self, steps: int, rewards: Tensor, group_ids: Tensor) -> None:
+        """Dynamic sampling: stop once ``max_batches_per_step`` batches in a row took no step
+        (:meth:`DynamicSampling.check_progress <lit_rlvr.options.DynamicSampling.check_progress>`)."""
         if steps or self.dynamic_sampling is None:
-            self._batches_without_step.clear()
+            self._unstepped.clear()
             return
-        self._batches_without_step.append(_group_outcomes(rewards, group_ids))
-        limit = self.dynamic_sampling.max_batches_per_step
-        if len(self._batches_without_step) < limit:
-            return
-        seen = Counter()
-        for outcome in self._batches_without_step:
-            seen.update(outcome)
-        constant = ", ".join(f"{n} with every reward {key}" for key, n in sorted(seen.items()) if key != "groups")
-        raise RuntimeError(
-            f"dynamic sampling: 0 of {seen['groups']} groups had mixed rewards in the last {limit} batches on this "
-            f"rank ({constant}), so no optimizer step was taken and trainer.max_steps cannot be reached. The task is "
-            "too hard or too easy for the policy, or the reward fails (see train/reward_status/*); raise "
-            "model.dynamic_sampling.max_batches_per_step to draw more batches per step"
-        )
+        self._unstepped.append(group_outcomes(rewards, group_ids))
+        self.dynamic_sampling.check_progress(self._unstepped)
 
-    def logprobs(self, data: dict[str, Tensor], with_entropy: bool = False, model=None, temperature: float | None = None,
-                 entropy_grad: bool = False):  # fmt: skip
-        """Per-token log-probs ``(B, T)`` (and entropies, differentiable with ``entropy_grad``) at the
-        rollout temperature by default.
-
-        In the module's micro-batches (:attr:`micro_batching`), so the no-grad passes over a whole
-        rollout batch pad only within similar lengths; a training micro-batch is one forward.
-        """
-        T = data["response_mask"].shape[1]
-        temperature = self.sampling.temperature if temperature is None else temperature
-        lockstep = None if torch.is_grad_enabled() else self.lockstep  # a training micro-batch is one forward
-        return batched_completion_logprobs(model or self.policy, data["input_ids"], data["attention_mask"], T,
-                                           temperature, with_entropy, self.micro_batching, lockstep, entropy_grad)  # fmt: skip
-
-    def micro_batches(self, batch: dict[str, Tensor]) -> list[dict[str, Tensor]]:
-        """``batch`` (padded rows) as length-sorted micro-batches, each cropped to its longest row."""
-        packed = packs_sequences(self.policy, self.micro_batching.padding_free)
-        rows = self.micro_batching.split(batch["attention_mask"], batch["response_mask"], packed)
-        return [crop_padding({k: v[idx] for k, v in batch.items()}) for idx in rows]
+    def anchor_batch(self, batch: TrainBatch) -> AnchorBatch | None:
+        """The step's DPH-RL anchor samples on this device (None without the anchor term)."""
+        if self.anchor is None:
+            return None
+        if batch.anchor is None:
+            rank_zero_warn("DPH-RL: this batch has no anchor samples (empty D_pef?); L_pef is skipped")
+            return None
+        return batch.anchor.to(self.device)
 
     @torch.no_grad()
-    def reference_logprobs(self, data: dict[str, Tensor]) -> Tensor:
+    def logprobs(self, rows: StepData | AnchorBatch, with_entropy: bool = False, model=None,
+                 temperature: float | None = None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        """No-grad per-token log-probs ``(B, T)`` (and entropies) of a whole batch at the rollout
+        temperature by default, in the module's micro-batches, so that rows pad only with rows of
+        similar length; every data-parallel rank runs as many forwards (:attr:`lockstep`)."""
+        temperature = self.sampling.temperature if temperature is None else temperature
+        return batched_completion_logprobs(model or self.policy, rows.input_ids, rows.attention_mask, rows.response_mask.shape[1],
+                                           temperature, with_entropy, self.micro_batching, self.lockstep.most)  # fmt: skip
+
+    def forward_logprobs(self, part: StepData | AnchorBatch, with_entropy: bool = False, temperature: float | None = None,
+                         entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        """Differentiable log-probs ``(b, T)`` (and entropies, differentiable with ``entropy_grad``) of
+        one micro-batch (:meth:`~lit_rlvr.contracts.RowTensors.micro_batches`): one forward."""
+        temperature = self.sampling.temperature if temperature is None else temperature
+        return completion_logprobs(self.policy, part.input_ids, part.attention_mask, part.response_mask.shape[1], temperature,
+                                   with_entropy, self.packs, entropy_grad)  # fmt: skip
+
+    @property
+    def packs(self) -> bool:
+        """Whether forwards pack rows end to end (``model.batching.padding_free``, :func:`~lit_rlvr.policy.packs_sequences`)."""
+        return packs_sequences(self.policy, self.micro_batching.padding_free)
+
+    def reference_logprobs(self, data: StepData) -> Tensor:
         """log π_ref ``(B, T)`` on the rollouts (:class:`~lit_rlvr.policy.ReferencePolicy`)."""
         with self.reference.active() as reference:
             return self.logprobs(data, model=reference)[0]
 
-    def optimizer_step_on(self, mini: dict[str, Tensor] | None, anchor: dict[str, Tensor] | None,
-                          filler: dict[str, Tensor] | None = None) -> dict[str, Tensor]:  # fmt: skip
+    def optimizer_step_on(self, mini: StepData | None, anchor: AnchorBatch | None, filler: StepData) -> dict[str, Tensor]:
         """One optimizer step: accumulate micro-batch gradients of L_exp (+ η L_pef) (+ β KL).
 
         The micro-batch weights and the passes that keep data-parallel ranks in step come from
@@ -478,16 +416,9 @@ class RLVRModule(LightningModule):
         optimizer = self.optimizers()
         optimizer.zero_grad()
         totals: Counter = Counter()
-        parts = self.micro_batches(mini) if mini is not None else []
-        anchors = self.micro_batches(anchor) if anchor is not None else []
-        plan = self.lockstep_ranks.plan(
-            mini["response_mask"] if mini is not None else None,
-            [p["response_mask"] for p in parts],
-            self.loss.aggregation,
-            anchor["response_mask"] if anchor is not None else None,
-            [a["response_mask"] for a in anchors],
-            self.anchor.level if self.anchor is not None else None,
-        )
+        parts = mini.micro_batches(self.micro_batching, self.packs) if mini is not None else []
+        anchors = anchor.micro_batches(self.micro_batching, self.packs) if anchor is not None else []
+        plan = self.lockstep.plan(mini, parts, self.loss.aggregation, anchor, anchors, self.anchor.level if self.anchor else None)
         for part, weight in zip(parts, plan.loss_weights):
             losses = self.rl_loss(part)
             self.manual_backward(losses["loss"] * weight)
@@ -498,7 +429,7 @@ class RLVRModule(LightningModule):
             totals["pef"] += float(pef.detach()) * weight
             totals["loss"] += self.anchor.coef * float(pef.detach()) * weight
         for _ in range(plan.filler_passes):
-            logprobs, _ = self.logprobs(filler)  # weight 0: only the passes' collectives
+            logprobs, _ = self.forward_logprobs(filler.crop())  # weight 0: only the passes' collectives
             self.manual_backward(logprobs.nan_to_num().sum() * 0.0)
         if self.hparams.max_grad_norm is not None:
             self.clip_gradients(optimizer, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm")
@@ -510,50 +441,38 @@ class RLVRModule(LightningModule):
         totals.setdefault("loss", 0.0)
         return {k: torch.tensor(v) for k, v in totals.items()}
 
-    def rl_loss(self, part: dict[str, Tensor]) -> dict[str, Tensor]:
+    def rl_loss(self, part: StepData) -> dict[str, Tensor]:
         """L_exp (the policy loss, §1/§8) − c·entropy bonus + β·KL on one micro-batch; returns every component.
 
         The training forward's token entropies are logged every step (``entropy``, their token
         mean); they carry a gradient only for the bonus.
         """
-        loss_options, max_len = self.loss, self.sampling.max_new_tokens
+        loss_options, max_len, mask = self.loss, self.sampling.max_new_tokens, part.loss_tokens
         bonus = self.entropy_state is not None and self.entropy_state.applied != 0.0
-        logprobs, entropy = self.logprobs(part, with_entropy=True, entropy_grad=bonus)
-        mask = part["response_mask"]
-        weights = [part[k] for k in ("is_weights", "token_mask") if k in part]
-        loss, stats = policy_loss(
-            logprobs,
-            part["old_logprobs"],
-            part["advantages"],
-            mask,
-            clip_low=loss_options.clip_low,
-            clip_high=loss_options.clip_high,
-            dual_clip=loss_options.dual_clip,
-            agg=loss_options.aggregation,
-            max_len=max_len,
-            token_weights=torch.stack(weights).prod(0) if weights else None,
-            loss=loss_options.policy_loss,
-            options=loss_options.policy_loss_options,
-            selected=part.get("selected"),
-        )
+        logprobs, entropy = self.forward_logprobs(part, with_entropy=True, entropy_grad=bonus)
+        loss, stats = policy_loss(logprobs, part.old_logprobs, part.need("advantages"), mask, clip_low=loss_options.clip_low,
+                                  clip_high=loss_options.clip_high, dual_clip=loss_options.dual_clip, agg=loss_options.aggregation,
+                                  max_len=max_len, token_weights=part.token_weights, loss=loss_options.entry,
+                                  options=loss_options.policy_loss_options, selected=part.selected)  # fmt: skip
         parts = {"policy": loss.detach(), **{k: torch.as_tensor(v).detach() for k, v in stats.items()}}
         parts["entropy"] = token_mean(entropy.detach(), mask)
-        if "token_mask" in part:
-            parts["token_mask_kept"] = token_mean(part["token_mask"], mask)
+        if part.token_mask is not None:
+            parts["token_mask_kept"] = token_mean(part.token_mask, mask)
         if bonus:
-            loss = loss - self.entropy_state.applied * entropy_bonus(entropy, mask, loss_options.aggregation, max_len,
-                                                                     part.get("token_mask"))  # fmt: skip
+            loss = loss - self.entropy_state.applied * entropy_bonus(entropy, mask, loss_options.aggregation, max_len, part.token_mask)
         if self.kl is not None:
-            kl = aggregate(
-                kl_estimate(logprobs, part["ref_logprobs"], self.kl.estimator, value_cap=self.kl.value_cap),
-                part["response_mask"],
-                loss_options.aggregation,
-                max_len=max_len,
-            )
+            kl = aggregate(kl_estimate(logprobs, part.need("ref_logprobs"), self.kl.estimator, value_cap=self.kl.value_cap),
+                           mask, loss_options.aggregation, max_len=max_len)  # fmt: skip
             parts["kl"] = kl.detach()
             loss = loss + self.kl.coef * kl
         parts["loss"] = loss
         return parts
+
+    def anchor_loss(self, anchor: AnchorBatch) -> Tensor:
+        """L_pef: f-divergence to π_ref estimated on cached π_ref samples only (DPH-RL, §2)."""
+        logprobs, _ = self.forward_logprobs(anchor, temperature=1.0)
+        return f_divergence(logprobs, anchor.ref_logprobs, anchor.loss_tokens, self.anchor.divergence, level=self.anchor.level,
+                            value_cap=self.anchor.value_cap, **self.anchor.options)  # fmt: skip
 
     def update_entropy_control(self, losses: list[dict[str, Tensor]]) -> None:
         """Log the entropy bonus's coefficient of this step, then move it with the step's entropy (§8.3).
@@ -563,26 +482,13 @@ class RLVRModule(LightningModule):
         with ``token_mean``, the token mean over every process's tokens), summed over the ranks, so
         every rank gets the same coefficient.
         """
-        ranks = self.lockstep_ranks
+        ranks = self.lockstep
         entropy = ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world
         self.log("train/entropy_coef", self.entropy_state.applied, batch_size=1)
         update = ENTROPY_CONTROLS[self.entropy.control]
         self.entropy_state = update(self.entropy_state, entropy, **self.entropy.options)
 
-    def anchor_loss(self, anchor: dict[str, Tensor]) -> Tensor:
-        """L_pef: f-divergence to π_ref estimated on cached π_ref samples only (DPH-RL, §2)."""
-        logprobs, _ = self.logprobs(anchor, temperature=1.0)
-        return f_divergence(
-            logprobs,
-            anchor["ref_logprobs"],
-            anchor["response_mask"],
-            self.anchor.divergence,
-            level=self.anchor.level,
-            value_cap=self.anchor.value_cap,
-            **self.anchor.options,
-        )
-
-    def log_step(self, data: dict[str, Tensor], keep: Tensor, losses: list[dict[str, Tensor]]) -> None:
+    def log_step(self, data: StepData, keep: Tensor, losses: list[dict[str, Tensor]]) -> None:
         """Log every loss component of the step and what it trained on (the rollouts' own statistics
         are the rollout callback's: ``rollout/mean_len``, ``rollout/truncated``)."""
         B = len(keep)
@@ -590,10 +496,10 @@ class RLVRModule(LightningModule):
         self.log_dict({f"train/{k}": v for k, v in mean.items() if k != "loss"}, batch_size=B)
         if "loss" in mean:
             self.log("train/loss", mean["loss"], prog_bar=True, batch_size=B)
-        rewards = data["rewards"]
+        rewards = data.rewards
         self.log("train/reward", rewards.mean() if len(rewards) else torch.zeros(()), prog_bar=True, batch_size=B)
         stats = {
-            "train/nonfinite_old_logprobs": nonfinite_count(data["old_logprobs"], data["response_mask"]).float(),
+            "train/nonfinite_old_logprobs": nonfinite_count(data.old_logprobs, data.loss_tokens).float(),
             "train/kept_rows": keep.float().mean(),
         }
         self.log_dict(stats, batch_size=B)
@@ -608,8 +514,7 @@ class RLVRModule(LightningModule):
         """
         rollouts = _require_rollouts(batch)
         name, n = batch.set_name, batch.n_samples
-        if name not in self.val_panels:
-            self.val_panels[name] = ValidationPanel(n, self.evaluation.pass_k).to(self.device)
+        panel = self.val_panels.panel(name, n).to(self.device)
         # padding prompts only keep the ranks in step (EvalShardSampler): generated, never counted
         real = [p for p, pad in enumerate(batch.padding) if not pad]
         prompts = [batch.rows[p] for p in real]
@@ -619,13 +524,8 @@ class RLVRModule(LightningModule):
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (P·n,)
         correct = (torch.tensor([s.correct for s in scores], dtype=torch.float32) > 0.5).view(-1, n)  # (P, n) by the correctness reward
         ids = [row["id"] for row in prompts]
-        self.val_panels[name].update(
-            correct,
-            answers=[[s.answer for s in scores[p * n : (p + 1) * n]] for p in range(len(prompts))],
-            texts=texts,
-            rewards=rewards,
-            base_solved=self._base_solved(name, ids),
-        )
+        panel.update(correct, answers=[[s.answer for s in scores[p * n : (p + 1) * n]] for p in range(len(prompts))],
+                     texts=texts, rewards=rewards, base_solved=solved_prompts(self.base_pass_counts(name), ids))  # fmt: skip
         if batch_idx + 1 == self._num_val_batches(dataloader_idx):
             self.log_panel(name)  # logged inside its dataloader: listed under it, not under every set
         return {"set": name, "ids": ids, "num_correct": correct.sum(-1).tolist()}
@@ -635,15 +535,13 @@ class RLVRModule(LightningModule):
         trainer = self.trainer
         return (trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches)[dataloader_idx]
 
-    def _base_solved(self, set_name: str, ids: list[str]) -> Tensor | None:
-        """``(P,)`` bool: prompts the base policy solved (None when no base counts are known)."""
+    def base_pass_counts(self, set_name: str) -> dict[str, int] | None:
+        """The base policy's per-prompt pass counts for a set: ``model.evaluation.retention_reference``'s,
+        else the reference cache's (training prompts), else None."""
         if self.reference_pass_counts is not None:
-            counts = self.reference_pass_counts.get(set_name, {})
-        else:
-            counts = getattr(getattr(self.trainer, "datamodule", None), "base_pass_counts", None)
-        if not counts:
-            return None
-        return torch.tensor([counts.get(i, 0) > 0 for i in ids], dtype=torch.bool)
+            return self.reference_pass_counts.get(set_name, {})
+        datamodule = self.trainer.datamodule
+        return datamodule.base_pass_counts if datamodule is not None else None
 
     def log_panel(self, name: str) -> None:
         """Log set ``name``'s panel as ``val/<name>/<metric>`` and reset it (nothing if it has no update).
@@ -652,11 +550,8 @@ class RLVRModule(LightningModule):
         dataloader (``trainer.validate`` returns them in that dataloader's dict); logged at
         epoch end they would be listed under every dataloader.
         """
-        panel = self.val_panels[name]
-        values = {f"val/{name}/{k}": v for k, v in panel.compute().items()}  # synced across ranks by the sum states
         # one value per epoch (its batch weight is moot); the set's name is in the key
-        self.log_dict(values, sync_dist=False, batch_size=1, add_dataloader_idx=False)
-        panel.reset()
+        self.log_dict(self.val_panels.take(name), sync_dist=False, batch_size=1, add_dataloader_idx=False)
 
     @override
     def on_validation_epoch_end(self) -> None:
@@ -667,33 +562,21 @@ class RLVRModule(LightningModule):
     @classmethod
     @override
     def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs):
-        """Lightning's ``load_from_checkpoint``, also for a checkpoint of the 0.1 layout (upgraded in
-        memory, :func:`lit_rlvr.upgrade.upgrade_checkpoint`; the file is not changed), after checking
-        the sha256 a checkpoint carries (:func:`lit_rlvr.checkpoint.verify_checkpoint`)."""
-        import io
-
-        from lightning.fabric.utilities.cloud_io import _load
-
-        if isinstance(checkpoint_path, (str, Path)) and Path(checkpoint_path).is_file():
-            verify_checkpoint(checkpoint_path)
-        checkpoint = _load(checkpoint_path, map_location="cpu", weights_only=False)
-        if upgrade_checkpoint(checkpoint):
-            buffer = io.BytesIO()
-            torch.save(checkpoint, buffer)
-            buffer.seek(0)
-            checkpoint_path = buffer
-        return super().load_from_checkpoint(checkpoint_path, map_location, hparams_file, strict, **kwargs)
+        """Lightning's ``load_from_checkpoint`` on a checkpoint read safely by
+        :func:`~lit_rlvr.upgrade.read_checkpoint` (its sha256 verified, ``weights_only``: a file that
+        would run code is refused) and upgraded in memory from the 0.1 layout
+        (:func:`~lit_rlvr.upgrade.upgrade_checkpoint`; the file is not changed)."""
+        checkpoint = read_checkpoint(checkpoint_path)
+        upgrade_checkpoint(checkpoint)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        buffer.seek(0)
+        return super().load_from_checkpoint(buffer, map_location, hparams_file, strict, weights_only=True, **kwargs)
 
     @override
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["lit_rlvr_format"] = CHECKPOINT_FORMAT
-        checkpoint["lit_rlvr_rng"] = {
-            "torch": torch.get_rng_state(),
-            "python": random.getstate(),
-            "generator": self.generator.get_state(),
-        }
-        if self.entropy_state is not None:  # the adaptive coefficient moves with training: it resumes where it was
-            checkpoint["lit_rlvr_entropy_control"] = {"coef": self.entropy_state.coef, "active": self.entropy_state.active}
+        save_training_state(checkpoint, self.generator, self.entropy_state)
 
     @override
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -701,14 +584,9 @@ class RLVRModule(LightningModule):
         is upgraded in place first (:func:`lit_rlvr.upgrade.upgrade_checkpoint`: runs before the
         callbacks read their state)."""
         upgrade_checkpoint(checkpoint)
-        control = checkpoint.get("lit_rlvr_entropy_control")
+        control = load_training_state(checkpoint, self.generator)
         if control is not None and self.entropy_state is not None:
             self.entropy_state = EntropyState(float(control["coef"]), bool(control["active"]))
-        rng = checkpoint.get("lit_rlvr_rng")
-        if rng is not None:
-            torch.set_rng_state(rng["torch"])
-            random.setstate(rng["python"])
-            self.generator.set_state(rng["generator"])
 
 
 def _require_rollouts(batch: TrainBatch | ValBatch):
@@ -725,9 +603,8 @@ def _require_rollouts(batch: TrainBatch | ValBatch):
     return batch.rollouts
 
 
-def _check_tokenizer(datamodule, tokenizer) -> None:
+def _check_tokenizer(theirs, tokenizer) -> None:
     """The prompts must be token ids of the policy's own tokenizer: refuse a DataModule whose tokenizer differs."""
-    theirs = getattr(datamodule, "tokenizer", None)
     if theirs is None or theirs is tokenizer:
         return
     probe = "Solve 12 + 7 = ? Answer: \\boxed{19}"
@@ -747,13 +624,3 @@ def _read_json(path: str | None, key: str):
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"{key}: cannot read {path!r} as JSON ({err})") from err
-
-
-def _group_outcomes(rewards: Tensor, group_ids: Tensor) -> Counter:
-    """How many groups there are, and how many have each constant reward (``{"groups": 3, "0.0": 2, "1.0": 1}``)."""
-    out = Counter(groups=len(torch.unique(group_ids)))
-    for g in torch.unique(group_ids):
-        values = rewards[group_ids == g]
-        if bool((values == values[0]).all()):
-            out[f"{float(values[0]):g}"] += 1
-    return out

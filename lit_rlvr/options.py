@@ -30,16 +30,20 @@ the reference samples. ``docs/configuration.md`` lists every key.
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, Literal
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
+from typing import Any, Literal, TypeVar
 
 import torch
+from torch import Tensor
 
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.correction import CORRECTIONS, _check_bounds
 from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES
 from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS
-from lit_rlvr.functional.losses import KL_ESTIMATORS, POLICY_LOSSES, checked_aggregation, checked_policy_loss
+from lit_rlvr.functional.losses import KL_ESTIMATORS, POLICY_LOSSES, PolicyLoss, checked_aggregation, checked_policy_loss
+from lit_rlvr.functional.metrics import mixed_reward_rows
 from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
 from lit_rlvr.policy.logprobs import MicroBatching, check_padding_free
 from lit_rlvr.rewards.combine import RewardMix
@@ -128,14 +132,35 @@ class LossOptions:
                 state[f.name] = f.default_factory() if f.default_factory is not MISSING else f.default
         self.__dict__.update(state)
 
-    def with_advantage(self, advantage: str, options: dict[str, Any] | None = None) -> LossOptions:
-        """The same loss with another estimator (checked), e.g. a phase of :class:`~lit_rlvr.callbacks.AdvantageSchedule`."""
-        return replace(self, advantage=advantage, advantage_options=dict(options or {}))
+    def with_advantage(self, advantage: str, options: dict[str, Any] | None = None, group_size: int | None = None) -> LossOptions:
+        """The same loss with another estimator (checked), e.g. a phase of :class:`~lit_rlvr.callbacks.AdvantageSchedule`.
+
+        With ``group_size`` (``model.sampling.n``) also checks that the estimator can work with it:
+        ``k`` of Pass@k at most n, and n at least the estimator's ``min_group_size``.
+        """
+        loss = replace(self, advantage=advantage, advantage_options=dict(options or {}))
+        if group_size is None:
+            return loss
+        k = loss.advantage_options.get("k")
+        if k is not None and not 1 <= k <= group_size:
+            raise ValueError(f"model.loss.advantage_options.k={k} must be between 1 and model.sampling.n={group_size}")
+        need = ADVANTAGES.trait(advantage, "min_group_size", loss.advantage_options, default=1)
+        if group_size < need:
+            raise ValueError(
+                f"model.sampling.n={group_size}: advantage {advantage!r} compares the samples of a prompt with each "
+                f"other and needs model.sampling.n >= {need} (with fewer, every advantage is 0 and the policy never learns)"
+            )
+        return loss
+
+    @property
+    def entry(self) -> PolicyLoss:
+        """The policy loss's registry entry, checked with its options in ``__post_init__`` (not again per micro-batch)."""
+        return POLICY_LOSSES[self.policy_loss]
 
     @property
     def selects_tokens(self) -> bool:
         """Whether the loss chooses tokens from π_θ's token statistics (a token mask, a covariance selection)."""
-        return self.token_mask is not None or POLICY_LOSSES[self.policy_loss].select is not None
+        return self.token_mask is not None or self.entry.select is not None
 
 
 @dataclass(frozen=True)
@@ -255,6 +280,47 @@ class DynamicSampling:
 
     def __post_init__(self):
         _positive("model.dynamic_sampling.max_batches_per_step", self.max_batches_per_step, integer=True)
+
+    @staticmethod
+    def rows_to_train(rewards: Tensor, group_ids: Tensor) -> Tensor:
+        """``(B,)`` bool: the rows of groups with mixed rewards."""
+        return mixed_reward_rows(rewards, group_ids)
+
+    def check_progress(self, unstepped: Sequence[Counter]) -> None:
+        """Raise once ``max_batches_per_step`` batches in a row took no optimizer step.
+
+        Args:
+            unstepped: :func:`group_outcomes` of each batch since the last optimizer step (the
+                same number on every rank, so every rank raises at the same batch; the message
+                counts this rank's groups).
+        """
+        if len(unstepped) < self.max_batches_per_step:
+            return
+        seen: Counter = Counter()
+        for outcome in unstepped:
+            seen.update(outcome)
+        constant = ", ".join(f"{n} with every reward {key}" for key, n in sorted(seen.items()) if key != "groups")
+        raise RuntimeError(
+            f"dynamic sampling: 0 of {seen['groups']} groups had mixed rewards in the last {self.max_batches_per_step} "
+            f"batches on this rank ({constant}), so no optimizer step was taken and trainer.max_steps cannot be reached. "
+            "The task is too hard or too easy for the policy, or the reward fails (see train/reward_status/*); raise "
+            "model.dynamic_sampling.max_batches_per_step to draw more batches per step"
+        )
+
+
+def group_outcomes(rewards: Tensor, group_ids: Tensor) -> Counter:
+    """How many groups there are, and how many have each constant reward.
+
+    Example:
+        >>> group_outcomes(torch.tensor([1., 1., 0., 1., 0., 0.]), torch.tensor([0, 0, 1, 1, 2, 2]))
+        Counter({'groups': 3, '1': 1, '0': 1})
+    """
+    out = Counter(groups=len(torch.unique(group_ids)))
+    for g in torch.unique(group_ids):
+        values = rewards[group_ids == g]
+        if bool((values == values[0]).all()):
+            out[f"{float(values[0]):g}"] += 1
+    return out
 
 
 @dataclass(frozen=True)
@@ -381,6 +447,40 @@ class EvalOptions:
         """The validation sampling: ``train`` with this group's overrides (``n`` is set per set)."""
         overrides = {k: getattr(self, k) for k in ("temperature", "top_p", "top_k", "max_new_tokens")}
         return replace(train, n=1, **{k: v for k, v in overrides.items() if v is not None})
+
+
+G = TypeVar("G")
+
+
+def as_group(cls: type[G], value: G | Mapping[str, Any] | None) -> G | None:
+    """``value`` as option group ``cls``: a group as it is, a mapping (a checkpoint's or a logger's
+    plain hyper-parameters, :func:`plain`) read into one, None as None.
+
+    Example:
+        >>> as_group(KLOptions, {"coef": 0.1}), as_group(KLOptions, None)
+        (KLOptions(coef=0.1, estimator='k3', value_cap=None), None)
+    """
+    if value is None or isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{cls.__name__}: expected {cls.__name__} or a mapping of its fields, got {type(value).__name__}")
+    values = dict(value)
+    for f in fields(cls):  # the one nested group: model.policy.lora
+        if f.name == "lora" and isinstance(values.get("lora"), Mapping):
+            values["lora"] = LoraOptions(**values["lora"])
+        if f.name == "stop" and isinstance(values.get("stop"), list):
+            values["stop"] = tuple(values["stop"])
+    return cls(**values)
+
+
+def plain(value: Any) -> Any:
+    """An option group as plain data (nested dicts, lists, numbers, strings), as loggers and checkpoints store it.
+
+    Example:
+        >>> plain(AnchorOptions(coef=0.5))
+        {'coef': 0.5, 'divergence': 'forward_kl', 'options': {}, 'level': 'token', 'value_cap': None}
+    """
+    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
 
 
 DEFAULT_SAMPLING = SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed=0)

@@ -7,8 +7,9 @@ each old key went; it upgrades
 
 - checkpoints: :meth:`RLVRModule.on_load_checkpoint <lit_rlvr.module.RLVRModule.on_load_checkpoint>`
   calls :func:`upgrade_checkpoint` on every checkpoint it resumes or validates from, and
-  ``RLVRModule.load_from_checkpoint`` reads an old file through it, so 0.1 checkpoints load as
-  they are; ``lit-rlvr upgrade checkpoint OLD.ckpt NEW.ckpt`` rewrites one;
+  ``RLVRModule.load_from_checkpoint`` reads a file with :func:`read_checkpoint` (verified,
+  ``weights_only``) and upgrades it in memory, so 0.1 checkpoints load as they are;
+  ``lit-rlvr upgrade checkpoint OLD.ckpt NEW.ckpt`` rewrites one;
 - configs: ``lit-rlvr upgrade config OLD.yaml`` prints the same config in the new layout
   (:func:`upgrade_config`).
 
@@ -18,9 +19,14 @@ docs/configuration.md shows the table (a test keeps the two equal).
 from __future__ import annotations
 
 import copy
+import io
+import pickle
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from lit_rlvr.checkpoint import verify_checkpoint
 
 CHECKPOINT_FORMAT = 2  # checkpoint["lit_rlvr_format"]: absent in 0.1 checkpoints
 
@@ -268,3 +274,37 @@ def _deep_update(into: dict, values: Mapping) -> None:
             _deep_update(into[key], value)
         else:
             into[key] = copy.deepcopy(value) if isinstance(value, Mapping) else value
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint that holds objects other than tensors, plain data and lit_rlvr's option groups."""
+
+
+def read_checkpoint(path: str | Path | io.BytesIO) -> dict[str, Any]:
+    """A checkpoint file as a dict, loaded without running code from the file.
+
+    A file's carried sha256 is checked first (:func:`~lit_rlvr.checkpoint.verify_checkpoint`);
+    then ``torch.load(weights_only=True)`` reads only tensors, plain data and the classes
+    registered as safe (the option groups, :mod:`lit_rlvr.options`), so a pickled object that
+    would run code on load is refused instead of run. A 0.1 checkpoint reads too
+    (:func:`upgrade_checkpoint` then brings it to today's layout).
+
+    Raises:
+        UnsafeCheckpointError: the file holds other objects (naming torch's reason); load only
+            files you trust, and re-save them from the Python that wrote them without such objects.
+    """
+    import torch
+
+    from lit_rlvr import options  # noqa: F401  (registers the option groups as safe globals)
+
+    if isinstance(path, (str, Path)) and Path(path).is_file():
+        verify_checkpoint(path)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise UnsafeCheckpointError(
+            f"checkpoint {path}: refused to load, it holds objects that torch.load(weights_only=True) does not "
+            f"allow (only tensors, plain data and lit_rlvr's option groups are loaded, so that a checkpoint cannot "
+            f"run code): {str(err).splitlines()[0]}"
+        ) from err
+    return checkpoint

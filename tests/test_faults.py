@@ -219,14 +219,14 @@ def test_failing_rewards_are_counted_and_their_reason_logged_every_step(tiny_mod
     logger = f'--trainer.logger={{"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {{"save_dir": "{tmp_path / "logs"}"}}}}'
     with caplog.at_level(logging.INFO, logger="lit_rlvr"):
         main([*fit_args(tiny_model_dir, tmp_path, files, "--trainer.max_steps=2", "--trainer.log_every_n_steps=1"), logger])
-    summaries = [r.getMessage() for r in caplog.records if r.name == "lit_rlvr.module"]
+    summaries = [r.getMessage() for r in caplog.records if r.name == "lit_rlvr.rewards.report"]
     expected = "4 scored: error 4; first error: the reward returned a str ('1'); return a float"
     assert [s for s in summaries if s.startswith("train rewards (step 0, rank 0)")] == [
         f"train rewards (step 0, rank 0): {expected}",
         f"train rewards (step 0, rank 0): 4 of 4 rewards failed (status error), each scored 0: {expected}",
     ]
     assert any(s.startswith("train rewards (step 1, rank 0)") for s in summaries)
-    warnings = [r for r in caplog.records if r.name == "lit_rlvr.module" and r.levelno == logging.WARNING]
+    warnings = [r for r in caplog.records if r.name == "lit_rlvr.rewards.report" and r.levelno == logging.WARNING]
     assert len(warnings) == 2  # loud on every step where most rewards fail
     (metrics,) = (tmp_path / "logs").rglob("metrics.csv")
     errors = [float(row["train/reward_errors"]) for row in csv.DictReader(metrics.open()) if row.get("train/reward_errors")]

@@ -26,10 +26,10 @@ ALLOWED = {
     "rewards": {"registry", "plugins"},
     "metrics": {"functional"},
     "rollout": {"policy", "registry", "vllm_plugin"},  # the server engine registers the weight-transfer backend trainer-side too
-    "contracts": {"rollout"},  # the batches and what callbacks require of the module
+    "contracts": {"rollout", "functional", "policy"},  # the batches, the step tensors and their splitter, what callbacks require of the module
     "options": {"functional", "policy", "rewards", "rollout"},  # the recipe's option groups
     "lockstep": {"functional"},
-    "upgrade": {"options"},  # the 0.1 layout, read into the option groups
+    "upgrade": {"options", "checkpoint"},  # the 0.1 layout, read into the option groups; checkpoints read safely
     "cache": {"atomic", "policy", "rollout", "contracts"},
     "data": {"registry", "rewards", "cache", "contracts"},
     "callbacks": {"atomic", "policy", "rollout", "contracts"},

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_rlvr.cache.builder import reference_logprobs
 from lit_rlvr.callbacks import RolloutCallback
+from lit_rlvr.lockstep import Lockstep
 from lit_rlvr.policy import (
     MicroBatching,
     completion_logprobs,
@@ -44,7 +45,7 @@ def test_drift_in_micro_batches_equals_drift_of_one_padded_forward(model_and_tok
     with torch.no_grad():
         lp, _ = completion_logprobs(model, pad["input_ids"], pad["attention_mask"], pad["response_mask"].shape[1])
     want = logprob_drift(pad["old_logprobs"], lp, pad["response_mask"]).item()
-    pl_module = types.SimpleNamespace(policy=model, tokenizer=tok, micro_batching=module_batching, lockstep=lambda passes: passes)
+    pl_module = types.SimpleNamespace(policy=model, tokenizer=tok, micro_batching=module_batching, lockstep=Lockstep())
     packed = packs_sequences(model, module_batching.padding_free)  # probes first
     shapes, handle = record_shapes(model)
     got = RolloutCallback().drift(pl_module, rollouts, 1.0)

@@ -9,7 +9,7 @@ import torch
 from lightning import Trainer
 from torch.utils.data import DataLoader
 
-from lit_rlvr.contracts import AnchorBatch, TrainBatch
+from lit_rlvr.contracts import AnchorBatch, StepData, TrainBatch
 from lit_rlvr.module import RLVRModule
 from lit_rlvr.options import (
     AnchorOptions,
@@ -120,6 +120,24 @@ def test_gradient_accumulation_gives_the_full_batch_update(tiny_model_dir, agg):
         results.append(one_step(module, fixed_batch(module.tokenizer, with_anchor=False)))
     for name in results[0]:
         assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
+
+
+@pytest.mark.parametrize("batching", [BatchingOptions(micro_batch_size=3), BatchingOptions(micro_batch_tokens=40, padding_free=False),
+                                      BatchingOptions(micro_batch_tokens=40, padding_free=True)], ids=["rows", "tokens", "packed"])  # fmt: skip
+def test_each_micro_batch_is_one_forward(tiny_model_dir, batching):
+    """The step splits its rows into micro-batches once: the policy runs exactly one forward per RL and
+    per anchor micro-batch, and no other (π_old is the sampler's, no KL, no token selection)."""
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), batching=batching,
+                        anchor=AnchorOptions(coef=0.1), scoring=ScoringOptions(workers=0), optimizer=sgd)  # fmt: skip
+    batch = fixed_batch(module.tokenizer)
+    data = StepData.from_rollouts(batch.rollouts, module.tokenizer.pad_token_id, torch.zeros(8))
+    expected = len(data.micro_batches(module.micro_batching, module.packs)) + len(batch.anchor.micro_batches(module.micro_batching, module.packs))
+    assert expected > 2  # the batch really is split
+    calls = []
+    handle = module.policy.register_forward_hook(lambda *_: calls.append(1))
+    one_step(module, batch)
+    handle.remove()
+    assert len(calls) == expected
 
 
 def test_config_errors_name_key_value_and_choices(tiny_model_dir):
@@ -398,9 +416,14 @@ def test_default_optimizer_is_fused_adamw_with_the_reference_update():
 # ----------------------------------------------------------------------------- issue 21: rollout correction
 
 
+def step_data(module: RLVRModule, batch: TrainBatch) -> StepData:
+    """The batch's rollouts as the step's tensors (rewards 0: these helpers compute their own)."""
+    return StepData.from_rollouts(batch.rollouts, module.tokenizer.pad_token_id, torch.zeros(len(batch.rollouts.completion_ids)))
+
+
 def own_logprobs(module: RLVRModule, batch: TrainBatch) -> list[list[float]]:
     """The trainer's own per-token log-probs of the batch's completions (what an exact sampler reports)."""
-    data = batch.rollouts.to_padded(module.tokenizer.pad_token_id)
+    data = step_data(module, batch)
     with torch.no_grad():
         lp, _ = module.logprobs(data)
     return [lp[b, : len(c)].tolist() for b, c in enumerate(batch.rollouts.completion_ids)]
@@ -436,14 +459,13 @@ def test_rollout_correction_weights_each_token_by_the_bounded_ratio(tiny_model_d
                            scoring=ScoringOptions(workers=0))  # fmt: skip
     batch = fixed_batch(module.tokenizer, with_anchor=False)
     start = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
-    data = batch.rollouts.to_padded(module.tokenizer.pad_token_id)
-    with torch.no_grad():
-        old, _ = reference.logprobs(data)
-    weights, stats = correction_weights(old, data["old_logprobs"], data["response_mask"], "token_truncate", 1.5, 0.5)
+    data = step_data(module, batch)
+    old, _ = reference.logprobs(data)
+    weights, stats = correction_weights(old, data.old_logprobs, data.response_mask, "token_truncate", 1.5, 0.5)
     rewards = torch.tensor([float("7" in t) for t in batch.rollouts.texts])
-    adv = ADVANTAGES["grpo"](rewards, data["group_ids"])
-    logprobs, _ = reference.logprobs(data)
-    loss, _ = policy_loss(logprobs, old, adv, data["response_mask"], token_weights=weights, max_len=8)
+    adv = ADVANTAGES["grpo"](rewards, data.group_ids)
+    logprobs, _ = reference.forward_logprobs(data)
+    loss, _ = policy_loss(logprobs, old, adv, data.response_mask, token_weights=weights, max_len=8)
     loss.backward()
     loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
     trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
@@ -469,11 +491,10 @@ def hand_step(tiny_model_dir, batch, method: str) -> dict[str, torch.Tensor]:
     from lit_rlvr.functional.losses import masked_row_mean, policy_loss
 
     reference = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0))
-    data = batch.rollouts.to_padded(reference.tokenizer.pad_token_id)
-    mask, old, ids = data["response_mask"], data["old_logprobs"], data["group_ids"]
+    data = step_data(reference, batch)
+    mask, old, ids = data.response_mask, data.old_logprobs, data.group_ids
     rewards = torch.tensor([float("7" in t) for t in batch.rollouts.texts])
-    with torch.no_grad():
-        lp0, h0 = reference.logprobs(data, with_entropy=True)
+    lp0, h0 = reference.logprobs(data, with_entropy=True)
     adv = ADVANTAGES["grpo"](rewards, ids)
     kwargs, bonus = {}, 0.0
     if method == "forking_tokens":
@@ -490,7 +511,7 @@ def hand_step(tiny_model_dir, batch, method: str) -> dict[str, torch.Tensor]:
         adv = ADVANTAGES["unlikeliness"](rewards, ids, mean_logprobs=masked_row_mean(old, mask), rank_penalty=0.5)
     elif method == "nsr":
         adv = rewards - 1.0
-    lp, h = reference.logprobs(data, with_entropy=True, entropy_grad=True)
+    lp, h = reference.forward_logprobs(data, with_entropy=True, entropy_grad=True)
     loss, _ = policy_loss(lp, old, adv, mask, max_len=8, **kwargs)
     if method == "entropy_bonus":
         bonus = entropy_bonus(h, mask, max_len=8)
@@ -545,14 +566,13 @@ def test_token_entropy_is_logged_every_step_and_the_coefficient_with_a_bonus(tin
                         entropy=EntropyOptions("adaptive", {"entropy_coef": 0.02, "entropy_target": 50.0, "entropy_coef_delta": 0.01}),
                         optimizer=sgd)  # fmt: skip
     batch = fixed_batch(module.tokenizer, with_anchor=False)
-    data = batch.rollouts.to_padded(module.tokenizer.pad_token_id)
-    with torch.no_grad():
-        _, h = module.logprobs(data, with_entropy=True)
+    data = step_data(module, batch)
+    _, h = module.logprobs(data, with_entropy=True)
     trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                       enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
     trainer.fit(module, train_dataloaders=DataLoader([batch], batch_size=None, collate_fn=lambda b: b))
     metrics = trainer.callback_metrics
-    assert float(metrics["train/entropy"]) == pytest.approx(float(aggregate(h, data["response_mask"])), rel=1e-5)  # π_θ before the step
+    assert float(metrics["train/entropy"]) == pytest.approx(float(aggregate(h, data.response_mask)), rel=1e-5)  # π_θ before the step
     assert float(metrics["train/entropy_coef"]) == pytest.approx(0.02)  # applied at this step; the next one gets 0.03
     assert module.entropy_state.coef == pytest.approx(0.03) and module.entropy_state.active
 
@@ -606,3 +626,69 @@ def test_method_conflicts_are_refused_at_start_up():
         EntropyOptions("skywork")
     assert LossOptions(policy_loss="clip_cov", dual_clip=3.0, token_mask="top_entropy").selects_tokens  # these compose
     assert not LossOptions(advantage="nsr").selects_tokens
+
+
+# ------------------------------------------------------------------ hyper-parameters as plain data (issue 33 item 2)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("logger", ["csv", "default"])
+def test_python_fit_with_a_lightning_logger_logs_readable_hparams_that_reload(tiny_model_dir, toy_prompts, tmp_path, logger):
+    """``Trainer(logger=CSVLogger(...))`` and the default logger write the option groups as plain dicts
+    (they crashed on the frozen dataclasses), and the checkpoint's hyper-parameters load back into the groups."""
+    import yaml
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger
+
+    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import DatasetSpec
+    from lit_rlvr.options import RolloutCorrection
+    from lit_rlvr.policy import LoraOptions
+
+    files = toy_prompts()
+    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"), batch_size=2, seed=0)
+    loss = LossOptions(advantage="passk", advantage_options={"k": 2})
+    policy = PolicyOptions(str(tiny_model_dir), lora=LoraOptions(r=2, alpha=4, target_modules=["q_proj"]))
+    module = RLVRModule(policy, sampling=SamplingParams(n=4, max_new_tokens=6, seed=0, stop=("\n",)), loss=loss,
+                        anchor=None, kl=KLOptions(coef=0.05), rollout_correction=RolloutCorrection(), scoring=ScoringOptions(workers=0))  # fmt: skip
+    kwargs = {"logger": CSVLogger(tmp_path / "logs", name="run")} if logger == "csv" else {"default_root_dir": str(tmp_path)}
+    trainer = Trainer(max_steps=1, accelerator="cpu", enable_progress_bar=False, enable_model_summary=False,
+                      callbacks=[RolloutCallback(engine="hf"), ModelCheckpoint(dirpath=tmp_path / "ckpt")], **kwargs)  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    hparams = yaml.safe_load(next(tmp_path.rglob("hparams.yaml")).read_text())
+    assert hparams["loss"]["advantage"] == "passk" and hparams["loss"]["advantage_options"] == {"k": 2}
+    assert hparams["policy"]["lora"]["r"] == 2 and hparams["kl"]["coef"] == 0.05 and hparams["anchor"] is None
+    assert hparams["rollout_correction"] == {"mode": "token_truncate", "clip_max": 3.0, "clip_min": None}
+    reloaded = RLVRModule.load_from_checkpoint(next((tmp_path / "ckpt").glob("*.ckpt")))
+    assert reloaded.loss == loss and reloaded.kl == KLOptions(coef=0.05) and reloaded.sampling.stop == ("\n",)
+    assert reloaded.rollout_correction == RolloutCorrection() and reloaded.hparams["policy"]["lora"]["r"] == 2
+    assert RLVRModule(PolicyOptions(str(tiny_model_dir)), dynamic_sampling={"max_batches_per_step": 3}).dynamic_sampling.max_batches_per_step == 3
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_not_run(tmp_path):
+    """``load_from_checkpoint`` and ``lit-rlvr upgrade checkpoint`` read with ``weights_only``: a pickled
+    object whose loading runs code is refused with a clear error, and the code does not run."""
+    from lit_rlvr.tools.upgrade import main as upgrade_main
+    from lit_rlvr.upgrade import UnsafeCheckpointError
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (marker.write_text, ("pwned",))
+
+    path = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {"x": Payload()}}, path)
+    with pytest.raises(UnsafeCheckpointError, match="refused to load, it holds objects that torch.load.weights_only=True"):
+        RLVRModule.load_from_checkpoint(path)
+    with pytest.raises(UnsafeCheckpointError):
+        upgrade_main(["checkpoint", str(path), str(tmp_path / "out.ckpt")])
+    assert not marker.exists()
+
+
+def test_lightnings_gradient_clipping_is_refused_with_where_clipping_is_set(tiny_model_dir):
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), scoring=ScoringOptions(workers=0))
+    trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, gradient_clip_val=0.5)
+    with pytest.raises(ValueError, match=r"set model.max_grad_norm=0.5 \(RLVRModule\(max_grad_norm=...\)\) and leave trainer.gradient_clip_val unset"):
+        trainer.fit(module, train_dataloaders=DataLoader([fixed_batch(module.tokenizer)], batch_size=None, collate_fn=lambda b: b))

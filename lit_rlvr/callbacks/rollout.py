@@ -494,7 +494,7 @@ class RolloutCallback(Callback):
                 T,
                 temperature=temperature if temperature > 0 else 1.0,  # greedy: temperature-1 log-probs
                 batching=pl_module.micro_batching,
-                lockstep=pl_module.lockstep,  # FSDP: as many forwards on every rank
+                lockstep=pl_module.lockstep.most,  # FSDP: as many forwards on every rank
             )
         finally:
             policy.train(was_training)

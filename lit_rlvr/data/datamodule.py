@@ -184,19 +184,11 @@ class _TrainBatches(Dataset):
         self.dm, self.sampler = dm, sampler
 
     def __getitem__(self, key: BatchKey) -> TrainBatch:
-        dm = self.dm
-        rows = [dict(dm.train_rows[dm._train_index[i]]) for i in key.indices]
-        prompt_ids = [list(dm.train_prompt_ids[dm._train_index[i]]) for i in key.indices]
-        batch = TrainBatch(rows, prompt_ids, position=(key.epoch, key.step))
-        if dm._anchor_index is not None and len(dm._anchor_index):
-            s = self.sampler
-            number = (key.epoch * len(s) + key.step) * s.num_replicas + s.rank
-            picks = anchor_batch_indices(number, dm.cache.anchor_batch_size, len(dm._anchor_index), dm.seed)
-            batch.anchor = dm.reference_cache.anchor_batch(dm._anchor_index[picks], dm.pad_id)
-        return batch
+        s = self.sampler
+        return self.dm.train_batch(key, number=(key.epoch * len(s) + key.step) * s.num_replicas + s.rank)
 
     def __len__(self) -> int:
-        return len(self.dm._train_index)
+        return self.dm.num_train_prompts
 
 
 class _TrainLoader(DataLoader):
@@ -516,7 +508,23 @@ class PromptDataModule(pl.LightningDataModule):
             self._consumed = tuple(batch.position)
         return batch
 
-    # ------------------------------------------------------------------------------- ahead of the loader
+    # ------------------------------------------------------------------------------- train batches
+    @property
+    def num_train_prompts(self) -> int:
+        """Training prompts in the epoch's order (those D_exp keeps, that fit the engine's context)."""
+        return len(self._train_index)
+
+    def train_batch(self, key: BatchKey, number: int) -> TrainBatch:
+        """The train batch of ``key`` (the sampler's rows, epoch and step): rows, prompt ids, position,
+        and the DPH-RL anchor samples of global batch ``number`` when a cache has D_pef prompts."""
+        rows = [dict(self.train_rows[self._train_index[i]]) for i in key.indices]
+        prompt_ids = [list(self.train_prompt_ids[self._train_index[i]]) for i in key.indices]
+        batch = TrainBatch(rows, prompt_ids, position=(key.epoch, key.step))
+        if self._anchor_index is not None and len(self._anchor_index):
+            picks = anchor_batch_indices(number, self.cache.anchor_batch_size, len(self._anchor_index), self.seed)
+            batch.anchor = self.reference_cache.anchor_batch(self._anchor_index[picks], self.pad_id)
+        return batch
+
     def train_prompt_ids_at(self, epoch: int, step: int) -> list[list[int]]:
         """The prompt ids of the batch the train loader yields at ``step`` of ``epoch`` on this rank,
         ahead of it (asynchronous rollouts generate for batches the loop has not reached yet)."""

@@ -281,7 +281,7 @@ def policy_loss(
     agg: str = "token_mean",
     max_len: int | None = None,
     token_weights: Tensor | None = None,
-    loss: str = "vanilla",
+    loss: str | PolicyLoss = "vanilla",
     options: dict[str, Any] | None = None,
     selected: Tensor | None = None,
     generator: torch.Generator | None = None,
@@ -313,7 +313,9 @@ def policy_loss(
         token_weights: ``(B, T)`` detached per-token weights of ``l_t`` before aggregation (the
             rollout correction's importance weights, a token mask); None: all 1. They do not
             change the aggregation's normaliser.
-        loss: a key of :data:`POLICY_LOSSES`.
+        loss: a key of :data:`POLICY_LOSSES` (its options checked here), or its entry, already
+            checked with ``options`` and ``dual_clip`` (:attr:`LossOptions.entry
+            <lit_rlvr.options.LossOptions.entry>`: once per run, not per micro-batch).
         options: the entry's options (``{"clip_cov_ratio": 0.0002}``).
         selected: ``(B, T)`` bool tokens the entry treats apart, chosen beforehand (the module
             chooses them once per rollout batch); None: chosen here.
@@ -340,7 +342,7 @@ def policy_loss(
         >>> {k: round(v.item(), 2) for k, v in stats.items() if k.startswith("clipfrac")}
         {'clipfrac_low': 0.25, 'clipfrac_high': 0.25, 'clipfrac_dual': 0.25}
     """
-    entry = checked_policy_loss(loss, options, dual_clip, "loss")
+    entry = loss if isinstance(loss, PolicyLoss) else checked_policy_loss(loss, options, dual_clip, "loss")
     _check_policy_args(
         logprobs, old_logprobs, advantages, response_mask, clip_low, clip_high, dual_clip
     )

@@ -12,7 +12,7 @@ from lit_rlvr.metrics.diversity import (
     ZeroVarianceShare,
 )
 from lit_rlvr.metrics.majority import MajorityAtK
-from lit_rlvr.metrics.panel import ValidationPanel
+from lit_rlvr.metrics.panel import ValidationPanel, ValidationPanels
 from lit_rlvr.metrics.passk import PassAtK
 
 __all__ = [
@@ -23,5 +23,6 @@ __all__ = [
     "MeanTokenEntropy",
     "PassAtK",
     "ValidationPanel",
+    "ValidationPanels",
     "ZeroVarianceShare",
 ]

@@ -11,7 +11,7 @@ the names the loggers show (``pass@k``, ``maj@k``, ``retention/pass@k``, ``disti
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -108,3 +108,52 @@ class ValidationPanel(nn.Module):
     def reset(self) -> None:
         for metric in self.metrics.values():
             metric.reset()
+
+
+class ValidationPanels(nn.ModuleDict):
+    """One :class:`ValidationPanel` per validation set, by name, made when the set is first seen.
+
+    Args:
+        ks: the pass@k / maj@k budgets of every panel (None: each set's ladder up to its n).
+
+    Example:
+        >>> panels = ValidationPanels()
+        >>> panels.panel("gsm8k", n=2).update(torch.tensor([[True, False]]), answers=[["4", "5"]], texts=[["4", "5"]],
+        ...                                   rewards=torch.tensor([1.0, 0.0]))
+        >>> {k: round(float(v), 2) for k, v in panels.take("gsm8k").items() if "pass" in k}
+        {'val/gsm8k/pass@1': 0.5, 'val/gsm8k/pass@2': 1.0}
+        >>> panels.take("gsm8k")  # taken: reset until the next update
+        {}
+    """
+
+    def __init__(self, ks: Sequence[int] | None = None):
+        super().__init__()
+        self.ks = ks
+
+    def panel(self, name: str, n: int) -> ValidationPanel:
+        """The panel of set ``name`` (``n`` samples per prompt), added on first use."""
+        if name not in self:
+            self[name] = ValidationPanel(n, self.ks)
+        return self[name]
+
+    def take(self, name: str) -> dict[str, Tensor]:
+        """Set ``name``'s values as ``val/<name>/<metric>`` (synced across ranks by the sum states), then reset it.
+
+        Empty when the panel had no update since it was last taken. Every rank must call it at
+        the same point (:meth:`ValidationPanel.compute`).
+        """
+        values = {f"val/{name}/{k}": v for k, v in self[name].compute().items()}
+        self[name].reset()
+        return values
+
+
+def solved_prompts(pass_counts: Mapping[str, int] | None, ids: Sequence[str]) -> Tensor | None:
+    """``(P,)`` bool: the prompts ``ids`` the base policy solved at least once (None: no counts known).
+
+    Example:
+        >>> solved_prompts({"a": 3, "b": 0}, ["a", "b", "c"])
+        tensor([ True, False, False])
+    """
+    if not pass_counts:
+        return None
+    return torch.tensor([pass_counts.get(i, 0) > 0 for i in ids], dtype=torch.bool)

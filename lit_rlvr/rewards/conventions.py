@@ -85,6 +85,11 @@ class TrainerState:
     epoch: int = 0
     max_steps: int = -1
 
+    @classmethod
+    def of(cls, trainer: Any | None) -> TrainerState:
+        """The progress of a Lightning ``trainer`` (None: not attached, the start)."""
+        return cls() if trainer is None else cls(trainer.global_step, trainer.current_epoch, trainer.max_steps)
+
 
 @dataclass(frozen=True)
 class Convention:

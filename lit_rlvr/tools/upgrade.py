@@ -50,9 +50,9 @@ def _config(path: Path, out: str | None) -> None:
 def _checkpoint(path: Path, out: Path) -> None:
     import torch
 
-    from lit_rlvr.upgrade import upgrade_checkpoint
+    from lit_rlvr.upgrade import read_checkpoint, upgrade_checkpoint
 
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)  # a 0.1 file: the user's own
+    checkpoint = read_checkpoint(path)  # verified; a file that would run code is refused
     if not upgrade_checkpoint(checkpoint):
         print(f"{path} is not a lit_rlvr 0.1 checkpoint: nothing to upgrade", file=sys.stderr)
     torch.save(checkpoint, out)

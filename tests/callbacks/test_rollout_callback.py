@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_rlvr.callbacks import RolloutCallback
 from lit_rlvr.contracts import TrainBatch, ValBatch
+from lit_rlvr.lockstep import Lockstep
 from lit_rlvr.policy import MicroBatching, completion_logprobs, sequence_logprob
 from lit_rlvr.rollout import HFEngine, Rollouts, SamplingParams, probe_sequence, vllm_available
 
@@ -35,11 +36,9 @@ class TinyRL(L.LightningModule):
         self.val_sampling = SamplingParams(n=1, temperature=val_temperature or sampling.temperature,
                                            max_new_tokens=sampling.max_new_tokens, seed=sampling.seed)  # fmt: skip
         self.micro_batching = MicroBatching()
+        self.lockstep = Lockstep()  # one process
         self.train_seen: list[dict] = []
         self.val_seen: list[dict] = []
-
-    def lockstep(self, passes: int) -> int:
-        return passes  # one process
 
     def training_step(self, batch, batch_idx):
         r = batch.rollouts  # None here means Lightning copied the batch after the hook
