@@ -1,4 +1,5 @@
-"""The project's own docs (docs/*.md) agree with the code: generated tables, commands, examples, citations."""
+"""The project's own docs (README.md, CONTRIBUTING.md, docs/*.md) agree with the code: generated
+tables, commands, examples, links, citations."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-READ_BY_USERS = [ROOT / "README.md", *DOCS]
+READ_BY_USERS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *DOCS]
 
 
 def test_the_configuration_reference_is_the_codes():
@@ -122,16 +123,42 @@ def test_every_citation_of_the_methods_doc_names_a_section_it_has():
     assert not missing, f"cited sections that docs/methods.md does not have: {missing}"
 
 
+def heading_anchors(path: Path) -> set[str]:
+    """The ``#anchors`` of a markdown file's headings, as GitHub spells them (lower case, punctuation
+    dropped, spaces to hyphens, ``-1``, ``-2`` … for repeats)."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.DOTALL)  # a bash comment is not a heading
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", text, re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in anchors:
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+def test_heading_anchors_are_githubs():
+    anchors = heading_anchors(ROOT / "docs" / "methods.md")
+    assert "2-dph-rl-diversity-preserving-hybrid-rl-arxiv-250907430" in anchors  # as its own table of contents links it
+    assert "1-the-rlvr-policy-loss-grpo--dapo-family" in anchors
+
+
 def test_nothing_a_user_reads_links_outside_the_repository():
+    """Every relative link (and image) resolves to a file of the repository, and its ``#anchor`` to a heading there."""
     for path in READ_BY_USERS:
         text = path.read_text()
         assert "METHODS.md" not in text and "shared/docs" not in text, path.name
         text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)  # links, not code
-        outside = [target for target in re.findall(r"\]\(([^)]+)\)", text) if target.startswith("../") or target.startswith("/")]
-        assert not outside, (path.name, outside)
-        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):  # relative links resolve in the repository
-            if not re.match(r"[a-z]+://", target):
-                assert (path.parent / target).exists(), (path.name, target)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+://", target):
+                continue
+            file, _, anchor = target.partition("#")
+            resolved = (path.parent / file).resolve() if file else path
+            assert resolved.is_relative_to(ROOT) and not file.startswith("/"), (path.name, target, "outside the repository")
+            assert resolved.exists(), (path.name, target)
+            if anchor and resolved.suffix == ".md":
+                assert anchor in heading_anchors(resolved), (path.name, target, "no such heading")
 
 
 def doc_commands(path: Path, program: str = "lit-rlvr") -> list[list[str]]:
@@ -178,3 +205,4 @@ def test_the_vllm_serve_commands_in_the_docs_parse_with_vllms_own_parser():
         parser = make_arg_parser(FlexibleArgumentParser())
         parsed_args = parser.parse_args(args[1:])
         assert parsed_args.logprobs_mode == "processed_logprobs" and parsed_args.weight_transfer_config is not None
+

@@ -1,4 +1,4 @@
-"""What happens when things go wrong (README): each fault as a user meets it, through `lit-rlvr` or the public API.
+"""What happens when things go wrong (docs/operations.md): each fault as a user meets it, through `lit-rlvr` or the public API.
 
 1. a run that can never take an optimizer step stops (or is refused at start-up);
 2. prompts longer than the engine's context are bad rows with file:line;
@@ -444,14 +444,14 @@ def test_vllm_memory_error_names_the_option_to_set(tiny_model_dir):
         VLLMEngine(str(tiny_model_dir), dtype="float32", gpu_memory_utilization=1.0, enforce_eager=True, max_model_len=128)
 
 
-# ---------------------------------------------------------------------------------------------- the README
+# ----------------------------------------------------------------------------------- docs/operations.md
 
 
-def readme_fault_commands() -> list[list[str]]:
-    """The `lit-rlvr …` lines of the README's "What happens when things go wrong" section."""
-    text = (ROOT / "README.md").read_text()
+def documented_fault_commands() -> list[list[str]]:
+    """The `lit-rlvr …` lines of docs/operations.md's "What happens when things go wrong" section."""
+    text = (ROOT / "docs" / "operations.md").read_text()
     section = text[text.index("## What happens when things go wrong") :]
-    section = section[: section.index("\n## ", 1)]
+    section = section[: section.index("\n## ", 1)] if "\n## " in section[1:] else section
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", section, re.DOTALL):
         for line in block.splitlines():
@@ -461,8 +461,8 @@ def readme_fault_commands() -> list[list[str]]:
     return commands
 
 
-def test_every_command_of_the_readme_fault_section_parses(print_config):
-    commands = readme_fault_commands()
+def test_every_command_of_the_documented_fault_section_parses(print_config):
+    commands = documented_fault_commands()
     assert len(commands) >= 3
     for args in commands:
         args = [str(ROOT / a) if a.startswith("configs/") else a for a in args]

@@ -1,10 +1,10 @@
-"""What lit_rlvr logs: each validation set under its own dataloader, the progress bar, and the README's table.
+"""What lit_rlvr logs: each validation set under its own dataloader, the progress bar, and the documented table.
 
 One tiny fit (two validation sets, KL, recomputed log-probs, drift every step) and one
 ``trainer.validate``, recorded by a logger that keeps every name; plus one DPH-RL step on a batch
 with anchors (``train/pef``) and one step with the entropy and diversity methods that log their own
-values (Clip-Cov, a forking-token mask, an adaptive entropy bonus). The README's metric table must
-match those names both ways.
+values (Clip-Cov, a forking-token mask, an adaptive entropy bonus). The metric table of
+docs/operations.md must match those names both ways.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from lit_rlvr.options import (
 from lit_rlvr.rewards.base import STATUSES
 from lit_rlvr.rollout.types import Rollouts
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+METRICS_DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 PLACEHOLDERS = {"<set>": r"[^/]+", "<k>": r"\d+", "<status>": f"({'|'.join(STATUSES)})", "<name>": r"[^/]+"}
 LIGHTNING_KEYS = {"epoch"}
 
@@ -107,9 +107,9 @@ def dph_step_names(model_dir: Path, reward: str, **methods) -> set[str]:
     return logger.names
 
 
-def readme_metric_patterns() -> dict[str, re.Pattern]:
-    """``{documented name: regex}`` from the README's metric table (first column, back-quoted names)."""
-    text = README.read_text().split("<!-- metrics-table -->", 1)[1].strip()
+def documented_metric_patterns() -> dict[str, re.Pattern]:
+    """``{documented name: regex}`` from docs/operations.md's metric table (first column, back-quoted names)."""
+    text = METRICS_DOC.read_text().split("<!-- metrics-table -->", 1)[1].strip()
     rows = [line for line in text.split("\n\n", 1)[0].splitlines() if line.startswith("| `")]
     names = [name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])]
     patterns = {}
@@ -135,17 +135,17 @@ def test_progress_bar_shows_reward_response_length_and_rollout_speed(fit_then_va
     assert {"train/loss", "train/reward", "rollout/mean_len", "rollout/tokens_per_s", "rollout/seconds"} <= progress_bar
 
 
-def test_readme_metric_table_lists_exactly_the_logged_names(fit_then_validate, tiny_model_dir, seven_reward):
+def test_the_documented_metric_table_lists_exactly_the_logged_names(fit_then_validate, tiny_model_dir, seven_reward):
     names, _, _ = fit_then_validate
     methods = {"loss": LossOptions(policy_loss="clip_cov", token_mask="top_entropy"), "entropy": EntropyOptions("adaptive")}
     names = names | dph_step_names(tiny_model_dir, seven_reward) | dph_step_names(tiny_model_dir, seven_reward, **methods)
     logged = {re.sub(r"/dataloader_idx_\d+$", "", n) for n in names} - LIGHTNING_KEYS
-    patterns = readme_metric_patterns()
+    patterns = documented_metric_patterns()
     assert len(patterns) > 30
     undocumented = sorted(n for n in logged if not any(p.match(n) for p in patterns.values()))
-    assert not undocumented, f"logged but not in README.md's metric table: {undocumented}"
+    assert not undocumented, f"logged but not in docs/operations.md's metric table: {undocumented}"
     never_logged = sorted(doc for doc, p in patterns.items() if not any(p.match(n) for n in logged))
-    assert not never_logged, f"in README.md's metric table but not logged by the runs: {never_logged}"
+    assert not never_logged, f"in docs/operations.md's metric table but not logged by the runs: {never_logged}"
 
 
 def test_lit_rlvr_validate_prints_each_sets_metrics_once(tiny_model_dir, seven_reward, tmp_path, capsys):

@@ -73,13 +73,13 @@ def register():
 '''
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_example() -> str:
-    """The README's "Extending" module (the python block after the extending-example marker)."""
-    text = README.read_text()
-    return re.search(r"<!-- extending-example -->\n```python\n(.*?)```", text, re.DOTALL).group(1)
+def documented_module(doc: str, marker: str) -> str:
+    """The python block after ``<!-- marker -->`` in ``doc`` (a path under the repository root)."""
+    text = (ROOT / doc).read_text()
+    return re.search(rf"<!-- {marker} -->\n```python\n(.*?)```", text, re.DOTALL).group(1)
 
 
 @pytest.fixture
@@ -94,7 +94,8 @@ def user_package(tmp_path, monkeypatch):
     (root / "myproj").mkdir(parents=True)
     (root / "myproj" / "__init__.py").write_text("")
     (root / "myproj" / "plugin.py").write_text(PLUGIN)
-    (root / "myproj" / "rewards.py").write_text(readme_example())
+    (root / "myproj" / "rewards.py").write_text(documented_module("README.md", "readme-reward-example"))
+    (root / "myproj" / "extras.py").write_text(documented_module("docs/extending.md", "extending-example"))
     (root / "myproj" / "module.py").write_text(MODULE)
     (root / "myproj" / "ep_plugin.py").write_text(ENTRY_POINT_PLUGIN)
     monkeypatch.syspath_prepend(str(root))
@@ -189,14 +190,14 @@ def test_entry_point_plugins_load_in_the_parent_and_in_reward_workers(user_packa
 
 
 @pytest.mark.timeout(240)
-def test_the_readme_extending_example_trains_from_yaml(user_package, tiny_model_dir, tmp_path, monkeypatch):
-    """README's module verbatim: its adapter, reward (in a worker), estimator and divergence through `lit-rlvr fit`."""
+def test_the_documented_plugin_modules_train_from_yaml(user_package, tiny_model_dir, tmp_path, monkeypatch):
+    """The README's reward (in a worker) and docs/extending.md's adapter, estimator and divergence, verbatim, through `lit-rlvr fit`."""
     from lit_rlvr.cli import main
 
     prompts = tmp_path / "qa.jsonl"
     prompts.write_text("".join(json.dumps({"q": f"C{i}{i + 1}=0{i}:", "a": "7"}) + "\n" for i in range(4)))
     config = {
-        "imports": ["myproj.rewards"],
+        "imports": ["myproj.rewards", "myproj.extras"],
         "trainer": {"accelerator": "cpu", "max_steps": 1, "logger": False, "enable_checkpointing": False,
                     "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
                     "default_root_dir": str(tmp_path / "run")},
@@ -222,7 +223,7 @@ def test_the_readme_extending_example_trains_from_yaml(user_package, tiny_model_
     assert module.trainer.global_step == 1 and float(module.trainer.callback_metrics["train/reward_status/ok"]) == 1.0
     from lit_rlvr.options import AnchorOptions
 
-    AnchorOptions(divergence="neyman_chi2", coef=0.1)  # the README's divergence is a valid anchor (with data.cache)
+    AnchorOptions(divergence="neyman_chi2", coef=0.1)  # docs/extending.md's divergence is a valid anchor (with data.cache)
     # the workers imported myproj.rewards themselves (a worker that cannot import it fails to start)
     *_, plugin_modules, _ = seen["config"]
     assert "myproj.rewards" in plugin_modules and "exact_match" not in seen["shipped"]

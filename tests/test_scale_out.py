@@ -135,12 +135,12 @@ def test_fsdp2_is_a_registered_strategy_that_shards_every_device():
     assert strategy.num_processes == 4 and strategy._tensor_parallel_size == 1
 
 
-def readme_scale_out_commands() -> list[list[str]]:
-    """The `lit-rlvr …` commands of the README's "Scaling out" block (torchrun lines from `-m lit_rlvr.cli`)."""
+def scale_out_commands() -> list[list[str]]:
+    """The `lit-rlvr …` commands of docs/generation.md's "Scaling out" block (torchrun lines from `-m lit_rlvr.cli`)."""
     import re
     import shlex
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "generation.md").read_text()
     section = text[text.index("### Scaling out") :]
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
     commands = []
@@ -155,13 +155,13 @@ def readme_scale_out_commands() -> list[list[str]]:
     return commands
 
 
-def test_every_readme_scale_out_command_parses():
+def test_every_documented_scale_out_command_parses():
     import contextlib
     import io
 
     from lit_rlvr.cli import main
 
-    commands = readme_scale_out_commands()
+    commands = scale_out_commands()
     assert len(commands) == 6 and {c[0] for c in commands} == {"fit", "cache"}
     root = Path(__file__).resolve().parents[1]
     for args in commands:

@@ -88,15 +88,15 @@ def test_step_time_quick_runs_each_framework_in_its_own_process(tmp_path):
         assert int(match[2]) >= int(match[3]) > 100  # peak RSS >= RSS after set-up, both real process sizes (MB)
 
 
-def test_the_readmes_step_time_flags_parse_and_a_bad_size_is_refused(capsys):
-    """The flags the README's Performance table shows parse; an unknown crossover size fails before any work."""
+def test_the_documented_step_time_flags_parse_and_a_bad_size_is_refused(capsys):
+    """The flags docs/performance.md's table shows parse; an unknown crossover size fails before any work."""
     import re as _re
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import step_time
 
-    readme = (ROOT / "README.md").read_text()
-    shown = _re.findall(r"`(--(?:workload|crossover) [^`]+)`", readme)
+    performance = (ROOT / "docs" / "performance.md").read_text()
+    shown = _re.findall(r"`(--(?:workload|crossover) [^`]+)`", performance)
     assert any(f.startswith("--crossover") for f in shown) and any(f.startswith("--workload") for f in shown), shown
     for flags in shown:
         step_time.parse_args(flags.split())

@@ -376,12 +376,12 @@ def test_a_swept_knob_that_gave_the_same_numbers_at_every_value_is_named_and_loa
     assert dc.load_notes(study) == ["", "Load: from 14:15 the tests ran too"]
 
 
-def test_the_readmes_study_commands_parse():
+def test_the_documented_study_commands_parse():
     import re
     import shlex
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    commands = re.findall(r"`python benchmarks/diversity_collapse.py ([^`]*)`", readme)
+    results = (Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text()
+    commands = re.findall(r"`python benchmarks/diversity_collapse.py ([^`]*)`", results)
     assert any("--amendment 2" in c for c in commands) and any("--amendment 3" in c for c in commands), commands
     for command in commands:
         args = dc.parse_args(shlex.split(command))
