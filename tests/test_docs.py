@@ -1,12 +1,16 @@
 """The project's own docs (README.md, CONTRIBUTING.md, docs/*.md) agree with the code: generated
-tables, commands, examples, links, citations."""
+tables, commands, examples, links, citations, the layer table."""
 
 from __future__ import annotations
 
 import contextlib
+import doctest
+import importlib.util
 import io
 import re
 import shlex
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -206,3 +210,124 @@ def test_the_vllm_serve_commands_in_the_docs_parse_with_vllms_own_parser():
         parsed_args = parser.parse_args(args[1:])
         assert parsed_args.logprobs_mode == "processed_logprobs" and parsed_args.weight_transfer_config is not None
 
+
+# methods.md quotes examples of the code's docstrings without their imports; they run there (--doctest-modules)
+DOCTESTED = [path for path in DOCS if re.search(r"^>>> ", path.read_text(), re.MULTILINE) and path.name != "methods.md"]
+
+
+@pytest.mark.parametrize("path", DOCTESTED, ids=lambda p: p.name)
+def test_the_docs_examples_run_as_doctests(path):
+    """``>>>`` examples in docs/*.md run, as pytest runs the README's (``--doctest-glob``)."""
+    result = doctest.testfile(str(path), module_relative=False, verbose=False,
+                              optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)  # fmt: skip
+    assert result.attempted > 0 and result.failed == 0, f"{path.name}: {result.failed} of {result.attempted} examples failed (above)"
+
+
+def test_docs_with_examples_are_doctested():
+    assert {"architecture.md"} <= {p.name for p in DOCTESTED}
+
+
+def load_test_module(name: str):
+    spec = importlib.util.spec_from_file_location(f"lit_rlvr_tests_{name}", Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_architecture_layer_table_is_the_layout_tests():
+    """docs/architecture.md's rooms and who may import whom are tests/test_layout.py's ``ALLOWED``."""
+    layout = load_test_module("test_layout")
+    text = (ROOT / "docs" / "architecture.md").read_text().split("<!-- layers-table -->", 1)[1].strip()
+    rows = [line for line in text.split("\n\n", 1)[0].splitlines() if line.startswith("| `")]
+    table = {}
+    for row in rows:
+        room, may_import = (cell.strip() for cell in row.strip("|").split("|")[:2])
+        names = set(re.findall(r"`([^`]+)`", may_import)) | (layout.CORE if "the core" in may_import else set())
+        table[room.strip("`")] = names
+    rooms = list(table)
+    assert layout.CORE == set(rooms[: rooms.index("demo")]) - {"vllm_plugin"}, "the doc's definition of the core"
+    wrong = {room: sorted(layout.ALLOWED.get(room, {"(no such room)"})) for room in table.keys() | layout.ALLOWED.keys()
+             if table.get(room) != layout.ALLOWED.get(room)}  # fmt: skip
+    assert not wrong, f"docs/architecture.md's layer table is not tests/test_layout.py's ALLOWED; these rows should read: {wrong}"
+
+
+MAKEFILE = (ROOT / "Makefile").read_text()
+MAKE_TARGETS = set(re.findall(r"^([\w.-]+)\s*:(?!=)", MAKEFILE, re.MULTILINE)) - {".PHONY"}
+MAKE_VARIABLES = set(re.findall(r"^([A-Z_]+)\s*[?:]?=", MAKEFILE, re.MULTILINE))
+
+
+def shell_lines(path: Path) -> list[tuple[dict[str, str], list[str]]]:
+    """``(environment, words)`` of each command line of a markdown file's bash blocks."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", path.read_text(), re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.lstrip().startswith("#") or not line.strip():
+                continue
+            words, env = shlex.split(line.split(" #")[0].strip()), {}
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+                key, _, value = words.pop(0).partition("=")
+                env[key] = value
+            lines.append((env, words))
+    return lines
+
+
+def benchmark_script(name: str):
+    """``benchmarks/<name>.py`` as a module (``async`` is a keyword: loaded from its file)."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(f"lit_rlvr_docs_bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_python(words: list[str]) -> None:
+    """``python -m pytest PATHS`` names existing tests; ``python benchmarks/X.py ARGS`` an existing script whose parser takes ARGS."""
+    if words[1:3] == ["-m", "pytest"]:
+        paths = [w.split("::")[0] for w in words[3:] if not w.startswith("-")]
+        assert paths and all((ROOT / p).exists() for p in paths), words
+        return
+    script = ROOT / words[1]
+    assert script.parent == ROOT / "benchmarks" and script.exists(), words
+    if words[2:]:
+        module = benchmark_script(script.stem)
+        assert hasattr(module, "parse_args"), f"{words}: the script has no parse_args to check its arguments with"
+        module.parse_args(words[2:])
+
+
+def test_every_shell_command_in_the_docs_is_checked():
+    """Each command line a user may copy is run or parsed: `lit-rlvr` and `vllm serve` lines by the tests
+    above, `torchrun` by tests/test_scale_out.py, and here `make` targets and variables, `pip` extras,
+    `python` scripts and test paths. A new kind of command needs its check."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras = set(pyproject["project"]["optional-dependencies"])
+    uninstalled = set(re.search(r"pip uninstall -y (.+)", MAKEFILE).group(1).split())
+    seen = set()
+    for path in READ_BY_USERS:
+        for env, words in shell_lines(path):
+            program = Path(words[0]).name
+            seen.add(program)
+            if program in ("lit-rlvr", "vllm"):
+                continue  # test_every_command_in_the_docs_parses, test_the_vllm_serve_commands_in_the_docs_parse_with_vllms_own_parser
+            elif program == "torchrun":
+                assert words[words.index("-m") + 1] == "lit_rlvr.cli", words  # parsed by tests/test_scale_out.py
+            elif program == "make":
+                variables = {w.partition("=")[0] for w in words[1:] if "=" in w} | set(env)
+                assert {w for w in words[1:] if "=" not in w} <= MAKE_TARGETS and variables <= MAKE_VARIABLES, (path.name, words)
+                for method in env.get("DEMO_METHODS", "").split():
+                    assert (ROOT / "configs" / "demo" / f"{method}.yaml").exists(), (path.name, method)
+            elif program == "pip" and words[1] == "install":
+                named = {extra for w in words[2:] if (m := re.fullmatch(r"\.\[(.+)\]", w)) for extra in m.group(1).split(",")}
+                assert "." in words[2:] or named, words
+                assert named <= extras, (path.name, words, extras)
+            elif program == "pip" and words[1] == "uninstall":
+                assert set(words[3:]) == uninstalled and words[2] == "-y", (path.name, words)
+            elif program == "python":
+                check_python(words)
+            else:
+                pytest.fail(f"{path.name}: no check for the command {words}")
+    assert {"lit-rlvr", "make", "pip", "python"} <= seen
+    for path in READ_BY_USERS:  # and the ones quoted in the text
+        for command in re.findall(r"`(python benchmarks/[\w]+\.py[^`]*)`", path.read_text()):
+            check_python(shlex.split(command))
