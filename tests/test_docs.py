@@ -211,6 +211,30 @@ def test_the_vllm_serve_commands_in_the_docs_parse_with_vllms_own_parser():
         assert parsed_args.logprobs_mode == "processed_logprobs" and parsed_args.weight_transfer_config is not None
 
 
+@pytest.mark.timeout(300)
+def test_the_readme_python_example_trains_and_logs_to_csv(tiny_model_dir, tmp_path, monkeypatch):
+    """The README's example, verbatim but for the model (the tiny one), the run's length (2 steps) and
+    the engine (transformers: no vLLM start); its relative paths are the data and logs in tmp_path."""
+    import json
+
+    code = re.search(r"<!-- readme-python-example -->\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL).group(1)
+    for shown, run in {'"Qwen/Qwen2.5-Math-1.5B"': repr(str(tiny_model_dir)), "max_steps=200": "max_steps=2",
+                       'engine="vllm"': 'engine="hf"'}.items():  # fmt: skip
+        assert code.count(shown) == 1, shown
+        code = code.replace(shown, run)
+    for name, n in (("train.jsonl", 8), ("test.jsonl", 4)):
+        (tmp_path / name).write_text("".join(json.dumps({"id": f"{name[:2]}{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "7",
+                                                         "reward": "math"}) + "\n" for i in range(n)))  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 (the README's own example)
+    assert scope["trainer"].global_step == 2
+    logs = tmp_path / "runs" / "lightning_logs" / "version_0"
+    columns = (logs / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/reward", "train/loss", "val/test/pass@1", "val/test/pass@16"} <= set(columns), columns
+    assert "advantage: passk" in (logs / "hparams.yaml").read_text()  # the option groups reached the logger
+
+
 # methods.md quotes examples of the code's docstrings without their imports; they run there (--doctest-modules)
 DOCTESTED = [path for path in DOCS if re.search(r"^>>> ", path.read_text(), re.MULTILINE) and path.name != "methods.md"]
 
