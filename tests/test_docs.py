@@ -355,3 +355,13 @@ def test_every_shell_command_in_the_docs_is_checked():
     for path in READ_BY_USERS:  # and the ones quoted in the text
         for command in re.findall(r"`(python benchmarks/[\w]+\.py[^`]*)`", path.read_text()):
             check_python(shlex.split(command))
+
+
+def test_the_readmes_license_and_citations_are_the_projects():
+    readme = (ROOT / "README.md").read_text()
+    license_ = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]["text"]
+    assert readme.split("## License", 1)[1].split()[0] == license_ and f"license = {{{license_}}}" in readme
+    bibtex = re.search(r"```bibtex\n(.*?)```", readme, re.DOTALL).group(1)
+    intro = readme.split("## Install", 1)[0]
+    assert set(re.findall(r"arXiv:(\d{4}\.\d{5})", bibtex)) == set(re.findall(r"\*\*(?:DPH-RL|Pass@k Training)\*\*[^:]*?arXiv (\d{4}\.\d{5})", intro)) == {
+        "2509.07430", "2508.10751"}  # fmt: skip
