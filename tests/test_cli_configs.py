@@ -37,7 +37,7 @@ def test_method_config_parses_with_its_base(method, print_config):
     config = print_config("fit", "--config", str(base), "--config", str(method))
     overlay = yaml.safe_load(method.read_text())
     model, data = config["model"]["init_args"], config["data"]["init_args"]  # model:/data: take subclasses
-    assert config["model"]["class_path"] == "lit_rlvr.module.RLVRModule"
+    assert config["model"]["class_path"] == "lit_rlvr.RLVRModule"  # jsonargparse names the public import path
     for key, value in overlay.get("model", {}).items():  # the overlay's values survive the merge, group by group
         assert (value.items() <= model[key].items()) if isinstance(value, dict) else model[key] == value, key
     # every setting has one owner: the rollouts' sampling is the module's, the tokenizer is linked to its policy
