@@ -478,7 +478,7 @@ KNOB_NAMES = {"grpo": "lr", "dapo": "clip_high", "rkl": "β", "dph_f": "η", "dp
 NAMES = {"grpo": "GRPO", "dapo": "DAPO", "rkl": "RKL", "dph_f": "DPH-F", "dph_js": "DPH-JS", "passk": "Pass@k",
          "passk_combined": "Pass@k combined", "passk_then_pass1": "Pass@k → Pass@1", "clip_cov": "Clip-Cov", "kl_cov": "KL-Cov",
          "forking_tokens": "forking tokens", "entropy_bonus": "entropy bonus", "entropy_adaptive": "adaptive entropy", "psr": "PSR",
-         "nsr": "NSR", "w_reinforce": "W-REINFORCE", "unlikeliness": "unlikeliness"}  # fmt: skip
+         "nsr": "NSR", "w_reinforce": "W-REINFORCE", "unlikeliness": "unlikeliness", "max_rl": "MaxRL"}  # fmt: skip
 
 
 def sweep_variants(method: str) -> list[str]:

@@ -25,7 +25,7 @@ DIVERSITY_METHODS = {"clip_cov": "train/selected", "kl_cov": "train/selected", "
 
 def test_every_method_has_a_config_in_both_domains():
     names = {"grpo", "dapo", "dr_grpo", "rloo", "rkl", "dph_f", "dph_js", "dph_alpha", "passk", "passk_combined",
-             "passk_then_pass1", *DIVERSITY_METHODS}
+             "passk_then_pass1", "max_rl", *DIVERSITY_METHODS}
     for domain in ("math", "sql", "demo"):
         want = names - {"dr_grpo", "rloo", "dph_alpha"} if domain == "demo" else names
         assert want <= {p.stem for p in (CONFIGS / domain).glob("*.yaml")}, domain

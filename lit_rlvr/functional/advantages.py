@@ -1,4 +1,4 @@
-"""Advantage estimators: GRPO, RLOO, the Pass@k Training family, PKPO, max-minus-second, the
+"""Advantage estimators: GRPO, RLOO, the Pass@k Training family, PKPO, max-minus-second, MaxRL, the
 sample-polarity REINFORCE family (PSR, NSR, W-REINFORCE) and the unlikeliness reward.
 
 Every entry of :data:`ADVANTAGES` has the signature
@@ -20,6 +20,8 @@ Sources (formulas in ``docs/methods.md`` §1 and §3):
 - ``pkpo``: Walder & Karkhanis 2025 (arXiv 2505.15201), Eq. 8, 29 and 33.
 - ``max_minus_second``: Tang et al. 2025 (arXiv 2503.19595), leave-one-out control variate for
   the pass@n objective.
+- ``max_rl``: Tajwar et al. 2026, "Maximum Likelihood Reinforcement Learning" (MaxRL, arXiv
+  2602.02710, ICML 2026): the group mean as baseline and as normaliser.
 - ``psr``, ``nsr``, ``w_reinforce``: Zhu et al. 2025, "The Surprising Effectiveness of Negative
   Reinforcement in LLM Reasoning" (arXiv 2506.01347): REINFORCE with reward ±1 split by sign.
 - ``unlikeliness``: He et al. 2025, "Rewarding the Unlikely: Lifting GRPO Beyond Distribution
@@ -41,6 +43,8 @@ Where this code departs from (or pins down) the papers, and why:
   experiments) by default; see :func:`pkpo` for the reading of the formulas and of k = 1.
 - ``psr`` / ``nsr`` keep every row (the other sign's rows get 0); the release drops them from the
   batch, which changes only the loss's normaliser (see :func:`nsr`).
+- ``max_rl`` is the paper's (r − r̄)/r̄ without the release's ε and without its extra 1/N (see
+  :func:`max_rl`).
 """
 
 from __future__ import annotations
@@ -545,6 +549,50 @@ def max_minus_second(rewards: Tensor, group_ids: Tensor) -> Tensor:
         best = rows.gather(1, x.argmax(1, keepdim=True)).squeeze(1)  # (P_n,)
         out[best] = top2[:, 0] - top2[:, 1]
     return out.float()
+
+
+@register_advantage("max_rl", min_group_size=2)
+def max_rl(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """MaxRL (Tajwar et al. 2026, arXiv 2602.02710): A_i = (r_i − r̄_g)/r̄_g, 0 when r̄_g = 0 (docs/methods.md §9).
+
+    The group mean r̄_g = K/N (K correct of N) is both the baseline and the normaliser, where GRPO
+    divides by the standard deviation. A correct row gets (N − K)/K, an incorrect one −1; a group
+    with no correct row gets 0, and an all-correct group and a group of one row get 0 by the
+    formula. For K ≥ 1, (1/N)·Σ_i A_i ∇log π(y_i) = (1/K)·Σ_{correct} ∇log π − (1/N)·Σ_all ∇log π:
+    the paper's estimator ĝ_N (the mean score of the correct samples) less its control variate V_N
+    (the mean score of all samples). A prompt solved at rate p weighs about 1/p, as in
+    maximum likelihood, instead of 1. Giving the K = 0 group 0 (the release's and prime-rl's
+    choice) drops the control variate there, so the gradient is unbiased for
+    ∇ Σ_{k=1..N−1} pass@k/k, one order less than the paper's N (a test checks this exactly).
+
+    Equal, on binary rewards, to the authors' release (Zanette-Labs/MaxRL 76e04d1e,
+    ``compute_p_normalization_outcome_advantage``) with ε = 0, times the size of the batch's first
+    group, and to prime-rl's ``max_rl``. Departures from the release: no ε in (r − r̄)/(r̄ + ε), so
+    the values are the formula's exactly (r̄ ≥ 1/N whenever it is not 0, so ε = 1e-6 moved them by
+    up to N·1e-6 relative); no extra 1/N (the loss's aggregation already averages over rows; the
+    release divides every group by the first group's size, which scales the whole gradient down).
+
+    Args:
+        rewards: ``(B,)`` binary rewards (0/1).
+        group_ids: ``(B,)`` integer group of each row.
+
+    Returns:
+        ``(B,)`` float32 advantages.
+
+    Raises:
+        ValueError: non-binary rewards (names the first one and its row).
+
+    Example:
+        >>> r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0])
+        >>> max_rl(r, torch.tensor([0, 0, 0, 0, 1, 1, 2, 2, 3]))  # r̄ = 1/4, 1, 0, and a group of one
+        tensor([ 3., -1., -1., -1.,  0.,  0.,  0.,  0.,  0.])
+    """
+    groups = _grouped(rewards, group_ids)
+    _check_binary(rewards, "max_rl")
+    r = rewards.double()
+    mean = groups.mean(r)[groups.index]  # (B,) r̄ of each row's group
+    solved = mean > 0
+    return torch.where(solved, (r - mean) / torch.where(solved, mean, 1.0), 0.0).float()
 
 
 @register_advantage("psr")

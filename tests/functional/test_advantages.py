@@ -25,7 +25,7 @@ from lit_rlvr.functional.advantages import ADVANTAGES, _passk_pos_neg
 SEEDS = [0, 1, 2]
 LAYOUTS = {"equal": [4, 4, 4], "unequal": [1, 2, 3, 5, 8], "one_group": [7]}
 K_ENTRIES = ["passk", "passk_full", "passk_bootstrap", "passk_combined", "passk_entropy_adaptive", "pkpo"]
-BINARY_ENTRIES = ["passk", "passk_combined", "passk_entropy_adaptive", "pkpo", "psr", "nsr", "w_reinforce"]
+BINARY_ENTRIES = ["passk", "passk_combined", "passk_entropy_adaptive", "pkpo", "max_rl", "psr", "nsr", "w_reinforce"]
 POLARITY_ENTRIES = ["psr", "nsr", "w_reinforce"]  # REINFORCE with reward ±1: no group baseline
 
 
@@ -244,7 +244,7 @@ def options_for(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, k: in
 def test_registry_holds_every_estimator_with_explicit_keyword_options():
     assert set(ADVANTAGES) == {
         "grpo", "rloo", "passk", "passk_full", "passk_bootstrap", "passk_combined",
-        "passk_entropy_adaptive", "pkpo", "max_minus_second", "psr", "nsr", "w_reinforce", "unlikeliness",
+        "passk_entropy_adaptive", "pkpo", "max_minus_second", "max_rl", "psr", "nsr", "w_reinforce", "unlikeliness",
     }  # fmt: skip
     for name, fn in ADVANTAGES.items():
         params = list(inspect.signature(fn).parameters.values())
@@ -554,6 +554,112 @@ def test_max_minus_second_matches_leave_one_out_max(layout, seed):
 def test_max_minus_second_ties_and_singletons():
     got = ADVANTAGES["max_minus_second"](torch.tensor([0.5, 0.9, 0.9, 0.3, 0.8]), torch.tensor([1, 1, 1, 2, 3]))
     assert torch.equal(got, torch.zeros(5))
+
+
+# ----------------------------------------------------------------------------- max_rl
+
+# Tajwar et al. 2026 (MaxRL, arXiv 2602.02710), released code Zanette-Labs/MaxRL at
+# 76e04d1e7863b397edbcb83d5bdc76104eedd020, verl/trainer/ppo/core_algos.py
+# compute_p_normalization_outcome_advantage (the estimator `p_normalization` that math/smollm.sh
+# trains with and the project page shows as MaxRL's one-line change to GRPO), transcribed: only its
+# unused std statistics and commented-out lines are left out. (verl/trainer/ppo/maclaurin.py holds
+# the truncated Maclaurin-series weights and vr_cond_weights, not this estimator.)
+def released_p_normalization(token_level_rewards, response_mask, index, epsilon=1e-6):
+    from collections import defaultdict
+
+    scores = token_level_rewards.sum(dim=-1)
+    id2score = defaultdict(list)
+    id2mean = {}
+    with torch.no_grad():
+        bsz = scores.shape[0]
+        for i in range(bsz):
+            id2score[index[i]].append(scores[i])
+        N = len(id2score[index[0]])  # number of responses per prompt
+        for idx in id2score:
+            if len(id2score[idx]) == 1:
+                id2mean[idx] = torch.tensor(0.0)
+            elif len(id2score[idx]) > 1:
+                id2mean[idx] = torch.mean(torch.tensor(id2score[idx]))
+            else:
+                raise ValueError(f"no score in prompt index: {idx}")
+        for i in range(bsz):
+            if id2mean[index[i]] == 0.0:
+                scores[i] = 0.0
+            else:
+                scores[i] = (scores[i] - id2mean[index[i]]) / (id2mean[index[i]] + epsilon)
+        scores = scores.unsqueeze(-1) * response_mask / N
+    return scores, scores
+
+
+# prime-rl (PrimeIntellect-ai/prime-rl at 559b44772e471d1538537b8805cc77f3824a5e64),
+# src/prime_rl/orchestrator/algo/max_rl.py MaxRLAlgorithm.score_group, one group's rewards at a time:
+def prime_rl_max_rl(rewards: list[float]) -> list[float]:
+    rewards = torch.tensor(rewards, dtype=torch.float32)
+    mean = rewards.mean()
+    advantages = torch.zeros_like(rewards) if mean <= 0 else (rewards - mean) / mean
+    return advantages.tolist()
+
+
+def release_max_rl(rewards: torch.Tensor, group_ids: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """The release's advantages of one-token rows, in float64 (so that what is compared is the formula,
+    not float32 rounding), times its N (the size of the first row's group) to undo its extra 1/N."""
+    index = group_ids.tolist()
+    out, _ = released_p_normalization(rewards.double()[:, None], torch.ones(len(index), 1, dtype=torch.float64), index, epsilon)
+    return out[:, 0] * index.count(index[0])
+
+
+# a fraction solved (r̄ = 1/4), none (r̄ = 0), all, a group of one (correct, incorrect), r̄ = 3/7, r̄ = 1/2
+MAX_RL_GROUPS = [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0] * 5, [1.0], [0.0], [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 1.0]]
+
+
+@pytest.mark.parametrize("first", range(len(MAX_RL_GROUPS)))  # which group the release takes its N from
+def test_max_rl_equals_the_released_code_on_hand_made_groups(first):
+    groups = MAX_RL_GROUPS[first:] + MAX_RL_GROUPS[:first]
+    rewards, group_ids = make_batch(groups, seed=first, shuffle=False)
+    got = ADVANTAGES["max_rl"](rewards, group_ids)
+    assert_close(got, release_max_rl(rewards, group_ids, epsilon=0.0), rtol=0, atol=1e-6)
+    assert_close(got, per_group(prime_rl_max_rl, rewards, group_ids), rtol=0, atol=1e-6)
+    by_group = {tuple(rs): got[group_ids == gid].tolist() for rs, gid in zip(groups, dict.fromkeys(group_ids.tolist()))}
+    assert by_group[(1.0, 0.0, 0.0, 0.0)] == [3.0, -1.0, -1.0, -1.0]  # (N − K)/K and −1
+    assert by_group[(0.0, 0.0, 0.0)] == [0.0] * 3 and by_group[(1.0,) * 5] == [0.0] * 5
+    assert by_group[(1.0,)] == [0.0] and by_group[(0.0,)] == [0.0]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_max_rl_equals_the_released_code_on_random_groups(layout, seed):
+    rewards, group_ids = make_batch(random_groups(LAYOUTS[layout], seed), seed)
+    got = ADVANTAGES["max_rl"](rewards, group_ids)
+    assert_close(got, release_max_rl(rewards, group_ids, epsilon=0.0), rtol=0, atol=1e-6)
+    assert_close(got, per_group(prime_rl_max_rl, rewards, group_ids), rtol=0, atol=1e-6)
+    # the release's ε = 1e-6 moves each value by at most N·ε relative (r̄ ≥ 1/N when it is not 0)
+    n = max(LAYOUTS[layout])
+    assert_close(got, release_max_rl(rewards, group_ids, epsilon=1e-6), rtol=n * 1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 6])
+def test_max_rl_gradient_is_unbiased_for_the_pass_at_k_sum_below_n(n):
+    """For a Bernoulli(p) policy, E[(1/N)·Σ_i A_i ∂log π(x_i)/∂p] over all 2^N outcomes is
+    d/dp Σ_{k=1..N−1} pass@k/k = Σ_{k<N} (1 − p)^(k−1): giving the all-wrong group 0 instead of the
+    control variate's −1 costs the paper's order-N term."""
+    p = 2 / 7
+    outcomes = list(product([0.0, 1.0], repeat=n))
+    rewards = torch.tensor(outcomes).flatten()
+    group_ids = torch.arange(len(outcomes)).repeat_interleave(n)
+    adv = ADVANTAGES["max_rl"](rewards, group_ids).double().view(-1, n)
+    score = torch.where(torch.tensor(outcomes) > 0, 1 / p, -1 / (1 - p))  # ∂log π(x)/∂p
+    prob = torch.tensor([p ** sum(o) * (1 - p) ** (n - sum(o)) for o in outcomes], dtype=torch.float64)
+    expected_grad = (prob * (adv * score).sum(1) / n).sum().item()
+    assert expected_grad == pytest.approx(sum((1 - p) ** (k - 1) for k in range(1, n)), rel=1e-6, abs=1e-9)
+
+
+def test_max_rl_needs_two_samples_per_prompt():
+    from lit_rlvr.options import LossOptions
+
+    assert ADVANTAGES.trait("max_rl", "min_group_size", {}, default=1) == 2
+    with pytest.raises(ValueError, match=r"model.sampling.n=1: advantage 'max_rl' compares the samples of a prompt"):
+        LossOptions().with_advantage("max_rl", group_size=1)
+    assert ADVANTAGES.options("max_rl") == []
 
 
 # ----------------------------------------------------------------------------- shared edge cases and errors
