@@ -257,7 +257,7 @@ class RolloutCallback(Callback):
             t0 = time.perf_counter()
             self.engine.update_weights(pl_module.policy)
             metrics["rollout/sync_seconds"] = time.perf_counter() - t0
-            return self.engine.score(*self._probe) if check else None
+            return self.engine.probe_logprobs(*self._probe) if check else None
 
         limit = _sum_or_none(self.sync_timeout_s, self.generate_timeout_s if check else 0.0)  # sync + probe scoring
         engine_lp = self._on_all_ranks(f"{self.engine.name} weight sync", push, limit)

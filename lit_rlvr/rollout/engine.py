@@ -80,7 +80,7 @@ class RolloutEngine(Protocol):
 
     ``generate`` returns P·n rows, prompt-major (:class:`~lit_rlvr.rollout.types.Rollouts`),
     with per-token sampler log-probs of the processed distribution, finish reasons and texts.
-    ``score`` returns per-token log-probs at temperature 1 of one fixed sequence under the
+    ``probe_logprobs`` returns per-token log-probs at temperature 1 of one fixed sequence under the
     engine's current weights (for :func:`check_fingerprint`).
     """
 
@@ -88,7 +88,7 @@ class RolloutEngine(Protocol):
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts: ...
 
-    def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]: ...
+    def probe_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]: ...
 
     def update_weights(self, model: nn.Module) -> None: ...
 
@@ -345,7 +345,7 @@ def check_fingerprint(
     probe: tuple[list[int], list[int]],
     atol: float | None = None,
 ) -> float:
-    """Raise :class:`WeightSyncError` unless the engine scores the probe like the trainer's policy.
+    """Raise :class:`WeightSyncError` unless the engine's log-probs of the probe are the trainer's policy's.
 
     Args:
         engine: the engine after a sync.
@@ -357,7 +357,7 @@ def check_fingerprint(
     Returns:
         The mean absolute difference (log it to watch numerics).
     """
-    return fingerprint_error(engine.score(*probe), model, probe, atol, engine.name)
+    return fingerprint_error(engine.probe_logprobs(*probe), model, probe, atol, engine.name)
 
 
 def fingerprint_error(
@@ -369,8 +369,8 @@ def fingerprint_error(
 ) -> float:
     """The trainer-side half of :func:`check_fingerprint`, given the engine's probe log-probs.
 
-    Split so that several ranks can score the probe on their engines first and then run the
-    trainer's forward together (under FSDP2 that forward is a collective).
+    Split so that several ranks can take the probe's log-probs from their engines first and then
+    run the trainer's forward together (under FSDP2 that forward is a collective).
 
     Raises:
         WeightSyncError: the mean absolute difference exceeds ``atol`` (or is NaN).

@@ -427,7 +427,7 @@ class HFEngine(EngineBase):
         length = min(len(seq), max_new_tokens)
         return seq[:length], length, "length"
 
-    def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+    def probe_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
         """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids``."""
         from lit_rlvr.policy import sequence_logprob
 

@@ -413,7 +413,7 @@ class VLLMServerEngine(EngineBase):
                 texts.append(choice["text"])
         return Rollouts([list(p) for p in prompt_ids], completions, logprobs, reasons, n, texts)
 
-    def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+    def probe_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
         """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids``, from the first server."""
         seq = list(prompt_ids) + list(completion_ids)
         body = {"model": self.served_model, "prompt": seq, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}

@@ -269,7 +269,7 @@ class VLLMEngine(EngineBase):
             out.texts[rows],
         )
 
-    def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+    def probe_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
         """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids`` (prompt log-probs)."""
         from vllm.inputs import TokensPrompt
 
@@ -279,7 +279,7 @@ class VLLMEngine(EngineBase):
         out = run_with_timeout(
             lambda: self.llm.generate([TokensPrompt(prompt_token_ids=seq)], sp, use_tqdm=False),
             self.generate_timeout_s,
-            "vllm score of the fingerprint probe",
+            "vllm log-probs of the fingerprint probe",
             "generate_timeout_s",
         )[0]
         # no sleep here: a fingerprint check follows a sync and precedes a generation

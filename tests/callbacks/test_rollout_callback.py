@@ -75,7 +75,7 @@ class Spy(Callback):
         self.batch_ids.append(id(batch))
         self.drifts.append(self.rollout_cb.last_metrics.get("rollout/drift"))
         if self.first_batch_check is None:
-            engine_lp = torch.tensor(self.rollout_cb.engine.score(*self.probe))
+            engine_lp = torch.tensor(self.rollout_cb.engine.probe_logprobs(*self.probe))
             self.first_batch_check = (engine_lp - sequence_logprob(pl_module.policy, *self.probe)).abs().max().item()
 
 
@@ -184,7 +184,7 @@ def test_resume_resyncs_engine_from_restored_policy(tmp_path, tok, tiny_model_di
     engine = HFEngine(copy.deepcopy(fresh), tok)  # an engine started from A, like vLLM from disk
     cb2 = RolloutCallback(engine=engine)
     spy = Spy(cb2, probe)
-    assert (torch.tensor(engine.score(*probe)) - trained_lp).abs().mean() > 1e-2
+    assert (torch.tensor(engine.probe_logprobs(*probe)) - trained_lp).abs().mean() > 1e-2
     t2 = trainer(tmp_path, 3, callbacks=[cb2, spy], enable_checkpointing=True)
     t2.fit(TinyRL(fresh, tok, lr=0.2, sampling=SamplingParams(n=2, max_new_tokens=6, seed=2)), loaders(tok)[0], ckpt_path=ckpt)
     assert spy.first_batch_check < 1e-5  # engine == restored policy before the first generation

@@ -50,14 +50,14 @@ def test_probe_sequence_is_fixed_and_in_vocab(seed):
 
 
 class ShiftedEngine:
-    """Scores like the model, plus a constant: a stand-in for an engine with slightly different weights."""
+    """The model's probe log-probs plus a constant: a stand-in for an engine with slightly different weights."""
 
     name = "shifted"
 
     def __init__(self, model, shift):
         self.model, self.shift = model, shift
 
-    def score(self, prompt_ids, completion_ids):
+    def probe_logprobs(self, prompt_ids, completion_ids):
         return (sequence_logprob(self.model, prompt_ids, completion_ids) + self.shift).tolist()
 
 

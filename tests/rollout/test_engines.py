@@ -215,7 +215,7 @@ def test_sync_makes_engine_equal_the_changed_policy(engine, policy, tok):
     engine.update_weights(policy)
     assert check_fingerprint(engine, policy, probe) < 1e-4
     perturb_(policy)
-    before = torch.tensor(engine.score(*probe))
+    before = torch.tensor(engine.probe_logprobs(*probe))
     trainer = sequence_logprob(policy, *probe)
     assert (before - trainer).abs().mean() > 1e-2  # the engine still has the old weights
     with pytest.raises(WeightSyncError, match="do not match the policy"):
@@ -223,7 +223,7 @@ def test_sync_makes_engine_equal_the_changed_policy(engine, policy, tok):
     syncs = engine.stats().syncs
     engine.update_weights(policy)
     assert engine.stats().syncs == syncs + 1
-    torch.testing.assert_close(torch.tensor(engine.score(*probe)), trainer, atol=1e-4, rtol=0)
+    torch.testing.assert_close(torch.tensor(engine.probe_logprobs(*probe)), trainer, atol=1e-4, rtol=0)
     # the cache of the old weights is gone: generation follows the new weights too
     r = engine.generate(prompts(tok), SamplingParams(n=2, max_new_tokens=16, seed=11))
     pad, lp = trainer_logprobs(policy, r, tok.pad_token_id, 1.0)
@@ -254,7 +254,7 @@ def test_lora_policy_syncs_merged_weights_and_stays_unmerged(engine, policy, tok
     assert check_fingerprint(engine, lora, probe) < 1e-4
     with lora.disable_adapter():  # the adapter matters, so the check above is not vacuous
         base_lp = sequence_logprob(lora, *probe)
-    assert (torch.tensor(engine.score(*probe)) - base_lp).abs().mean() > 1e-2
+    assert (torch.tensor(engine.probe_logprobs(*probe)) - base_lp).abs().mean() > 1e-2
     torch.testing.assert_close(lora.base_model.model.model.layers[0].self_attn.q_proj.base_layer.weight, base_q)
 
 

@@ -130,9 +130,9 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(0.05 * torch.randn_like(p))
-        before = (torch.tensor(engine.score(*probe)) - sequence_logprob(model, *probe)).abs().max().item()
+        before = (torch.tensor(engine.probe_logprobs(*probe)) - sequence_logprob(model, *probe)).abs().max().item()
         engine.update_weights(model)
-        after = (torch.tensor(engine.score(*probe)) - sequence_logprob(model, *probe)).abs().max().item()
+        after = (torch.tensor(engine.probe_logprobs(*probe)) - sequence_logprob(model, *probe)).abs().max().item()
         assert before > 1e-2 and after < 1e-4, (before, after)
 
         # --- lit-rlvr fit on this server: synchronous, max_staleness 0 (the same run bit for bit) and 2

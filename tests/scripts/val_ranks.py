@@ -41,7 +41,7 @@ class PromptKeyedEngine(EngineBase):
         ids = [self.tokenizer(t).input_ids for t in texts]
         return Rollouts([list(p) for p in prompt_ids], ids, [[-1.0] * len(c) for c in ids], ["stop"] * len(ids), params.n, texts)
 
-    def score(self, prompt_ids, completion_ids):
+    def probe_logprobs(self, prompt_ids, completion_ids):
         raise NotImplementedError
 
     def _update_weights(self, model) -> None:

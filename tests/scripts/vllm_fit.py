@@ -118,7 +118,7 @@ class Record(Callback):
 
     def check_engine(self, pl_module):
         """The engine against the trainer on the probe, independently of the callback's own check."""
-        engine_lp = torch.tensor(self.cb.engine.score(*self.probe))
+        engine_lp = torch.tensor(self.cb.engine.probe_logprobs(*self.probe))
         trainer_lp = sequence_logprob(pl_module.policy, *self.probe)  # a collective under FSDP2: every rank
         self.result["syncs"].append({
             "callback_err": self.cb.last_fingerprint_err,
