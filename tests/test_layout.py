@@ -13,7 +13,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlvr"
 CORE = {"registry", "plugins", "strategies", "atomic", "checkpoint", "functional", "policy", "rewards", "metrics", "rollout",
-        "contracts", "options", "lockstep", "upgrade", "cache", "data", "callbacks", "module"}
+        "contracts", "options", "lockstep", "upgrade", "cache", "data", "ranks", "callbacks", "module"}
 ALLOWED = {
     "registry": set(),
     "plugins": set(),
@@ -32,7 +32,8 @@ ALLOWED = {
     "upgrade": {"options", "checkpoint"},  # the 0.1 layout, read into the option groups; checkpoints read safely
     "cache": {"atomic", "policy", "rollout", "contracts"},
     "data": {"registry", "rewards", "cache", "contracts"},
-    "callbacks": {"atomic", "policy", "rollout", "contracts"},
+    "ranks": set(),  # rank-fault detection: an operation fails on every rank or on none (torch.distributed only)
+    "callbacks": {"atomic", "policy", "rollout", "contracts", "ranks"},
     "module": {"checkpoint", "functional", "metrics", "policy", "rewards", "contracts", "lockstep", "options", "upgrade"},
     "demo": CORE,  # the demo plugs into lit_rlvr like a user's package
     "tools": CORE | {"demo"},

@@ -120,7 +120,7 @@ def test_fsdp2_fit_with_vllm_matches_one_process_then_a_failing_engine_ends_ever
     message = ("RolloutRankError: vllm generate of 2 prompts x 4 samples failed on rank 1 of 2: "
                "rank 1: RuntimeError: injected engine failure on rank 1 at step 3")
     for rank in range(2):  # the same error on both ranks, not rank 0 waiting in the next collective
-        assert f"[rank{rank}]: lit_rlvr.callbacks.rollout.{message}" in log, log[-3000:]
+        assert f"[rank{rank}]: lit_rlvr.ranks.{message}" in log, log[-3000:]
     check_fit(ranks(out), reference(tiny_model_dir, out, script_in_process), steps=3)
     print(f"\n[FSDP2 x vLLM fit, 2 processes, failing at step 3: {seconds:.1f} s]")
 
@@ -150,13 +150,13 @@ def test_tensor_parallel_group_pools_prompts_and_each_rank_keeps_its_slice(tiny_
 def test_a_rank_stuck_in_its_weight_sync_is_named_by_the_others_within_the_timeout(tiny_model_dir, prompts, tmp_path):
     """Rank 1 blocks in one C call (its own timeout cannot interrupt it); rank 0 fails after 2 s + 10 s.
 
-    The HF engine suffices: the status exchange is the RolloutCallback's, not the engine's.
+    The HF engine suffices: the status exchange is lit_rlvr.ranks', not the engine's.
     """
     out = tmp_path / "stuck"
     rc, log, seconds = launch(tiny_model_dir, prompts, out, "ddp", "--engine", "hf", "--fail", "hang:1:1",
                               "--sync-timeout", "2", timeout=150)
     assert rc != 0, log[-3000:]
-    assert ("[rank0]: lit_rlvr.callbacks.rollout.RolloutRankError: hf weight sync: not every rank of 2 finished "
+    assert ("[rank0]: lit_rlvr.ranks.RolloutRankError: hf weight sync: not every rank of 2 finished "
             "within 12 s") in log, log[-3000:]
     assert "Ranks 1 failed to pass monitoredBarrier" in log
     assert len(ranks(out)[0]["syncs"]) == 1  # only the sync at fit start went through: the next one failed

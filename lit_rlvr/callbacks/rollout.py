@@ -18,14 +18,13 @@ also re-synced at fit start (a vLLM engine starts from the checkpoint on disk, w
 resume or a LoRA wrap is not the policy) and before validation if steps went unsynced.
 
 Under multi-process training (DDP, FSDP2) every rank owns an engine and generates for its own
-prompts, with its own seed (``seed + rank · 2**48``, then the step offset ``step · 2**20``). After every engine
-operation (sync, fingerprint, generation) the ranks exchange their status on a gloo group: when
-the engine of one rank raised, every rank raises :class:`RolloutRankError` naming that rank and
-its error, instead of the others waiting for it in the next collective; a rank that does not
-report within the operation's timeout (``sync_timeout_s``, ``generate_timeout_s``) plus
-10 s is named as stuck, and one whose process ended (a crash, the OOM killer) as dead. The
-fingerprint's trainer-side forward is a collective under FSDP2, so every rank scores the probe
-with its engine first, and all check together.
+prompts, with its own seed (``seed + rank · 2**48``, then the step offset ``step · 2**20``). Every
+engine operation (sync, fingerprint, generation) runs on all ranks together
+(:meth:`~lit_rlvr.ranks.RankGroup.run_on_all`): when it raised, died or hung on one rank (beyond
+``sync_timeout_s`` / ``generate_timeout_s`` plus 10 s), every rank raises
+:class:`~lit_rlvr.ranks.RolloutRankError` naming that rank. The fingerprint's trainer-side forward
+is a collective under FSDP2, so every rank takes the probe's log-probs from its engine first, and
+all check together.
 
 At set-up the callback has the DataModule skip, as bad rows with file:line, the prompts whose
 tokens plus ``max_new_tokens`` exceed the engine's context (:meth:`RolloutCallback.fit_context`).
@@ -50,22 +49,18 @@ histogram), ``rollout/queue_depth``, ``rollout/generator_idle_s`` and ``rollout/
 
 from __future__ import annotations
 
-import os
-import socket
 import time
-from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
-import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
 from lit_rlvr.callbacks.rollout_producer import RolloutProducer
 from lit_rlvr.contracts import PromptSource, RolloutHost, TrainBatch, ValBatch, require
 from lit_rlvr.policy import batched_completion_logprobs, gathered_parameters
+from lit_rlvr.ranks import RankGroup
 from lit_rlvr.rollout.engine import (
     ENGINE_INJECTED,
     ENGINES,
@@ -86,13 +81,6 @@ _STEP_SEED_STRIDE = 2**20
 _LANE_SEED_STRIDE = 2**17  # asynchronous rollouts: a batch started `lane` versions ahead (< 8 lanes)
 _VAL_SEED_BASE = 2**47
 _RANK_SEED_STRIDE = 2**48
-_RANK_SKEW_S = 10.0  # a rank waits this long for the others beyond an operation's timeout (ranks start apart)
-
-T = TypeVar("T")
-
-
-class RolloutRankError(RuntimeError):
-    """A rollout engine operation failed, or did not finish in time, on some rank (raised on every rank)."""
 
 
 class RolloutCallback(Callback):
@@ -185,14 +173,13 @@ class RolloutCallback(Callback):
         self._step_at_batch_start = 0
         self._probe: tuple[list[int], list[int]] | None = None
         self._rank = 0
-        self._status_group = None  # gloo group for the ranks' status exchange (several processes)
+        self.ranks = RankGroup()  # the training ranks, joined at setup: an engine operation fails on all or none
         self.max_staleness, self.on_stale = max_staleness, on_stale
         self.producer: RolloutProducer | None = None
         self.staleness_counts: dict[int, int] = {}
         self.trainer_idle_s = 0.0
         self._number = 0  # the batch in training (asynchronous rollouts)
         self._val_hold = None  # the producer's lock, held through validation
-        self._peers: list[tuple[str, int]] | None = None  # each rank's (host, pid)
 
     @property
     @override
@@ -217,10 +204,8 @@ class RolloutCallback(Callback):
         if self.engine is None:
             self.engine = self.build_engine(pl_module)
             self._force_sync = True
-        if self._status_group is None and trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-            self._status_group = dist.new_group(backend="gloo")  # every rank calls setup: a collective
-            self._peers = [None] * dist.get_world_size(self._status_group)  # (host, pid) per rank: who died, later
-            dist.all_gather_object(self._peers, (socket.gethostname(), os.getpid()), group=self._status_group)
+        if self.ranks.group is None:
+            self.ranks = RankGroup.join(trainer.world_size)  # a collective: every rank calls setup
         self._probe = probe_sequence(len(pl_module.tokenizer))
         self.fit_context(trainer, pl_module)
 
@@ -240,7 +225,7 @@ class RolloutCallback(Callback):
         if self._owns_engine and self.engine is not None:
             self.engine.close()
             self.engine = None
-        self._status_group = None  # the next stage may run in another process group
+        self.ranks = RankGroup()  # the next stage may run in another process group
 
     def sync(self, pl_module: LightningModule) -> dict[str, float]:
         """Push the policy's weights to the engine and verify them; returns sync metrics."""
@@ -259,10 +244,10 @@ class RolloutCallback(Callback):
             metrics["rollout/sync_seconds"] = time.perf_counter() - t0
             return self.engine.probe_logprobs(*self._probe) if check else None
 
-        limit = _sum_or_none(self.sync_timeout_s, self.generate_timeout_s if check else 0.0)  # sync + probe scoring
-        engine_lp = self._on_all_ranks(f"{self.engine.name} weight sync", push, limit)
+        limit = _sum_or_none(self.sync_timeout_s, self.generate_timeout_s if check else 0.0)  # sync + the probe's log-probs
+        engine_lp = self.ranks.run_on_all(f"{self.engine.name} weight sync", push, limit)
         if self.fingerprint:
-            err = self._on_all_ranks(  # every rank together: the trainer's forward may be a collective
+            err = self.ranks.run_on_all(  # every rank together: the trainer's forward may be a collective
                 f"{self.engine.name} weight-sync fingerprint",
                 lambda: fingerprint_error(engine_lp, pl_module.policy, self._probe, self.fingerprint_atol, self.engine.name)
                 if check else 0.0,
@@ -396,7 +381,7 @@ class RolloutCallback(Callback):
             )
             self.producer.start(self._number)
         t0 = time.perf_counter()
-        produced, waited, staleness = self._on_all_ranks(
+        produced, waited, staleness = self.ranks.run_on_all(
             f"{self.engine.name} asynchronous rollouts of batch {self._number}",
             lambda: self.producer.take(self._number),
             self.generate_timeout_s,
@@ -459,7 +444,7 @@ class RolloutCallback(Callback):
     ) -> tuple[Rollouts, dict[str, float]]:
         t0 = time.perf_counter()
         what = f"{self.engine.name} generate of {len(prompt_ids)} prompts x {params.n} samples"
-        rollouts = self._on_all_ranks(what, lambda: self.engine.generate(prompt_ids, params), self.generate_timeout_s)
+        rollouts = self.ranks.run_on_all(what, lambda: self.engine.generate(prompt_ids, params), self.generate_timeout_s)
         seconds = time.perf_counter() - t0
         tokens = rollouts.num_tokens()
         self.total_rollout_tokens += tokens
@@ -512,24 +497,6 @@ class RolloutCallback(Callback):
             return params
         return replace(params, seed=params.seed + rank * _RANK_SEED_STRIDE + offset)
 
-    def _on_all_ranks(self, what: str, fn: Callable[[], T], timeout_s: float | None) -> T:
-        """``fn()`` on this rank; raise :class:`RolloutRankError` on every rank if it failed on any.
-
-        ``fn`` may contain collectives only if every rank completes them even when it fails
-        (e.g. the FSDP2 weight stream, which the engine always exhausts).
-        """
-        if self._status_group is None:
-            return fn()
-        try:
-            out, error, cause = fn(), None, None
-        except Exception as err:  # reported to every rank, then re-raised here with the others' view
-            out, error, cause = None, f"{type(err).__name__}: {err}", err
-        try:
-            _exchange_status(self._status_group, what, error, timeout_s, self._peers)
-        except RolloutRankError as err:
-            raise err from cause
-        return out
-
     @staticmethod
     def _log(
         pl_module: LightningModule,
@@ -565,77 +532,5 @@ def _checked(batch: Any, kind: type) -> Any:
     return batch
 
 
-def dead_ranks(peers: list[tuple[str, int]], me: int) -> list[int]:
-    """Ranks of ``peers`` (``(host, pid)`` per rank) on this host whose process has ended (or is a zombie).
-
-    Example:
-        >>> import os, socket
-        >>> dead_ranks([(socket.gethostname(), os.getpid()), (socket.gethostname(), 2**22 + 1), ("elsewhere", 1)], me=0)
-        [1]
-    """
-    host, out = socket.gethostname(), []
-    for rank, (peer_host, pid) in enumerate(peers):
-        if rank == me or peer_host != host:
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            state = "gone"
-        except OSError:  # no /proc (macOS): ask the kernel
-            try:
-                os.kill(pid, 0)
-                state = "alive"
-            except ProcessLookupError:
-                state = "gone"
-            except PermissionError:
-                state = "alive"
-        if state in ("gone", "Z", "X"):
-            out.append(rank)
-    return out
-
-
 def _sum_or_none(*seconds: float | None) -> float | None:
     return None if any(s is None for s in seconds) else sum(seconds)
-
-
-def _exchange_status(group, what: str, error: str | None, timeout_s: float | None,
-                     peers: list[tuple[str, int]] | None = None) -> None:  # fmt: skip
-    """Every rank of ``group`` learns whether ``what`` succeeded everywhere; raise on all if not.
-
-    A monitored barrier (gloo) waits ``timeout_s`` + 10 s for every rank (None:
-    the group's timeout) and names the ranks that did not arrive; then the ranks' errors
-    (None = success) are all-gathered. A rank whose process has ended is named as dead, not as
-    late: gloo reports its closed connection at once, and ``peers`` (each rank's host and pid)
-    says which rank on this host is gone.
-
-    Raises:
-        RolloutRankError: on every rank, naming each failed rank and its error, the ranks that
-            died, or the ranks that did not finish ``what`` in time.
-    """
-    world = dist.get_world_size(group)
-    timeout = None if timeout_s is None else timedelta(seconds=timeout_s + _RANK_SKEW_S)
-    try:
-        dist.monitored_barrier(group, timeout=timeout, wait_all_ranks=True)
-    except RuntimeError as err:
-        dead = dead_ranks(peers or [], dist.get_rank(group))
-        if dead or "closed by peer" in str(err) or "reset by peer" in str(err):
-            who = f"rank {', '.join(map(str, dead))} of {world}" if dead else "a rank on another host"
-            raise RolloutRankError(
-                f"{what}: {who} died (its process ended: a crash, the OOM killer or a kill; see its log), so "
-                f"this rank stops too. ({err})"
-            ) from None
-        limit = "the process-group timeout" if timeout is None else f"{timeout.total_seconds():g} s"
-        raise RolloutRankError(
-            f"{what}: not every rank of {world} finished within {limit} (the operation's timeout + "
-            f"{_RANK_SKEW_S:g} s); a rank is stuck or slower than its limit, see its log. "
-            f"Raise generate_timeout_s / sync_timeout_s if the work is legitimately slow. ({err})"
-        ) from None
-    errors: list[str | None] = [None] * world
-    dist.all_gather_object(errors, error, group=group)
-    failed = [(r, e) for r, e in enumerate(errors) if e is not None]
-    if failed:
-        where = ", ".join(str(r) for r, _ in failed)
-        raise RolloutRankError(
-            f"{what} failed on rank {where} of {world}: " + "; ".join(f"rank {r}: {e}" for r, e in failed)
-        )
