@@ -61,17 +61,8 @@ from lit_rlvr.callbacks.rollout_producer import RolloutProducer
 from lit_rlvr.contracts import PromptSource, RolloutHost, TrainBatch, ValBatch, require
 from lit_rlvr.policy import batched_completion_logprobs, gathered_parameters
 from lit_rlvr.ranks import RankGroup
-from lit_rlvr.rollout.engine import (
-    ENGINE_INJECTED,
-    ENGINES,
-    RolloutEngine,
-    build_engine,
-    context_length,
-    fingerprint_error,
-    logprob_drift,
-    probe_sequence,
-    resolve_engine,
-)
+from lit_rlvr.rollout.engine import RolloutEngine, build_engine, context_length, fingerprint_error, logprob_drift, probe_sequence
+from lit_rlvr.rollout.options import AsyncOptions, RolloutOptions
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 # Sampling seeds (an engine seeds each sample of a call from the call's seed: vLLM uses seed + row):
@@ -87,7 +78,8 @@ class RolloutCallback(Callback):
     """Own a rollout engine and attach rollouts to every train/validation batch.
 
     What to sample comes from the module (``pl_module.sampling``, ``pl_module.val_sampling``);
-    this Callback decides only how: the engine, its weight sync and its checks.
+    this Callback decides only how: the engine, its weight sync and its checks. The arguments
+    are checked together as a :class:`~lit_rlvr.rollout.options.RolloutOptions` (``self.options``).
 
     Args:
         engine: a name in :data:`~lit_rlvr.rollout.engine.ENGINES` — ``"auto"`` (vLLM if
@@ -130,39 +122,13 @@ class RolloutCallback(Callback):
         on_stale: str = "wait",
     ):
         super().__init__()
-        if sync_every_n_steps < 1:
-            raise ValueError(f"rollout.sync_every_n_steps must be >= 1, got {sync_every_n_steps}")
-        if drift_every_n_steps < 0:
-            raise ValueError(f"rollout.drift_every_n_steps must be >= 0 (0 = never), got {drift_every_n_steps}")
-        self.engine_options = dict(engine_options or {})
-        if isinstance(engine, str):
-            given = sorted(set(self.engine_options) & set(ENGINE_INJECTED))
-            if given:
-                raise ValueError(f"rollout.engine_options: {given} are set by the callback itself, not by options")
-            ENGINES.get_checked(engine, "rollout.engine", self.engine_options, "rollout.engine_options")
-        self.engine_kind = engine if isinstance(engine, str) else engine.name
-        if max_staleness is not None:
-            apart = ENGINES.signature(resolve_engine(engine)) if isinstance(engine, str) else engine
-            if not getattr(apart, "generates_apart", False):
-                raise ValueError(
-                    f"rollout.max_staleness={max_staleness} needs an engine that generates apart from the trainer "
-                    f"(engine: vllm_server); {self.engine_kind!r} samples in the trainer's process. Use max_staleness: null."
-                )
-            if sync_every_n_steps != 1:
-                raise ValueError(
-                    "rollout.max_staleness bounds the lag itself: use sync_every_n_steps: 1 with it "
-                    f"(got {sync_every_n_steps})"
-                )
-            RolloutProducer.check(max_staleness, on_stale)
+        self.options = RolloutOptions(
+            engine, dict(engine_options or {}), model_path, sync_every_n_steps, fingerprint, fingerprint_atol,
+            drift_every_n_steps, generate_timeout_s, sync_timeout_s,
+            None if max_staleness is None else AsyncOptions(max_staleness, on_stale),
+        )  # fmt: skip
         self.engine: RolloutEngine | None = None if isinstance(engine, str) else engine
         self._owns_engine = isinstance(engine, str)
-        self.model_path = model_path
-        self.sync_every_n_steps = sync_every_n_steps
-        self.fingerprint = fingerprint
-        self.fingerprint_atol = fingerprint_atol
-        self.drift_every_n_steps = drift_every_n_steps
-        self.generate_timeout_s = generate_timeout_s
-        self.sync_timeout_s = sync_timeout_s
         self.train_sampling: SamplingParams | None = None  # the module's, read at setup
         self.val_sampling: SamplingParams | None = None
         self.steps_since_sync = 0
@@ -174,7 +140,6 @@ class RolloutCallback(Callback):
         self._probe: tuple[list[int], list[int]] | None = None
         self._rank = 0
         self.ranks = RankGroup()  # the training ranks, joined at setup: an engine operation fails on all or none
-        self.max_staleness, self.on_stale = max_staleness, on_stale
         self.producer: RolloutProducer | None = None
         self.staleness_counts: dict[int, int] = {}
         self.trainer_idle_s = 0.0
@@ -184,17 +149,15 @@ class RolloutCallback(Callback):
     @property
     @override
     def state_key(self) -> str:
-        return self._generate_state_key(engine=self.engine_kind)
+        return self._generate_state_key(engine=self.options.engine_kind)
 
     # ------------------------------------------------------------------ engine lifecycle
 
     def build_engine(self, pl_module: LightningModule) -> RolloutEngine:
         """Create the engine for ``pl_module.policy`` (override to customise construction)."""
-        kwargs = {"generate_timeout_s": self.generate_timeout_s, "sync_timeout_s": self.sync_timeout_s}
-        kwargs.update(self.engine_options)
-        return build_engine(
-            self.engine_kind, model=pl_module.policy, tokenizer=pl_module.tokenizer, model_path=self.model_path, **kwargs
-        )
+        o = self.options
+        kwargs = {"generate_timeout_s": o.generate_timeout_s, "sync_timeout_s": o.sync_timeout_s, **o.engine_options}
+        return build_engine(o.engine_kind, model=pl_module.policy, tokenizer=pl_module.tokenizer, model_path=o.model_path, **kwargs)
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -233,9 +196,10 @@ class RolloutCallback(Callback):
             return self._sync(pl_module)
 
     def _sync(self, pl_module: LightningModule) -> dict[str, float]:
+        o = self.options
         # an engine sampling from the policy module itself is identical to it by construction:
         # comparing the module with itself would cost two forwards per step for a certain 0
-        check = self.fingerprint and getattr(self.engine, "model", None) is not pl_module.policy
+        check = o.fingerprint and getattr(self.engine, "model", None) is not pl_module.policy
         metrics = {}
 
         def push() -> list[float] | None:
@@ -244,14 +208,14 @@ class RolloutCallback(Callback):
             metrics["rollout/sync_seconds"] = time.perf_counter() - t0
             return self.engine.probe_logprobs(*self._probe) if check else None
 
-        limit = _sum_or_none(self.sync_timeout_s, self.generate_timeout_s if check else 0.0)  # sync + the probe's log-probs
+        limit = _sum_or_none(o.sync_timeout_s, o.generate_timeout_s if check else 0.0)  # sync + the probe's log-probs
         engine_lp = self.ranks.run_on_all(f"{self.engine.name} weight sync", push, limit)
-        if self.fingerprint:
+        if o.fingerprint:
             err = self.ranks.run_on_all(  # every rank together: the trainer's forward may be a collective
                 f"{self.engine.name} weight-sync fingerprint",
-                lambda: fingerprint_error(engine_lp, pl_module.policy, self._probe, self.fingerprint_atol, self.engine.name)
+                lambda: fingerprint_error(engine_lp, pl_module.policy, self._probe, o.fingerprint_atol, self.engine.name)
                 if check else 0.0,
-                self.sync_timeout_s,
+                o.sync_timeout_s,
             )
             self.last_fingerprint_err = err
             metrics["rollout/fingerprint_err"] = self.last_fingerprint_err
@@ -294,13 +258,13 @@ class RolloutCallback(Callback):
             metrics.update(self._sync_between_batches(pl_module))
         params = self.train_params(trainer.global_step, self._rank)
         with gathered_parameters(trainer):  # FSDP1 only: the live HF engine samples the full policy
-            if self.max_staleness is None:
+            if self.options.asynchronous is None:
                 rollouts, gen_metrics = self._generate(_checked(batch, TrainBatch).prompt_ids, params, "rollout")
             else:
                 rollouts, gen_metrics = self._take(trainer, pl_module, _checked(batch, TrainBatch))
             batch.rollouts = rollouts
             metrics.update(gen_metrics)
-            if self.drift_every_n_steps and trainer.global_step % self.drift_every_n_steps == 0:
+            if self.options.drift_every_n_steps and trainer.global_step % self.options.drift_every_n_steps == 0:
                 metrics["rollout/drift"] = self.drift(pl_module, rollouts, params.temperature)
         self.last_metrics = metrics
         self._log(pl_module, metrics, len(batch.prompt_ids), prog_bar=("rollout/seconds", "rollout/tokens_per_s", "rollout/mean_len"))
@@ -312,7 +276,7 @@ class RolloutCallback(Callback):
         stepped = trainer.global_step - self._step_at_batch_start
         if stepped > 0:  # else gradient accumulation: no optimizer step yet
             self.steps_since_sync += stepped
-            if self.steps_since_sync >= self.sync_every_n_steps:
+            if self.steps_since_sync >= self.options.sync_every_n_steps:
                 self._log(pl_module, self._sync_between_batches(pl_module), len(batch.prompt_ids))
         if self.producer is not None:  # the weights now hold every update of the batches up to this one
             self.producer.synced(self._number + 1)
@@ -374,8 +338,7 @@ class RolloutCallback(Callback):
                 global_step=lambda: trainer.global_step,
                 source=datamodule,
                 batches_per_epoch=per_epoch,
-                max_staleness=self.max_staleness,
-                on_stale=self.on_stale,
+                options=self.options.asynchronous,
                 steps_left=lambda: trainer.max_steps - trainer.global_step if trainer.max_steps >= 0 else None,
                 max_batches=per_epoch * trainer.max_epochs if trainer.max_epochs not in (None, -1) else None,
             )
@@ -384,7 +347,7 @@ class RolloutCallback(Callback):
         produced, waited, staleness = self.ranks.run_on_all(
             f"{self.engine.name} asynchronous rollouts of batch {self._number}",
             lambda: self.producer.take(self._number),
-            self.generate_timeout_s,
+            self.options.generate_timeout_s,
         )
         if produced.prompt_ids != batch.prompt_ids:
             raise RuntimeError(
@@ -444,7 +407,7 @@ class RolloutCallback(Callback):
     ) -> tuple[Rollouts, dict[str, float]]:
         t0 = time.perf_counter()
         what = f"{self.engine.name} generate of {len(prompt_ids)} prompts x {params.n} samples"
-        rollouts = self.ranks.run_on_all(what, lambda: self.engine.generate(prompt_ids, params), self.generate_timeout_s)
+        rollouts = self.ranks.run_on_all(what, lambda: self.engine.generate(prompt_ids, params), self.options.generate_timeout_s)
         seconds = time.perf_counter() - t0
         tokens = rollouts.num_tokens()
         self.total_rollout_tokens += tokens

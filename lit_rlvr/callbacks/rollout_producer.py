@@ -32,9 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lit_rlvr.contracts import PromptSource
+from lit_rlvr.rollout.options import AsyncOptions
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
-
-MAX_LANES = 8  # batches in generation ahead of the loop; the seed space keeps them apart (lane · 2**17)
 
 
 @dataclass
@@ -49,7 +48,7 @@ class Produced:
 
 
 class RolloutProducer:
-    """Generate the rollouts of batch ``m`` ahead of the loop, within ``max_staleness`` of the weights.
+    """Generate the rollouts of batch ``m`` ahead of the loop, within ``options.max_staleness`` of the weights.
 
     Args:
         generate: ``(prompt_ids, params) -> Rollouts`` (the engine's generate).
@@ -57,8 +56,7 @@ class RolloutProducer:
         global_step: the trainer's current optimizer step (read when a batch starts).
         source: the DataModule's batches ahead of the loader.
         batches_per_epoch: the loop's training batches per epoch (E above).
-        max_staleness: k ≥ 0.
-        on_stale: ``wait`` or ``drop``.
+        options: k = ``max_staleness`` and ``on_stale`` (``wait`` or ``drop``).
         steps_left: optimizer steps the run has left (None: no step limit). Every batch takes at
             least one step, so no batch past ``version + steps_left()`` is generated ahead: a run
             ends with nothing generated that it will never train.
@@ -72,18 +70,16 @@ class RolloutProducer:
         global_step: Callable[[], int],
         source: PromptSource,
         batches_per_epoch: int,
-        max_staleness: int,
-        on_stale: str = "wait",
+        options: AsyncOptions,
         steps_left: Callable[[], int | None] = lambda: None,
         max_batches: int | None = None,
     ):
-        self.check(max_staleness, on_stale)
         self.steps_left, self.max_batches = steps_left, max_batches
         self.generate, self.params_at, self.global_step, self.source = generate, params_at, global_step, source
         if batches_per_epoch < 1:
             raise ValueError(f"asynchronous rollouts need at least one training batch per epoch, got {batches_per_epoch}")
-        self.k, self.on_stale, self.batches_per_epoch = max_staleness, on_stale, batches_per_epoch
-        self.ahead = max_staleness + (1 if on_stale == "drop" else 0)  # how far past the weights a batch may start
+        self.k, self.batches_per_epoch = options.max_staleness, batches_per_epoch
+        self.ahead = options.ahead  # how far past the weights a batch may start
         self._cond = threading.Condition()
         self._generating = threading.Lock()  # held while one batch generates: a weight sync waits for it
         self._queue: dict[int, Produced] = {}
@@ -96,14 +92,6 @@ class RolloutProducer:
         self.requested = -1  # the batch the loop waits for (k = 0 generates on request)
         self.generated = self.trained = self.dropped = 0
         self.generator_idle_s = 0.0
-
-    @staticmethod
-    def check(max_staleness: int, on_stale: str) -> None:
-        """Refuse a lag outside the seed lanes, or an unknown policy (at start-up)."""
-        if not isinstance(max_staleness, int) or not 0 <= max_staleness < MAX_LANES - 1:
-            raise ValueError(f"rollout.max_staleness must be an integer in [0, {MAX_LANES - 2}] or null, got {max_staleness!r}")
-        if on_stale not in ("wait", "drop"):
-            raise ValueError(f"rollout.on_stale must be 'wait' or 'drop', got {on_stale!r}")
 
     # ------------------------------------------------------------------ the loop's side
     def start(self, number: int) -> None:

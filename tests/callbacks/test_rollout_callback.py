@@ -255,8 +255,8 @@ def test_configurable_from_yaml_class_path():
         """
     )
     cb = parser.instantiate_classes(cfg).callback
-    assert isinstance(cb, RolloutCallback) and cb.sync_every_n_steps == 2
-    assert cb.engine_kind == "hf" and cb.engine_options == {"max_batch_rows": 8}
+    assert isinstance(cb, RolloutCallback) and cb.options.sync_every_n_steps == 2
+    assert cb.options.engine_kind == "hf" and cb.options.engine_options == {"max_batch_rows": 8}
     assert cb.state_key == "RolloutCallback{'engine': 'hf'}"
 
 

@@ -1,0 +1,114 @@
+"""How rollouts are generated: the rollout callback's settings, as typed groups that check themselves.
+
+:class:`RolloutOptions` is what :class:`~lit_rlvr.callbacks.RolloutCallback` reads: the engine and
+its options, the weight sync and its checks, the timeouts, and (:class:`AsyncOptions`) the bounds
+of asynchronous rollouts. Users set them as the callback's keys (``rollout.init_args.engine``,
+``rollout.init_args.max_staleness``, ...; documented on the callback and in
+``docs/configuration.md``); the callback builds the groups from them, so a bad setting stops the
+run at construction, naming the key, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lit_rlvr.rollout.engine import ENGINE_INJECTED, ENGINES, RolloutEngine, resolve_engine
+
+MAX_LANES = 8  # batches in generation ahead of the loop; the seed space keeps them apart (lane · 2**17)
+ON_STALE = ("wait", "drop")
+
+
+@dataclass(frozen=True)
+class AsyncOptions:
+    """Asynchronous rollouts: generated up to ``max_staleness`` weight versions ahead of training.
+
+    Args:
+        max_staleness: k in [0, ``MAX_LANES`` − 2] (0: the synchronous run, bit for bit).
+        on_stale: ``wait`` (no batch is older than k) or ``drop`` (one batch further; an older
+            batch is dropped and generated again).
+
+    Example:
+        >>> AsyncOptions(2).on_stale
+        'wait'
+        >>> AsyncOptions(1, on_stale="skip")
+        Traceback (most recent call last):
+        ...
+        ValueError: rollout.on_stale must be 'wait' or 'drop', got 'skip'
+    """
+
+    max_staleness: int
+    on_stale: str = "wait"
+
+    def __post_init__(self):
+        k = self.max_staleness
+        if not isinstance(k, int) or not 0 <= k < MAX_LANES - 1:
+            raise ValueError(f"rollout.max_staleness must be an integer in [0, {MAX_LANES - 2}] or null, got {k!r}")
+        if self.on_stale not in ON_STALE:
+            raise ValueError(f"rollout.on_stale must be 'wait' or 'drop', got {self.on_stale!r}")
+
+    @property
+    def ahead(self) -> int:
+        """How many versions past the weights a batch may start (``drop`` runs one further)."""
+        return self.max_staleness + (1 if self.on_stale == "drop" else 0)
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """The rollout callback's settings, checked together (each field is the callback's key of the same
+    name, documented there; ``asynchronous`` holds ``max_staleness`` and ``on_stale``).
+
+    The checks: a registered engine name whose ``engine_options`` it takes (less those the
+    callback sets itself, :data:`~lit_rlvr.rollout.engine.ENGINE_INJECTED`); at least one
+    optimizer step per sync; a drift period ≥ 0; asynchronous rollouts only from an engine that
+    generates apart from the trainer, synced after every step.
+
+    Example:
+        >>> RolloutOptions(engine="hf", engine_options={"max_batch_rows": 8}).engine_kind
+        'hf'
+        >>> RolloutOptions(engine="hf", asynchronous=AsyncOptions(1))
+        Traceback (most recent call last):
+        ...
+        ValueError: rollout.max_staleness=1 needs an engine that generates apart from the trainer ...
+    """
+
+    engine: str | RolloutEngine = "auto"
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    model_path: str | None = None
+    sync_every_n_steps: int = 1
+    fingerprint: bool = True
+    fingerprint_atol: float | None = None
+    drift_every_n_steps: int = 10
+    generate_timeout_s: float | None = None
+    sync_timeout_s: float | None = None
+    asynchronous: AsyncOptions | None = None
+
+    def __post_init__(self):
+        if self.sync_every_n_steps < 1:
+            raise ValueError(f"rollout.sync_every_n_steps must be >= 1, got {self.sync_every_n_steps}")
+        if self.drift_every_n_steps < 0:
+            raise ValueError(f"rollout.drift_every_n_steps must be >= 0 (0 = never), got {self.drift_every_n_steps}")
+        if isinstance(self.engine, str):
+            given = sorted(set(self.engine_options) & set(ENGINE_INJECTED))
+            if given:
+                raise ValueError(f"rollout.engine_options: {given} are set by the callback itself, not by options")
+            ENGINES.get_checked(self.engine, "rollout.engine", self.engine_options, "rollout.engine_options")
+        if self.asynchronous is not None:
+            self._check_asynchronous()
+
+    def _check_asynchronous(self) -> None:
+        engine = ENGINES.signature(resolve_engine(self.engine)) if isinstance(self.engine, str) else self.engine
+        if not getattr(engine, "generates_apart", False):
+            raise ValueError(
+                f"rollout.max_staleness={self.asynchronous.max_staleness} needs an engine that generates apart from the "
+                f"trainer (engine: vllm_server); {self.engine_kind!r} samples in the trainer's process. Use max_staleness: null."
+            )
+        if self.sync_every_n_steps != 1:
+            raise ValueError(
+                f"rollout.max_staleness bounds the lag itself: use sync_every_n_steps: 1 with it (got {self.sync_every_n_steps})"
+            )
+
+    @property
+    def engine_kind(self) -> str:
+        """The engine's name: the configured one, or a ready engine's ``name``."""
+        return self.engine if isinstance(self.engine, str) else self.engine.name
