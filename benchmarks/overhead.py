@@ -45,14 +45,14 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload, shared: co
     """The work of one GRPO step called directly (no Trainer, no callback, no logging).
 
     The same prompts in the same order (the same ``PromptDataModule``), the same sampling seeds
-    (the callback's :func:`~lit_rlvr.callbacks.rollout.step_sampling`), so the same
+    (the callback's :func:`~lit_rlvr.rollout.seeds.step_sampling`), so the same
     completions as lit_rlvr's. The same micro-batches as ``RLVRModule``'s defaults: length-sorted, cropped, packed where
     ``padding_free="auto"`` packs (sdpa on CPU), losses weighted by ``aggregation_weight``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lit_rlvr.callbacks.rollout import step_sampling
+    from lit_rlvr.rollout.seeds import step_sampling
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec
     from lit_rlvr.functional.advantages import ADVANTAGES

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.callbacks import RolloutCallback
 from lit_rlvr.rollout import SamplingParams
 
 SCRIPT = Path(__file__).parent / "scripts" / "vllm_fit.py"
-STRIDE = 2**48  # the rank seed stride of RolloutCallback
+STRIDE = 2**48  # the rank seed stride (lit_rlvr.rollout.seeds)
 STEP = 2**20  # the step seed stride
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 _REFERENCE: dict[str, dict] = {}
@@ -164,16 +163,16 @@ def test_a_rank_stuck_in_its_weight_sync_is_named_by_the_others_within_the_timeo
 
 
 def test_rank_seeds_are_distinct_and_rank_zero_samples_as_a_single_process():
-    from lit_rlvr.callbacks.rollout import _STEP_SEED_STRIDE, step_sampling
+    from lit_rlvr.rollout.seeds import STEP_SEED_STRIDE, step_sampling, with_seed
 
     sampling = SamplingParams(n=4, seed=7)
     starts = {(rank, step): step_sampling(sampling, step, rank).seed for rank in range(4) for step in range(3)}  # the path fit takes
     # an engine seeds row j of a call with start + j: 1,024-row calls never share a sample seed
     rows = [start + j for start in starts.values() for j in range(1024)]
     assert len(set(rows)) == len(rows)
-    assert [starts[0, step] for step in range(3)] == [7 + step * _STEP_SEED_STRIDE for step in range(3)]  # rank 0 = one process
-    assert starts[3, 2] == 7 + 3 * STRIDE + 2 * _STEP_SEED_STRIDE
-    assert RolloutCallback._with_seed(SamplingParams(n=4), 5, 1).seed is None  # unseeded stays unseeded
+    assert [starts[0, step] for step in range(3)] == [7 + step * STEP_SEED_STRIDE for step in range(3)]  # rank 0 = one process
+    assert starts[3, 2] == 7 + 3 * STRIDE + 2 * STEP_SEED_STRIDE
+    assert with_seed(SamplingParams(n=4), 5, 1).seed is None  # unseeded stays unseeded
 
 
 @pytest.mark.slow

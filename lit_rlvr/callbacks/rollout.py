@@ -18,7 +18,7 @@ also re-synced at fit start (a vLLM engine starts from the checkpoint on disk, w
 resume or a LoRA wrap is not the policy) and before validation if steps went unsynced.
 
 Under multi-process training (DDP, FSDP2) every rank owns an engine and generates for its own
-prompts, with its own seed (``seed + rank · 2**48``, then the step offset ``step · 2**20``). Every
+prompts, with its own seed (:mod:`lit_rlvr.rollout.seeds`). Every
 engine operation (sync, fingerprint, generation) runs on all ranks together
 (:meth:`~lit_rlvr.ranks.RankGroup.run_on_all`): when it raised, died or hung on one rank (beyond
 ``sync_timeout_s`` / ``generate_timeout_s`` plus 10 s), every rank raises
@@ -50,7 +50,6 @@ histogram), ``rollout/queue_depth``, ``rollout/generator_idle_s`` and ``rollout/
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -63,15 +62,8 @@ from lit_rlvr.policy import batched_completion_logprobs, gathered_parameters
 from lit_rlvr.ranks import RankGroup
 from lit_rlvr.rollout.engine import RolloutEngine, build_engine, context_length, fingerprint_error, logprob_drift, probe_sequence
 from lit_rlvr.rollout.options import AsyncOptions, RolloutOptions
+from lit_rlvr.rollout.seeds import step_sampling, validation_sampling
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
-
-# Sampling seeds (an engine seeds each sample of a call from the call's seed: vLLM uses seed + row):
-# step s of rank r starts at seed + r·2**48 + s·2**20, so calls of up to 2**20 rows never share a
-# seed across steps or ranks; validation batches live in their own half, from seed + r·2**48 + 2**47.
-_STEP_SEED_STRIDE = 2**20
-_LANE_SEED_STRIDE = 2**17  # asynchronous rollouts: a batch started `lane` versions ahead (< 8 lanes)
-_VAL_SEED_BASE = 2**47
-_RANK_SEED_STRIDE = 2**48
 
 
 class RolloutCallback(Callback):
@@ -286,8 +278,7 @@ class RolloutCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         batch = _checked(batch, ValBatch)
-        seed = _VAL_SEED_BASE + (dataloader_idx * 2**12 + batch_idx) * _STEP_SEED_STRIDE
-        params = self._with_seed(replace(self.val_sampling, n=int(batch.n_samples)), seed, self._rank)
+        params = validation_sampling(self.val_sampling, int(batch.n_samples), batch_idx, dataloader_idx, self._rank)
         with gathered_parameters(trainer):
             rollouts, metrics = self._generate(batch.prompt_ids, params, "val_rollout")
         batch.rollouts = rollouts
@@ -455,12 +446,6 @@ class RolloutCallback(Callback):
         return step_sampling(self.train_sampling, global_step, rank, lane)
 
     @staticmethod
-    def _with_seed(params: SamplingParams, offset: int, rank: int = 0) -> SamplingParams:
-        if params.seed is None:
-            return params
-        return replace(params, seed=params.seed + rank * _RANK_SEED_STRIDE + offset)
-
-    @staticmethod
     def _log(
         pl_module: LightningModule,
         metrics: dict[str, float],
@@ -470,19 +455,6 @@ class RolloutCallback(Callback):
     ) -> None:
         for key, value in metrics.items():
             pl_module.log(key, float(value), prog_bar=key in prog_bar, batch_size=batch_size, sync_dist=sync_dist)
-
-
-def step_sampling(sampling: SamplingParams, global_step: int, rank: int = 0, lane: int = 0) -> SamplingParams:
-    """The training rollout's sampling at ``global_step`` on ``rank``: ``sampling`` with its seed
-    offset by ``rank · 2**48 + global_step · 2**20`` (unseeded stays unseeded); asynchronous
-    rollouts add ``lane · 2**17`` for a batch started ``lane`` versions ahead (lane 0 = the
-    synchronous loop's seed).
-
-    Example:
-        >>> step_sampling(SamplingParams(n=4, seed=7), global_step=2, rank=1).seed == 7 + 2**48 + 2 * 2**20
-        True
-    """
-    return RolloutCallback._with_seed(sampling, global_step * _STEP_SEED_STRIDE + lane * _LANE_SEED_STRIDE, rank)
 
 
 def _checked(batch: Any, kind: type) -> Any:
