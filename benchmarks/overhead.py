@@ -52,7 +52,6 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload, shared: co
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lit_rlvr.rollout.seeds import step_sampling
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec
     from lit_rlvr.functional.advantages import ADVANTAGES
@@ -62,6 +61,7 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload, shared: co
     from lit_rlvr.policy import MicroBatching, completion_logprobs, packs_sequences
     from lit_rlvr.rewards import BatchScorer
     from lit_rlvr.rollout.hf import HFEngine
+    from lit_rlvr.rollout.seeds import step_sampling
     from lit_rlvr.rollout.types import SamplingParams
 
     tok = AutoTokenizer.from_pretrained(model_dir)

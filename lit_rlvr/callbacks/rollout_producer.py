@@ -22,18 +22,29 @@ for the batch in generation, :meth:`RolloutProducer.paused`). Each batch's seeds
 step at which its generation starts and its lane m − v (< 8): with k = 0 that is exactly the
 synchronous loop's seed, so the run is the same bit for bit. Counters: generated = trained +
 dropped + in flight. A resumed run has no producer state: it regenerates from the restored position.
+
+:class:`AsyncRollouts` is the training loop's side: it starts the producer at the loop's first
+batch, takes each batch's rollouts, holds the producer through weight syncs and validation, and
+counts what the loop waited and the staleness of what it trained.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
-from lit_rlvr.contracts import PromptSource
+from lit_rlvr.contracts import PromptSource, TrainBatch, require
 from lit_rlvr.rollout.options import AsyncOptions
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Trainer
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -201,3 +212,126 @@ class RolloutProducer:
             with self._cond:
                 self._error = err
                 self._cond.notify_all()
+
+
+class AsyncRollouts:
+    """The training loop's side of asynchronous rollouts (``rollout.max_staleness``), for
+    :class:`~lit_rlvr.callbacks.RolloutCallback`.
+
+    Args:
+        options: k and the stale policy.
+        generate: the engine's ``(prompt_ids, params) -> Rollouts``.
+        params_at: ``(global_step, lane) -> SamplingParams`` of a batch starting then.
+    """
+
+    def __init__(
+        self,
+        options: AsyncOptions,
+        generate: Callable[[list[list[int]], SamplingParams], Rollouts],
+        params_at: Callable[[int, int], SamplingParams],
+    ):
+        self.options, self.generate, self.params_at = options, generate, params_at
+        self.producer: RolloutProducer | None = None  # started at the loop's first batch
+        self.staleness_counts: dict[int, int] = {}  # batches trained at each staleness (saved with the callback)
+        self.trainer_idle_s = 0.0  # seconds the loop waited for rollouts or for a batch in generation
+        self.number = 0  # the batch in training
+        self._hold: threading.Lock | None = None  # the producer's lock, held through validation
+
+    def take(
+        self, trainer: Trainer, batch: TrainBatch, run: Callable[[str, Callable[[], T]], T]
+    ) -> tuple[Produced, float, dict[str, float]]:
+        """Batch ``batch``'s rollouts, the seconds the loop waited for them, and the asynchronous metrics.
+
+        ``run(what, fn)`` runs the producer's take (the callback's: on every rank together). The
+        metrics: ``rollout/staleness`` (of the batch trained), ``rollout/staleness_<s>`` (batches
+        trained at staleness s so far: the histogram), ``rollout/queue_depth``,
+        ``rollout/generator_idle_s`` and ``rollout/trainer_idle_s`` (cumulative seconds each waited
+        for the other), ``rollout/generated``, ``rollout/trained``, ``rollout/dropped``,
+        ``rollout/in_flight`` (generated = trained + dropped + in flight).
+
+        Raises:
+            TypeError: the batch carries no ``position``.
+            RuntimeError: the rollouts generated ahead are for other prompts than the batch's.
+        """
+        if batch.position is None:
+            raise TypeError("asynchronous rollouts need train batches that carry their position (PromptDataModule's do)")
+        epoch, step = batch.position
+        self.number = epoch * trainer.num_training_batches + step
+        if self.producer is None:
+            self.producer = self._start(trainer)
+        t0 = time.perf_counter()
+        produced, waited, staleness = run(f"asynchronous rollouts of batch {self.number}", lambda: self.producer.take(self.number))
+        if produced.prompt_ids != batch.prompt_ids:
+            raise RuntimeError(
+                f"asynchronous rollouts: the rollouts generated ahead for batch {batch.position} are for other prompts "
+                "than the loader's batch (the DataModule's train_prompt_ids_at and its loader disagree)"
+            )
+        seconds = time.perf_counter() - t0
+        self.trainer_idle_s += waited
+        self.staleness_counts[staleness] = self.staleness_counts.get(staleness, 0) + 1
+        p = self.producer
+        return produced, seconds, {
+            "rollout/staleness": staleness,
+            "rollout/queue_depth": p.queue_depth,
+            "rollout/generator_idle_s": p.generator_idle_s,
+            "rollout/trainer_idle_s": self.trainer_idle_s,
+            "rollout/generated": p.generated,
+            "rollout/trained": p.trained,
+            "rollout/dropped": p.dropped,
+            "rollout/in_flight": p.in_flight,
+            **{f"rollout/staleness_{s}": c for s, c in sorted(self.staleness_counts.items())},
+        }
+
+    def _start(self, trainer: Trainer) -> RolloutProducer:
+        """A producer on the trainer's DataModule and loop, generating from batch ``self.number`` on."""
+        datamodule = getattr(trainer, "datamodule", None)
+        require(datamodule, PromptSource, "RolloutCallback(max_staleness=...)")
+        per_epoch = trainer.num_training_batches
+        if not isinstance(per_epoch, int):
+            raise ValueError("asynchronous rollouts need a train loader of known length (got num_training_batches=inf)")
+        producer = RolloutProducer(
+            generate=self.generate,
+            params_at=self.params_at,
+            global_step=lambda: trainer.global_step,
+            source=datamodule,
+            batches_per_epoch=per_epoch,
+            options=self.options,
+            steps_left=lambda: trainer.max_steps - trainer.global_step if trainer.max_steps >= 0 else None,
+            max_batches=per_epoch * trainer.max_epochs if trainer.max_epochs not in (None, -1) else None,
+        )
+        producer.start(self.number)
+        return producer
+
+    def synced(self) -> None:
+        """The weights now hold every update of the batches up to the one in training."""
+        if self.producer is not None:
+            self.producer.synced(self.number + 1)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the producer (a weight sync): the batch in generation finishes under the old weights first."""
+        if self.producer is None:
+            yield
+            return
+        t0 = time.perf_counter()
+        with self.producer.paused():
+            self.trainer_idle_s += time.perf_counter() - t0
+            yield
+
+    def hold(self) -> None:
+        """Hold the producer until :meth:`release` (validation: the engine evaluates alone)."""
+        if self.producer is not None and self._hold is None:
+            self._hold = self.producer.paused()
+            self._hold.acquire()
+
+    def release(self) -> None:
+        if self._hold is not None:
+            self._hold.release()
+            self._hold = None
+
+    def stop(self) -> None:
+        """Release any hold and stop the producer (a later batch starts a new one)."""
+        self.release()
+        if self.producer is not None:
+            self.producer.stop()
+            self.producer = None

@@ -9,8 +9,8 @@ drift between the sampler's and the trainer's numerics. Both bias the importance
 - :func:`check_fingerprint`: after a sync, the log-probs of a fixed probe sequence under the
   engine must equal those under the trainer's policy (:func:`lit_rlvr.policy.sequence_logprob`)
   to within a tolerance, else :class:`WeightSyncError`.
-- :func:`logprob_drift`: mean |sampler log-prob − trainer log-prob| over real rollout tokens,
-  logged every step by the rollout Callback.
+- :func:`logprob_drift`: mean |sampler log-prob − trainer log-prob| over real rollout tokens
+  (:func:`policy_drift` takes the trainer's from the policy), logged by the rollout Callback.
 
 Sampler log-probs are those of the *processed* distribution (temperature, then top-k, then
 top-p, renormalised), in both engines (vLLM's ``logprobs_mode="processed_logprobs"``). With
@@ -35,7 +35,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from lit_rlvr.policy import sequence_logprob
+from lit_rlvr.policy import MicroBatching, batched_completion_logprobs, sequence_logprob
 from lit_rlvr.registry import Registry
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
@@ -428,6 +428,48 @@ def logprob_drift(sampler_logprobs: Tensor, trainer_logprobs: Tensor, response_m
     mask = response_mask.bool()
     diff = (sampler_logprobs.float() - trainer_logprobs.float()).abs()
     return (diff * mask).sum() / mask.sum().clamp(min=1)
+
+
+@torch.no_grad()
+def policy_drift(
+    policy: nn.Module,
+    rollouts: Rollouts,
+    pad_id: int,
+    temperature: float,
+    batching: MicroBatching = MicroBatching(),
+    lockstep: Callable[[int], int] | None = None,
+) -> float:
+    """:func:`logprob_drift` of ``rollouts``: their sampler log-probs against ``policy``'s of the same tokens.
+
+    The policy's come from no-grad passes in ``batching``'s micro-batches (length-sorted, under
+    its row cap and token budget, each cropped to its longest row), in eval mode.
+
+    Args:
+        policy: the trainer's policy.
+        rollouts: B completions with their sampler log-probs.
+        pad_id: the tokenizer's pad id.
+        temperature: the sampling temperature (0, greedy: temperature-1 log-probs).
+        batching: the micro-batches of the passes (the module's).
+        lockstep: under FSDP, the number of forwards every rank runs (see
+            :func:`~lit_rlvr.policy.batched_completion_logprobs`).
+    """
+    padded = rollouts.to_padded(pad_id)
+    device = next(policy.parameters()).device
+    was_training = policy.training
+    policy.eval()
+    try:
+        lp, _ = batched_completion_logprobs(
+            policy,
+            padded["input_ids"].to(device),
+            padded["attention_mask"].to(device),
+            padded["response_mask"].shape[1],
+            temperature=temperature if temperature > 0 else 1.0,
+            batching=batching,
+            lockstep=lockstep,
+        )
+    finally:
+        policy.train(was_training)
+    return logprob_drift(padded["old_logprobs"], lp.float().cpu(), padded["response_mask"]).item()
 
 
 # --------------------------------------------------------------------------- factory

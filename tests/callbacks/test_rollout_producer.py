@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from lit_rlvr.callbacks.rollout_producer import RolloutProducer
+from lit_rlvr.callbacks.rollout_producer import AsyncRollouts, RolloutProducer
+from lit_rlvr.contracts import TrainBatch
 from lit_rlvr.rollout.options import AsyncOptions
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
@@ -126,3 +128,49 @@ def test_nothing_is_generated_past_the_end_of_the_run(max_steps, max_batches, tr
     time.sleep(0.1)  # let the producer run as far ahead as it may
     producer.stop()
     assert len(loop.calls) == trained and producer.in_flight == 0
+
+
+def test_the_loops_side_takes_checks_counts_and_holds():
+    """AsyncRollouts as RolloutCallback drives it: the producer starts at the first batch taken (here a
+    resumed run at epoch 1, step 1), each batch's rollouts are checked against its prompts, and the
+    metrics count staleness, waits and batches."""
+    loop = _Loop()
+    trainer = SimpleNamespace(num_training_batches=3, global_step=0, max_steps=-1, max_epochs=None, datamodule=_Source())
+    ahead = AsyncRollouts(AsyncOptions(1), loop.generate, lambda g, lane: SamplingParams(n=1, seed=g * 100 + lane))
+    ran = []
+
+    def run(what, fn):
+        ran.append(what)
+        return fn()
+
+    metrics = []
+    for position in ((1, 1), (1, 2)):
+        produced, seconds, m = ahead.take(trainer, TrainBatch([{}], [list(position)], position=position), run)
+        assert produced.prompt_ids == [list(position)] and seconds >= 0
+        metrics.append(m)
+        while ahead.producer.generated < 2:  # batch 5 is generated ahead, under batch 4's weights
+            time.sleep(0.005)
+        with ahead.paused():  # the weight sync
+            trainer.global_step += 1
+            loop.weights = ahead.number + 1
+        if position == (1, 2):
+            ahead.hold()  # validation: no batch starts while held, though the new weights allow batch 7
+        ahead.synced()
+    batch_7 = ((2, 1),)
+    time.sleep(0.1)
+    assert batch_7 not in [prompts for prompts, *_ in loop.calls]
+    ahead.release()
+    while batch_7 not in [prompts for prompts, *_ in loop.calls]:
+        time.sleep(0.005)
+    assert ran == ["asynchronous rollouts of batch 4", "asynchronous rollouts of batch 5"]
+    assert [m["rollout/staleness"] for m in metrics] == [0, 1]
+    assert {k: v for k, v in metrics[1].items() if k.startswith("rollout/staleness_")} == {"rollout/staleness_0": 1, "rollout/staleness_1": 1}
+    assert ahead.staleness_counts == {0: 1, 1: 1}
+    assert metrics[1]["rollout/trained"] == 2 and metrics[1]["rollout/dropped"] == 0
+    assert metrics[1]["rollout/trainer_idle_s"] >= metrics[0]["rollout/trainer_idle_s"] >= 0
+    with pytest.raises(RuntimeError, match=r"generated ahead for batch \(2, 0\) are for other prompts"):
+        ahead.take(trainer, TrainBatch([{}], [[9, 9]], position=(2, 0)), run)
+    with pytest.raises(TypeError, match="carry their position"):
+        ahead.take(trainer, TrainBatch([{}], [[2, 1]]), run)
+    ahead.stop()
+    assert ahead.producer is None

@@ -33,4 +33,5 @@ def test_asynchronous_and_server_settings_are_checked_at_start_up(kwargs, match)
 
 def test_a_valid_asynchronous_setting_constructs():
     callback = RolloutCallback(engine="vllm_server", engine_options={"urls": ["http://127.0.0.1:8000"]}, max_staleness=2)
-    assert callback.options.asynchronous.max_staleness == 2 and callback.producer is None  # the producer starts with the first batch
+    assert callback.options.asynchronous.max_staleness == 2
+    assert callback.asynchronous.producer is None  # the producer starts with the first batch
