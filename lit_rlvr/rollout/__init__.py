@@ -19,15 +19,18 @@ from lit_rlvr.rollout.engine import (
     vllm_available,
 )
 from lit_rlvr.rollout.hf import HFEngine
+from lit_rlvr.rollout.options import AsyncOptions, RolloutOptions
 from lit_rlvr.rollout.server import ServerError, VLLMServer, VLLMServerEngine
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.vllm import VLLMEngine
 
 __all__ = [
+    "AsyncOptions",
     "ENGINES",
     "EngineStats",
     "HFEngine",
     "RolloutEngine",
+    "RolloutOptions",
     "ServerError",
     "VLLMServer",
     "VLLMServerEngine",
