@@ -452,6 +452,15 @@ def policy_drift(
         batching: the micro-batches of the passes (the module's).
         lockstep: under FSDP, the number of forwards every rank runs (see
             :func:`~lit_rlvr.policy.batched_completion_logprobs`).
+
+    Example:
+        >>> from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
+        >>> from lit_rlvr.rollout.hf import HFEngine
+        >>> tok = build_char_tokenizer()
+        >>> policy = build_tiny_llama(tok, num_layers=1, seed=0)
+        >>> rollouts = HFEngine(policy, tok).generate([tok("C1=2:").input_ids], SamplingParams(n=2, max_new_tokens=4, seed=0))
+        >>> policy_drift(policy, rollouts, tok.pad_token_id, temperature=1.0) < 1e-5  # sampled from this very policy
+        True
     """
     padded = rollouts.to_padded(pad_id)
     device = next(policy.parameters()).device
