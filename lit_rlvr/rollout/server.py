@@ -12,18 +12,25 @@ verl, OpenRLHF and NeMo-RL do; the trainer talks to it over HTTP:
 - **weight sync**: vLLM's own routes, pause → transfer → version → resume (``/pause?mode=wait``,
   ``/start_weight_update``, ``/update_weights``, ``/finish_weight_update``,
   ``/update_weight_version``, ``/resume``), driven by vLLM's trainer-side weight-transfer engine
-  and its ``HTTPVLLMWeightSyncClient``: NCCL on GPUs (``weight_transfer: nccl``), and on one
+  through a client of vLLM's sync protocol that sends the API key: NCCL on GPUs (``weight_transfer: nccl``), and on one
   machine without NCCL the ``lit_rlvr_file`` backend (:mod:`lit_rlvr.rollout.weight_transfer`)
   that lit_rlvr registers with vLLM's factory through vLLM's plug-in entry point.
 - **the server's life**: without ``urls``, :class:`VLLMServer` starts ``vllm serve`` on
-  127.0.0.1, a free port, a fresh API key and a log file, under a guard that kills it with the
-  trainer (teardown, Ctrl-C, a crash, even ``kill -9``). A server that does not come up, or dies
+  127.0.0.1, a free port, a fresh API key (passed by environment, never on the command line) and a
+  log file of its own, under a guard that kills it with the trainer (teardown, Ctrl-C, a crash,
+  even ``kill -9``). A server that does not come up, or dies
   mid-run, ends the run within its timeout with an error that names its log.
 
 Security: vLLM exposes the weight routes only in its dev mode (``VLLM_SERVER_DEV_MODE=1``) and its
-API key does not guard them (only ``/v1`` is), so a server started here binds 127.0.0.1; binding
-another interface needs ``allow_remote_weight_routes: true``, and a server given by URL should be
-reachable only from the trainer's network.
+API key guards ``/v1`` only, not them; any local user (and anyone who reaches the port) could
+replace the weights, write files (``/collective_rpc``) or stall the run (a dangling
+``/start_weight_update``). A server started here runs lit_rlvr's
+:class:`~lit_rlvr.vllm_plugin.KeyOnEveryRoute` middleware (the key on every route), gets its key
+in ``VLLM_API_KEY`` (the process list shows command lines to every user), keeps its log and
+vLLM's internal sockets in a folder only the trainer's user can open, and binds 127.0.0.1;
+binding another interface needs ``allow_remote_weight_routes: true`` (plain HTTP shows the key to
+the network). A server given by URL should run the same middleware (a warning says when its
+weight routes answer without the key) and be reachable only from the trainer's network.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import functools
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -49,9 +57,11 @@ from torch import nn
 from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.weights import engine_model_path, sync_weights
+from lit_rlvr.vllm_plugin import KeyOnEveryRoute
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 _BACKENDS = {"file": "lit_rlvr_file", "nccl": "nccl"}  # rollout.engine_options.weight_transfer -> vLLM's backend
+KEY_MIDDLEWARE = f"{KeyOnEveryRoute.__module__}.{KeyOnEveryRoute.__qualname__}"  # `vllm serve --middleware`: the key on every route
 
 
 class ServerError(RuntimeError):
@@ -75,6 +85,19 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
+def private_folder() -> Path:
+    """A new folder in the temp folder that only this user can open (mode 0700, a fresh name)."""
+    return Path(tempfile.mkdtemp(prefix="lit_rlvr_vllm_"))
+
+
+def new_log(folder: Path, port: int) -> tuple[Path, Any]:
+    """A new log file in ``folder`` and its handle: a fresh name created exclusively (``O_EXCL``,
+    mode 0600), so a file or symlink planted in a shared folder is never written through."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=f"lit_rlvr_vllm_server_{port}_", suffix=".log", dir=folder)
+    return Path(path), os.fdopen(fd, "ab")
+
+
 class VLLMServer:
     """One ``vllm serve`` process started by the trainer and stopped with it.
 
@@ -83,11 +106,12 @@ class VLLMServer:
         args: further ``vllm serve`` arguments (``--dtype``, ``--max-model-len``, …).
         host: interface to bind (127.0.0.1 unless ``allow_remote_weight_routes``).
         port: TCP port (None: a free one).
-        api_key: the server's key (None: a fresh random one).
-        log_dir: where its log file goes (None: the temp folder).
+        api_key: the server's key (None: a fresh random one), given to it in ``VLLM_API_KEY`` and
+            asked for on every route (:class:`~lit_rlvr.vllm_plugin.KeyOnEveryRoute`).
+        log_dir: where its log file goes (None: a private folder in the temp folder).
         startup_timeout_s: how long it may take to answer ``/health``.
-        allow_remote_weight_routes: allow binding a non-local interface (its weight routes are
-            unauthenticated: only on a trusted network).
+        allow_remote_weight_routes: allow binding a non-local interface (the key travels in
+            plain HTTP: only on a trusted network).
         env: environment variables of the server on top of the trainer's (e.g.
             ``{CUDA_VISIBLE_DEVICES: "4,5,6,7"}``: generation on GPUs the trainer does not use).
     """
@@ -107,9 +131,9 @@ class VLLMServer:
     ):
         if host not in _LOCAL_HOSTS and not allow_remote_weight_routes:
             raise ValueError(
-                f"rollout.engine_options.host={host!r}: vLLM's weight routes (/update_weights, …) are not guarded by its API "
-                "key, so a server started by lit_rlvr binds 127.0.0.1; set allow_remote_weight_routes: true to bind "
-                f"{host!r} on a network only the trainer reaches"
+                f"rollout.engine_options.host={host!r}: the server's weight routes (/update_weights, …) are guarded by its "
+                "API key only, which plain HTTP shows to anyone on the network, so a server started by lit_rlvr binds "
+                f"127.0.0.1; set allow_remote_weight_routes: true to bind {host!r} on a network only the trainer reaches"
             )
         bind = host if host != "localhost" else "127.0.0.1"
         if port is not None and not port_is_free(bind, port):
@@ -118,15 +142,15 @@ class VLLMServer:
         self.host, self.port = host, port or free_port(bind)
         self.api_key = api_key or secrets.token_hex(16)
         self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', 'localhost') else host}:{self.port}"
-        folder = Path(log_dir or tempfile.gettempdir())
-        folder.mkdir(parents=True, exist_ok=True)
-        self.log_path = folder / f"lit_rlvr_vllm_server_{self.port}_{os.getpid()}.log"
+        self.folder = private_folder()  # vLLM's internal sockets, and the log unless log_dir is given
+        self.log_path, self._log = new_log(Path(log_dir) if log_dir else self.folder, self.port)
+        self._own_log_dir = log_dir is not None
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
-                   "--host", host, "--port", str(self.port), "--api-key", self.api_key,
-                   "--logprobs-mode", "processed_logprobs", *args]  # fmt: skip
+                   "--host", host, "--port", str(self.port), "--logprobs-mode", "processed_logprobs",
+                   "--middleware", KEY_MIDDLEWARE, *args]  # fmt: skip
         guard = Path(__file__).with_name("server_guard.py")
-        env = dict(os.environ, **{k: str(v) for k, v in (env or {}).items()}, VLLM_SERVER_DEV_MODE="1")
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop)
+        env = dict(os.environ, **{k: str(v) for k, v in (env or {}).items()}, VLLM_SERVER_DEV_MODE="1",
+                   VLLM_API_KEY=self.api_key, VLLM_RPC_BASE_PATH=str(self.folder))  # fmt: skip
         self.proc = subprocess.Popen([sys.executable, str(guard), "--", *command], stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
         atexit.register(self.stop)
@@ -142,7 +166,7 @@ class VLLMServer:
             if self.proc.poll() is not None:
                 raise ServerError(f"the vLLM server exited with code {self.proc.returncode} while starting; {self.log_tail()}")
             try:
-                if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
+                if requests.get(f"{self.url}/health", headers=self.headers, timeout=5).status_code == 200:
                     return
             except requests.RequestException:
                 pass
@@ -150,6 +174,10 @@ class VLLMServer:
         self.stop()
         raise ServerError(f"the vLLM server did not answer /health within {timeout_s:g} s "
                           f"(rollout.engine_options.startup_timeout_s); {self.log_tail()}")  # fmt: skip
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -177,39 +205,34 @@ class VLLMServer:
         self.proc.wait()
         if not self._log.closed:
             self._log.close()
+        if self._own_log_dir:  # the private folder holds only vLLM's sockets; else it holds the log, which errors name
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class _SyncClient:
-    """vLLM's ``HTTPVLLMWeightSyncClient`` with lit_rlvr's timeout and errors, plus pause/resume/version."""
+    """vLLM's ``VLLMWeightSyncClient`` protocol over HTTP, as its ``HTTPVLLMWeightSyncClient``, but
+    with the API key (every route needs it) and lit_rlvr's errors.
 
-    def __init__(self, url: str, timeout_s: float | None, describe):
-        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+    The payloads of lit_rlvr's two backends (``file``, ``nccl``) are plain JSON, so they go as they are.
+    """
 
-        self.http = HTTPVLLMWeightSyncClient(url, timeout=timeout_s or 3600)
-        self.url, self.timeout_s, self.describe = url, timeout_s, describe
+    def __init__(self, engine: VLLMServerEngine, url: str):
+        self.engine, self.url = engine, url
 
-    def _call(self, what: str, fn, *args):
-        import requests
+    def post(self, route: str, body: dict | None = None) -> Any:
+        return self.engine._request(self.url, route, body, timeout=self.engine.sync_timeout_s or 3600)
 
-        try:
-            return fn(*args)
-        except requests.RequestException as err:
-            raise ServerError(f"{what} on {self.url} failed ({err}); {self.describe()}") from err
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self.post("/init_weight_transfer_engine", {"init_info": init_info})
 
-    def init_weight_transfer_engine(self, init_info):
-        return self._call("/init_weight_transfer_engine", self.http.init_weight_transfer_engine, init_info)
+    def start_weight_update(self) -> None:
+        self.post("/start_weight_update")
 
-    def start_weight_update(self):
-        return self._call("/start_weight_update", self.http.start_weight_update)
+    def update_weights(self, update_info: dict) -> None:
+        self.post("/update_weights", {"update_info": update_info})
 
-    def update_weights(self, update_info):
-        return self._call("/update_weights", self.http.update_weights, update_info)
-
-    def finish_weight_update(self, weight_version=None):
-        return self._call("/finish_weight_update", self.http.finish_weight_update, weight_version)
-
-    def post(self, route: str, **kwargs):
-        return self._call(route, self.http._post, route.lstrip("/"), *([kwargs["json"]] if "json" in kwargs else []))
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.post("/finish_weight_update", None if weight_version is None else {"weight_version": weight_version})
 
 
 class _PolicySource:
@@ -237,7 +260,7 @@ class VLLMServerEngine(EngineBase):
         urls: servers already running (``http://host:port``; several = data parallel, prompts
             spread round-robin), shared by all trainer ranks (rank 0 syncs them). None: start
             one here (one per rank).
-        api_key: their key (a started server gets a fresh one).
+        api_key: their key (default ``$VLLM_API_KEY``; a started server gets a fresh one).
         host / port: where a started server listens (127.0.0.1, a free port).
         allow_remote_weight_routes: let a started server bind a non-local interface.
         dtype: a started server's dtype (``auto``: the trainer's).
@@ -253,7 +276,7 @@ class VLLMServerEngine(EngineBase):
             refused at start-up).
         server_env: a started server's extra environment (``{CUDA_VISIBLE_DEVICES: "1"}``: its GPUs).
         startup_timeout_s: how long a started server may take to come up.
-        log_dir: where a started server's log goes.
+        log_dir: where a started server's log goes (default: a private folder in the temp folder).
         max_concurrent_requests: HTTP requests in flight at once.
         generate_timeout_s / sync_timeout_s: per request / per sync (None: no limit).
     """
@@ -315,6 +338,7 @@ class VLLMServerEngine(EngineBase):
         self.served_model = self._served_model()
         for url in self.urls if urls else []:  # a started server has lit_rlvr's flags (server_args cannot override them)
             self._check_settings(url)
+            self._warn_if_open(url)
         self.turn_end_ids = chat_turn_end_ids(tokenizer) if tokenizer is not None else []
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent_requests, thread_name_prefix="lit_rlvr_vllm_server")
         self._senders: dict[str, Any] = {}  # url -> vLLM trainer weight-transfer engine (after the first sync)
@@ -380,6 +404,23 @@ class VLLMServerEngine(EngineBase):
         if wrong:
             raise ServerError(f"the vLLM server at {url} cannot serve lit_rlvr's rollouts: " + "; ".join(wrong))
 
+    def _warn_if_open(self, url: str) -> None:
+        """Warn when a given server answers a weight route without the API key: anyone who reaches
+        it can replace the weights it serves."""
+        import requests
+        from lightning.pytorch.utilities import rank_zero_warn
+
+        try:
+            status = requests.get(f"{url}/is_paused", timeout=30).status_code
+        except requests.RequestException:
+            return
+        if status == 200:
+            rank_zero_warn(
+                f"the vLLM server at {url} answers its weight routes without the API key: anyone who reaches it can "
+                f"replace the weights it serves. Start it with --middleware {KEY_MIDDLEWARE} and its key in VLLM_API_KEY "
+                "(docs/generation.md, Security)."
+            )
+
     # ------------------------------------------------------------------ generation
 
     def _completion(self, url: str, prompt: list[int], params: SamplingParams, seed: int | None, n: int) -> list[dict]:
@@ -432,7 +473,7 @@ class VLLMServerEngine(EngineBase):
 
         lit_rlvr.vllm_plugin.register()
         if url not in self._senders:
-            client = _SyncClient(url, self.sync_timeout_s, self.describe)
+            client = _SyncClient(self, url)
             if self.weight_transfer == "file":
                 from lit_rlvr.rollout.weight_transfer import FileTrainerInitInfo
 
@@ -478,7 +519,7 @@ class VLLMServerEngine(EngineBase):
             client.post("/pause?mode=wait")
             try:
                 sender.send_weights()
-                client.post("/update_weight_version", json={"new_version": str(self.version)})
+                client.post("/update_weight_version", {"new_version": str(self.version)})
             finally:
                 client.post("/resume")
 
@@ -492,10 +533,10 @@ class VLLMServerEngine(EngineBase):
 
 # ``vllm serve`` settings a started server gets from lit_rlvr (vLLM's argument destinations): in
 # ``server_args`` they would override what the engine relies on (``processed_logprobs`` is π_old;
-# the transfer backend is its own; the trainer talks HTTP to host:port)
+# the transfer backend is its own; the key guards every route; the trainer talks HTTP to host:port)
 _OWNED = {"model": "model_path (the policy's path)", "model_tag": "model_path (the policy's path)", "host": "host",
           "port": "port", "uds": "host and port (lit_rlvr talks HTTP to host:port)", "grpc": "none: lit_rlvr talks HTTP",
-          "api_key": "api_key", "dtype": "dtype", "seed": "seed",
+          "api_key": "api_key (given to the server in VLLM_API_KEY)", "dtype": "dtype", "seed": "seed",
           "logprobs_mode": "none: lit_rlvr needs processed_logprobs", "weight_transfer_config": "weight_transfer"}  # fmt: skip
 
 

