@@ -18,8 +18,15 @@ verl, OpenRLHF and NeMo-RL do; the trainer talks to it over HTTP:
 - **the server's life**: without ``urls``, :class:`VLLMServer` starts ``vllm serve`` on
   127.0.0.1, a free port, a fresh API key (passed by environment, never on the command line) and a
   log file of its own, under a guard that kills it with the trainer (teardown, Ctrl-C, a crash,
-  even ``kill -9``). A server that does not come up, or dies
-  mid-run, ends the run within its timeout with an error that names its log.
+  even ``kill -9``). A server that does not come up ends the run within ``startup_timeout_s``
+  with an error that names its log.
+- **faults mid-run**: every request is waited for under a watch (:meth:`VLLMServerEngine._await`)
+  that ends the run with :class:`ServerError` naming the log as soon as a started server's guard,
+  API server or engine core is gone (``kill -9``, the OOM killer: vLLM's API server then keeps
+  the in-flight request open forever), one of its processes has been stopped (SIGSTOP) for
+  ``_STOPPED_FOR_S``, or a server's ``/health`` has not answered for ``_UNHEALTHY_FOR_S``. Each
+  HTTP request has a finite timeout: the user's ``generate_timeout_s`` / ``sync_timeout_s``, else
+  one sized from its work (:func:`request_timeout`).
 
 Security: vLLM exposes the weight routes only in its dev mode (``VLLM_SERVER_DEV_MODE=1``) and its
 API key guards ``/v1`` only, not them; any local user (and anyone who reaches the port) could
@@ -47,8 +54,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +71,36 @@ _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 _BACKENDS = {"file": "lit_rlvr_file", "nccl": "nccl"}  # rollout.engine_options.weight_transfer -> vLLM's backend
 KEY_MIDDLEWARE = f"{KeyOnEveryRoute.__module__}.{KeyOnEveryRoute.__qualname__}"  # `vllm serve --middleware`: the key on every route
 
+# the watch over a request in flight (VLLMServerEngine._await)
+_POLL_S = 1.0  # how often the processes of a started server are looked at
+_STOPPED_FOR_S = 30.0  # a server process stopped (SIGSTOP) this long ends the run
+_HEALTH_EVERY_S = 10.0  # how often each server's /health is asked
+_UNHEALTHY_FOR_S = 60.0  # a server whose /health has not answered 200 for this long ends the run
+_HEALTH_TIMEOUT_S = 10.0
+_STARTUP_PROBE_S = 30.0  # /v1/models, /server_info at start-up
+
+# default HTTP timeouts, sized from a request's work (request_timeout)
+_BASE_S = 300.0  # queueing behind other requests, prefill, the first token, a loaded machine
+_PER_TOKEN_S = 1.0  # a sequence decodes at least one token a second
+_PER_GB_S = 10.0  # weights move at 100 MB/s or faster
+
 
 class ServerError(RuntimeError):
-    """A rollout server did not start, cannot be reached, or refused a request (names its log)."""
+    """A rollout server did not start, cannot be reached, failed, or refused a request (names its log or URL)."""
+
+
+def request_timeout(given: float | None, tokens: int = 0, weight_bytes: int = 0) -> float:
+    """The HTTP timeout of one request: the user's limit when ``given``, else sized from its work.
+
+    ``_BASE_S`` for queueing, prefill and the first token, ``_PER_TOKEN_S`` per token a sequence
+    may decode (``max_new_tokens``), ``_PER_GB_S`` per GB of weights a sync moves: a slow but
+    working server finishes well inside it; a dead or stopped one is caught sooner by the watch.
+
+    Example:
+        >>> request_timeout(None, tokens=1024), request_timeout(None, weight_bytes=2 * 10**9), request_timeout(60.0, tokens=1024)
+        (1324.0, 320.0, 60.0)
+    """
+    return given if given is not None else _BASE_S + tokens * _PER_TOKEN_S + weight_bytes / 1e9 * _PER_GB_S
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -96,6 +131,98 @@ def new_log(folder: Path, port: int) -> tuple[Path, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     fd, path = tempfile.mkstemp(prefix=f"lit_rlvr_vllm_server_{port}_", suffix=".log", dir=folder)
     return Path(path), os.fdopen(fd, "ab")
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """``(state, start time)`` of process ``pid`` from ``/proc/<pid>/stat``; None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after the name: state is field 3, start time field 22
+    return fields[0], int(fields[19])
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (every thread's)."""
+    kids = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            kids += map(int, Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+    except OSError:
+        pass
+    return kids
+
+
+def _label(pid: int) -> str:
+    """A process's title (vLLM names its processes ``VLLM::EngineCore``, ``VLLM::Worker_TP0``, …)."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        argv0 = ""
+    return f"{os.path.basename(argv0) or 'process'} (pid {pid})"
+
+
+def exit_text(code: int) -> str:
+    """``exited with code c``, with the signal when a shell-style code (128 + s) or a negative
+    ``Popen.returncode`` (-s) says it was killed.
+
+    Example:
+        >>> exit_text(137), exit_text(-15), exit_text(1)
+        ('exited with code 137 (killed by signal 9, SIGKILL)', 'exited with code -15 (killed by signal 15, SIGTERM)', 'exited with code 1')
+    """
+    number = code - 128 if code > 128 else -code if code < 0 else None
+    if number is None:
+        return f"exited with code {code}"
+    try:
+        return f"exited with code {code} (killed by signal {number}, {signal.Signals(number).name})"
+    except ValueError:
+        return f"exited with code {code} (killed by signal {number})"
+
+
+class ServerProcesses:
+    """The processes of a started server, watched from the trainer.
+
+    The guard (a child of the trainer), the API server (the guard's child) and the API server's
+    children when it came up (vLLM's engine cores, its coordinator): one of them gone means the
+    server is broken, even while the API server still holds requests open. Any process of the
+    server stopped (SIGSTOP) for ``stopped_for`` seconds is reported too.
+    """
+
+    def __init__(self, guard: subprocess.Popen):
+        self.guard = guard
+        self.watched: list[tuple[int, int, str]] = []  # (pid, start time, label)
+        self._stopped_since: dict[int, float] = {}
+
+    def record(self) -> None:
+        """Remember the API server and its children as they are now (call once the server is up)."""
+        api = _children(self.guard.pid)
+        self.watched = [(pid, stat[1], "the API server" if pid in api else _label(pid))
+                        for pid in api + [c for p in api for c in _children(p)] if (stat := _stat(pid)) is not None]  # fmt: skip
+
+    def fault(self, stopped_for: float | None = None) -> str | None:
+        """What is wrong with the server's processes (``"is broken: … is gone"``, ``"is stopped: …"``,
+        ``"exited with code c"``); None when nothing is seen. ``stopped_for``: default ``_STOPPED_FOR_S``."""
+        stopped_for = _STOPPED_FOR_S if stopped_for is None else stopped_for
+        code = self.guard.poll()
+        if code is not None:
+            return exit_text(code)
+        for pid, start, label in self.watched:
+            stat = _stat(pid)
+            if stat is None or stat[1] != start or stat[0] in "ZX":
+                return f"is broken: {label} is gone (killed, e.g. by the OOM killer, which picks the engine core)"
+        now = time.monotonic()
+        tree, stopped = [self.guard.pid], {}
+        while tree:
+            pid = tree.pop()
+            tree += _children(pid)
+            if (stat := _stat(pid)) is not None and stat[0] in "Tt":
+                stopped[pid] = self._stopped_since.get(pid, now)
+        self._stopped_since = stopped
+        for pid, since in stopped.items():
+            if now - since >= stopped_for:
+                return f"is stopped: {_label(pid)} has been stopped (SIGSTOP or a debugger) for {now - since:.0f} s"
+        return None
 
 
 class VLLMServer:
@@ -153,9 +280,11 @@ class VLLMServer:
                    VLLM_API_KEY=self.api_key, VLLM_RPC_BASE_PATH=str(self.folder))  # fmt: skip
         self.proc = subprocess.Popen([sys.executable, str(guard), "--", *command], stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
+        self.processes = ServerProcesses(self.proc)
         atexit.register(self.stop)
         announce(f"lit_rlvr rollout engine: starting `vllm serve` for {model_path} on {self.url} (log: {self.log_path})")
         self.wait_until_up(startup_timeout_s)
+        self.processes.record()
 
     def wait_until_up(self, timeout_s: float) -> None:
         """Block until ``/health`` answers; :class:`ServerError` naming the log if it exits or times out."""
@@ -164,7 +293,7 @@ class VLLMServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerError(f"the vLLM server exited with code {self.proc.returncode} while starting; {self.log_tail()}")
+                raise ServerError(f"the vLLM server {exit_text(self.proc.returncode)} while starting; {self.log_tail()}")
             try:
                 if requests.get(f"{self.url}/health", headers=self.headers, timeout=5).status_code == 200:
                     return
@@ -181,6 +310,10 @@ class VLLMServer:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def state(self) -> str:
+        """``is running``, or what is wrong (exited with code c, a process gone or stopped)."""
+        return self.processes.fault(stopped_for=0.0) or "is running"
 
     def log_tail(self, lines: int = 20) -> str:
         """The end of the server's log, for errors."""
@@ -209,18 +342,33 @@ class VLLMServer:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def _in_thread(fn) -> Future:
+    """``fn()`` in a daemon thread of its own (a request to a stuck server never holds up the exit)."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as err:  # noqa: BLE001 (handed to the waiting thread)
+            future.set_exception(err)
+
+    threading.Thread(target=run, daemon=True, name="lit_rlvr_vllm_server_request").start()
+    return future
+
+
 class _SyncClient:
     """vLLM's ``VLLMWeightSyncClient`` protocol over HTTP, as its ``HTTPVLLMWeightSyncClient``, but
-    with the API key (every route needs it) and lit_rlvr's errors.
+    with the API key (every route needs it), the server watch and lit_rlvr's errors.
 
     The payloads of lit_rlvr's two backends (``file``, ``nccl``) are plain JSON, so they go as they are.
     """
 
     def __init__(self, engine: VLLMServerEngine, url: str):
         self.engine, self.url = engine, url
+        self.timeout_s = request_timeout(engine.sync_timeout_s)  # set per sync by the engine, sized from it
 
     def post(self, route: str, body: dict | None = None) -> Any:
-        return self.engine._request(self.url, route, body, timeout=self.engine.sync_timeout_s or 3600)
+        return self.engine._request(self.url, route, body, timeout=self.timeout_s)
 
     def init_weight_transfer_engine(self, init_info: dict) -> None:
         self.post("/init_weight_transfer_engine", {"init_info": init_info})
@@ -278,7 +426,8 @@ class VLLMServerEngine(EngineBase):
         startup_timeout_s: how long a started server may take to come up.
         log_dir: where a started server's log goes (default: a private folder in the temp folder).
         max_concurrent_requests: HTTP requests in flight at once.
-        generate_timeout_s / sync_timeout_s: per request / per sync (None: no limit).
+        generate_timeout_s / sync_timeout_s: per generation call / per sync, and per request
+            (None: each request's timeout sized from its work, :func:`request_timeout`).
     """
 
     name = "vllm_server"
@@ -320,6 +469,7 @@ class VLLMServerEngine(EngineBase):
         self.servers: list[VLLMServer] = []
         self.rank, self.world = _trainer_rank()
         self.shared = bool(urls) and self.world > 1  # every rank generates on them; rank 0 syncs them
+        self._longest = 0  # the longest max_new_tokens asked so far: what a /pause?mode=wait may wait for
         if urls:
             self.urls = [u.rstrip("/") for u in urls]
             self.api_key = api_key or os.environ.get("VLLM_API_KEY")
@@ -349,32 +499,76 @@ class VLLMServerEngine(EngineBase):
     # ------------------------------------------------------------------ HTTP
 
     def describe(self) -> str:
-        """What to tell the user about the servers when a request fails."""
+        """What to tell the user about the servers when a request fails: a started server's state and log."""
         if not self.servers:
             return f"check that {', '.join(self.urls)} run vLLM with VLLM_SERVER_DEV_MODE=1"
         server = self.servers[0]
-        code = server.proc.returncode
-        signalled = f" (killed by signal {code - 128})" if code is not None and code > 128 else ""
-        state = "running" if server.alive() else f"exited with code {code}{signalled}"
-        return f"the server lit_rlvr started is {state}; {server.log_tail()}"
+        return f"the server lit_rlvr started {server.state()}; {server.log_tail()}"
 
-    def _request(self, url: str, route: str, body: dict | None = None, method: str = "post", timeout: float | None = None) -> dict:
+    def _http(self, url: str, route: str, body: dict | None, method: str, timeout: float) -> Any:
+        """One HTTP request and its JSON answer; :class:`ServerError` naming the server and what it answered."""
         import requests
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            response = requests.request(method, f"{url}{route}", json=body, headers=headers,
-                                        timeout=timeout or self.generate_timeout_s or 3600)  # fmt: skip
+            response = requests.request(method, f"{url}{route}", json=body, headers=headers, timeout=timeout)
         except requests.RequestException as err:
             raise ServerError(f"{route} on {url} failed ({type(err).__name__}: {err}); {self.describe()}") from err
         if response.status_code != 200:
             raise ServerError(f"{route} on {url} answered {response.status_code}: {response.text[:500]}; {self.describe()}")
         return response.json()
 
+    def _request(self, url: str, route: str, body: dict | None = None, method: str = "post", timeout: float = _BASE_S) -> Any:
+        """:meth:`_http` in a thread of its own, waited for under the server watch (:meth:`_await`)."""
+        return self._await([_in_thread(lambda: self._http(url, route, body, method, timeout))], f"{route} on {url}")[0]
+
+    def _await(self, futures: list[Future], what: str) -> list:
+        """The futures' results, in order; the first error as soon as one fails.
+
+        Meanwhile the servers are watched: a started server's processes every ``_POLL_S``
+        (:class:`ServerProcesses`) and every server's ``/health`` every ``_HEALTH_EVERY_S``; a
+        broken or stopped server, or one whose ``/health`` has not answered for
+        ``_UNHEALTHY_FOR_S``, ends the wait with :class:`ServerError` naming its log (vLLM's API
+        server keeps a request open forever when its engine core is killed).
+        """
+        pending = set(futures)
+        answered = {url: time.monotonic() for url in self.urls}  # the last /health answer (or the wait's start)
+        asked = dict(answered)
+        while pending:
+            done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
+            if failed := next((f for f in done if f.exception() is not None), None):
+                raise failed.exception()
+            if pending and (fault := self._fault(answered, asked)):
+                raise ServerError(f"{what}: {fault}")
+        return [f.result() for f in futures]
+
+    def _fault(self, answered: dict[str, float], asked: dict[str, float]) -> str | None:
+        """What is wrong with a server now (:meth:`_await`'s watch), or None."""
+        import requests
+
+        for server in self.servers:
+            if (fault := server.processes.fault()) is not None:
+                return f"the server lit_rlvr started {fault}; {server.log_tail()}"
+        now = time.monotonic()
+        for url in self.urls:
+            if now - asked[url] < _HEALTH_EVERY_S:
+                continue
+            asked[url] = now
+            try:
+                healthy = requests.get(f"{url}/health", headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else {},
+                                       timeout=_HEALTH_TIMEOUT_S).status_code == 200  # fmt: skip
+            except requests.RequestException:
+                healthy = False
+            if healthy:
+                answered[url] = time.monotonic()
+            elif now - answered[url] >= _UNHEALTHY_FOR_S:
+                return f"{url} has not answered /health for {now - answered[url]:.0f} s (dead, stopped or overloaded); {self.describe()}"
+        return None
+
     def _served_model(self) -> str:
         contexts = []
         for url in self.urls:
-            models = self._request(url, "/v1/models", method="get", timeout=30)["data"]
+            models = self._request(url, "/v1/models", method="get", timeout=_STARTUP_PROBE_S)["data"]
             contexts.append(models[0].get("max_model_len"))
         self._context = min((c for c in contexts if isinstance(c, int)), default=None)
         return models[0]["id"]
@@ -394,7 +588,7 @@ class VLLMServerEngine(EngineBase):
         wrong) or whose weight-transfer backend is not this engine's (``/server_info``, vLLM's dev
         mode; the route runs vLLM's environment report, seconds of CPU, so a server lit_rlvr started
         with its own flags is not asked)."""
-        info = self._request(url, "/server_info?config_format=json", method="get", timeout=30)["vllm_config"]
+        info = self._request(url, "/server_info?config_format=json", method="get", timeout=_STARTUP_PROBE_S)["vllm_config"]
         wanted = {"logprobs_mode": ("processed_logprobs", "--logprobs-mode processed_logprobs"),
                   "backend": (_BACKENDS[self.weight_transfer], f"--weight-transfer-config '{{\"backend\": \"{_BACKENDS[self.weight_transfer]}\"}}'")}  # fmt: skip
         got = {"logprobs_mode": (info.get("model_config") or {}).get("logprobs_mode"),
@@ -411,7 +605,7 @@ class VLLMServerEngine(EngineBase):
         from lightning.pytorch.utilities import rank_zero_warn
 
         try:
-            status = requests.get(f"{url}/is_paused", timeout=30).status_code
+            status = requests.get(f"{url}/is_paused", timeout=_STARTUP_PROBE_S).status_code
         except requests.RequestException:
             return
         if status == 200:
@@ -430,7 +624,8 @@ class VLLMServerEngine(EngineBase):
             "stop": list(params.stop) or None, "include_stop_str_in_output": True, "logprobs": 0, "return_token_ids": True,
             "stop_token_ids": self.turn_end_ids or None, "seed": seed,
         }  # fmt: skip
-        choices = sorted(self._request(url, "/v1/completions", body)["choices"], key=lambda c: c["index"])
+        answer = self._http(url, "/v1/completions", body, "post", request_timeout(self.generate_timeout_s, params.max_new_tokens))
+        choices = sorted(answer["choices"], key=lambda c: c["index"])
         if len(choices) != n:
             raise ServerError(f"{url} returned {len(choices)} completions for n={n}; {self.describe()}")
         return choices
@@ -440,18 +635,18 @@ class VLLMServerEngine(EngineBase):
         per_request = 1 if params.temperature == 0 else n  # vLLM refuses n > 1 greedy, as the colocated engine
         copies = n // per_request
         requests = [(p, c) for p in range(len(prompt_ids)) for c in range(copies)]
+        self._longest = max(self._longest, params.max_new_tokens)
         futures = [
             self._pool.submit(self._completion, self.urls[i % len(self.urls)], prompt_ids[p], params,
                               None if params.seed is None else params.seed + i * n, per_request)  # fmt: skip
             for i, (p, _) in enumerate(requests)
         ]
         completions, logprobs, reasons, texts = [], [], [], []
-        for future in futures:  # in request order: rows stay prompt-major
-            for choice in future.result():
-                ids = list(choice["token_ids"])
+        for choices in self._await(futures, f"generation of {len(prompt_ids)} prompts x {n}"):  # in request order: prompt-major
+            for choice in choices:
                 if choice["finish_reason"] not in ("stop", "length"):
                     raise ServerError(f"a completion ended with finish_reason={choice['finish_reason']!r}; {self.describe()}")
-                completions.append(ids)
+                completions.append(list(choice["token_ids"]))
                 logprobs.append([float(x) for x in choice["logprobs"]["token_logprobs"]])
                 reasons.append(choice["finish_reason"])
                 texts.append(choice["text"])
@@ -461,7 +656,8 @@ class VLLMServerEngine(EngineBase):
         """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids``, from the first server."""
         seq = list(prompt_ids) + list(completion_ids)
         body = {"model": self.served_model, "prompt": seq, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
-        out = self._request(self.urls[0], "/v1/completions", body)["choices"][0]["prompt_logprobs"]
+        out = self._request(self.urls[0], "/v1/completions", body, timeout=request_timeout(self.generate_timeout_s, 1))
+        out = out["choices"][0]["prompt_logprobs"]
         return [float(out[i][str(seq[i])]["logprob"]) for i in range(len(prompt_ids), len(seq))]
 
     # ------------------------------------------------------------------ weight sync
@@ -481,7 +677,7 @@ class VLLMServerEngine(EngineBase):
             else:
                 from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-                world = self._request(url, "/get_world_size", method="get")["world_size"]
+                world = self._request(url, "/get_world_size", method="get", timeout=_STARTUP_PROBE_S)["world_size"]
                 init = NCCLTrainerInitInfo(self.nccl[0], self.nccl[1] or 29501, world_size=world + 1, rank=0)
             self._senders[url] = (WeightTransferTrainerFactory.trainer_init(init, client=client, source=_PolicySource(model)), client)
         return self._senders[url]
@@ -513,15 +709,32 @@ class VLLMServerEngine(EngineBase):
                 dist.barrier()
 
     def _send_all(self, model: nn.Module) -> None:
+        weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         for url in self.urls:
             sender, client = self._sender(url, model)
             sender.source = _PolicySource(model)
+            # /pause?mode=wait waits for the generation in flight; a chunk or a broadcast moves weights
+            client.timeout_s = request_timeout(self.sync_timeout_s, self._longest, weight_bytes)
             client.post("/pause?mode=wait")
             try:
                 sender.send_weights()
                 client.post("/update_weight_version", {"new_version": str(self.version)})
             finally:
                 client.post("/resume")
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        """:meth:`EngineBase.generate`, its timeout naming the server's log."""
+        try:
+            return super().generate(prompt_ids, params)
+        except TimeoutError as err:
+            raise ServerError(f"{err} {self.describe()}") from None
+
+    def update_weights(self, model: nn.Module) -> None:
+        """:meth:`EngineBase.update_weights`, its timeout naming the server's log."""
+        try:
+            super().update_weights(model)
+        except TimeoutError as err:
+            raise ServerError(f"{err} {self.describe()}") from None
 
     def close(self) -> None:
         """Stop the servers started here (a server given by URL is the user's) and the request pool."""
