@@ -26,7 +26,9 @@ verl, OpenRLHF and NeMo-RL do; the trainer talks to it over HTTP:
   the in-flight request open forever), one of its processes has been stopped (SIGSTOP) for
   ``_STOPPED_FOR_S``, or a server's ``/health`` has not answered for ``_UNHEALTHY_FOR_S``. Each
   HTTP request has a finite timeout: the user's ``generate_timeout_s`` / ``sync_timeout_s``, else
-  one sized from its work (:func:`request_timeout`).
+  one sized from its work (:func:`request_timeout`). Every answer is checked before it is used
+  (:func:`checked_choices`, :func:`checked_probe`): a server answering garbage, NaN log-probs or
+  out-of-vocabulary tokens is named, instead of training on them.
 
 Security: vLLM exposes the weight routes only in its dev mode (``VLLM_SERVER_DEV_MODE=1``) and its
 API key guards ``/v1`` only, not them; any local user (and anyone who reaches the port) could
@@ -46,6 +48,7 @@ import argparse
 import atexit
 import functools
 import json
+import math
 import os
 import secrets
 import shutil
@@ -83,10 +86,11 @@ _STARTUP_PROBE_S = 30.0  # /v1/models, /server_info at start-up
 _BASE_S = 300.0  # queueing behind other requests, prefill, the first token, a loaded machine
 _PER_TOKEN_S = 1.0  # a sequence decodes at least one token a second
 _PER_GB_S = 10.0  # weights move at 100 MB/s or faster
+_LOGPROB_ATOL = 1e-3  # a log-prob above this is not one
 
 
 class ServerError(RuntimeError):
-    """A rollout server did not start, cannot be reached, failed, or refused a request (names its log or URL)."""
+    """A rollout server did not start, cannot be reached, failed, or answered what vLLM does not (names its log or URL)."""
 
 
 def request_timeout(given: float | None, tokens: int = 0, weight_bytes: int = 0) -> float:
@@ -356,6 +360,77 @@ def _in_thread(fn) -> Future:
     return future
 
 
+def _finite_logprob(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x <= _LOGPROB_ATOL
+
+
+def _token_id(x: Any, vocab_size: int | None) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < (vocab_size or 2**63)
+
+
+def checked_choices(answer: Any, n: int, max_new_tokens: int, vocab_size: int | None = None) -> list[dict]:
+    """The ``n`` choices of a ``/v1/completions`` answer, by index, each checked; ``ValueError`` saying what is wrong.
+
+    Each choice needs token ids in ``[0, vocab_size)``, at most ``max_new_tokens`` of them, one
+    finite log-prob ≤ 0 per token, a text and a finish reason ``stop`` or ``length``: a server
+    answering anything else would otherwise train the policy on it (a NaN log-prob makes the
+    importance ratio NaN or huge without any error when the fingerprint check is off).
+
+    Example:
+        >>> ok = {"index": 0, "token_ids": [5, 6], "text": "ab", "finish_reason": "length", "logprobs": {"token_logprobs": [-0.1, -2.0]}}
+        >>> checked_choices({"choices": [ok]}, n=1, max_new_tokens=2, vocab_size=10)[0]["token_ids"]
+        [5, 6]
+        >>> bad = dict(ok, logprobs={"token_logprobs": [-0.1, float("nan")]})
+        >>> checked_choices({"choices": [bad]}, n=1, max_new_tokens=2, vocab_size=10)
+        Traceback (most recent call last):
+        ...
+        ValueError: completion 0: log-prob 1 is nan, not a finite number <= 0
+    """
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if not isinstance(choices, list) or len(choices) != n:
+        got = f"{len(choices)} choices" if isinstance(choices, list) else f"no 'choices' list ({str(answer)[:200]!r})"
+        raise ValueError(f"{got} for n={n}")
+    if not all(isinstance(c, dict) for c in choices) or {c.get("index") for c in choices} != set(range(n)):
+        raise ValueError(f"choice indices {[c.get('index') if isinstance(c, dict) else c for c in choices][:8]}, not 0..{n - 1}")
+    choices = sorted(choices, key=lambda c: c["index"])
+    for c in choices:
+        where = f"completion {c['index']}"
+        ids, logprobs = c.get("token_ids"), c.get("logprobs")
+        logprobs = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+        if not isinstance(ids, list) or len(ids) > max_new_tokens:
+            raise ValueError(f"{where}: token_ids {str(ids)[:100]}, not a list of at most max_new_tokens={max_new_tokens} ids")
+        if bad := [t for t in ids if not _token_id(t, vocab_size)]:
+            raise ValueError(f"{where}: token id {bad[0]!r} is outside the vocabulary [0, {vocab_size or '∞'})")
+        if not isinstance(logprobs, list) or len(logprobs) != len(ids):
+            raise ValueError(f"{where}: {len(ids)} tokens but log-probs {str(logprobs)[:100]}")
+        if (i := next((i for i, x in enumerate(logprobs) if not _finite_logprob(x)), None)) is not None:
+            raise ValueError(f"{where}: log-prob {i} is {logprobs[i]!r}, not a finite number <= 0")
+        if not isinstance(c.get("text"), str):
+            raise ValueError(f"{where}: text {c.get('text')!r}, not a string")
+        if c.get("finish_reason") not in ("stop", "length"):
+            raise ValueError(f"{where} ended with finish_reason={c.get('finish_reason')!r}, not 'stop' or 'length'")
+    return choices
+
+
+def checked_probe(answer: Any, seq: list[int], start: int) -> list[float]:
+    """The log-probs of ``seq[start:]`` in a ``prompt_logprobs`` answer for ``seq``; ``ValueError`` saying what is wrong.
+
+    Example:
+        >>> answer = {"choices": [{"prompt_logprobs": [None, {"7": {"logprob": -1.5}}]}]}
+        >>> checked_probe(answer, [3, 7], start=1)
+        [-1.5]
+    """
+    try:
+        rows = answer["choices"][0]["prompt_logprobs"]
+        assert isinstance(rows, list) and len(rows) == len(seq)
+        out = [rows[i][str(seq[i])]["logprob"] for i in range(start, len(seq))]
+    except (KeyError, IndexError, TypeError, AssertionError):
+        raise ValueError(f"no prompt_logprobs for the {len(seq)} probe tokens ({str(answer)[:200]!r})") from None
+    if (i := next((i for i, x in enumerate(out) if not _finite_logprob(x)), None)) is not None:
+        raise ValueError(f"probe log-prob {i} is {out[i]!r}, not a finite number <= 0")
+    return [float(x) for x in out]
+
+
 class _SyncClient:
     """vLLM's ``VLLMWeightSyncClient`` protocol over HTTP, as its ``HTTPVLLMWeightSyncClient``, but
     with the API key (every route needs it), the server watch and lit_rlvr's errors.
@@ -426,6 +501,8 @@ class VLLMServerEngine(EngineBase):
         startup_timeout_s: how long a started server may take to come up.
         log_dir: where a started server's log goes (default: a private folder in the temp folder).
         max_concurrent_requests: HTTP requests in flight at once.
+        vocab_size: a completion's token ids must lie in ``[0, vocab_size)`` (default: the
+            policy's output size, when the builder has the policy; None: not checked).
         generate_timeout_s / sync_timeout_s: per generation call / per sync, and per request
             (None: each request's timeout sized from its work, :func:`request_timeout`).
     """
@@ -457,13 +534,14 @@ class VLLMServerEngine(EngineBase):
         startup_timeout_s: float = 600.0,
         log_dir: str | None = None,
         max_concurrent_requests: int = 64,
+        vocab_size: int | None = None,
         generate_timeout_s: float | None = None,
         sync_timeout_s: float | None = None,
     ):
         super().__init__(generate_timeout_s, sync_timeout_s)
         check_server_options(weight_transfer=weight_transfer, nccl_master_address=nccl_master_address,
                              max_concurrent_requests=max_concurrent_requests, server_args=server_args)  # fmt: skip
-        self.model_path, self.tokenizer = str(model_path), tokenizer
+        self.model_path, self.tokenizer, self.vocab_size = str(model_path), tokenizer, vocab_size
         self.weight_transfer = weight_transfer
         self.nccl = (nccl_master_address, nccl_master_port)
         self.servers: list[VLLMServer] = []
@@ -501,7 +579,7 @@ class VLLMServerEngine(EngineBase):
     def describe(self) -> str:
         """What to tell the user about the servers when a request fails: a started server's state and log."""
         if not self.servers:
-            return f"check that {', '.join(self.urls)} run vLLM with VLLM_SERVER_DEV_MODE=1"
+            return f"check that {', '.join(self.urls)} run{'s' * (len(self.urls) == 1)} vLLM"
         server = self.servers[0]
         return f"the server lit_rlvr started {server.state()}; {server.log_tail()}"
 
@@ -514,9 +592,18 @@ class VLLMServerEngine(EngineBase):
             response = requests.request(method, f"{url}{route}", json=body, headers=headers, timeout=timeout)
         except requests.RequestException as err:
             raise ServerError(f"{route} on {url} failed ({type(err).__name__}: {err}); {self.describe()}") from err
+        if response.status_code == 401:
+            raise ServerError(f"{url} refused the API key on {route} (401 {response.text[:200]}): set "
+                              "rollout.init_args.engine_options.api_key (or VLLM_API_KEY) to the server's key")  # fmt: skip
+        if response.status_code == 404 and not route.startswith("/v1/"):
+            raise ServerError(f"{url} has no {route.split('?')[0]} (404): vLLM serves its weight routes only in its dev "
+                              f"mode, VLLM_SERVER_DEV_MODE=1; {self.describe()}")  # fmt: skip
         if response.status_code != 200:
             raise ServerError(f"{route} on {url} answered {response.status_code}: {response.text[:500]}; {self.describe()}")
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:
+            raise ServerError(f"{route} on {url} answered 200 with no JSON ({response.text[:200]!r}); {self.describe()}") from None
 
     def _request(self, url: str, route: str, body: dict | None = None, method: str = "post", timeout: float = _BASE_S) -> Any:
         """:meth:`_http` in a thread of its own, waited for under the server watch (:meth:`_await`)."""
@@ -568,7 +655,10 @@ class VLLMServerEngine(EngineBase):
     def _served_model(self) -> str:
         contexts = []
         for url in self.urls:
-            models = self._request(url, "/v1/models", method="get", timeout=_STARTUP_PROBE_S)["data"]
+            answer = self._request(url, "/v1/models", method="get", timeout=_STARTUP_PROBE_S)
+            models = answer.get("data") if isinstance(answer, dict) else None
+            if not isinstance(models, list) or not models or not isinstance(models[0], dict) or "id" not in models[0]:
+                raise ServerError(f"/v1/models on {url} answered {str(answer)[:200]!r}, not vLLM's model list; {self.describe()}")
             contexts.append(models[0].get("max_model_len"))
         self._context = min((c for c in contexts if isinstance(c, int)), default=None)
         return models[0]["id"]
@@ -588,7 +678,10 @@ class VLLMServerEngine(EngineBase):
         wrong) or whose weight-transfer backend is not this engine's (``/server_info``, vLLM's dev
         mode; the route runs vLLM's environment report, seconds of CPU, so a server lit_rlvr started
         with its own flags is not asked)."""
-        info = self._request(url, "/server_info?config_format=json", method="get", timeout=_STARTUP_PROBE_S)["vllm_config"]
+        answer = self._request(url, "/server_info?config_format=json", method="get", timeout=_STARTUP_PROBE_S)
+        info = answer.get("vllm_config") if isinstance(answer, dict) else None
+        if not isinstance(info, dict):
+            raise ServerError(f"/server_info on {url} answered {str(answer)[:200]!r}, not vLLM's server info; {self.describe()}")
         wanted = {"logprobs_mode": ("processed_logprobs", "--logprobs-mode processed_logprobs"),
                   "backend": (_BACKENDS[self.weight_transfer], f"--weight-transfer-config '{{\"backend\": \"{_BACKENDS[self.weight_transfer]}\"}}'")}  # fmt: skip
         got = {"logprobs_mode": (info.get("model_config") or {}).get("logprobs_mode"),
@@ -618,17 +711,24 @@ class VLLMServerEngine(EngineBase):
     # ------------------------------------------------------------------ generation
 
     def _completion(self, url: str, prompt: list[int], params: SamplingParams, seed: int | None, n: int) -> list[dict]:
+        """One ``/v1/completions`` request: ``n`` samples of ``prompt``, checked (:func:`checked_choices`).
+
+        The penalties and ``min_p`` are sent as the colocated engine samples (neutral): vLLM's
+        server otherwise takes them from the model's ``generation_config.json`` (Qwen2.5-Instruct:
+        ``repetition_penalty: 1.05``) and π_old would not be the policy's distribution.
+        """
         body = {
             "model": self.served_model, "prompt": list(prompt), "n": n, "temperature": params.temperature,
-            "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1, "max_tokens": params.max_new_tokens,
+            "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1, "min_p": 0.0,
+            "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "max_tokens": params.max_new_tokens,
             "stop": list(params.stop) or None, "include_stop_str_in_output": True, "logprobs": 0, "return_token_ids": True,
             "stop_token_ids": self.turn_end_ids or None, "seed": seed,
         }  # fmt: skip
         answer = self._http(url, "/v1/completions", body, "post", request_timeout(self.generate_timeout_s, params.max_new_tokens))
-        choices = sorted(answer["choices"], key=lambda c: c["index"])
-        if len(choices) != n:
-            raise ServerError(f"{url} returned {len(choices)} completions for n={n}; {self.describe()}")
-        return choices
+        try:
+            return checked_choices(answer, n, params.max_new_tokens, self.vocab_size)
+        except ValueError as err:
+            raise ServerError(f"/v1/completions on {url} answered what vLLM does not: {err}; {self.describe()}") from None
 
     def _generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
         n = params.n
@@ -644,8 +744,6 @@ class VLLMServerEngine(EngineBase):
         completions, logprobs, reasons, texts = [], [], [], []
         for choices in self._await(futures, f"generation of {len(prompt_ids)} prompts x {n}"):  # in request order: prompt-major
             for choice in choices:
-                if choice["finish_reason"] not in ("stop", "length"):
-                    raise ServerError(f"a completion ended with finish_reason={choice['finish_reason']!r}; {self.describe()}")
                 completions.append(list(choice["token_ids"]))
                 logprobs.append([float(x) for x in choice["logprobs"]["token_logprobs"]])
                 reasons.append(choice["finish_reason"])
@@ -656,9 +754,11 @@ class VLLMServerEngine(EngineBase):
         """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids``, from the first server."""
         seq = list(prompt_ids) + list(completion_ids)
         body = {"model": self.served_model, "prompt": seq, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
-        out = self._request(self.urls[0], "/v1/completions", body, timeout=request_timeout(self.generate_timeout_s, 1))
-        out = out["choices"][0]["prompt_logprobs"]
-        return [float(out[i][str(seq[i])]["logprob"]) for i in range(len(prompt_ids), len(seq))]
+        answer = self._request(self.urls[0], "/v1/completions", body, timeout=request_timeout(self.generate_timeout_s, 1))
+        try:
+            return checked_probe(answer, seq, len(prompt_ids))
+        except ValueError as err:
+            raise ServerError(f"/v1/completions on {self.urls[0]} answered what vLLM does not: {err}; {self.describe()}") from None
 
     # ------------------------------------------------------------------ weight sync
 
@@ -816,11 +916,14 @@ def _trainer_rank() -> tuple[int, int]:
 @ENGINES.register("vllm_server", signature=VLLMServerEngine, check=check_server_options)
 def build_vllm_server_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs) -> VLLMServerEngine:
     """``engine: vllm_server``: a :class:`VLLMServerEngine`; a started server loads ``model_path``
-    (default: the policy's own path) in the trainer's dtype unless ``dtype`` is given."""
+    (default: the policy's own path) in the trainer's dtype unless ``dtype`` is given; completions
+    are checked against the policy's output size (``config.vocab_size``)."""
     if model_path is None:
         if model is None:
             raise ValueError("build_engine('vllm_server') needs model_path or the policy model to find one")
         model_path = engine_model_path(model, tokenizer)
     if model is not None and kwargs.get("dtype", "auto") == "auto":
         kwargs["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if model is not None and isinstance(getattr(getattr(model, "config", None), "vocab_size", None), int):
+        kwargs.setdefault("vocab_size", model.config.vocab_size)
     return VLLMServerEngine(model_path, tokenizer=tokenizer, **kwargs)

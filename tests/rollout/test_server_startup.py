@@ -17,7 +17,7 @@ from lit_rlvr.rollout.server import free_port
 def test_a_url_that_does_not_answer_is_named_at_start_up():
     url = f"http://127.0.0.1:{free_port()}"
     t0 = time.perf_counter()
-    with pytest.raises(ServerError, match=rf"/v1/models on {url} failed.*check that {url} run vLLM"):
+    with pytest.raises(ServerError, match=rf"/v1/models on {url} failed.*check that {url} runs vLLM"):
         build_engine("vllm_server", model_path="unused", urls=[url], generate_timeout_s=5)
     assert time.perf_counter() - t0 < 10
 
