@@ -1,12 +1,24 @@
-"""lit_rlvr's vLLM plug-in (entry point ``vllm.general_plugins``): registers the ``lit_rlvr_file`` weight-transfer backend.
+"""lit_rlvr's vLLM plug-in: the ``lit_rlvr_file`` weight-transfer backend, and the API key on every route.
 
-vLLM runs every installed general plug-in in each of its processes (API server, engine core,
-workers), so ``vllm serve --weight-transfer-config '{"backend": "lit_rlvr_file"}'`` finds the
-backend. Registration is by module path: nothing of lit_rlvr is imported until a server uses it
-(:mod:`lit_rlvr.rollout.weight_transfer`).
+- :func:`register` (entry point ``vllm.general_plugins``): vLLM runs every installed general
+  plug-in in each of its processes (API server, engine core, workers), so ``vllm serve
+  --weight-transfer-config '{"backend": "lit_rlvr_file"}'`` finds the backend. Registration is by
+  module path: nothing of lit_rlvr is imported until a server uses it
+  (:mod:`lit_rlvr.rollout.weight_transfer`).
+- :class:`KeyOnEveryRoute` (``vllm serve --middleware lit_rlvr.vllm_plugin.KeyOnEveryRoute``):
+  vLLM's ``--api-key`` guards ``/v1``, ``/v2``, ``/inference`` and ``/cohere`` only, not the
+  dev-mode routes the weight sync needs (``/update_weights``, ``/collective_rpc``, ``/pause``, …),
+  so anyone who reaches the port could replace the weights or write files. This middleware asks
+  every request for the key.
+
+This module imports nothing of lit_rlvr, nor anything outside the standard library at import time.
 """
 
 from __future__ import annotations
+
+import hashlib
+import hmac
+import os
 
 BACKEND = "lit_rlvr_file"
 _MODULE = "lit_rlvr.rollout.weight_transfer"
@@ -20,3 +32,56 @@ def register() -> None:
         WeightTransferEngineFactory.register_engine(BACKEND, _MODULE, "FileWeightTransferEngine")
     if BACKEND not in WeightTransferTrainerFactory._registry:
         WeightTransferTrainerFactory.register_engine(BACKEND, _MODULE, "FileTrainerWeightTransferEngine")
+
+
+class KeyOnEveryRoute:
+    """ASGI middleware: every HTTP or websocket request needs ``Authorization: Bearer $VLLM_API_KEY``.
+
+    vLLM builds it with the app alone (``--middleware``), so the key comes from the environment
+    (``VLLM_API_KEY``, which vLLM's own ``/v1`` check reads too): a key on the command line would be
+    visible to every local user in the process list. Without the variable the server refuses to start.
+
+    Args:
+        app: the ASGI app it guards.
+        key: the key (None: ``$VLLM_API_KEY``, as vLLM builds it).
+
+    Example:
+        >>> import asyncio
+        >>> async def app(scope, receive, send):
+        ...     await send({"type": "http.response.start", "status": 200, "headers": []})
+        >>> def call(headers):
+        ...     sent = []
+        ...     async def send(message):
+        ...         sent.append(message)
+        ...     scope = {"type": "http", "path": "/update_weights", "headers": headers}
+        ...     asyncio.run(KeyOnEveryRoute(app, key="k")(scope, None, send))
+        ...     return sent[0]["status"]
+        >>> call([]), call([(b"authorization", b"Bearer k")])
+        (401, 200)
+    """
+
+    def __init__(self, app, key: str | None = None):
+        key = key or os.environ.get("VLLM_API_KEY")
+        if not key:
+            raise RuntimeError(
+                "lit_rlvr.vllm_plugin.KeyOnEveryRoute needs the server's API key in the environment variable "
+                "VLLM_API_KEY (not --api-key: the command line is visible to every local user)"
+            )
+        self.app = app
+        self._digest = hashlib.sha256(key.encode()).digest()
+
+    def _authorized(self, scope) -> bool:
+        value = dict(scope.get("headers") or ()).get(b"authorization", b"")
+        scheme, _, token = value.decode("latin-1").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(hashlib.sha256(token.encode()).digest(), self._digest)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] not in ("http", "websocket") or self._authorized(scope):
+            await self.app(scope, receive, send)
+        elif scope["type"] == "http":
+            body = b'{"error": "Unauthorized: every route of this server needs its API key"}'
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+            await send({"type": "http.response.body", "body": body})
+        else:  # a websocket closed before it is accepted: the client gets 403
+            await send({"type": "websocket.close", "code": 1008})

@@ -12,33 +12,54 @@ verl, OpenRLHF and NeMo-RL do; the trainer talks to it over HTTP:
 - **weight sync**: vLLM's own routes, pause → transfer → version → resume (``/pause?mode=wait``,
   ``/start_weight_update``, ``/update_weights``, ``/finish_weight_update``,
   ``/update_weight_version``, ``/resume``), driven by vLLM's trainer-side weight-transfer engine
-  and its ``HTTPVLLMWeightSyncClient``: NCCL on GPUs (``weight_transfer: nccl``), and on one
+  through a client of vLLM's sync protocol that sends the API key: NCCL on GPUs (``weight_transfer: nccl``), and on one
   machine without NCCL the ``lit_rlvr_file`` backend (:mod:`lit_rlvr.rollout.weight_transfer`)
   that lit_rlvr registers with vLLM's factory through vLLM's plug-in entry point.
 - **the server's life**: without ``urls``, :class:`VLLMServer` starts ``vllm serve`` on
-  127.0.0.1, a free port, a fresh API key and a log file, under a guard that kills it with the
-  trainer (teardown, Ctrl-C, a crash, even ``kill -9``). A server that does not come up, or dies
-  mid-run, ends the run within its timeout with an error that names its log.
+  127.0.0.1, a free port, a fresh API key (passed by environment, never on the command line) and a
+  log file of its own, under a guard that kills it with the trainer (teardown, Ctrl-C, a crash,
+  even ``kill -9``). A server that does not come up ends the run within ``startup_timeout_s``
+  with an error that names its log.
+- **faults mid-run**: every request is waited for under a watch (:meth:`VLLMServerEngine._await`)
+  that ends the run with :class:`ServerError` naming the log as soon as a started server's guard,
+  API server or engine core is gone (``kill -9``, the OOM killer: vLLM's API server then keeps
+  the in-flight request open forever), one of its processes has been stopped (SIGSTOP) for
+  ``_STOPPED_FOR_S``, or a server's ``/health`` has not answered for ``_UNHEALTHY_FOR_S``. Each
+  HTTP request has a finite timeout: the user's ``generate_timeout_s`` / ``sync_timeout_s``, else
+  one sized from its work (:func:`request_timeout`). Every answer is checked before it is used
+  (:func:`checked_choices`, :func:`checked_probe`): a server answering garbage, NaN log-probs or
+  out-of-vocabulary tokens is named, instead of training on them.
 
 Security: vLLM exposes the weight routes only in its dev mode (``VLLM_SERVER_DEV_MODE=1``) and its
-API key does not guard them (only ``/v1`` is), so a server started here binds 127.0.0.1; binding
-another interface needs ``allow_remote_weight_routes: true``, and a server given by URL should be
-reachable only from the trainer's network.
+API key guards ``/v1`` only, not them; any local user (and anyone who reaches the port) could
+replace the weights, write files (``/collective_rpc``) or stall the run (a dangling
+``/start_weight_update``). A server started here runs lit_rlvr's
+:class:`~lit_rlvr.vllm_plugin.KeyOnEveryRoute` middleware (the key on every route), gets its key
+in ``VLLM_API_KEY`` (the process list shows command lines to every user), keeps its log and
+vLLM's internal sockets in a folder only the trainer's user can open, and binds 127.0.0.1;
+binding another interface needs ``allow_remote_weight_routes: true`` (plain HTTP shows the key to
+the network). A server given by URL should run the same middleware (a warning says when its
+weight routes answer without the key) and be reachable only from the trainer's network.
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
+import functools
 import json
+import math
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +68,43 @@ from torch import nn
 from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.weights import engine_model_path, sync_weights
+from lit_rlvr.vllm_plugin import KeyOnEveryRoute
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 _BACKENDS = {"file": "lit_rlvr_file", "nccl": "nccl"}  # rollout.engine_options.weight_transfer -> vLLM's backend
+KEY_MIDDLEWARE = f"{KeyOnEveryRoute.__module__}.{KeyOnEveryRoute.__qualname__}"  # `vllm serve --middleware`: the key on every route
+
+# the watch over a request in flight (VLLMServerEngine._await)
+_POLL_S = 1.0  # how often the processes of a started server are looked at
+_STOPPED_FOR_S = 30.0  # a server process stopped (SIGSTOP) this long ends the run
+_HEALTH_EVERY_S = 10.0  # how often each server's /health is asked
+_UNHEALTHY_FOR_S = 60.0  # a server whose /health has not answered 200 for this long ends the run
+_HEALTH_TIMEOUT_S = 10.0
+_STARTUP_PROBE_S = 30.0  # /v1/models, /server_info at start-up
+
+# default HTTP timeouts, sized from a request's work (request_timeout)
+_BASE_S = 300.0  # queueing behind other requests, prefill, the first token, a loaded machine
+_PER_TOKEN_S = 1.0  # a sequence decodes at least one token a second
+_PER_GB_S = 10.0  # weights move at 100 MB/s or faster
+_LOGPROB_ATOL = 1e-3  # a log-prob above this is not one
 
 
 class ServerError(RuntimeError):
-    """A rollout server did not start, cannot be reached, or refused a request (names its log)."""
+    """A rollout server did not start, cannot be reached, failed, or answered what vLLM does not (names its log or URL)."""
+
+
+def request_timeout(given: float | None, tokens: int = 0, weight_bytes: int = 0) -> float:
+    """The HTTP timeout of one request: the user's limit when ``given``, else sized from its work.
+
+    ``_BASE_S`` for queueing, prefill and the first token, ``_PER_TOKEN_S`` per token a sequence
+    may decode (``max_new_tokens``), ``_PER_GB_S`` per GB of weights a sync moves: a slow but
+    working server finishes well inside it; a dead or stopped one is caught sooner by the watch.
+
+    Example:
+        >>> request_timeout(None, tokens=1024), request_timeout(None, weight_bytes=2 * 10**9), request_timeout(60.0, tokens=1024)
+        (1324.0, 320.0, 60.0)
+    """
+    return given if given is not None else _BASE_S + tokens * _PER_TOKEN_S + weight_bytes / 1e9 * _PER_GB_S
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -73,6 +124,111 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
+def private_folder() -> Path:
+    """A new folder in the temp folder that only this user can open (mode 0700, a fresh name)."""
+    return Path(tempfile.mkdtemp(prefix="lit_rlvr_vllm_"))
+
+
+def new_log(folder: Path, port: int) -> tuple[Path, Any]:
+    """A new log file in ``folder`` and its handle: a fresh name created exclusively (``O_EXCL``,
+    mode 0600), so a file or symlink planted in a shared folder is never written through."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=f"lit_rlvr_vllm_server_{port}_", suffix=".log", dir=folder)
+    return Path(path), os.fdopen(fd, "ab")
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """``(state, start time)`` of process ``pid`` from ``/proc/<pid>/stat``; None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after the name: state is field 3, start time field 22
+    return fields[0], int(fields[19])
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (every thread's)."""
+    kids = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            kids += map(int, Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+    except OSError:
+        pass
+    return kids
+
+
+def _label(pid: int) -> str:
+    """A process's title (vLLM names its processes ``VLLM::EngineCore``, ``VLLM::Worker_TP0``, …)."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        argv0 = ""
+    return f"{os.path.basename(argv0) or 'process'} (pid {pid})"
+
+
+def exit_text(code: int) -> str:
+    """``exited with code c``, with the signal when a shell-style code (128 + s) or a negative
+    ``Popen.returncode`` (-s) says it was killed.
+
+    Example:
+        >>> exit_text(137), exit_text(-15), exit_text(1)
+        ('exited with code 137 (killed by signal 9, SIGKILL)', 'exited with code -15 (killed by signal 15, SIGTERM)', 'exited with code 1')
+    """
+    number = code - 128 if code > 128 else -code if code < 0 else None
+    if number is None:
+        return f"exited with code {code}"
+    try:
+        return f"exited with code {code} (killed by signal {number}, {signal.Signals(number).name})"
+    except ValueError:
+        return f"exited with code {code} (killed by signal {number})"
+
+
+class ServerProcesses:
+    """The processes of a started server, watched from the trainer.
+
+    The guard (a child of the trainer), the API server (the guard's child) and the API server's
+    children when it came up (vLLM's engine cores, its coordinator): one of them gone means the
+    server is broken, even while the API server still holds requests open. Any process of the
+    server stopped (SIGSTOP) for ``stopped_for`` seconds is reported too.
+    """
+
+    def __init__(self, guard: subprocess.Popen):
+        self.guard = guard
+        self.watched: list[tuple[int, int, str]] = []  # (pid, start time, label)
+        self._stopped_since: dict[int, float] = {}
+
+    def record(self) -> None:
+        """Remember the API server and its children as they are now (call once the server is up)."""
+        api = _children(self.guard.pid)
+        self.watched = [(pid, stat[1], "the API server" if pid in api else _label(pid))
+                        for pid in api + [c for p in api for c in _children(p)] if (stat := _stat(pid)) is not None]  # fmt: skip
+
+    def fault(self, stopped_for: float | None = None) -> str | None:
+        """What is wrong with the server's processes (``"is broken: … is gone"``, ``"is stopped: …"``,
+        ``"exited with code c"``); None when nothing is seen. ``stopped_for``: default ``_STOPPED_FOR_S``."""
+        stopped_for = _STOPPED_FOR_S if stopped_for is None else stopped_for
+        code = self.guard.poll()
+        if code is not None:
+            return exit_text(code)
+        for pid, start, label in self.watched:
+            stat = _stat(pid)
+            if stat is None or stat[1] != start or stat[0] in "ZX":
+                return f"is broken: {label} is gone (killed, e.g. by the OOM killer, which picks the engine core)"
+        now = time.monotonic()
+        tree, stopped = [self.guard.pid], {}
+        while tree:
+            pid = tree.pop()
+            tree += _children(pid)
+            if (stat := _stat(pid)) is not None and stat[0] in "Tt":
+                stopped[pid] = self._stopped_since.get(pid, now)
+        self._stopped_since = stopped
+        for pid, since in stopped.items():
+            if now - since >= stopped_for:
+                return f"is stopped: {_label(pid)} has been stopped (SIGSTOP or a debugger) for {now - since:.0f} s"
+        return None
+
+
 class VLLMServer:
     """One ``vllm serve`` process started by the trainer and stopped with it.
 
@@ -81,11 +237,12 @@ class VLLMServer:
         args: further ``vllm serve`` arguments (``--dtype``, ``--max-model-len``, …).
         host: interface to bind (127.0.0.1 unless ``allow_remote_weight_routes``).
         port: TCP port (None: a free one).
-        api_key: the server's key (None: a fresh random one).
-        log_dir: where its log file goes (None: the temp folder).
+        api_key: the server's key (None: a fresh random one), given to it in ``VLLM_API_KEY`` and
+            asked for on every route (:class:`~lit_rlvr.vllm_plugin.KeyOnEveryRoute`).
+        log_dir: where its log file goes (None: a private folder in the temp folder).
         startup_timeout_s: how long it may take to answer ``/health``.
-        allow_remote_weight_routes: allow binding a non-local interface (its weight routes are
-            unauthenticated: only on a trusted network).
+        allow_remote_weight_routes: allow binding a non-local interface (the key travels in
+            plain HTTP: only on a trusted network).
         env: environment variables of the server on top of the trainer's (e.g.
             ``{CUDA_VISIBLE_DEVICES: "4,5,6,7"}``: generation on GPUs the trainer does not use).
     """
@@ -105,9 +262,9 @@ class VLLMServer:
     ):
         if host not in _LOCAL_HOSTS and not allow_remote_weight_routes:
             raise ValueError(
-                f"rollout.engine_options.host={host!r}: vLLM's weight routes (/update_weights, …) are not guarded by its API "
-                "key, so a server started by lit_rlvr binds 127.0.0.1; set allow_remote_weight_routes: true to bind "
-                f"{host!r} on a network only the trainer reaches"
+                f"rollout.engine_options.host={host!r}: the server's weight routes (/update_weights, …) are guarded by its "
+                "API key only, which plain HTTP shows to anyone on the network, so a server started by lit_rlvr binds "
+                f"127.0.0.1; set allow_remote_weight_routes: true to bind {host!r} on a network only the trainer reaches"
             )
         bind = host if host != "localhost" else "127.0.0.1"
         if port is not None and not port_is_free(bind, port):
@@ -116,20 +273,22 @@ class VLLMServer:
         self.host, self.port = host, port or free_port(bind)
         self.api_key = api_key or secrets.token_hex(16)
         self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', 'localhost') else host}:{self.port}"
-        folder = Path(log_dir or tempfile.gettempdir())
-        folder.mkdir(parents=True, exist_ok=True)
-        self.log_path = folder / f"lit_rlvr_vllm_server_{self.port}_{os.getpid()}.log"
+        self.folder = private_folder()  # vLLM's internal sockets, and the log unless log_dir is given
+        self.log_path, self._log = new_log(Path(log_dir) if log_dir else self.folder, self.port)
+        self._own_log_dir = log_dir is not None
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
-                   "--host", host, "--port", str(self.port), "--api-key", self.api_key,
-                   "--logprobs-mode", "processed_logprobs", *args]  # fmt: skip
+                   "--host", host, "--port", str(self.port), "--logprobs-mode", "processed_logprobs",
+                   "--middleware", KEY_MIDDLEWARE, *args]  # fmt: skip
         guard = Path(__file__).with_name("server_guard.py")
-        env = dict(os.environ, **{k: str(v) for k, v in (env or {}).items()}, VLLM_SERVER_DEV_MODE="1")
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop)
+        env = dict(os.environ, **{k: str(v) for k, v in (env or {}).items()}, VLLM_SERVER_DEV_MODE="1",
+                   VLLM_API_KEY=self.api_key, VLLM_RPC_BASE_PATH=str(self.folder))  # fmt: skip
         self.proc = subprocess.Popen([sys.executable, str(guard), "--", *command], stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
+        self.processes = ServerProcesses(self.proc)
         atexit.register(self.stop)
         announce(f"lit_rlvr rollout engine: starting `vllm serve` for {model_path} on {self.url} (log: {self.log_path})")
         self.wait_until_up(startup_timeout_s)
+        self.processes.record()
 
     def wait_until_up(self, timeout_s: float) -> None:
         """Block until ``/health`` answers; :class:`ServerError` naming the log if it exits or times out."""
@@ -138,9 +297,9 @@ class VLLMServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerError(f"the vLLM server exited with code {self.proc.returncode} while starting; {self.log_tail()}")
+                raise ServerError(f"the vLLM server {exit_text(self.proc.returncode)} while starting; {self.log_tail()}")
             try:
-                if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
+                if requests.get(f"{self.url}/health", headers=self.headers, timeout=5).status_code == 200:
                     return
             except requests.RequestException:
                 pass
@@ -149,8 +308,16 @@ class VLLMServer:
         raise ServerError(f"the vLLM server did not answer /health within {timeout_s:g} s "
                           f"(rollout.engine_options.startup_timeout_s); {self.log_tail()}")  # fmt: skip
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def state(self) -> str:
+        """``is running``, or what is wrong (exited with code c, a process gone or stopped)."""
+        return self.processes.fault(stopped_for=0.0) or "is running"
 
     def log_tail(self, lines: int = 20) -> str:
         """The end of the server's log, for errors."""
@@ -175,39 +342,120 @@ class VLLMServer:
         self.proc.wait()
         if not self._log.closed:
             self._log.close()
+        if self._own_log_dir:  # the private folder holds only vLLM's sockets; else it holds the log, which errors name
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _in_thread(fn) -> Future:
+    """``fn()`` in a daemon thread of its own (a request to a stuck server never holds up the exit)."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as err:  # noqa: BLE001 (handed to the waiting thread)
+            future.set_exception(err)
+
+    threading.Thread(target=run, daemon=True, name="lit_rlvr_vllm_server_request").start()
+    return future
+
+
+def _finite_logprob(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x <= _LOGPROB_ATOL
+
+
+def _token_id(x: Any, vocab_size: int | None) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < (vocab_size or 2**63)
+
+
+def checked_choices(answer: Any, n: int, max_new_tokens: int, vocab_size: int | None = None) -> list[dict]:
+    """The ``n`` choices of a ``/v1/completions`` answer, by index, each checked; ``ValueError`` saying what is wrong.
+
+    Each choice needs token ids in ``[0, vocab_size)``, at most ``max_new_tokens`` of them, one
+    finite log-prob ≤ 0 per token, a text and a finish reason ``stop`` or ``length``: a server
+    answering anything else would otherwise train the policy on it (a NaN log-prob makes the
+    importance ratio NaN or huge without any error when the fingerprint check is off).
+
+    Example:
+        >>> ok = {"index": 0, "token_ids": [5, 6], "text": "ab", "finish_reason": "length", "logprobs": {"token_logprobs": [-0.1, -2.0]}}
+        >>> checked_choices({"choices": [ok]}, n=1, max_new_tokens=2, vocab_size=10)[0]["token_ids"]
+        [5, 6]
+        >>> bad = dict(ok, logprobs={"token_logprobs": [-0.1, float("nan")]})
+        >>> checked_choices({"choices": [bad]}, n=1, max_new_tokens=2, vocab_size=10)
+        Traceback (most recent call last):
+        ...
+        ValueError: completion 0: log-prob 1 is nan, not a finite number <= 0
+    """
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if not isinstance(choices, list) or len(choices) != n:
+        got = f"{len(choices)} choices" if isinstance(choices, list) else f"no 'choices' list ({str(answer)[:200]!r})"
+        raise ValueError(f"{got} for n={n}")
+    if not all(isinstance(c, dict) for c in choices) or {c.get("index") for c in choices} != set(range(n)):
+        raise ValueError(f"choice indices {[c.get('index') if isinstance(c, dict) else c for c in choices][:8]}, not 0..{n - 1}")
+    choices = sorted(choices, key=lambda c: c["index"])
+    for c in choices:
+        where = f"completion {c['index']}"
+        ids, logprobs = c.get("token_ids"), c.get("logprobs")
+        logprobs = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+        if not isinstance(ids, list) or len(ids) > max_new_tokens:
+            raise ValueError(f"{where}: token_ids {str(ids)[:100]}, not a list of at most max_new_tokens={max_new_tokens} ids")
+        if bad := [t for t in ids if not _token_id(t, vocab_size)]:
+            raise ValueError(f"{where}: token id {bad[0]!r} is outside the vocabulary [0, {vocab_size or '∞'})")
+        if not isinstance(logprobs, list) or len(logprobs) != len(ids):
+            raise ValueError(f"{where}: {len(ids)} tokens but log-probs {str(logprobs)[:100]}")
+        if (i := next((i for i, x in enumerate(logprobs) if not _finite_logprob(x)), None)) is not None:
+            raise ValueError(f"{where}: log-prob {i} is {logprobs[i]!r}, not a finite number <= 0")
+        if not isinstance(c.get("text"), str):
+            raise ValueError(f"{where}: text {c.get('text')!r}, not a string")
+        if c.get("finish_reason") not in ("stop", "length"):
+            raise ValueError(f"{where} ended with finish_reason={c.get('finish_reason')!r}, not 'stop' or 'length'")
+    return choices
+
+
+def checked_probe(answer: Any, seq: list[int], start: int) -> list[float]:
+    """The log-probs of ``seq[start:]`` in a ``prompt_logprobs`` answer for ``seq``; ``ValueError`` saying what is wrong.
+
+    Example:
+        >>> answer = {"choices": [{"prompt_logprobs": [None, {"7": {"logprob": -1.5}}]}]}
+        >>> checked_probe(answer, [3, 7], start=1)
+        [-1.5]
+    """
+    try:
+        rows = answer["choices"][0]["prompt_logprobs"]
+        assert isinstance(rows, list) and len(rows) == len(seq)
+        out = [rows[i][str(seq[i])]["logprob"] for i in range(start, len(seq))]
+    except (KeyError, IndexError, TypeError, AssertionError):
+        raise ValueError(f"no prompt_logprobs for the {len(seq)} probe tokens ({str(answer)[:200]!r})") from None
+    if (i := next((i for i, x in enumerate(out) if not _finite_logprob(x)), None)) is not None:
+        raise ValueError(f"probe log-prob {i} is {out[i]!r}, not a finite number <= 0")
+    return [float(x) for x in out]
 
 
 class _SyncClient:
-    """vLLM's ``HTTPVLLMWeightSyncClient`` with lit_rlvr's timeout and errors, plus pause/resume/version."""
+    """vLLM's ``VLLMWeightSyncClient`` protocol over HTTP, as its ``HTTPVLLMWeightSyncClient``, but
+    with the API key (every route needs it), the server watch and lit_rlvr's errors.
 
-    def __init__(self, url: str, timeout_s: float | None, describe):
-        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+    The payloads of lit_rlvr's two backends (``file``, ``nccl``) are plain JSON, so they go as they are.
+    """
 
-        self.http = HTTPVLLMWeightSyncClient(url, timeout=timeout_s or 3600)
-        self.url, self.timeout_s, self.describe = url, timeout_s, describe
+    def __init__(self, engine: VLLMServerEngine, url: str):
+        self.engine, self.url = engine, url
+        self.timeout_s = request_timeout(engine.sync_timeout_s)  # set per sync by the engine, sized from it
 
-    def _call(self, what: str, fn, *args):
-        import requests
+    def post(self, route: str, body: dict | None = None) -> Any:
+        return self.engine._request(self.url, route, body, timeout=self.timeout_s)
 
-        try:
-            return fn(*args)
-        except requests.RequestException as err:
-            raise ServerError(f"{what} on {self.url} failed ({err}); {self.describe()}") from err
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self.post("/init_weight_transfer_engine", {"init_info": init_info})
 
-    def init_weight_transfer_engine(self, init_info):
-        return self._call("/init_weight_transfer_engine", self.http.init_weight_transfer_engine, init_info)
+    def start_weight_update(self) -> None:
+        self.post("/start_weight_update")
 
-    def start_weight_update(self):
-        return self._call("/start_weight_update", self.http.start_weight_update)
+    def update_weights(self, update_info: dict) -> None:
+        self.post("/update_weights", {"update_info": update_info})
 
-    def update_weights(self, update_info):
-        return self._call("/update_weights", self.http.update_weights, update_info)
-
-    def finish_weight_update(self, weight_version=None):
-        return self._call("/finish_weight_update", self.http.finish_weight_update, weight_version)
-
-    def post(self, route: str, **kwargs):
-        return self._call(route, self.http._post, route.lstrip("/"), *([kwargs["json"]] if "json" in kwargs else []))
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.post("/finish_weight_update", None if weight_version is None else {"weight_version": weight_version})
 
 
 class _PolicySource:
@@ -235,7 +483,7 @@ class VLLMServerEngine(EngineBase):
         urls: servers already running (``http://host:port``; several = data parallel, prompts
             spread round-robin), shared by all trainer ranks (rank 0 syncs them). None: start
             one here (one per rank).
-        api_key: their key (a started server gets a fresh one).
+        api_key: their key (default ``$VLLM_API_KEY``; a started server gets a fresh one).
         host / port: where a started server listens (127.0.0.1, a free port).
         allow_remote_weight_routes: let a started server bind a non-local interface.
         dtype: a started server's dtype (``auto``: the trainer's).
@@ -245,14 +493,18 @@ class VLLMServerEngine(EngineBase):
         weight_transfer: ``file`` (lit_rlvr's backend: the server reads the trainer's files, one
             machine, CPU or GPU) or ``nccl`` (vLLM's, GPUs; needs ``nccl_master_address``).
         nccl_master_address / nccl_master_port: the trainer's rendezvous for ``nccl``.
-        server_args: further ``vllm serve`` arguments (not the flags lit_rlvr sets: ``--model``,
-            ``--host``, ``--port``, ``--api-key``, ``--dtype``, ``--seed``, ``--logprobs-mode``,
-            ``--weight-transfer-config``; refused at start-up).
+        server_args: further ``vllm serve`` arguments (not the settings lit_rlvr makes: the model,
+            ``--host``, ``--port``, ``--uds``, ``--grpc``, ``--api-key``, ``--dtype``, ``--seed``,
+            ``--logprobs-mode``, ``--weight-transfer-config``, in any spelling vLLM's parser takes;
+            refused at start-up).
         server_env: a started server's extra environment (``{CUDA_VISIBLE_DEVICES: "1"}``: its GPUs).
         startup_timeout_s: how long a started server may take to come up.
-        log_dir: where a started server's log goes.
+        log_dir: where a started server's log goes (default: a private folder in the temp folder).
         max_concurrent_requests: HTTP requests in flight at once.
-        generate_timeout_s / sync_timeout_s: per request / per sync (None: no limit).
+        vocab_size: a completion's token ids must lie in ``[0, vocab_size)`` (default: the
+            policy's output size, when the builder has the policy; None: not checked).
+        generate_timeout_s / sync_timeout_s: per generation call / per sync, and per request
+            (None: each request's timeout sized from its work, :func:`request_timeout`).
     """
 
     name = "vllm_server"
@@ -282,18 +534,20 @@ class VLLMServerEngine(EngineBase):
         startup_timeout_s: float = 600.0,
         log_dir: str | None = None,
         max_concurrent_requests: int = 64,
+        vocab_size: int | None = None,
         generate_timeout_s: float | None = None,
         sync_timeout_s: float | None = None,
     ):
         super().__init__(generate_timeout_s, sync_timeout_s)
         check_server_options(weight_transfer=weight_transfer, nccl_master_address=nccl_master_address,
                              max_concurrent_requests=max_concurrent_requests, server_args=server_args)  # fmt: skip
-        self.model_path, self.tokenizer = str(model_path), tokenizer
+        self.model_path, self.tokenizer, self.vocab_size = str(model_path), tokenizer, vocab_size
         self.weight_transfer = weight_transfer
         self.nccl = (nccl_master_address, nccl_master_port)
         self.servers: list[VLLMServer] = []
         self.rank, self.world = _trainer_rank()
         self.shared = bool(urls) and self.world > 1  # every rank generates on them; rank 0 syncs them
+        self._longest = 0  # the longest max_new_tokens asked so far: what a /pause?mode=wait may wait for
         if urls:
             self.urls = [u.rstrip("/") for u in urls]
             self.api_key = api_key or os.environ.get("VLLM_API_KEY")
@@ -312,6 +566,7 @@ class VLLMServerEngine(EngineBase):
         self.served_model = self._served_model()
         for url in self.urls if urls else []:  # a started server has lit_rlvr's flags (server_args cannot override them)
             self._check_settings(url)
+            self._warn_if_open(url)
         self.turn_end_ids = chat_turn_end_ids(tokenizer) if tokenizer is not None else []
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent_requests, thread_name_prefix="lit_rlvr_vllm_server")
         self._senders: dict[str, Any] = {}  # url -> vLLM trainer weight-transfer engine (after the first sync)
@@ -322,32 +577,88 @@ class VLLMServerEngine(EngineBase):
     # ------------------------------------------------------------------ HTTP
 
     def describe(self) -> str:
-        """What to tell the user about the servers when a request fails."""
+        """What to tell the user about the servers when a request fails: a started server's state and log."""
         if not self.servers:
-            return f"check that {', '.join(self.urls)} run vLLM with VLLM_SERVER_DEV_MODE=1"
+            return f"check that {', '.join(self.urls)} run{'s' * (len(self.urls) == 1)} vLLM"
         server = self.servers[0]
-        code = server.proc.returncode
-        signalled = f" (killed by signal {code - 128})" if code is not None and code > 128 else ""
-        state = "running" if server.alive() else f"exited with code {code}{signalled}"
-        return f"the server lit_rlvr started is {state}; {server.log_tail()}"
+        return f"the server lit_rlvr started {server.state()}; {server.log_tail()}"
 
-    def _request(self, url: str, route: str, body: dict | None = None, method: str = "post", timeout: float | None = None) -> dict:
+    def _http(self, url: str, route: str, body: dict | None, method: str, timeout: float) -> Any:
+        """One HTTP request and its JSON answer; :class:`ServerError` naming the server and what it answered."""
         import requests
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            response = requests.request(method, f"{url}{route}", json=body, headers=headers,
-                                        timeout=timeout or self.generate_timeout_s or 3600)  # fmt: skip
+            response = requests.request(method, f"{url}{route}", json=body, headers=headers, timeout=timeout)
         except requests.RequestException as err:
             raise ServerError(f"{route} on {url} failed ({type(err).__name__}: {err}); {self.describe()}") from err
+        if response.status_code == 401:
+            raise ServerError(f"{url} refused the API key on {route} (401 {response.text[:200]}): set "
+                              "rollout.init_args.engine_options.api_key (or VLLM_API_KEY) to the server's key")  # fmt: skip
+        if response.status_code == 404 and not route.startswith("/v1/"):
+            raise ServerError(f"{url} has no {route.split('?')[0]} (404): vLLM serves its weight routes only in its dev "
+                              f"mode, VLLM_SERVER_DEV_MODE=1; {self.describe()}")  # fmt: skip
         if response.status_code != 200:
             raise ServerError(f"{route} on {url} answered {response.status_code}: {response.text[:500]}; {self.describe()}")
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:
+            raise ServerError(f"{route} on {url} answered 200 with no JSON ({response.text[:200]!r}); {self.describe()}") from None
+
+    def _request(self, url: str, route: str, body: dict | None = None, method: str = "post", timeout: float = _BASE_S) -> Any:
+        """:meth:`_http` in a thread of its own, waited for under the server watch (:meth:`_await`)."""
+        return self._await([_in_thread(lambda: self._http(url, route, body, method, timeout))], f"{route} on {url}")[0]
+
+    def _await(self, futures: list[Future], what: str) -> list:
+        """The futures' results, in order; the first error as soon as one fails.
+
+        Meanwhile the servers are watched: a started server's processes every ``_POLL_S``
+        (:class:`ServerProcesses`) and every server's ``/health`` every ``_HEALTH_EVERY_S``; a
+        broken or stopped server, or one whose ``/health`` has not answered for
+        ``_UNHEALTHY_FOR_S``, ends the wait with :class:`ServerError` naming its log (vLLM's API
+        server keeps a request open forever when its engine core is killed).
+        """
+        pending = set(futures)
+        answered = {url: time.monotonic() for url in self.urls}  # the last /health answer (or the wait's start)
+        asked = dict(answered)
+        while pending:
+            done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
+            if failed := next((f for f in done if f.exception() is not None), None):
+                raise failed.exception()
+            if pending and (fault := self._fault(answered, asked)):
+                raise ServerError(f"{what}: {fault}")
+        return [f.result() for f in futures]
+
+    def _fault(self, answered: dict[str, float], asked: dict[str, float]) -> str | None:
+        """What is wrong with a server now (:meth:`_await`'s watch), or None."""
+        import requests
+
+        for server in self.servers:
+            if (fault := server.processes.fault()) is not None:
+                return f"the server lit_rlvr started {fault}; {server.log_tail()}"
+        now = time.monotonic()
+        for url in self.urls:
+            if now - asked[url] < _HEALTH_EVERY_S:
+                continue
+            asked[url] = now
+            try:
+                healthy = requests.get(f"{url}/health", headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else {},
+                                       timeout=_HEALTH_TIMEOUT_S).status_code == 200  # fmt: skip
+            except requests.RequestException:
+                healthy = False
+            if healthy:
+                answered[url] = time.monotonic()
+            elif now - answered[url] >= _UNHEALTHY_FOR_S:
+                return f"{url} has not answered /health for {now - answered[url]:.0f} s (dead, stopped or overloaded); {self.describe()}"
+        return None
 
     def _served_model(self) -> str:
         contexts = []
         for url in self.urls:
-            models = self._request(url, "/v1/models", method="get", timeout=30)["data"]
+            answer = self._request(url, "/v1/models", method="get", timeout=_STARTUP_PROBE_S)
+            models = answer.get("data") if isinstance(answer, dict) else None
+            if not isinstance(models, list) or not models or not isinstance(models[0], dict) or "id" not in models[0]:
+                raise ServerError(f"/v1/models on {url} answered {str(answer)[:200]!r}, not vLLM's model list; {self.describe()}")
             contexts.append(models[0].get("max_model_len"))
         self._context = min((c for c in contexts if isinstance(c, int)), default=None)
         return models[0]["id"]
@@ -367,7 +678,10 @@ class VLLMServerEngine(EngineBase):
         wrong) or whose weight-transfer backend is not this engine's (``/server_info``, vLLM's dev
         mode; the route runs vLLM's environment report, seconds of CPU, so a server lit_rlvr started
         with its own flags is not asked)."""
-        info = self._request(url, "/server_info?config_format=json", method="get", timeout=30)["vllm_config"]
+        answer = self._request(url, "/server_info?config_format=json", method="get", timeout=_STARTUP_PROBE_S)
+        info = answer.get("vllm_config") if isinstance(answer, dict) else None
+        if not isinstance(info, dict):
+            raise ServerError(f"/server_info on {url} answered {str(answer)[:200]!r}, not vLLM's server info; {self.describe()}")
         wanted = {"logprobs_mode": ("processed_logprobs", "--logprobs-mode processed_logprobs"),
                   "backend": (_BACKENDS[self.weight_transfer], f"--weight-transfer-config '{{\"backend\": \"{_BACKENDS[self.weight_transfer]}\"}}'")}  # fmt: skip
         got = {"logprobs_mode": (info.get("model_config") or {}).get("logprobs_mode"),
@@ -377,37 +691,60 @@ class VLLMServerEngine(EngineBase):
         if wrong:
             raise ServerError(f"the vLLM server at {url} cannot serve lit_rlvr's rollouts: " + "; ".join(wrong))
 
+    def _warn_if_open(self, url: str) -> None:
+        """Warn when a given server answers a weight route without the API key: anyone who reaches
+        it can replace the weights it serves."""
+        import requests
+        from lightning.pytorch.utilities import rank_zero_warn
+
+        try:
+            status = requests.get(f"{url}/is_paused", timeout=_STARTUP_PROBE_S).status_code
+        except requests.RequestException:
+            return
+        if status == 200:
+            rank_zero_warn(
+                f"the vLLM server at {url} answers its weight routes without the API key: anyone who reaches it can "
+                f"replace the weights it serves. Start it with --middleware {KEY_MIDDLEWARE} and its key in VLLM_API_KEY "
+                "(docs/generation.md, Security)."
+            )
+
     # ------------------------------------------------------------------ generation
 
     def _completion(self, url: str, prompt: list[int], params: SamplingParams, seed: int | None, n: int) -> list[dict]:
+        """One ``/v1/completions`` request: ``n`` samples of ``prompt``, checked (:func:`checked_choices`).
+
+        The penalties and ``min_p`` are sent as the colocated engine samples (neutral): vLLM's
+        server otherwise takes them from the model's ``generation_config.json`` (Qwen2.5-Instruct:
+        ``repetition_penalty: 1.05``) and π_old would not be the policy's distribution.
+        """
         body = {
             "model": self.served_model, "prompt": list(prompt), "n": n, "temperature": params.temperature,
-            "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1, "max_tokens": params.max_new_tokens,
+            "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1, "min_p": 0.0,
+            "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "max_tokens": params.max_new_tokens,
             "stop": list(params.stop) or None, "include_stop_str_in_output": True, "logprobs": 0, "return_token_ids": True,
             "stop_token_ids": self.turn_end_ids or None, "seed": seed,
         }  # fmt: skip
-        choices = sorted(self._request(url, "/v1/completions", body)["choices"], key=lambda c: c["index"])
-        if len(choices) != n:
-            raise ServerError(f"{url} returned {len(choices)} completions for n={n}; {self.describe()}")
-        return choices
+        answer = self._http(url, "/v1/completions", body, "post", request_timeout(self.generate_timeout_s, params.max_new_tokens))
+        try:
+            return checked_choices(answer, n, params.max_new_tokens, self.vocab_size)
+        except ValueError as err:
+            raise ServerError(f"/v1/completions on {url} answered what vLLM does not: {err}; {self.describe()}") from None
 
     def _generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
         n = params.n
         per_request = 1 if params.temperature == 0 else n  # vLLM refuses n > 1 greedy, as the colocated engine
         copies = n // per_request
         requests = [(p, c) for p in range(len(prompt_ids)) for c in range(copies)]
+        self._longest = max(self._longest, params.max_new_tokens)
         futures = [
             self._pool.submit(self._completion, self.urls[i % len(self.urls)], prompt_ids[p], params,
                               None if params.seed is None else params.seed + i * n, per_request)  # fmt: skip
             for i, (p, _) in enumerate(requests)
         ]
         completions, logprobs, reasons, texts = [], [], [], []
-        for future in futures:  # in request order: rows stay prompt-major
-            for choice in future.result():
-                ids = list(choice["token_ids"])
-                if choice["finish_reason"] not in ("stop", "length"):
-                    raise ServerError(f"a completion ended with finish_reason={choice['finish_reason']!r}; {self.describe()}")
-                completions.append(ids)
+        for choices in self._await(futures, f"generation of {len(prompt_ids)} prompts x {n}"):  # in request order: prompt-major
+            for choice in choices:
+                completions.append(list(choice["token_ids"]))
                 logprobs.append([float(x) for x in choice["logprobs"]["token_logprobs"]])
                 reasons.append(choice["finish_reason"])
                 texts.append(choice["text"])
@@ -417,8 +754,11 @@ class VLLMServerEngine(EngineBase):
         """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids``, from the first server."""
         seq = list(prompt_ids) + list(completion_ids)
         body = {"model": self.served_model, "prompt": seq, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
-        out = self._request(self.urls[0], "/v1/completions", body)["choices"][0]["prompt_logprobs"]
-        return [float(out[i][str(seq[i])]["logprob"]) for i in range(len(prompt_ids), len(seq))]
+        answer = self._request(self.urls[0], "/v1/completions", body, timeout=request_timeout(self.generate_timeout_s, 1))
+        try:
+            return checked_probe(answer, seq, len(prompt_ids))
+        except ValueError as err:
+            raise ServerError(f"/v1/completions on {self.urls[0]} answered what vLLM does not: {err}; {self.describe()}") from None
 
     # ------------------------------------------------------------------ weight sync
 
@@ -429,7 +769,7 @@ class VLLMServerEngine(EngineBase):
 
         lit_rlvr.vllm_plugin.register()
         if url not in self._senders:
-            client = _SyncClient(url, self.sync_timeout_s, self.describe)
+            client = _SyncClient(self, url)
             if self.weight_transfer == "file":
                 from lit_rlvr.rollout.weight_transfer import FileTrainerInitInfo
 
@@ -437,7 +777,7 @@ class VLLMServerEngine(EngineBase):
             else:
                 from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-                world = self._request(url, "/get_world_size", method="get")["world_size"]
+                world = self._request(url, "/get_world_size", method="get", timeout=_STARTUP_PROBE_S)["world_size"]
                 init = NCCLTrainerInitInfo(self.nccl[0], self.nccl[1] or 29501, world_size=world + 1, rank=0)
             self._senders[url] = (WeightTransferTrainerFactory.trainer_init(init, client=client, source=_PolicySource(model)), client)
         return self._senders[url]
@@ -469,15 +809,32 @@ class VLLMServerEngine(EngineBase):
                 dist.barrier()
 
     def _send_all(self, model: nn.Module) -> None:
+        weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         for url in self.urls:
             sender, client = self._sender(url, model)
             sender.source = _PolicySource(model)
+            # /pause?mode=wait waits for the generation in flight; a chunk or a broadcast moves weights
+            client.timeout_s = request_timeout(self.sync_timeout_s, self._longest, weight_bytes)
             client.post("/pause?mode=wait")
             try:
                 sender.send_weights()
-                client.post("/update_weight_version", json={"new_version": str(self.version)})
+                client.post("/update_weight_version", {"new_version": str(self.version)})
             finally:
                 client.post("/resume")
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        """:meth:`EngineBase.generate`, its timeout naming the server's log."""
+        try:
+            return super().generate(prompt_ids, params)
+        except TimeoutError as err:
+            raise ServerError(f"{err} {self.describe()}") from None
+
+    def update_weights(self, model: nn.Module) -> None:
+        """:meth:`EngineBase.update_weights`, its timeout naming the server's log."""
+        try:
+            super().update_weights(model)
+        except TimeoutError as err:
+            raise ServerError(f"{err} {self.describe()}") from None
 
     def close(self) -> None:
         """Stop the servers started here (a server given by URL is the user's) and the request pool."""
@@ -487,27 +844,64 @@ class VLLMServerEngine(EngineBase):
         self.servers = []
 
 
-# ``vllm serve`` flags a started server gets from lit_rlvr: in ``server_args`` they would override
-# what the engine relies on (``processed_logprobs`` is π_old; the transfer backend is its own)
-_OWNED_FLAGS = {"--model": "the policy's path (model_path)", "--host": "host", "--port": "port", "--api-key": "api_key",
-                "--dtype": "dtype", "--seed": "seed", "--logprobs-mode": "none: lit_rlvr needs processed_logprobs",
-                "--weight-transfer-config": "weight_transfer"}  # fmt: skip
+# ``vllm serve`` settings a started server gets from lit_rlvr (vLLM's argument destinations): in
+# ``server_args`` they would override what the engine relies on (``processed_logprobs`` is π_old;
+# the transfer backend is its own; the key guards every route; the trainer talks HTTP to host:port)
+_OWNED = {"model": "model_path (the policy's path)", "model_tag": "model_path (the policy's path)", "host": "host",
+          "port": "port", "uds": "host and port (lit_rlvr talks HTTP to host:port)", "grpc": "none: lit_rlvr talks HTTP",
+          "api_key": "api_key (given to the server in VLLM_API_KEY)", "dtype": "dtype", "seed": "seed",
+          "logprobs_mode": "none: lit_rlvr needs processed_logprobs", "weight_transfer_config": "weight_transfer"}  # fmt: skip
+
+
+class _Unset(list):
+    """A placeholder only a setting that ``server_args`` leaves alone keeps (compared by identity; a
+    list, so that an ``append`` action copies it into a new one)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _serve_parser():
+    """vLLM's own ``vllm serve`` argument parser (built once: it takes seconds), raising instead of exiting."""
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    def refuse(message: str):
+        raise argparse.ArgumentError(None, message)
+
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    parser.error = refuse
+    return parser
+
+
+def owned_server_args(server_args: list[str]) -> list[str]:
+    """The lit_rlvr-owned settings ``server_args`` would set, as ``"--flag is set by lit_rlvr (option: …)"``, read by
+    vLLM's own parser: a prefix (``--hos``), ``_`` for ``-`` (``--logprobs_mode``), ``--flag=value``,
+    dotted JSON keys (``--weight-transfer-config.backend``) and ``--config`` files are what vLLM
+    would apply; ``ValueError`` when vLLM's parser refuses ``server_args``."""
+    parser = _serve_parser()
+    flags = {a.dest: max(a.option_strings, key=len, default="") for a in parser._actions}
+    unset = {dest: _Unset() for dest in _OWNED if flags[dest]}  # argparse sets an absent positional to its default
+    namespace = argparse.Namespace(**unset)
+    try:
+        parser.parse_args(list(server_args), namespace=namespace)
+    except (argparse.ArgumentError, SystemExit) as err:
+        raise ValueError(f"rollout.init_args.engine_options.server_args={list(server_args)}: vLLM's parser refuses them "
+                         f"({err if isinstance(err, argparse.ArgumentError) else 'it would exit'})") from None  # fmt: skip
+    given = [dest for dest in _OWNED if getattr(namespace, dest) is not unset.get(dest)]  # an absent positional is None
+    return [f"{flags[dest] or 'a positional argument (a model)'} is set by lit_rlvr (option: {_OWNED[dest]})" for dest in given]
 
 
 def check_server_options(*, weight_transfer: str = "file", nccl_master_address: str | None = None,
                          max_concurrent_requests: int = 64, server_args: list[str] | None = None, **_) -> None:
-    """Refuse an unknown transfer, NCCL without a rendezvous, no concurrency, or a ``server_args``
-    flag that lit_rlvr sets itself on a started server (at start-up)."""
-    owned = [a.split("=", 1)[0] for a in server_args or () if a.split("=", 1)[0] in _OWNED_FLAGS]
-    if owned:
-        raise ValueError("rollout.init_args.engine_options.server_args: " + "; ".join(
-            f"{flag} is set by lit_rlvr (option: {_OWNED_FLAGS[flag]})" for flag in owned))  # fmt: skip
+    """Refuse an unknown transfer, NCCL without a rendezvous, no concurrency, or ``server_args``
+    that vLLM refuses or that set what lit_rlvr sets itself on a started server (at start-up)."""
     if weight_transfer not in ("file", "nccl"):
         raise ValueError(f"weight_transfer must be 'file' or 'nccl', got {weight_transfer!r}")
     if weight_transfer == "nccl" and not nccl_master_address:
         raise ValueError("weight_transfer=nccl needs nccl_master_address (the trainer's address)")
     if max_concurrent_requests < 1:
         raise ValueError(f"max_concurrent_requests must be >= 1, got {max_concurrent_requests}")
+    if owned := owned_server_args(server_args) if server_args else []:
+        raise ValueError("rollout.init_args.engine_options.server_args: " + "; ".join(owned))
 
 
 def _trainer_rank() -> tuple[int, int]:
@@ -522,11 +916,14 @@ def _trainer_rank() -> tuple[int, int]:
 @ENGINES.register("vllm_server", signature=VLLMServerEngine, check=check_server_options)
 def build_vllm_server_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs) -> VLLMServerEngine:
     """``engine: vllm_server``: a :class:`VLLMServerEngine`; a started server loads ``model_path``
-    (default: the policy's own path) in the trainer's dtype unless ``dtype`` is given."""
+    (default: the policy's own path) in the trainer's dtype unless ``dtype`` is given; completions
+    are checked against the policy's output size (``config.vocab_size``)."""
     if model_path is None:
         if model is None:
             raise ValueError("build_engine('vllm_server') needs model_path or the policy model to find one")
         model_path = engine_model_path(model, tokenizer)
     if model is not None and kwargs.get("dtype", "auto") == "auto":
         kwargs["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if model is not None and isinstance(getattr(getattr(model, "config", None), "vocab_size", None), int):
+        kwargs.setdefault("vocab_size", model.config.vocab_size)
     return VLLMServerEngine(model_path, tokenizer=tokenizer, **kwargs)

@@ -5,8 +5,8 @@ vLLM 0.32's ``vllm serve`` updates its weights through ``/init_weight_transfer_e
 ``WeightTransferEngineFactory``: NCCL and CUDA IPC on GPUs. On CPU neither exists, so this module
 adds one through vLLM's own plug-in mechanism (the ``vllm.general_plugins`` entry point,
 :func:`lit_rlvr.vllm_plugin.register`), not a private RPC: the trainer writes each chunk of
-the policy's weights as a safetensors file into a directory both processes see (``/dev/shm`` when
-it exists), and posts its path to ``/update_weights``; each worker loads it into its model with
+the policy's weights as a safetensors file into a private folder (mode 0700) of a directory both
+processes see (``/dev/shm`` when it exists), and posts its path to ``/update_weights``; each worker loads it into its model with
 vLLM's ``load_weights`` inside a layerwise reload, exactly as the IPC backend does with its tensors.
 
 Both halves are here: :class:`FileWeightTransferEngine` runs in vLLM's worker,
@@ -18,6 +18,7 @@ imports it cheaply.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -122,27 +123,34 @@ class FileTrainerWeightTransferEngine(TrainerWeightTransferEngine[FileTrainerIni
         return engine
 
     def send_weights(self) -> None:
-        if self.is_sender:
-            self.client.start_weight_update()
-        chunk: dict[str, torch.Tensor] = {}
-        size = 0
-        for name, tensor in self.source:
-            if not self.is_sender:
-                continue
-            chunk[name] = tensor.detach().to("cpu").contiguous().clone()
-            size += chunk[name].numel() * chunk[name].element_size()
-            if size >= self.chunk_bytes:
-                self._post(chunk)
-                chunk, size = {}, 0
-        if self.is_sender:
-            if chunk:
-                self._post(chunk)
-            self.client.finish_weight_update()
+        """One sync: the chunks go into a folder of their own that only this user can open (mode
+        0700, removed afterwards): no other local user reads the policy's weights."""
+        folder = Path(tempfile.mkdtemp(prefix="lit_rlvr_weights_", dir=self.directory)) if self.is_sender else None
+        try:
+            if self.is_sender:
+                self.client.start_weight_update()
+            chunk: dict[str, torch.Tensor] = {}
+            size = 0
+            for name, tensor in self.source:
+                if not self.is_sender:
+                    continue
+                chunk[name] = tensor.detach().to("cpu").contiguous().clone()
+                size += chunk[name].numel() * chunk[name].element_size()
+                if size >= self.chunk_bytes:
+                    self._post(folder, chunk)
+                    chunk, size = {}, 0
+            if self.is_sender:
+                if chunk:
+                    self._post(folder, chunk)
+                self.client.finish_weight_update()
+        finally:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
-    def _post(self, chunk: dict[str, torch.Tensor]) -> None:
+    def _post(self, folder: Path, chunk: dict[str, torch.Tensor]) -> None:
         from safetensors.torch import save_file
 
-        path = Path(self.directory) / f"lit_rlvr_weights_{os.getpid()}_{uuid.uuid4().hex}.safetensors"
+        path = folder / f"lit_rlvr_weights_{os.getpid()}_{uuid.uuid4().hex}.safetensors"
         try:
             save_file(chunk, str(path))
             self.client.update_weights({"path": str(path), "names": sorted(chunk)})

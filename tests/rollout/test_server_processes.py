@@ -1,0 +1,67 @@
+"""The processes of a started server, watched from the trainer (:class:`ServerProcesses`), on a
+stand-in tree under the real guard: guard → "API server" → "engine core" (no vLLM)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lit_rlvr.rollout import server as server_module
+from lit_rlvr.rollout.server import ServerProcesses
+
+GUARD = Path(server_module.__file__).with_name("server_guard.py")
+# the "API server": starts an "engine core" it never waits for (a killed one stays a zombie, as in vLLM until it reaps it)
+API = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+
+
+def _until(condition, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not (out := condition()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return out
+
+
+@pytest.fixture
+def tree():
+    guard = subprocess.Popen([sys.executable, str(GUARD), "--", sys.executable, "-c", API], start_new_session=True)
+    processes = ServerProcesses(guard)
+    api = _until(lambda: server_module._children(guard.pid))
+    engine = _until(lambda: server_module._children(api[0]))
+    processes.record()
+    yield processes, api[0], engine[0]
+    os.killpg(guard.pid, signal.SIGKILL)
+    guard.wait()
+
+
+@pytest.mark.timeout(60)
+def test_a_killed_engine_core_is_seen_while_the_api_server_still_runs(tree):
+    processes, api, engine = tree
+    assert [pid for pid, _, _ in processes.watched] == [api, engine] and processes.fault() is None
+    os.kill(engine, signal.SIGKILL)
+    fault = _until(processes.fault)
+    assert fault.startswith(f"is broken: python (pid {engine}) is gone (killed") and processes.guard.poll() is None
+
+
+@pytest.mark.timeout(60)
+def test_a_stopped_process_is_reported_once_it_has_been_stopped_for_the_grace_time(tree):
+    processes, api, engine = tree
+    os.kill(engine, signal.SIGSTOP)
+    assert _until(lambda: processes.fault(stopped_for=60.0) is None and (server_module._stat(engine) or "?")[0] == "T")
+    time.sleep(0.6)
+    assert processes.fault(stopped_for=0.5).startswith(f"is stopped: python (pid {engine}) has been stopped (SIGSTOP")
+    os.kill(engine, signal.SIGCONT)
+    assert _until(lambda: processes.fault(stopped_for=0.0) is None)
+
+
+@pytest.mark.timeout(60)
+def test_a_killed_api_server_ends_the_guard_with_its_exit_code(tree):
+    processes, api, engine = tree
+    os.kill(api, signal.SIGKILL)
+    assert _until(lambda: processes.guard.poll() is not None)
+    assert processes.fault() == "exited with code 137 (killed by signal 9, SIGKILL)"
