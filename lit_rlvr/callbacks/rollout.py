@@ -76,9 +76,10 @@ class RolloutCallback(Callback):
         drift_every_n_steps: compute drift every n steps (one no-grad forward over the
             rollouts, in the module's micro-batches; ~15% of a small model's step, hence
             sampled); 0 = never.
-        generate_timeout_s / sync_timeout_s: fail instead of hanging (None = no limit; with
-            several processes the ranks then wait for each other up to torch's default
-            process-group timeout, 30 min).
+        generate_timeout_s / sync_timeout_s: fail instead of hanging (None: no limit of the
+            callback's own; ``vllm_server`` then sizes each request's timeout from its work and
+            watches the server's processes; with several processes the ranks wait for each
+            other up to torch's default process-group timeout, 30 min).
         max_staleness: None = the synchronous loop; k ≥ 0 = asynchronous rollouts, generated up to
             k weight versions (training batches) ahead of training (needs an engine that
             generates apart, ``vllm_server``, and ``sync_every_n_steps: 1``; 0 = the synchronous
