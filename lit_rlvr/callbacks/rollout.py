@@ -45,7 +45,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
 from lit_rlvr.callbacks.rollout_producer import AsyncRollouts
-from lit_rlvr.contracts import RolloutHost, TrainBatch, ValBatch, require
+from lit_rlvr.contracts import PromptData, RolloutHost, TrainBatch, ValBatch, require
 from lit_rlvr.policy import gathered_parameters
 from lit_rlvr.ranks import RankGroup
 from lit_rlvr.rollout.engine import RolloutEngine, build_engine, context_length, fingerprint_error, policy_drift, probe_sequence
@@ -158,10 +158,13 @@ class RolloutCallback(Callback):
         from: prompt tokens + ``max_new_tokens`` beyond the engine's context
         (:func:`~lit_rlvr.rollout.engine.context_length`), which vLLM refuses mid-run and a model
         past its positions samples from without a word."""
-        fit = getattr(getattr(trainer, "datamodule", None), "fit_context", None)
-        found = context_length(self.engine, getattr(pl_module, "policy", None))
-        if fit is not None and found is not None:
-            fit(found[0], self.train_sampling.max_new_tokens, self.val_sampling.max_new_tokens, found[1])
+        datamodule = trainer.datamodule  # None: plain dataloaders, nothing to fit
+        if datamodule is None:
+            return
+        require(datamodule, PromptData, "RolloutCallback", "DataModule")
+        found = context_length(self.engine, pl_module.policy)
+        if found is not None:
+            datamodule.fit_context(found[0], self.train_sampling.max_new_tokens, self.val_sampling.max_new_tokens, found[1])
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:

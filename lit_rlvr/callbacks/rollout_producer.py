@@ -284,8 +284,8 @@ class AsyncRollouts:
 
     def _start(self, trainer: Trainer) -> RolloutProducer:
         """A producer on the trainer's DataModule and loop, generating from batch ``self.number`` on."""
-        datamodule = getattr(trainer, "datamodule", None)
-        require(datamodule, PromptSource, "RolloutCallback(max_staleness=...)")
+        datamodule = trainer.datamodule
+        require(datamodule, PromptSource, "RolloutCallback(max_staleness=...)", "DataModule")
         per_epoch = trainer.num_training_batches
         if not isinstance(per_epoch, int):
             raise ValueError("asynchronous rollouts need a train loader of known length (got num_training_batches=inf)")

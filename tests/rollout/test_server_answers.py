@@ -143,7 +143,7 @@ def test_the_builder_checks_token_ids_against_the_policys_output_size():
 def test_the_fingerprint_probe_answer_is_checked(rows, match):
     with FakeVLLM({"/v1/completions": lambda body: (200, {"choices": [{"prompt_logprobs": rows}]})}) as server, server.engine() as engine:
         with pytest.raises(ServerError, match=rf"/v1/completions on {server.url} answered what vLLM does not: {match}"):
-            engine.score([3], [7])
+            engine.probe_logprobs([3], [7])
 
 
 def test_a_garbage_model_list_names_the_server_at_start_up():
