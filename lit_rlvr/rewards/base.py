@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import ctypes
 import inspect
+import math
 import numbers
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +139,10 @@ class Reward:
             0 with status ``error``. [0, 1] for lit_rlvr's rewards; a TRL or verl function
             imported as it is (:class:`~lit_rlvr.rewards.conventions.RewardFunc`) may return any
             finite number (a format bonus of 0.5, verl DAPO's -1/+1).
+        values: every value ``score`` returns, when they are few and known (``(0.0, 1.0)`` for
+            ``math`` and ``sql``); None: any in ``value_range``. What start-up checks read: an
+            advantage that needs binary rewards (``passk``), a correctness reward that can
+            exceed 0.5.
     """
 
     name: str
@@ -146,6 +151,7 @@ class Reward:
     check_gold: Callable[..., None] | None = None
     takes_timeout: bool = False
     value_range: tuple[float, float] = (0.0, 1.0)
+    values: tuple[float, ...] | None = None
 
     def __call__(self, completion: str, answer: Any, **row) -> float:
         return as_result(self.score(completion, answer, **row)).reward
@@ -197,6 +203,19 @@ def as_result(out: Any) -> ScoreResult:
     return out if isinstance(out, ScoreResult) else ScoreResult(float(out), STATUS_OK)
 
 
+def in_range(result: ScoreResult, value_range: tuple[float, float]) -> ScoreResult:
+    """``result``, or an ``error`` when its reward is not finite or outside ``value_range``.
+
+    Example:
+        >>> in_range(ScoreResult(1.0), (0.0, 1.0)), in_range(ScoreResult(2.0), (0.0, 1.0)).reason
+        (ScoreResult(reward=1.0, status='ok'), 'reward 2.0 outside [0, 1]')
+    """
+    lo, hi = value_range
+    if math.isfinite(result.reward) and lo <= result.reward <= hi:  # also catches NaN
+        return result
+    return ScoreResult(0.0, STATUS_ERROR, f"reward {result.reward!r} outside [{lo:g}, {hi:g}]")
+
+
 class RewardRegistry(Registry):
     """:class:`~lit_rlvr.registry.Registry` of :class:`Reward` records; ``timeout_s`` is injected.
 
@@ -211,12 +230,13 @@ class RewardRegistry(Registry):
         super().__init__(kind, injected=injected)
 
     def register(self, name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None,
-                 check: Callable[..., None] | None = None):  # fmt: skip
+                 check: Callable[..., None] | None = None, values: Iterable[float] | None = None):  # fmt: skip
         def decorator(fn: Callable) -> Callable:
             if not callable(fn):
                 raise TypeError(f"reward {name!r} must be callable; got {type(fn).__name__}")
             takes_timeout = "timeout_s" in inspect.signature(fn).parameters
-            record = Reward(name, fn, answer_key or stripped_completion, check_gold, takes_timeout)
+            declared = None if values is None else tuple(sorted(float(v) for v in values))
+            record = Reward(name, fn, answer_key or stripped_completion, check_gold, takes_timeout, values=declared)
             super(RewardRegistry, self).register(name, check=check, signature=fn)(record)
             return fn
 
@@ -233,7 +253,7 @@ REWARDS = RewardRegistry()
 
 
 def register_reward(name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None,
-                    check: Callable[..., None] | None = None):  # fmt: skip
+                    check: Callable[..., None] | None = None, values: Iterable[float] | None = None):  # fmt: skip
     """Register ``fn(completion, answer, **row) -> ScoreResult | float`` as reward ``name``.
 
     Args:
@@ -242,6 +262,8 @@ def register_reward(name: str, *, answer_key: Callable | None = None, check_gold
         check_gold: gold parser run once per row at start-up; raises :class:`GoldAnswerError`.
         check: ``check(**options)`` raising ``ValueError`` for option values the reward refuses
             (called at start-up with the configured options over the defaults).
+        values: every value the reward returns, when few and known (``(0, 1)`` for a pass/fail
+            check): lets start-up refuse settings that cannot work with them (:attr:`Reward.values`).
 
     Example:
         >>> @register_reward("_doc_exact")
@@ -251,7 +273,7 @@ def register_reward(name: str, *, answer_key: Callable | None = None, check_gold
         (1.0, '42', ['strip'])
         >>> _ = REWARDS.pop("_doc_exact")
     """
-    return REWARDS.register(name, answer_key=answer_key, check_gold=check_gold, check=check)
+    return REWARDS.register(name, answer_key=answer_key, check_gold=check_gold, check=check, values=values)
 
 
 class RewardTimeout(BaseException):
