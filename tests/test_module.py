@@ -299,6 +299,16 @@ def test_more_start_up_errors_name_key_value_and_choices():
         AGGREGATIONS.pop("test_bare_agg")
 
 
+def test_an_advantage_that_needs_binary_rewards_refuses_rewards_known_not_to_be_at_start_up(tiny_model_dir):
+    """passk used to refuse math + sql (rewards 0, 1 or 2) only after the first generation."""
+    two = ScoringOptions(reward_funcs=["math", "sql"], correctness="math", workers=0)
+    with pytest.raises(ValueError, match=r"model.loss.advantage='passk' needs binary rewards in \{0, 1\}, but the configured "
+                                         r"rewards \(math×1, sql×1\) give \[0.0, 1.0, 2.0\]"):  # fmt: skip
+        RLVRModule(PolicyOptions("/not/loaded/before/the/check"), loss=LossOptions(advantage="passk", advantage_options={"k": 2}), scoring=two)
+    with pytest.raises(ValueError, match="model.loss.advantage='nsr' needs binary rewards"):
+        RLVRModule(PolicyOptions("/not/loaded/before/the/check"), loss=LossOptions(advantage="nsr"), scoring=two)
+
+
 @pytest.mark.timeout(180)
 def test_answer_keys_computed_in_reward_workers_equal_in_process(tiny_model_dir, tmp_path):
     from lit_rlvr.callbacks import RolloutCallback
