@@ -37,6 +37,16 @@ class BadRowError(ValueError):
     """A record that cannot become a prompt row (missing field, unreadable database, ...)."""
 
 
+class ReservedColumnError(ValueError):
+    """A dataset column that the row's own key of that name would hide: a problem of the whole
+    dataset, reported once by :func:`load_rows` with the setting that fixes it, not row by row."""
+
+    def __init__(self, columns: list[str]):
+        self.columns = columns
+        super().__init__(f"column(s) {columns} would be hidden by the row's own key(s) of that name (`answer`: the gold; "
+                         "`reward`: the registered reward that scores the row; `id`: the row's key); rename them in the data")  # fmt: skip
+
+
 def normalize_answer(value) -> str:
     """Gold answer as a string; integer-valued numbers lose padding and trailing ``.0``.
 
@@ -268,12 +278,23 @@ def _prompt(record: dict, key: str) -> str | list[dict]:
 
 
 def _columns(record: dict, prompt_key: str, id_field: str | None, reserved: tuple[str, ...]) -> dict:
-    """Every column but the prompt, refusing one the row's own keys would hide."""
-    hidden = [k for k in reserved if k in record and not (k == "id" and id_field == "id")]
+    """Every column but the prompt; raises :class:`ReservedColumnError` for one the row's own keys
+    would hide (an ``id`` column keys the row unless ``id_field`` names another: :func:`_key_field`)."""
+    hidden = [k for k in reserved if k in record and not (k == "id" and _key_field(record, id_field) == "id")]
     if hidden:
-        raise BadRowError(f"column(s) {hidden} would be hidden by the row's own keys of that name; rename them "
-                          "(or key rows by the dataset's `id` with id_field: id)")  # fmt: skip
+        raise ReservedColumnError(hidden)
     return {k: v for k, v in record.items() if k != prompt_key}
+
+
+def _key_field(record: dict, id_field: str | None) -> str | None:
+    """The column that keys a row of a dataset whose columns are all kept: ``id_field``, else the
+    dataset's own ``id`` column when it has one (Hub datasets often do), else None (its position).
+
+    Example:
+        >>> _key_field({"id": "a7", "prompt": "p"}, None), _key_field({"prompt": "p"}, None), _key_field({"uid": 3}, "uid")
+        ('id', None, 'uid')
+    """
+    return id_field if id_field is not None else "id" if "id" in record else None
 
 
 @ADAPTERS.register("trl")
@@ -293,7 +314,11 @@ def trl(
 
     A TRL dataset names no reward and no gold of lit_rlvr's; ``answer_field`` makes one column the
     row's ``answer`` too (for a registered reward such as ``math``, the gold check and maj@k), and
-    ``reward`` names the registered reward of rows scored without ``reward_funcs``.
+    ``reward`` names the registered reward of rows scored without ``reward_funcs``. Rows are keyed
+    by ``id_field``, else by the dataset's own ``id`` column when it has one (the reward functions
+    then get ``id`` as the row's key, ``<name>/<id>``), else by position. A ``reward`` column (or an
+    ``answer`` column beside another ``answer_field``) would be hidden by the row's own key: the
+    dataset is refused once, saying so.
 
     Example:
         >>> trl({"prompt": [{"role": "user", "content": "2+2?"}], "solution": "4"}, index=0, name="t", source=Path("t"))
@@ -303,7 +328,7 @@ def trl(
     """
     prompt = _prompt(record, "prompt")
     row = _columns(record, "prompt", id_field, ("id", "reward") + (("answer",) if answer_field not in (None, "answer") else ()))
-    row.update(id=_row_id(record, index, name, id_field), prompt=prompt)
+    row.update(id=_row_id(record, index, name, _key_field(record, id_field)), prompt=prompt)
     if answer_field is not None:
         answer = _field(record, answer_field)
         row["answer"] = answer.strip() if isinstance(answer, str) else normalize_answer(answer)
@@ -329,7 +354,8 @@ def verl(
 
     The gold is ``reward_model.ground_truth`` (``answer``; numbers as :func:`normalize_answer`
     writes them); every column is kept, so a verl ``compute_score`` in ``model.scoring.reward_funcs``
-    gets ``data_source`` and ``extra_info`` as verl gives them. ``reward`` is the registered reward
+    gets ``data_source`` and ``extra_info`` as verl gives them (rows are keyed as :func:`trl`'s are).
+    ``reward`` is the registered reward
     of rows scored without ``reward_funcs`` (``math``: math-verify on the ground truth, where verl's
     ``default_compute_score`` picks a scorer by ``data_source``); ``prompt_key`` is verl's
     ``data.prompt_key``.
@@ -349,7 +375,7 @@ def verl(
     if isinstance(gold, str) and not gold.strip():
         raise BadRowError("reward_model.ground_truth is empty")
     row = _columns(record, prompt_key, id_field, ("id", "answer", "reward"))
-    row.update(id=_row_id(record, index, name, id_field), prompt=prompt)
+    row.update(id=_row_id(record, index, name, _key_field(record, id_field)), prompt=prompt)
     row["answer"] = gold.strip() if isinstance(gold, str) else normalize_answer(gold) if isinstance(gold, (int, float)) else gold
     if reward is not None:
         row["reward"] = reward
@@ -391,6 +417,16 @@ class LoadedRows:
         return len(self.bad) / self.total if self.total else 0.0
 
 
+def _reserved_hint(columns: list[str], options_key: str) -> str:
+    """The setting that resolves a hidden column, with its full key, where one does."""
+    hints = []
+    if "answer" in columns:
+        hints.append(f"set {options_key}.answer_field: answer to make that column the gold")
+    if "id" in columns:
+        hints.append(f"set {options_key}.id_field: id to key the rows by that column")
+    return f"; or {'; or '.join(hints)}" if hints else ""
+
+
 def load_rows(
     source: str | Path | Iterable[str | Path] | HFSource, adapter: str, name: str | None = None, *, options_key: str = "options", **options
 ) -> LoadedRows:
@@ -412,6 +448,10 @@ def load_rows(
         cache), or a reward name that is not registered in :data:`lit_rlvr.rewards.REWARDS`, makes
         a bad row (found here, before any training step). The same records give the same rows
         whichever source holds them.
+
+    Raises:
+        ValueError: a column the rows' own keys would hide (:class:`ReservedColumnError`), once,
+            with the file and line where it was met and the setting that resolves it, if any.
 
     Example:
         >>> import tempfile, os
@@ -440,8 +480,11 @@ def load_rows(
             except BadRowError as e:
                 out.bad.append(BadRow(label, line, str(e)))
                 continue
+            except ReservedColumnError as e:
+                raise ValueError(f"{label}:{line}: {e}{_reserved_hint(e.columns, options_key)}") from None
             if row["id"] in seen:
-                out.bad.append(BadRow(label, line, f"duplicate id {row['id']!r}"))
+                out.bad.append(BadRow(label, line, f"duplicate id {row['id']!r} (row ids key the reference cache and the "
+                                                   f"pass counts: {options_key}.id_field names a column with unique values)"))  # fmt: skip
                 continue
             if row.get("reward") is not None and row["reward"] not in REWARDS:  # None: scored by model.scoring.reward_funcs
                 out.bad.append(BadRow(label, line, f"unknown reward {row['reward']!r}; valid names: {sorted(REWARDS)}"))
