@@ -12,7 +12,8 @@ Adapters are registered in :data:`ADAPTERS` and chosen by name from config; each
 
 where ``index`` is the record's 0-based position among all records of the dataset and ``source``
 the file it came from. A record that cannot become a row raises :class:`BadRowError`; the loader
-reports it with file and line and carries on.
+reports it with file and line and carries on. An adapter whose text prompts go to the tokenizer as
+they are (TRL's standard format) registers with ``raw_text=True`` (:class:`LoadedRows`).
 """
 
 from __future__ import annotations
@@ -297,7 +298,7 @@ def _key_field(record: dict, id_field: str | None) -> str | None:
     return id_field if id_field is not None else "id" if "id" in record else None
 
 
-@ADAPTERS.register("trl")
+@ADAPTERS.register("trl", raw_text=True)  # TRL sends its text prompts as they are
 def trl(
     record: dict,
     *,
@@ -391,12 +392,16 @@ class LoadedRows:
         bad: one :class:`BadRow` per record that could not become a row.
         total: number of records read (good + bad).
         positions: per row, ``(file or source label, line)`` it came from (for later reports).
+        raw_text: the adapter's text prompts go to the tokenizer as they are, as TRL sends its
+            standard prompts (:func:`~lit_rlvr.data.prompts.encode_prompt`; the ``trl`` adapter's
+            trait).
     """
 
     rows: list[dict] = field(default_factory=list)
     bad: list[BadRow] = field(default_factory=list)
     total: int = 0
     positions: list[tuple[str, int]] = field(default_factory=list)
+    raw_text: bool = False
 
     def drop(self, problems: list[str | None]) -> None:
         """Move rows with a problem (``problems[i]`` not None) to :attr:`bad`, with their file:line.
@@ -468,7 +473,7 @@ def load_rows(
     else:
         paths = [Path(source)] if isinstance(source, (str, Path)) else [Path(f) for f in source]
         sources = [(str(path), path, read_records(path)) for path in paths]
-    out, seen, index = LoadedRows(), set(), 0
+    out, seen, index = LoadedRows(raw_text=ADAPTERS.trait(adapter, "raw_text", default=False)), set(), 0
     for label, path, records in sources:
         for line, record in records:
             index, out.total = index + 1, out.total + 1

@@ -112,6 +112,34 @@ def test_prompts_encode_to_the_native_formats_tokens(files, kind, model, request
         assert encode_prompt(row, tokenizer, fmt) == encode_prompt(ref, tokenizer, NATIVE_FORMAT)
 
 
+@pytest.mark.parametrize("kind", ["trl", "trl chat"])
+def test_trl_datasets_are_templated_as_trl_templates_them(chat_model_dir, files, kind):
+    """TRL sends a standard (text) prompt to the tokenizer as it is (`processing_class(text=prompts)`)
+    and templates conversational ones only; the DataModule used to template both with a chat model."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(chat_model_dir))
+    spec = DatasetSpec(str(files[kind]), adapter="trl", name="gsm8k", options=ADAPTER["trl"][1])
+    dm = PromptDataModule(str(chat_model_dir), train=spec, batch_size=3, gold_check=None)
+    dm.setup("fit")
+    prompts = [r["prompt"] for r in trl_records(conversational=kind == "trl chat")]
+    if kind == "trl":  # GRPOTrainer._tokenize_prompts for standard prompts
+        expected = tokenizer(text=prompts)["input_ids"]
+    else:  # ... and for conversational ones
+        expected = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    assert dm.train_prompt_ids == [list(ids) for ids in expected]
+    templated = PromptDataModule(str(chat_model_dir), train=spec, batch_size=3, gold_check=None, prompt=PromptFormat(use_chat_template=True))
+    templated.setup("fit")  # a choice of the user's still templates them
+    assert templated.train_prompt_ids[0] == encode_prompt({"prompt": prompts[0]}, tokenizer, PromptFormat(use_chat_template=True))
+
+
+def test_a_system_prompt_for_trls_text_prompts_says_how_to_add_it(chat_model_dir, files):
+    spec = DatasetSpec(str(files["trl"]), adapter="trl", name="gsm8k", options=ADAPTER["trl"][1])
+    dm = PromptDataModule(str(chat_model_dir), train=spec, batch_size=3, gold_check=None, prompt=PromptFormat(system_prompt="Be brief."))
+    with pytest.raises(ValueError, match="data.prompt.system_prompt with a text prompt of TRL-format data.*use_chat_template to true"):
+        dm.setup("fit")
+
+
 def test_real_gsm8k_through_verls_preprocessing_gives_the_native_answers(shared_data, tmp_path):
     path = shared_data / "gsm8k" / "test.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()[:300]]
