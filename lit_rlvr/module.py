@@ -525,8 +525,9 @@ class RLVRModule(LightningModule):
         real = [p for p, pad in enumerate(batch.padding) if not pad]
         prompts = [batch.rows[p] for p in real]
         texts = [rollouts.texts[p * n : (p + 1) * n] for p in real]  # (P, n)
+        completion_ids = [c for p in real for c in rollouts.completion_ids[p * n : (p + 1) * n]]  # (P·n,) for TRL's rewards
         scores = self.score([t for group in texts for t in group], [row for row in prompts for _ in range(n)],
-                            prefix=f"val/{name}", with_answers=True)  # fmt: skip
+                            prefix=f"val/{name}", with_answers=True, completion_ids=completion_ids)  # fmt: skip
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (P·n,)
         correct = (torch.tensor([s.correct for s in scores], dtype=torch.float32) > 0.5).view(-1, n)  # (P, n) by the correctness reward
         ids = [row["id"] for row in prompts]

@@ -244,6 +244,24 @@ def test_validation_writes_pass_counts_and_measures_retention_against_them(tiny_
         RLVRModule(PolicyOptions(str(tiny_model_dir)), scoring=ScoringOptions(workers=0), evaluation=EvalOptions(retention_reference=str(tmp_path / "missing.json")))
 
 
+@pytest.mark.timeout(120)
+def test_validation_gives_trl_rewards_their_completion_ids(tiny_model_dir, toy_prompts):
+    """TRL's (completion_ids, **kwargs) rewards failed on every validation item (completion_ids None)."""
+    from trl.rewards import get_soft_overlong_punishment
+
+    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import ValSet
+
+    dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=toy_prompts(2), name="toy_val", n_samples=2)])
+    scoring = ScoringOptions(workers=0, reward_funcs=[get_soft_overlong_punishment(max_completion_len=6, soft_punish_cache=2)])
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=2, max_new_tokens=6, seed=0), scoring=scoring)
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      callbacks=[RolloutCallback(engine="hf")])  # fmt: skip
+    metrics = trainer.validate(module, datamodule=dm)[0]
+    assert metrics["val/toy_val/reward_status/ok"] == 1.0 and metrics["val/toy_val/reward_status/error"] == 0.0
+
+
 # ----------------------------------------------------------------------------- issue 11: numerics and start-up checks
 
 
