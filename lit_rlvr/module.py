@@ -186,7 +186,7 @@ class RLVRModule(LightningModule):
         self.lr_scheduler_factory = lr_scheduler
         self.generator = torch.Generator().manual_seed(seed)
         self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
-        self.reward_report = RewardReport(self.reward_mix.names if self.reward_mix.terms else [])
+        self.reward_report = RewardReport(self.reward_mix.names if self.reward_mix.terms else [], scoring.max_failed_steps)
         self.scorer = None
         self.val_panels = ValidationPanels(evaluation.pass_k)  # one ValidationPanel per validation set
         self.reference_pass_counts = _read_json(evaluation.retention_reference, "model.evaluation.retention_reference")

@@ -401,6 +401,9 @@ class ScoringOptions:
             other (lists of one would silently make each completion its own batch). They run in
             the training process under the per-item deadline times the batch's completions (no
             worker to kill), and a failure scores the whole batch 0 (status ``error``).
+        max_failed_steps: training batches in a row on which a reward may raise on every item (on
+            every rank) before the run stops with an error naming it and showing its traceback
+            (null: never stop). Timeouts do not count; every failure is logged, naming the reward.
     """
 
     workers: int = 2
@@ -410,10 +413,12 @@ class ScoringOptions:
     reward_weights: list[float] | None = None
     correctness: str | None = None
     whole_batch: list[str] | None = None
+    max_failed_steps: int | None = 3
 
     def __post_init__(self):
         _positive("scoring.workers", self.workers, integer=True, strict=False)
         _positive("scoring.timeout_s", self.timeout_s)
+        _positive("scoring.max_failed_steps", self.max_failed_steps, integer=True, allow_none=True)
         self.mix()  # every name, path, weight and option checked now
 
     def __getstate__(self) -> dict[str, Any]:

@@ -26,9 +26,10 @@ import numbers
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lit_rlvr.registry import Registry
@@ -54,6 +55,8 @@ class ScoreResult:
         reason: why, for ``rejected``, ``error`` and ``timeout`` (empty for ``ok``).
         answer: the reward's canonical final answer (``answer_key``), when the scorer was asked
             for it (validation), else None.
+        traceback: for an ``error`` that the reward raised, its traceback (the last lines), for
+            the log; not compared.
 
     Example:
         >>> ScoreResult(0.0, "no_answer")
@@ -70,6 +73,7 @@ class ScoreResult:
     status: str = STATUS_OK
     reason: str = ""
     answer: str | None = None
+    traceback: str = field(default="", compare=False)
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -78,6 +82,25 @@ class ScoreResult:
     def __repr__(self) -> str:
         extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("reason", "answer") if getattr(self, k))
         return f"ScoreResult(reward={self.reward!r}, status={self.status!r}{extra})"
+
+
+MAX_TRACEBACK_CHARS = 4000
+
+
+def error_result(err: BaseException, reason: str | None = None) -> ScoreResult:
+    """An ``error`` result for an exception the reward raised: the reason (``Type: message``, 200
+    characters of the message) and the traceback's last :data:`MAX_TRACEBACK_CHARS` characters.
+
+    Example:
+        >>> try:
+        ...     1 / 0
+        ... except ZeroDivisionError as e:
+        ...     r = error_result(e)
+        >>> r, r.traceback.splitlines()[-1]
+        (ScoreResult(reward=0.0, status='error', reason='ZeroDivisionError: division by zero'), 'ZeroDivisionError: division by zero')
+    """
+    text = "".join(traceback.format_exception(err))[-MAX_TRACEBACK_CHARS:]
+    return ScoreResult(0.0, STATUS_ERROR, reason or f"{type(err).__name__}: {str(err)[:200]}", traceback=text)
 
 
 class GoldAnswerError(ValueError):

@@ -82,6 +82,7 @@ from lit_rlvr.rewards.base import (
     ScoreResult,
     as_result,
     deadline,
+    error_result,
 )
 
 UNBOUNDED = (-math.inf, math.inf)  # value range of imported functions: any finite number
@@ -518,7 +519,7 @@ class RewardFunc:
         except RewardTimeout as e:
             return [ScoreResult(0.0, STATUS_TIMEOUT, str(e))] * len(completions)
         except Exception as e:
-            return [ScoreResult(0.0, STATUS_ERROR, f"{type(e).__name__}: {str(e)[:200]}")] * len(completions)
+            return [error_result(e)] * len(completions)
         return [as_value(v) for v in values]
 
     def check_call(self, row: dict) -> None:

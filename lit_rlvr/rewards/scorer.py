@@ -71,6 +71,7 @@ from lit_rlvr.rewards.base import (
     ScoreResult,
     as_result,
     deadline,
+    error_result,
     in_range,
     stripped_completion,
 )
@@ -166,7 +167,7 @@ def score_one(
     except GoldAnswerError:
         raise
     except Exception as e:
-        return ScoreResult(0.0, STATUS_ERROR, f"{type(e).__name__}: {str(e)[:200]}")
+        return error_result(e)
     checked = in_range(result, record.value_range)
     if checked is not result:  # out of range: an error, no answer
         return checked
@@ -264,9 +265,9 @@ def _worker_main(fd: int) -> None:
         for index, completion, row, task in items:
             try:
                 r = run_task(table, task, completion, row, timeout_s, options)
-                frames.send(sock, (index, r.reward, r.status, r.reason, r.answer, False))
+                frames.send(sock, (index, r.reward, r.status, r.reason, r.answer, r.traceback, False))
             except GoldAnswerError as e:
-                frames.send(sock, (index, 0.0, STATUS_ERROR, f"malformed gold: {e}", None, True))
+                frames.send(sock, (index, 0.0, STATUS_ERROR, f"malformed gold: {e}", None, "", True))
 
 
 class _Batch:
@@ -317,25 +318,30 @@ class _Worker:
 
 
 LOUD_ERROR_SHARE = 0.25
-"""From this share of a batch's items with status ``error``, :meth:`ScoreSummary.loud` is True."""
+"""From this share of a batch's items failed (status ``error`` or ``timeout``), :meth:`ScoreSummary.loud` is True."""
 
 
 @dataclass(frozen=True)
 class ScoreSummary:
-    """What one batch of scores came to: items per status and the first error's reason, verbatim.
+    """What one batch of scores came to: items per status, and the first failure's reason verbatim.
 
     Attributes:
         counts: items per status (every status of :data:`~lit_rlvr.rewards.base.STATUSES`).
-        first_reason: the reason of the first ``error`` item (else of the first ``timeout``), or None.
+        first_reason: the reason of the first ``error`` item (else of the first ``timeout``), or
+            None when nothing failed.
+        first_traceback: the traceback of the first ``error`` the reward raised, or None.
 
     Example:
         >>> s = summarize([ScoreResult(1.0), ScoreResult(0.0, "error", "KeyError: 'x'"), ScoreResult(0.0, "no_answer")])
-        >>> s.errors, s.loud, str(s)
-        (1, True, "3 scored: ok 1, no_answer 1, error 1; first error: KeyError: 'x'")
+        >>> s.errors, s.failures, s.loud, str(s)
+        (1, 1, True, "3 scored: ok 1, no_answer 1, error 1; first error: KeyError: 'x'")
+        >>> str(summarize([ScoreResult(0.0, "timeout"), ScoreResult(1.0)]))
+        '2 scored: ok 1, timeout 1; first timeout: no reason given'
     """
 
     counts: dict[str, int]
     first_reason: str | None = None
+    first_traceback: str | None = None
 
     @property
     def total(self) -> int:
@@ -347,23 +353,29 @@ class ScoreSummary:
         return self.counts.get(STATUS_ERROR, 0)
 
     @property
+    def failures(self) -> int:
+        """Items whose reward failed or ran out of time (status ``error`` or ``timeout``)."""
+        return self.errors + self.counts.get(STATUS_TIMEOUT, 0)
+
+    @property
     def loud(self) -> bool:
-        """Whether at least :data:`LOUD_ERROR_SHARE` of the items errored."""
-        return self.total > 0 and self.errors >= LOUD_ERROR_SHARE * self.total
+        """Whether at least :data:`LOUD_ERROR_SHARE` of the items failed."""
+        return self.total > 0 and self.failures >= LOUD_ERROR_SHARE * self.total
 
     def __str__(self) -> str:
         counts = ", ".join(f"{status} {n}" for status, n in self.counts.items() if n)
         first = "error" if self.errors else STATUS_TIMEOUT
-        return f"{self.total} scored: {counts}" + (f"; first {first}: {self.first_reason}" if self.first_reason else "")
+        return f"{self.total} scored: {counts}" + (f"; first {first}: {self.first_reason}" if self.first_reason is not None else "")
 
 
 def summarize(results: Sequence[ScoreResult]) -> ScoreSummary:
-    """Count ``results`` by status and keep the first error's reason (:class:`ScoreSummary`)."""
+    """Count ``results`` by status and keep the first failure's reason and traceback (:class:`ScoreSummary`)."""
     counts = {status: 0 for status in STATUSES}
     for r in results:
         counts[r.status] += 1
-    reasons = [r.reason for status in (STATUS_ERROR, STATUS_TIMEOUT) for r in results if r.status == status and r.reason]
-    return ScoreSummary(counts, reasons[0] if reasons else None)
+    failed = [r for status in (STATUS_ERROR, STATUS_TIMEOUT) for r in results if r.status == status]
+    tracebacks = [r.traceback for r in failed if r.traceback]
+    return ScoreSummary(counts, (failed[0].reason or "no reason given") if failed else None, tracebacks[0] if tracebacks else None)
 
 
 class BatchScorer:
@@ -625,10 +637,10 @@ class BatchScorer:
             if message == ("loaded",):  # it imported new reward modules: its current item starts now
                 worker.clock, worker.loading_at = time.monotonic(), None
                 continue
-            index, reward, status, reason, answer, is_gold_error = message
+            index, reward, status, reason, answer, traceback, is_gold_error = message
             worker.pending.popleft()
             worker.clock = time.monotonic()  # the next item started about now
-            batch.results[index] = ScoreResult(reward, status, reason, answer)
+            batch.results[index] = ScoreResult(reward, status, reason, answer, traceback)
             if is_gold_error:
                 batch.gold_errors.append(reason.removeprefix("malformed gold: "))
             batch.remaining -= 1
