@@ -176,6 +176,7 @@ class RLVRModule(LightningModule):
         self.rollout_correction = rollout_correction
         self.dynamic_sampling = dynamic_sampling
         self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
+        self.reward_mix = scoring.mix()  # the rewards, their weights and the correctness term (before the advantage's check)
         self.set_advantage(loss.advantage, loss.advantage_options, loss)
         self.configured_loss = self.loss  # self.loss may be switched by an AdvantageSchedule
         self.micro_batching = batching.micro_batching
@@ -185,16 +186,19 @@ class RLVRModule(LightningModule):
         self.lr_scheduler_factory = lr_scheduler
         self.generator = torch.Generator().manual_seed(seed)
         self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
-        self.reward_mix = scoring.mix()  # the rewards, their weights and the correctness term
-        self.reward_report = RewardReport(self.reward_mix.names if self.reward_mix.terms else [])
+        self.reward_report = RewardReport(self.reward_mix.names if self.reward_mix.terms else [], scoring.max_failed_steps)
         self.scorer = None
         self.val_panels = ValidationPanels(evaluation.pass_k)  # one ValidationPanel per validation set
         self.reference_pass_counts = _read_json(evaluation.retention_reference, "model.evaluation.retention_reference")
 
     # ------------------------------------------------------------------ configuration
     def set_advantage(self, name: str, options: dict[str, Any] | None = None, loss: LossOptions | None = None) -> None:
-        """Switch the advantage estimator, checked against the group size (at start-up, and by :class:`AdvantageSchedule`)."""
-        self.loss = (loss or self.loss).with_advantage(name, options, group_size=self.sampling.n)
+        """Switch the advantage estimator, checked against the group size and the rewards (at start-up, and by
+        :class:`AdvantageSchedule`)."""
+        loss = (loss or self.loss).with_advantage(name, options, group_size=self.sampling.n)
+        if ADVANTAGES.trait(name, "binary_rewards", default=False):  # rewards known to be non-binary: refused now
+            self.reward_mix.require_binary(f"model.loss.advantage={name!r}")
+        self.loss = loss
 
     @property
     def advantage_name(self) -> str:
@@ -241,6 +245,8 @@ class RLVRModule(LightningModule):
             require(datamodule, PromptData, "RLVRModule", "DataModule")
             _check_tokenizer(datamodule.tokenizer, self.tokenizer)
             self.reward_mix.check_rows(datamodule.all_rows(), "data")  # every row can be scored, before any generation
+            if ADVANTAGES.trait(self.loss.advantage, "binary_rewards", default=False):  # each row's own reward, now known
+                self.reward_mix.require_binary(f"model.loss.advantage={self.loss.advantage!r}", datamodule.all_rows())
             for name, n in datamodule.val_samples_per_prompt.items():
                 self.val_panels.panel(name, n)
         if stage != "fit":
@@ -519,8 +525,9 @@ class RLVRModule(LightningModule):
         real = [p for p, pad in enumerate(batch.padding) if not pad]
         prompts = [batch.rows[p] for p in real]
         texts = [rollouts.texts[p * n : (p + 1) * n] for p in real]  # (P, n)
+        completion_ids = [c for p in real for c in rollouts.completion_ids[p * n : (p + 1) * n]]  # (P·n,) for TRL's rewards
         scores = self.score([t for group in texts for t in group], [row for row in prompts for _ in range(n)],
-                            prefix=f"val/{name}", with_answers=True)  # fmt: skip
+                            prefix=f"val/{name}", with_answers=True, completion_ids=completion_ids)  # fmt: skip
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (P·n,)
         correct = (torch.tensor([s.correct for s in scores], dtype=torch.float32) > 0.5).view(-1, n)  # (P, n) by the correctness reward
         ids = [row["id"] for row in prompts]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal, TypeVar
 
@@ -47,6 +47,7 @@ from lit_rlvr.functional.metrics import mixed_reward_rows
 from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
 from lit_rlvr.policy.logprobs import MicroBatching, check_padding_free
 from lit_rlvr.rewards.combine import RewardMix
+from lit_rlvr.rewards.conventions import reward_reference
 from lit_rlvr.rewards.scorer import BatchScorer
 from lit_rlvr.rollout.types import SamplingParams
 
@@ -373,36 +374,68 @@ class ScoringOptions:
         timeout_s: per-item deadline in seconds (soft in the reward, hard by killing its worker).
         options: ``{reward name: {option: value}}``, e.g. ``{sql: {mode: bird}}``; names, options
             and values are checked here. For an imported function (``reward_funcs``), keyword
-            arguments of every call (verl's ``custom_reward_function.reward_kwargs``).
+            arguments of every call (verl's ``custom_reward_function.reward_kwargs``); for a
+            factory (a function annotated ``-> Callable``, as TRL's ``get_soft_overlong_punishment``),
+            its arguments, under the factory's name.
         reward_funcs: the rewards every completion is scored with (null = each row's own
             ``reward`` field; the entry ``row`` is that field among others): registered names
             (``math``, ``sql``) or import paths of functions
             written for TRL (``f(prompts, completions, completion_ids, trainer_state, **columns)``),
-            verl (``compute_score(data_source, solution_str, ground_truth, extra_info)``) or
-            lit_rlvr, as ``pkg.module.fn``, ``pkg.module:fn`` or ``path/to/file.py:fn``
-            (:mod:`lit_rlvr.rewards.conventions`). Each is logged as ``train/reward/<name>``.
-        reward_weights: one weight per ``reward_funcs`` entry (null = all 1); the training reward
-            is the weighted sum over the rewards that apply (a None is left out, as in TRL).
+            verl (``compute_score(data_source, solution_str, ground_truth, extra_info)``, or any
+            of those arguments: each function gets the ones its signature takes) or lit_rlvr, as
+            ``pkg.module.fn``, ``pkg.module:fn`` or ``path/to/file.py:fn``
+            (:mod:`lit_rlvr.rewards.conventions`); in Python also the functions themselves (a
+            picklable one runs in the workers; a lambda or closure in the training process, with a
+            warning). Each is logged as ``train/reward/<name>`` (a function's name is TRL's: its
+            ``__name__``). Whether every row can be scored, and a function called on the first
+            row, is checked at start-up.
+        reward_weights: one weight per ``reward_funcs`` entry (null = all 1; not all 0); the
+            training reward is the weighted sum over the rewards that apply (a None is left out,
+            as in TRL).
         correctness: the name of the ``reward_funcs`` entry that decides correctness: Pass@k,
-            maj@k, pass counts and the reference cache (needed with several; a function's name is
-            its ``__name__``).
+            maj@k, pass counts and the reference cache count a completion as correct when this
+            reward is > 0.5 (1 of a 0/1 reward, +1 of verl's -1/+1). Needed with several; a reward
+            that declares its values (``math``, ``sql``) and never exceeds 0.5 is refused at start-up.
+        whole_batch: names of TRL functions in ``reward_funcs`` called once per batch with every
+            completion, as TRL calls them, for rewards that compare the completions with each
+            other (lists of one would silently make each completion its own batch). They run in
+            the training process under the per-item deadline times the batch's completions (no
+            worker to kill), and a failure scores the whole batch 0 (status ``error``).
+        max_failed_steps: training batches in a row on which a reward may raise on every item (on
+            every rank) before the run stops with an error naming it and showing its traceback
+            (null: never stop). Timeouts do not count; every failure is logged, naming the reward.
     """
 
     workers: int = 2
     timeout_s: float = 10.0
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    reward_funcs: list[str] | None = None
+    reward_funcs: list[str | Callable] | None = None
     reward_weights: list[float] | None = None
     correctness: str | None = None
+    whole_batch: list[str] | None = None
+    max_failed_steps: int | None = 3
 
     def __post_init__(self):
         _positive("scoring.workers", self.workers, integer=True, strict=False)
         _positive("scoring.timeout_s", self.timeout_s)
+        _positive("scoring.max_failed_steps", self.max_failed_steps, integer=True, allow_none=True)
         self.mix()  # every name, path, weight and option checked now
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling (``torch.load(weights_only=True)`` refuses a pickled function): a reward given as a
+        Python function is kept as its import path, as :func:`plain` keeps it."""
+        return {f.name: _plain_value(getattr(self, f.name)) if f.name == "reward_funcs" else getattr(self, f.name) for f in fields(self)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (a checkpoint of an earlier version): fields newer than it get their defaults."""
+        for f in fields(self):
+            if f.name not in state:
+                state[f.name] = f.default_factory() if f.default_factory is not MISSING else f.default
+        self.__dict__.update(state)
 
     def mix(self) -> RewardMix:
         """The rewards, weights and correctness term (:class:`~lit_rlvr.rewards.combine.RewardMix`), checked."""
-        return RewardMix.from_config(self.reward_funcs, self.reward_weights, self.correctness, self.options)
+        return RewardMix.from_config(self.reward_funcs, self.reward_weights, self.correctness, self.options, whole_batch=self.whole_batch)
 
     def scorer(self, **kwargs) -> BatchScorer:
         """A :class:`~lit_rlvr.rewards.BatchScorer` for these rewards (``kwargs`` override, e.g. ``workers``)."""
@@ -476,11 +509,22 @@ def as_group(cls: type[G], value: G | Mapping[str, Any] | None) -> G | None:
 def plain(value: Any) -> Any:
     """An option group as plain data (nested dicts, lists, numbers, strings), as loggers and checkpoints store it.
 
+    A reward function given in Python (``model.scoring.reward_funcs``) becomes its import path
+    (:func:`~lit_rlvr.rewards.conventions.reward_reference`).
+
     Example:
         >>> plain(AnchorOptions(coef=0.5))
         {'coef': 0.5, 'divergence': 'forward_kl', 'options': {}, 'level': 'token', 'value_cap': None}
     """
-    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
+    if not is_dataclass(value) or isinstance(value, type):
+        return value
+    return asdict(value, dict_factory=lambda items: {k: _plain_value(v) for k, v in items})
+
+
+def _plain_value(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_plain_value(v) for v in value]
+    return reward_reference(value) if callable(value) else value
 
 
 DEFAULT_SAMPLING = SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed=0)

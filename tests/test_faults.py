@@ -222,8 +222,9 @@ def test_failing_rewards_are_counted_and_their_reason_logged_every_step(tiny_mod
     summaries = [r.getMessage() for r in caplog.records if r.name == "lit_rlvr.rewards.report"]
     expected = "4 scored: error 4; first error: the reward returned a str ('1'); return a float"
     assert [s for s in summaries if s.startswith("train rewards (step 0, rank 0)")] == [
-        f"train rewards (step 0, rank 0): {expected}",
-        f"train rewards (step 0, rank 0): 4 of 4 rewards failed (status error), each scored 0: {expected}",
+        f"train rewards (step 0, rank 0): reward 'issue24_returns': {expected}",
+        f"train rewards (step 0, rank 0): reward 'issue24_returns': 4 of 4 items failed (status error or timeout), each scored 0; "
+        f"train/reward_errors counts the errors: {expected}",
     ]
     assert any(s.startswith("train rewards (step 1, rank 0)") for s in summaries)
     warnings = [r for r in caplog.records if r.name == "lit_rlvr.rewards.report" and r.levelno == logging.WARNING]

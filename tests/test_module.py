@@ -244,6 +244,24 @@ def test_validation_writes_pass_counts_and_measures_retention_against_them(tiny_
         RLVRModule(PolicyOptions(str(tiny_model_dir)), scoring=ScoringOptions(workers=0), evaluation=EvalOptions(retention_reference=str(tmp_path / "missing.json")))
 
 
+@pytest.mark.timeout(120)
+def test_validation_gives_trl_rewards_their_completion_ids(tiny_model_dir, toy_prompts):
+    """TRL's (completion_ids, **kwargs) rewards failed on every validation item (completion_ids None)."""
+    from trl.rewards import get_soft_overlong_punishment
+
+    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import ValSet
+
+    dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=toy_prompts(2), name="toy_val", n_samples=2)])
+    scoring = ScoringOptions(workers=0, reward_funcs=[get_soft_overlong_punishment(max_completion_len=6, soft_punish_cache=2)])
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=2, max_new_tokens=6, seed=0), scoring=scoring)
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      callbacks=[RolloutCallback(engine="hf")])  # fmt: skip
+    metrics = trainer.validate(module, datamodule=dm)[0]
+    assert metrics["val/toy_val/reward_status/ok"] == 1.0 and metrics["val/toy_val/reward_status/error"] == 0.0
+
+
 # ----------------------------------------------------------------------------- issue 11: numerics and start-up checks
 
 
@@ -297,6 +315,16 @@ def test_more_start_up_errors_name_key_value_and_choices():
             LossOptions(aggregation="test_bare_agg")
     finally:
         AGGREGATIONS.pop("test_bare_agg")
+
+
+def test_an_advantage_that_needs_binary_rewards_refuses_rewards_known_not_to_be_at_start_up(tiny_model_dir):
+    """passk used to refuse math + sql (rewards 0, 1 or 2) only after the first generation."""
+    two = ScoringOptions(reward_funcs=["math", "sql"], correctness="math", workers=0)
+    with pytest.raises(ValueError, match=r"model.loss.advantage='passk' needs binary rewards in \{0, 1\}, but the configured "
+                                         r"rewards \(math×1, sql×1\) give \[0.0, 1.0, 2.0\]"):  # fmt: skip
+        RLVRModule(PolicyOptions("/not/loaded/before/the/check"), loss=LossOptions(advantage="passk", advantage_options={"k": 2}), scoring=two)
+    with pytest.raises(ValueError, match="model.loss.advantage='nsr' needs binary rewards"):
+        RLVRModule(PolicyOptions("/not/loaded/before/the/check"), loss=LossOptions(advantage="nsr"), scoring=two)
 
 
 @pytest.mark.timeout(180)

@@ -12,7 +12,8 @@ Adapters are registered in :data:`ADAPTERS` and chosen by name from config; each
 
 where ``index`` is the record's 0-based position among all records of the dataset and ``source``
 the file it came from. A record that cannot become a row raises :class:`BadRowError`; the loader
-reports it with file and line and carries on.
+reports it with file and line and carries on. An adapter whose text prompts go to the tokenizer as
+they are (TRL's standard format) registers with ``raw_text=True`` (:class:`LoadedRows`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ _INT_LIKE = re.compile(r"[+-]?\d+(\.0*)?")
 
 class BadRowError(ValueError):
     """A record that cannot become a prompt row (missing field, unreadable database, ...)."""
+
+
+class ReservedColumnError(ValueError):
+    """A dataset column that the row's own key of that name would hide: a problem of the whole
+    dataset, reported once by :func:`load_rows` with the setting that fixes it, not row by row."""
+
+    def __init__(self, columns: list[str]):
+        self.columns = columns
+        super().__init__(f"column(s) {columns} would be hidden by the row's own key(s) of that name (`answer`: the gold; "
+                         "`reward`: the registered reward that scores the row; `id`: the row's key); rename them in the data")  # fmt: skip
 
 
 def normalize_answer(value) -> str:
@@ -268,15 +279,26 @@ def _prompt(record: dict, key: str) -> str | list[dict]:
 
 
 def _columns(record: dict, prompt_key: str, id_field: str | None, reserved: tuple[str, ...]) -> dict:
-    """Every column but the prompt, refusing one the row's own keys would hide."""
-    hidden = [k for k in reserved if k in record and not (k == "id" and id_field == "id")]
+    """Every column but the prompt; raises :class:`ReservedColumnError` for one the row's own keys
+    would hide (an ``id`` column keys the row unless ``id_field`` names another: :func:`_key_field`)."""
+    hidden = [k for k in reserved if k in record and not (k == "id" and _key_field(record, id_field) == "id")]
     if hidden:
-        raise BadRowError(f"column(s) {hidden} would be hidden by the row's own keys of that name; rename them "
-                          "(or key rows by the dataset's `id` with id_field: id)")  # fmt: skip
+        raise ReservedColumnError(hidden)
     return {k: v for k, v in record.items() if k != prompt_key}
 
 
-@ADAPTERS.register("trl")
+def _key_field(record: dict, id_field: str | None) -> str | None:
+    """The column that keys a row of a dataset whose columns are all kept: ``id_field``, else the
+    dataset's own ``id`` column when it has one (Hub datasets often do), else None (its position).
+
+    Example:
+        >>> _key_field({"id": "a7", "prompt": "p"}, None), _key_field({"prompt": "p"}, None), _key_field({"uid": 3}, "uid")
+        ('id', None, 'uid')
+    """
+    return id_field if id_field is not None else "id" if "id" in record else None
+
+
+@ADAPTERS.register("trl", raw_text=True)  # TRL sends its text prompts as they are
 def trl(
     record: dict,
     *,
@@ -293,7 +315,11 @@ def trl(
 
     A TRL dataset names no reward and no gold of lit_rlvr's; ``answer_field`` makes one column the
     row's ``answer`` too (for a registered reward such as ``math``, the gold check and maj@k), and
-    ``reward`` names the registered reward of rows scored without ``reward_funcs``.
+    ``reward`` names the registered reward of rows scored without ``reward_funcs``. Rows are keyed
+    by ``id_field``, else by the dataset's own ``id`` column when it has one (the reward functions
+    then get ``id`` as the row's key, ``<name>/<id>``), else by position. A ``reward`` column (or an
+    ``answer`` column beside another ``answer_field``) would be hidden by the row's own key: the
+    dataset is refused once, saying so.
 
     Example:
         >>> trl({"prompt": [{"role": "user", "content": "2+2?"}], "solution": "4"}, index=0, name="t", source=Path("t"))
@@ -303,7 +329,7 @@ def trl(
     """
     prompt = _prompt(record, "prompt")
     row = _columns(record, "prompt", id_field, ("id", "reward") + (("answer",) if answer_field not in (None, "answer") else ()))
-    row.update(id=_row_id(record, index, name, id_field), prompt=prompt)
+    row.update(id=_row_id(record, index, name, _key_field(record, id_field)), prompt=prompt)
     if answer_field is not None:
         answer = _field(record, answer_field)
         row["answer"] = answer.strip() if isinstance(answer, str) else normalize_answer(answer)
@@ -329,7 +355,8 @@ def verl(
 
     The gold is ``reward_model.ground_truth`` (``answer``; numbers as :func:`normalize_answer`
     writes them); every column is kept, so a verl ``compute_score`` in ``model.scoring.reward_funcs``
-    gets ``data_source`` and ``extra_info`` as verl gives them. ``reward`` is the registered reward
+    gets ``data_source`` and ``extra_info`` as verl gives them (rows are keyed as :func:`trl`'s are).
+    ``reward`` is the registered reward
     of rows scored without ``reward_funcs`` (``math``: math-verify on the ground truth, where verl's
     ``default_compute_score`` picks a scorer by ``data_source``); ``prompt_key`` is verl's
     ``data.prompt_key``.
@@ -349,7 +376,7 @@ def verl(
     if isinstance(gold, str) and not gold.strip():
         raise BadRowError("reward_model.ground_truth is empty")
     row = _columns(record, prompt_key, id_field, ("id", "answer", "reward"))
-    row.update(id=_row_id(record, index, name, id_field), prompt=prompt)
+    row.update(id=_row_id(record, index, name, _key_field(record, id_field)), prompt=prompt)
     row["answer"] = gold.strip() if isinstance(gold, str) else normalize_answer(gold) if isinstance(gold, (int, float)) else gold
     if reward is not None:
         row["reward"] = reward
@@ -365,12 +392,16 @@ class LoadedRows:
         bad: one :class:`BadRow` per record that could not become a row.
         total: number of records read (good + bad).
         positions: per row, ``(file or source label, line)`` it came from (for later reports).
+        raw_text: the adapter's text prompts go to the tokenizer as they are, as TRL sends its
+            standard prompts (:func:`~lit_rlvr.data.prompts.encode_prompt`; the ``trl`` adapter's
+            trait).
     """
 
     rows: list[dict] = field(default_factory=list)
     bad: list[BadRow] = field(default_factory=list)
     total: int = 0
     positions: list[tuple[str, int]] = field(default_factory=list)
+    raw_text: bool = False
 
     def drop(self, problems: list[str | None]) -> None:
         """Move rows with a problem (``problems[i]`` not None) to :attr:`bad`, with their file:line.
@@ -389,6 +420,16 @@ class LoadedRows:
     @property
     def bad_fraction(self) -> float:
         return len(self.bad) / self.total if self.total else 0.0
+
+
+def _reserved_hint(columns: list[str], options_key: str) -> str:
+    """The setting that resolves a hidden column, with its full key, where one does."""
+    hints = []
+    if "answer" in columns:
+        hints.append(f"set {options_key}.answer_field: answer to make that column the gold")
+    if "id" in columns:
+        hints.append(f"set {options_key}.id_field: id to key the rows by that column")
+    return f"; or {'; or '.join(hints)}" if hints else ""
 
 
 def load_rows(
@@ -413,6 +454,10 @@ def load_rows(
         a bad row (found here, before any training step). The same records give the same rows
         whichever source holds them.
 
+    Raises:
+        ValueError: a column the rows' own keys would hide (:class:`ReservedColumnError`), once,
+            with the file and line where it was met and the setting that resolves it, if any.
+
     Example:
         >>> import tempfile, os
         >>> p = os.path.join(tempfile.mkdtemp(), "g.jsonl")
@@ -428,7 +473,7 @@ def load_rows(
     else:
         paths = [Path(source)] if isinstance(source, (str, Path)) else [Path(f) for f in source]
         sources = [(str(path), path, read_records(path)) for path in paths]
-    out, seen, index = LoadedRows(), set(), 0
+    out, seen, index = LoadedRows(raw_text=ADAPTERS.trait(adapter, "raw_text", default=False)), set(), 0
     for label, path, records in sources:
         for line, record in records:
             index, out.total = index + 1, out.total + 1
@@ -440,8 +485,11 @@ def load_rows(
             except BadRowError as e:
                 out.bad.append(BadRow(label, line, str(e)))
                 continue
+            except ReservedColumnError as e:
+                raise ValueError(f"{label}:{line}: {e}{_reserved_hint(e.columns, options_key)}") from None
             if row["id"] in seen:
-                out.bad.append(BadRow(label, line, f"duplicate id {row['id']!r}"))
+                out.bad.append(BadRow(label, line, f"duplicate id {row['id']!r} (row ids key the reference cache and the "
+                                                   f"pass counts: {options_key}.id_field names a column with unique values)"))  # fmt: skip
                 continue
             if row.get("reward") is not None and row["reward"] not in REWARDS:  # None: scored by model.scoring.reward_funcs
                 out.bad.append(BadRow(label, line, f"unknown reward {row['reward']!r}; valid names: {sorted(REWARDS)}"))

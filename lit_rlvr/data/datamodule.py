@@ -362,7 +362,7 @@ class PromptDataModule(pl.LightningDataModule):
         rows, ids, positions, too_long, unreadable = [], [], [], [], []
         for row, position in zip(loaded.rows, loaded.positions):
             try:
-                tokens = encode_prompt(row, self.tokenizer, self.prompt_format)
+                tokens = encode_prompt(row, self.tokenizer, self.prompt_format, loaded.raw_text)
             except (TypeError, ValueError, UnicodeError) as e:  # text the template or tokenizer refuses
                 unreadable.append(BadRow(*position, f"cannot build the prompt's tokens: {type(e).__name__}: {str(e)[:200]}"))
                 continue

@@ -10,6 +10,11 @@ keeps its messages: the instruction template formats the last user message (``{p
 text), the system prompt is added only when the conversation has none, and the chat template
 renders it all, as TRL's ``apply_chat_template`` does. Without a chat template a conversation of
 one user message (after an optional system message) takes the plain template.
+
+TRL templates conversational prompts only: a *standard* (text) prompt goes to the tokenizer as it
+is. Rows of the ``trl`` adapter follow TRL (``raw_text``): unless ``use_chat_template`` is set,
+their text prompts are the instruction-formatted text alone, tokenized with the tokenizer's
+special tokens, as ``tokenizer(text=prompt)`` in TRL's ``GRPOTrainer``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ class PromptFormat:
             (``{prompt}`` is the problem text); literal braces are doubled (``\\\\boxed{{}}``).
         system_prompt: an optional system message.
         use_chat_template: True/False forces it; None uses the chat template when the tokenizer
-            has one.
+            has one, except for the text prompts of TRL-format data (the ``trl`` adapter), which
+            go to the tokenizer as they are, as TRL sends them (TRL templates conversational
+            prompts only).
         plain_template: used without a chat template; ``{system}`` is the system prompt plus a
             blank line (or empty) and ``{user}`` the formatted instruction.
     """
@@ -36,8 +43,21 @@ class PromptFormat:
     use_chat_template: bool | None = None
     plain_template: str = "{system}{user}\n"
 
-    def text(self, row: dict, tokenizer) -> tuple[str, bool]:
-        """The prompt string and whether it came from the chat template (then it holds BOS itself)."""
+    def text(self, row: dict, tokenizer, raw_text: bool = False) -> tuple[str, bool]:
+        """The prompt string and whether it came from the chat template (then it holds BOS itself).
+
+        Args:
+            row: the prompt row.
+            tokenizer: the policy's tokenizer.
+            raw_text: a text prompt is the model's input as it is (TRL's standard prompts), unless
+                :attr:`use_chat_template` is set; a conversation is unaffected.
+        """
+        if raw_text and self.use_chat_template is None and not isinstance(row.get("prompt"), list):
+            if self.system_prompt:
+                raise ValueError(f"row {row.get('id')!r}: data.prompt.system_prompt with a text prompt of TRL-format data, which "
+                                 "TRL sends as it is; set data.prompt.use_chat_template to true (the chat template) or false "
+                                 "(the plain layout) to add it")  # fmt: skip
+            return self._instruction(row), False
         messages = self.messages(row)
         has_template = getattr(tokenizer, "chat_template", None) is not None
         if self.use_chat_template and not has_template:
@@ -86,15 +106,15 @@ class PromptFormat:
             ) from None
 
 
-def encode_prompt(row: dict, tokenizer, fmt: PromptFormat = PromptFormat()) -> list[int]:
-    """Token ids of a row's prompt under ``fmt``.
+def encode_prompt(row: dict, tokenizer, fmt: PromptFormat = PromptFormat(), raw_text: bool = False) -> list[int]:
+    """Token ids of a row's prompt under ``fmt`` (``raw_text``: :meth:`PromptFormat.text`, TRL-format data).
 
     Example:
         >>> from lit_rlvr.demo.tiny import build_char_tokenizer
         >>> tok = build_char_tokenizer("0123456789+=?\\n")
         >>> ids = encode_prompt({"prompt": "1+1=?"}, tok, PromptFormat(instruction="{prompt}"))
-        >>> tok.decode(ids)
-        '1+1=?\\n'
+        >>> tok.decode(ids), tok.decode(encode_prompt({"prompt": "1+1=?"}, tok, raw_text=True))
+        ('1+1=?\\n', '1+1=?')
     """
-    text, templated = fmt.text(row, tokenizer)
+    text, templated = fmt.text(row, tokenizer, raw_text)
     return list(tokenizer(text, add_special_tokens=not templated).input_ids)

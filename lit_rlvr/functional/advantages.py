@@ -64,7 +64,9 @@ the module to the estimators that declare them; every other keyword-only paramet
 (``model.loss.advantage_options``), checked at start-up. An estimator that compares a prompt's
 samples with each other (a group baseline: every one here but PKPO without a baseline) declares
 ``min_group_size=2`` (:meth:`~lit_rlvr.registry.Registry.trait`): with one sample per prompt its
-advantages are all 0, so the module refuses ``model.sampling.n`` below it at start-up."""
+advantages are all 0, so the module refuses ``model.sampling.n`` below it at start-up. One that
+needs rewards in {0, 1} (Pass@k's, PSR/NSR's) declares ``binary_rewards=True``: rewards known to
+take other values are refused at start-up, the others checked on every batch."""
 register_advantage = ADVANTAGES.register
 
 STD_MODES = ("population", "sample", "none")
@@ -264,7 +266,7 @@ def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return torch.where(n > 1, r - others, 0.0).float()
 
 
-@register_advantage("passk", check=_check_k_option, min_group_size=2)
+@register_advantage("passk", check=_check_k_option, min_group_size=2, binary_rewards=True)
 def passk(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     """Analytical Pass@k advantage (Pass@k Training, arXiv 2508.10751, §4; docs/methods.md §3).
 
@@ -390,7 +392,7 @@ def passk_bootstrap(
     return out.float()
 
 
-@register_advantage("passk_combined", check=_check_k_option, min_group_size=2)
+@register_advantage("passk_combined", check=_check_k_option, min_group_size=2, binary_rewards=True)
 def passk_combined(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     """Pass@k/Pass@1 mix (arXiv 2508.10751, Eq. 18): A = (N_pos/N)·A_passk + (1 − N_pos/N)·A_pass1.
 
@@ -418,7 +420,7 @@ def passk_combined(rewards: Tensor, group_ids: Tensor, *, k: int) -> Tensor:
     return (share * _passk(r, groups, k) + (1 - share) * _passk(r, groups, 1)).float()
 
 
-@register_advantage("passk_entropy_adaptive", check=_check_k_option, min_group_size=2)
+@register_advantage("passk_entropy_adaptive", check=_check_k_option, min_group_size=2, binary_rewards=True)
 def passk_entropy_adaptive(rewards: Tensor, group_ids: Tensor, *, k: int, entropies: Tensor) -> Tensor:
     """Entropy-routed Pass@1/Pass@k advantage (arXiv 2508.10751, §5; docs/methods.md §3).
 
@@ -458,7 +460,7 @@ def passk_entropy_adaptive(rewards: Tensor, group_ids: Tensor, *, k: int, entrop
     return torch.where(high[groups.index], _passk(r, groups, 1), _passk(r, groups, k)).float()
 
 
-@register_advantage("pkpo", check=_check_pkpo, min_group_size=_pkpo_min_group_size)
+@register_advantage("pkpo", check=_check_pkpo, min_group_size=_pkpo_min_group_size, binary_rewards=True)
 def pkpo(rewards: Tensor, group_ids: Tensor, *, k: int, baseline: str = "loo_minus_one") -> Tensor:
     """Pass@k Policy Optimization reward transform (Walder & Karkhanis, arXiv 2505.15201).
 
@@ -551,7 +553,7 @@ def max_minus_second(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return out.float()
 
 
-@register_advantage("max_rl", min_group_size=2)
+@register_advantage("max_rl", min_group_size=2, binary_rewards=True)
 def max_rl(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """MaxRL (Tajwar et al. 2026, arXiv 2602.02710): A_i = (r_i − r̄_g)/r̄_g, 0 when r̄_g = 0 (docs/methods.md §9).
 
@@ -595,7 +597,7 @@ def max_rl(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return torch.where(solved, (r - mean) / torch.where(solved, mean, 1.0), 0.0).float()
 
 
-@register_advantage("psr")
+@register_advantage("psr", binary_rewards=True)
 def psr(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """Positive sample reinforcement (Zhu et al. 2025, arXiv 2506.01347): A = 1 for a correct row, 0 otherwise.
 
@@ -616,7 +618,7 @@ def psr(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return rewards.float()
 
 
-@register_advantage("nsr")
+@register_advantage("nsr", binary_rewards=True)
 def nsr(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """Negative sample reinforcement (Zhu et al. 2025, arXiv 2506.01347): A = −1 for an incorrect row, 0 otherwise.
 
@@ -648,7 +650,7 @@ def _check_weight(positive_advantage_weight) -> None:
         raise ValueError(f"w_reinforce: positive_advantage_weight (λ) must be in [0, 1] (0.1 in the paper), got {w!r}")
 
 
-@register_advantage("w_reinforce", check=_check_weight)
+@register_advantage("w_reinforce", check=_check_weight, binary_rewards=True)
 def w_reinforce(rewards: Tensor, group_ids: Tensor, *, positive_advantage_weight: float = 0.1) -> Tensor:
     """Weighted REINFORCE (Zhu et al. 2025, arXiv 2506.01347): A = λ for a correct row, −1 for an incorrect one.
 

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import ctypes
 import inspect
+import math
 import numbers
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+import traceback
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lit_rlvr.registry import Registry
@@ -53,6 +55,8 @@ class ScoreResult:
         reason: why, for ``rejected``, ``error`` and ``timeout`` (empty for ``ok``).
         answer: the reward's canonical final answer (``answer_key``), when the scorer was asked
             for it (validation), else None.
+        traceback: for an ``error`` that the reward raised, its traceback (the last lines), for
+            the log; not compared.
 
     Example:
         >>> ScoreResult(0.0, "no_answer")
@@ -69,6 +73,7 @@ class ScoreResult:
     status: str = STATUS_OK
     reason: str = ""
     answer: str | None = None
+    traceback: str = field(default="", compare=False)
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -77,6 +82,25 @@ class ScoreResult:
     def __repr__(self) -> str:
         extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("reason", "answer") if getattr(self, k))
         return f"ScoreResult(reward={self.reward!r}, status={self.status!r}{extra})"
+
+
+MAX_TRACEBACK_CHARS = 4000
+
+
+def error_result(err: BaseException, reason: str | None = None) -> ScoreResult:
+    """An ``error`` result for an exception the reward raised: the reason (``Type: message``, 200
+    characters of the message) and the traceback's last :data:`MAX_TRACEBACK_CHARS` characters.
+
+    Example:
+        >>> try:
+        ...     1 / 0
+        ... except ZeroDivisionError as e:
+        ...     r = error_result(e)
+        >>> r, r.traceback.splitlines()[-1]
+        (ScoreResult(reward=0.0, status='error', reason='ZeroDivisionError: division by zero'), 'ZeroDivisionError: division by zero')
+    """
+    text = "".join(traceback.format_exception(err))[-MAX_TRACEBACK_CHARS:]
+    return ScoreResult(0.0, STATUS_ERROR, reason or f"{type(err).__name__}: {str(err)[:200]}", traceback=text)
 
 
 class GoldAnswerError(ValueError):
@@ -138,6 +162,10 @@ class Reward:
             0 with status ``error``. [0, 1] for lit_rlvr's rewards; a TRL or verl function
             imported as it is (:class:`~lit_rlvr.rewards.conventions.RewardFunc`) may return any
             finite number (a format bonus of 0.5, verl DAPO's -1/+1).
+        values: every value ``score`` returns, when they are few and known (``(0.0, 1.0)`` for
+            ``math`` and ``sql``); None: any in ``value_range``. What start-up checks read: an
+            advantage that needs binary rewards (``passk``), a correctness reward that can
+            exceed 0.5.
     """
 
     name: str
@@ -146,6 +174,7 @@ class Reward:
     check_gold: Callable[..., None] | None = None
     takes_timeout: bool = False
     value_range: tuple[float, float] = (0.0, 1.0)
+    values: tuple[float, ...] | None = None
 
     def __call__(self, completion: str, answer: Any, **row) -> float:
         return as_result(self.score(completion, answer, **row)).reward
@@ -197,6 +226,19 @@ def as_result(out: Any) -> ScoreResult:
     return out if isinstance(out, ScoreResult) else ScoreResult(float(out), STATUS_OK)
 
 
+def in_range(result: ScoreResult, value_range: tuple[float, float]) -> ScoreResult:
+    """``result``, or an ``error`` when its reward is not finite or outside ``value_range``.
+
+    Example:
+        >>> in_range(ScoreResult(1.0), (0.0, 1.0)), in_range(ScoreResult(2.0), (0.0, 1.0)).reason
+        (ScoreResult(reward=1.0, status='ok'), 'reward 2.0 outside [0, 1]')
+    """
+    lo, hi = value_range
+    if math.isfinite(result.reward) and lo <= result.reward <= hi:  # also catches NaN
+        return result
+    return ScoreResult(0.0, STATUS_ERROR, f"reward {result.reward!r} outside [{lo:g}, {hi:g}]")
+
+
 class RewardRegistry(Registry):
     """:class:`~lit_rlvr.registry.Registry` of :class:`Reward` records; ``timeout_s`` is injected.
 
@@ -211,12 +253,13 @@ class RewardRegistry(Registry):
         super().__init__(kind, injected=injected)
 
     def register(self, name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None,
-                 check: Callable[..., None] | None = None):  # fmt: skip
+                 check: Callable[..., None] | None = None, values: Iterable[float] | None = None):  # fmt: skip
         def decorator(fn: Callable) -> Callable:
             if not callable(fn):
                 raise TypeError(f"reward {name!r} must be callable; got {type(fn).__name__}")
             takes_timeout = "timeout_s" in inspect.signature(fn).parameters
-            record = Reward(name, fn, answer_key or stripped_completion, check_gold, takes_timeout)
+            declared = None if values is None else tuple(sorted(float(v) for v in values))
+            record = Reward(name, fn, answer_key or stripped_completion, check_gold, takes_timeout, values=declared)
             super(RewardRegistry, self).register(name, check=check, signature=fn)(record)
             return fn
 
@@ -233,7 +276,7 @@ REWARDS = RewardRegistry()
 
 
 def register_reward(name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None,
-                    check: Callable[..., None] | None = None):  # fmt: skip
+                    check: Callable[..., None] | None = None, values: Iterable[float] | None = None):  # fmt: skip
     """Register ``fn(completion, answer, **row) -> ScoreResult | float`` as reward ``name``.
 
     Args:
@@ -242,6 +285,8 @@ def register_reward(name: str, *, answer_key: Callable | None = None, check_gold
         check_gold: gold parser run once per row at start-up; raises :class:`GoldAnswerError`.
         check: ``check(**options)`` raising ``ValueError`` for option values the reward refuses
             (called at start-up with the configured options over the defaults).
+        values: every value the reward returns, when few and known (``(0, 1)`` for a pass/fail
+            check): lets start-up refuse settings that cannot work with them (:attr:`Reward.values`).
 
     Example:
         >>> @register_reward("_doc_exact")
@@ -251,7 +296,7 @@ def register_reward(name: str, *, answer_key: Callable | None = None, check_gold
         (1.0, '42', ['strip'])
         >>> _ = REWARDS.pop("_doc_exact")
     """
-    return REWARDS.register(name, answer_key=answer_key, check_gold=check_gold, check=check)
+    return REWARDS.register(name, answer_key=answer_key, check_gold=check_gold, check=check, values=values)
 
 
 class RewardTimeout(BaseException):

@@ -34,15 +34,23 @@ TRL's ``normalize_then_sum`` aggregation is not offered.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lit_rlvr.rewards.base import STATUS_NOT_APPLICABLE, Reward, ScoreResult
-from lit_rlvr.rewards.conventions import TrainerState, imported_reward, is_import_path, load_function
+from lit_rlvr.rewards.base import STATUS_NOT_APPLICABLE, Reward, ScoreResult, in_range
+from lit_rlvr.rewards.conventions import (
+    PYTHON_ONLY,
+    RewardFunc,
+    TrainerState,
+    callable_name,
+    callable_source,
+    imported_reward,
+    is_import_path,
+    load_function,
+)
 
 
 ROW = "row"
@@ -75,12 +83,15 @@ class RewardTerm:
         weight: w_k.
         record: the imported function's :class:`~lit_rlvr.rewards.base.Reward` record (None: the
             registered reward ``source``).
+        whole_batch: called once per batch with every completion (TRL's way), in the training
+            process, instead of once per completion in the workers (``whole_batch``).
     """
 
     name: str
     source: str
     weight: float = 1.0
     record: Reward | None = None
+    whole_batch: bool = False
 
     def scorer_name(self, row: dict) -> str:
         """The name the scorer's table knows it by for ``row`` (items are routed by it): the row's
@@ -159,14 +170,16 @@ class RewardMix:
     @classmethod
     def from_config(
         cls,
-        reward_funcs: Sequence[str] | None = None,
+        reward_funcs: Sequence[str | Callable] | None = None,
         reward_weights: Sequence[float] | None = None,
         correctness: str | None = None,
         options: Mapping[str, Mapping[str, Any]] | None = None,
         key: str = "scoring",
+        whole_batch: Sequence[str] | None = None,
     ) -> RewardMix:
-        """The mix of ``model.scoring`` (``key``), checked: every name and path resolves, one weight
-        per reward, unique names, ``correctness`` names a term (required with several), options fit.
+        """The mix of ``model.scoring`` (``key``), checked: every name, path and callable resolves,
+        one weight per reward (not all 0), unique names, ``correctness`` names a term (required
+        with several) that can exceed 0.5, options fit, ``whole_batch`` names TRL functions.
 
         Raises:
             ValueError: naming the key, the value and what is accepted.
@@ -176,7 +189,7 @@ class RewardMix:
 
         options = {name: dict(opts) for name, opts in (options or {}).items()}
         if reward_funcs is None:
-            for name, value in (("reward_weights", reward_weights), ("correctness", correctness)):
+            for name, value in (("reward_weights", reward_weights), ("correctness", correctness), ("whole_batch", whole_batch)):
                 if value is not None:
                     raise ValueError(f"{key}.{name}={value!r} needs {key}.reward_funcs (without it each row's own reward is the only one)")
             check_reward_options(options, reward_table(), key=f"{key}.options")
@@ -184,18 +197,15 @@ class RewardMix:
         funcs = list(reward_funcs)
         if not funcs:
             raise ValueError(f"{key}.reward_funcs must name at least one reward, or be null (each row's own reward)")
-        weights = [1.0] * len(funcs) if reward_weights is None else list(reward_weights)
-        if len(weights) != len(funcs):
-            raise ValueError(f"{key}.reward_weights has {len(weights)} weights for {len(funcs)} reward_funcs; give one per reward")
-        for w in weights:
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
-                raise ValueError(f"{key}.reward_weights must be finite numbers, got {weights!r}")
+        weights = _checked_weights(reward_weights, len(funcs), f"{key}.reward_weights")
         table = reward_table()
-        terms = [_term(ref, float(w), table, options, f"{key}.reward_funcs") for ref, w in zip(funcs, weights)]
+        built = [_term(ref, w, table, options, f"{key}.reward_funcs") for ref, w in zip(funcs, weights)]
+        terms = [term for term, _ in built]
         names = [t.name for t in terms]
         if len(set(names)) != len(names):
             raise ValueError(f"{key}.reward_funcs: two rewards share a name in {names}; each is logged and chosen by its name")
-        imported = {t.name for t in terms if t.record is not None}
+        terms = _with_whole_batch(terms, whole_batch, f"{key}.whole_batch")
+        imported = {options_name for term, options_name in built if term.record is not None}  # their options are call arguments
         registered = {name: opts for name, opts in options.items() if name not in imported}
         row_rewards = set(table) if any(t.source == ROW for t in terms) else set()  # the rows name any of them
         unused = sorted(set(registered) - {t.source for t in terms} - row_rewards)
@@ -207,7 +217,9 @@ class RewardMix:
         correctness = names[0] if correctness is None else correctness
         if correctness not in names:
             raise ValueError(f"{key}.correctness={correctness!r} is not one of {key}.reward_funcs' names {names}")
-        return cls(tuple(terms), correctness, registered)
+        mix = cls(tuple(terms), correctness, registered)
+        mix.check_correctness(f"{key}.correctness")
+        return mix
 
     # ------------------------------------------------------------------ what it is
     @property
@@ -236,6 +248,69 @@ class RewardMix:
             return sorted({str(row.get("reward")) for row in rows})
         return [self.terms[self._correctness_index].source]
 
+    def reward_values(self, rows: Sequence[dict] | None = None) -> frozenset[float] | None:
+        """Every value the training reward Σ_k w_k r_k can take, when every reward in it declares its
+        own (:attr:`~lit_rlvr.rewards.base.Reward.values`; a failed item's 0 included); None when
+        some reward's are unknown (an imported function), or depend on ``rows`` not given (each
+        row's own reward).
+
+        Example:
+            >>> RewardMix.from_config(["math"]).reward_values(), RewardMix.from_config(["math"], [2.0]).reward_values()
+            (frozenset({0.0, 1.0}), frozenset({0.0, 2.0}))
+            >>> RewardMix().reward_values() is None, RewardMix().reward_values([{"reward": "sql"}])
+            (True, frozenset({0.0, 1.0}))
+        """
+        total = {0.0}
+        for term in self.terms or (RewardTerm(ROW, ROW),):
+            names = [term.source] if term.source != ROW else None if rows is None else sorted({str(r.get("reward")) for r in rows})
+            values = None if term.record is not None or names is None else _declared_values(names)
+            if values is None:
+                return None
+            total = {a + term.weight * v for a in total for v in values}
+            if len(total) > 4096:  # too many to be of use to a check
+                return None
+        return frozenset(total)
+
+    def require_binary(self, where: str, rows: Sequence[dict] | None = None) -> None:
+        """Raise ``ValueError`` naming ``where`` when the training reward is known to take values
+        other than 0 and 1 (:meth:`reward_values`): at start-up, for an advantage that needs binary
+        rewards (``passk``); with unknown values the estimator checks each batch itself.
+
+        Example:
+            >>> RewardMix.from_config(["math", "sql"], [1.0, 1.0], "math").require_binary("model.loss.advantage='passk'")
+            Traceback (most recent call last):
+            ...
+            ValueError: model.loss.advantage='passk' needs binary rewards in {0, 1}, but the configured rewards (math×1, sql×1) give [0.0, 1.0, 2.0]; use one 0/1 reward (model.scoring.reward_funcs, reward_weights) or another advantage
+        """
+        values = self.reward_values(rows)
+        if values is not None and not values <= {0.0, 1.0}:
+            terms = ", ".join(f"{t.name}×{t.weight:g}" for t in self.terms) or "each row's own reward"
+            raise ValueError(f"{where} needs binary rewards in {{0, 1}}, but the configured rewards ({terms}) give "
+                             f"{sorted(values)}; use one 0/1 reward (model.scoring.reward_funcs, reward_weights) or another advantage")  # fmt: skip
+
+    def check_correctness(self, key: str, rows: Sequence[dict] | None = None) -> None:
+        """Raise ``ValueError`` when the correctness reward is known never to exceed 0.5, the mark a
+        completion must pass to count as correct (Pass@k, maj@k, pass counts, the reference cache).
+
+        Example:
+            >>> from lit_rlvr.rewards.base import REWARDS, register_reward
+            >>> _ = register_reward("_doc_half", values=(0.0, 0.5))(lambda completion, answer, **row: 0.5)
+            >>> RewardMix.from_config(["_doc_half"])
+            Traceback (most recent call last):
+            ...
+            ValueError: scoring.correctness: a completion counts as correct when its correctness reward is > 0.5, but '_doc_half' only gives [0.0, 0.5]
+            >>> _ = REWARDS.pop("_doc_half")
+        """
+        term = self.terms[self._correctness_index] if self.terms else RewardTerm(ROW, ROW)
+        if term.record is not None:
+            return  # an imported function: any value
+        names = [term.source] if term.source != ROW else [] if rows is None else sorted({str(r.get("reward")) for r in rows})
+        for name in names:
+            values = _declared_values([name])
+            if values is not None and max(values) <= 0.5:
+                raise ValueError(f"{key}: a completion counts as correct when its correctness reward is > 0.5, but {name!r} "
+                                 f"only gives {sorted(values)}")  # fmt: skip
+
     def check_rows(self, rows: Sequence[dict], where: str = "data") -> None:
         """Raise ``ValueError`` at start-up for a row these rewards cannot score: without terms (or
         with the :data:`ROW` term), a row needs ``reward`` and ``answer``; a registered term needs an ``answer``."""
@@ -248,6 +323,10 @@ class RewardMix:
                 fix = ("set model.scoring.reward_funcs, or give the adapter a `reward` (and an answer field)" if not self.terms
                        else "give the adapter an answer field, or drop the registered rewards from model.scoring.reward_funcs")  # fmt: skip
                 raise ValueError(f"{where}: row {row.get('id')!r} has no {missing} to score it with; {fix}")
+        for k, term in enumerate(self.terms):
+            if term.record is not None and rows:
+                _check_calls(term, rows, self.item_rows(rows[:1])[k][0], where)
+        self.check_correctness(where, rows)
 
     # ------------------------------------------------------------------ scoring
     def item_rows(self, rows: Sequence[dict], completion_ids: Sequence[Sequence[int]] | None = None,
@@ -293,18 +372,21 @@ class RewardMix:
         per_term = self.item_rows(rows, completion_ids, trainer_state)  # (K, B)
         c = self._correctness_index
         B, K = len(completions), len(per_term)
-        if with_answers and K > 1:  # canonical answers only where they are used
-            others = [row for k, term_rows in enumerate(per_term) if k != c for row in term_rows]
-            judged = scorer.score(list(completions), per_term[c], with_answers=True) if B else []
-            rest = scorer.score(list(completions) * (K - 1), others) if B else []
-            flat = rest[: c * B] + judged + rest[c * B :]
-        else:
-            flat = scorer.score(list(completions) * K, [row for term_rows in per_term for row in term_rows],
-                                with_answers=with_answers) if B else []  # fmt: skip
+        by_term: list[list[ScoreResult]] = [[] for _ in range(K)]
+        pooled = [k for k in range(K) if not (self.terms and self.terms[k].whole_batch)]
+        plain = [k for k in pooled if not (with_answers and k == c)]  # canonical answers only where they are used
+        if B and with_answers and c in pooled:
+            by_term[c] = scorer.score(list(completions), per_term[c], with_answers=True)
+        if B and plain:
+            flat = scorer.score(list(completions) * len(plain), [row for k in plain for row in per_term[k]])
+            for j, k in enumerate(plain):
+                by_term[k] = flat[j * B : (j + 1) * B]
+        for k in set(range(K)) - set(pooled):
+            by_term[k] = _score_whole_batch(self.terms[k].record, completions, per_term[k], scorer.timeout_s, with_answers and k == c)
         weights = self.weights or [1.0]
         out = []
         for i in range(B):
-            results = tuple(flat[k * B + i] for k in range(K))
+            results = tuple(by_term[k][i] for k in range(K))
             out.append(MixedScore(weighted_sum(_parts(results), weights), results[c].reward, results, c))
         return out
 
@@ -330,18 +412,110 @@ def _parts(results: Sequence[ScoreResult]) -> tuple[float | None, ...]:
     return tuple(None if r.status == STATUS_NOT_APPLICABLE else r.reward for r in results)
 
 
-def _term(ref: str, weight: float, table, options: Mapping[str, Mapping], key: str) -> RewardTerm:
-    """One ``reward_funcs`` entry: each row's own reward, a registered reward, or an imported function with its options."""
-    if ref == ROW or ref in table:
-        return RewardTerm(ref, ref, weight)
-    if not is_import_path(ref):
-        raise ValueError(f"{key}: unknown reward {ref!r}; registered: {sorted(table)}, or give an import path "
+def _term(entry: str | Callable, weight: float, table, options: Mapping[str, Mapping], key: str) -> tuple[RewardTerm, str]:
+    """One ``reward_funcs`` entry (each row's own reward, a registered reward, or a function by
+    import path or as a callable, with its options) and the name its options go by."""
+    if isinstance(entry, str) and (entry == ROW or entry in table):
+        return RewardTerm(entry, entry, weight), entry
+    if isinstance(entry, str) and entry.startswith(PYTHON_ONLY.split("{", 1)[0]):
+        raise ValueError(f"{key}: {entry!r} was given as a Python object, which a checkpoint or a config cannot hold; "
+                         "pass the rewards again (RLVRModule.load_from_checkpoint(..., scoring=ScoringOptions(reward_funcs=[...])))")  # fmt: skip
+    if isinstance(entry, str) and not is_import_path(entry):
+        raise ValueError(f"{key}: unknown reward {entry!r}; registered: {sorted(table)}, or give an import path "
                          "(package.module.function, package.module:function or file.py:function)")  # fmt: skip
-    fn = load_function(ref)
-    name = getattr(fn.func if isinstance(fn, functools.partial) else fn, "__name__", type(fn).__name__)  # TRL's get_callable_name
-    opts = dict(options.get(name, {}))
-    _check_call_options(fn, opts, f"{key.rsplit('.', 1)[0]}.options.{name}")
-    return RewardTerm(name, ref, weight, imported_reward(name, ref, opts))
+    if not isinstance(entry, str) and not callable(entry):
+        raise ValueError(f"{key}: {entry!r:.60} is not a reward: give a registered reward's name, an import path or (in "
+                         "Python) a function")  # fmt: skip
+    fn = load_function(entry) if isinstance(entry, str) else entry
+    options_name = callable_name(fn)  # a factory's options are its arguments, under the factory's name
+    opts = dict(options.get(options_name, {}))
+    options_key = f"{key.rsplit('.', 1)[0]}.options.{options_name}"
+    _check_call_options(fn, opts, options_key)
+    try:
+        func = RewardFunc(entry, options=opts)
+    except ValueError as err:
+        raise ValueError(f"{key}: {err}") from None
+    source = entry if isinstance(entry, str) else callable_source(fn)
+    return RewardTerm(func.name, source, weight, imported_reward(func.name, func)), options_name
+
+
+def _declared_values(names: Sequence[str]) -> frozenset[float] | None:
+    """The values the registered rewards ``names`` declare, with a failed item's 0; None if one declares none."""
+    from lit_rlvr.rewards.scorer import reward_table
+
+    table, out = reward_table(), {0.0}
+    for name in names:
+        values = table[name].values if name in table else None
+        if values is None:
+            return None
+        out.update(values)
+    return frozenset(out)
+
+
+def _check_calls(term: RewardTerm, rows: Sequence[dict], first: dict, where: str) -> None:
+    """Raise ``ValueError`` unless ``term``'s function takes every row's fields its convention reads
+    (verl's ``extra_info`` a dict) and can be called on the first row (``first``, its item row)."""
+    func = term.record.score
+    row = first
+    try:
+        for row in rows:
+            func.check_row(row)
+        row = first
+        func.check_call(first)
+    except TypeError as err:
+        columns = sorted(k for k in row if k not in ("trainer_state", "reward") and not (k == "answer" and row[k] is None))
+        raise ValueError(f"{where}: reward function {term.name!r} ({term.source}, {func.convention} convention) cannot be "
+                         f"called on row {row.get('id')!r}: {err} (the row gives {columns})") from None  # fmt: skip
+
+
+def _score_whole_batch(record: Reward, completions: Sequence[str], rows: list[dict], item_timeout_s: float,
+                       with_answers: bool) -> list[ScoreResult]:  # fmt: skip
+    """One call of a TRL function on every completion, in this process, under ``item_timeout_s`` per completion."""
+    results = record.score.score_batch(list(completions), rows, item_timeout_s * max(len(completions), 1))
+    results = [in_range(r, record.value_range) for r in results]
+    if with_answers:
+        results = [replace(r, answer=record.answer_key(c)) for r, c in zip(results, completions)]
+    return results
+
+
+def _checked_weights(weights: Sequence[float] | None, count: int, key: str) -> list[float]:
+    """One finite weight per reward (all 1 when None), not all 0.
+
+    Example:
+        >>> _checked_weights(None, 2, "w"), _checked_weights([1, 0], 2, "w")
+        ([1.0, 1.0], [1.0, 0.0])
+        >>> _checked_weights([0, 0.0], 2, "scoring.reward_weights")
+        Traceback (most recent call last):
+        ...
+        ValueError: scoring.reward_weights=[0, 0.0]: every weight is 0, so every completion's reward would be 0 and nothing is learnt; give the rewards to train on a non-zero weight (a weight of 0 only logs a reward)
+    """
+    if weights is None:
+        return [1.0] * count
+    weights = list(weights)
+    if len(weights) != count:
+        raise ValueError(f"{key} has {len(weights)} weights for {count} reward_funcs; give one per reward")
+    for w in weights:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+            raise ValueError(f"{key} must be finite numbers, got {weights!r}")
+    if all(w == 0 for w in weights):
+        raise ValueError(f"{key}={weights!r}: every weight is 0, so every completion's reward would be 0 and nothing is "
+                         "learnt; give the rewards to train on a non-zero weight (a weight of 0 only logs a reward)")  # fmt: skip
+    return [float(w) for w in weights]
+
+
+def _with_whole_batch(terms: list[RewardTerm], names: Sequence[str] | None, key: str) -> list[RewardTerm]:
+    """``terms`` with the ones ``names`` lists called once per batch; each must be a TRL function's."""
+    if not names:
+        return terms
+    known = {t.name: t for t in terms}
+    for name in names:
+        term = known.get(name)
+        if term is None:
+            raise ValueError(f"{key} names {name!r}, which is not one of the reward_funcs' names {list(known)}")
+        if term.convention != "trl":
+            raise ValueError(f"{key}: {name!r} is a {term.convention} function, called once per completion by design; only "
+                             "TRL functions (lists of completions) can take the whole batch")  # fmt: skip
+    return [replace(t, whole_batch=t.name in set(names)) for t in terms]
 
 
 def _check_call_options(fn, options: Mapping[str, Any], key: str) -> None:

@@ -2,8 +2,9 @@
 
 A user moving from TRL or verl names their function by import path in ``model.scoring.reward_funcs``
 (``my_pkg.rewards.accuracy_reward``, ``my_pkg/rewards.py:accuracy_reward`` or, verl's
-``custom_reward_function.path`` + ``.name``, ``path/to/reward.py:compute_score``) and lit_rlvr calls
-it with its own signature, told apart by its parameter names (:data:`CONVENTIONS`):
+``custom_reward_function.path`` + ``.name``, ``path/to/reward.py:compute_score``), or in Python
+passes the function itself, and lit_rlvr calls it with its own signature, told apart by its
+parameter names (:data:`CONVENTIONS`):
 
 =========  =====================================================================  ==========================
 name       signature                                                              returns
@@ -12,6 +13,15 @@ name       signature                                                            
 ``verl``   ``compute_score(data_source, solution_str, ground_truth, extra_info)``  ``float`` or ``{"score": …}``
 ``native`` ``fn(completion, answer, **row)`` (lit_rlvr's own)                      ``float | ScoreResult | None``
 =========  =====================================================================  ==========================
+
+A function gets the arguments of its convention that its signature takes (all of them with
+``**kwargs``): TRL's ``get_repetition_penalty_reward`` builds an ``f(completion_ids, **kwargs)``, and
+verl's built-in scorers (``gsm8k.compute_score(solution_str, ground_truth, method, format_score,
+score)``, which verl's ``default_compute_score`` routes to by ``data_source``) take neither
+``data_source`` nor ``extra_info``. At start-up the call is bound to the signature on the first row,
+so a function that needs an argument the rows do not give stops the run before any generation. A
+factory (annotated ``-> Callable``: TRL's ``get_soft_overlong_punishment(max_completion_len,
+soft_punish_cache)``) is called once with its options and the function it returns is the reward.
 
 Either kind may be ``async def``; it is awaited on one event loop per worker (TRL keeps one loop for
 the run too). ``None`` means "not applicable to this row" (status ``not_applicable``), left out of
@@ -24,16 +34,23 @@ Where this departs from TRL and verl, and why:
   completion is its own call with lists of length one (``prompts=[p]``, ``completions=[c]``, each
   column ``[v]``), inside the killable workers under the per-item deadline, so a reward that
   raises, hangs or crashes costs its completion only (status ``error`` / ``timeout``), never the
-  step. A function that needs the whole batch at once (normalising across it) does not fit; an
-  async function that calls a service runs one call per worker at a time (raise
+  step. A function that compares the completions of a batch (normalises or ranks across it) would
+  silently see batches of one: name it in ``model.scoring.whole_batch`` and it is called once per
+  batch as TRL calls it (:meth:`RewardFunc.score_batch`), in the training process. An async
+  function that calls a service runs one call per worker at a time (raise
   ``model.scoring.workers`` for more in flight).
+- **Python callables** reach the workers pickled: a module-level function by reference, an object
+  (TRL's reward classes) by value. A lambda, a closure or anything of ``__main__`` cannot be, and is
+  scored in the training process, with a warning that says why
+  (:class:`~lit_rlvr.rewards.BatchScorer`).
 - **What TRL passes that cannot cross into a worker**: ``trainer_state`` is a
   :class:`TrainerState` with ``global_step``, ``epoch`` and ``max_steps`` (not transformers'
   object); ``log_extra``, ``log_metric`` and ``environments`` are not passed (TRL's own reward
   functions default them to None).
-- **verl**: ``extra_info`` is the row's ``extra_info`` (a copy), without the ``num_turns`` and
-  ``rollout_reward_scores`` that verl's reward manager adds for agent loops; a dict result gives
-  its ``score`` (verl logs its other keys, lit_rlvr does not).
+- **verl**: ``extra_info`` is the row's ``extra_info`` (a copy; a row whose ``extra_info`` is not a
+  dict is refused at start-up), without the ``num_turns`` and ``rollout_reward_scores`` that verl's
+  reward manager adds for agent loops; a dict result gives its ``score`` (verl logs its other keys,
+  lit_rlvr does not).
 
 The function is imported once per process: in the parent at start-up (so a wrong path or an
 unknown signature stops the run before any generation) and in each worker when the
@@ -65,6 +82,7 @@ from lit_rlvr.rewards.base import (
     ScoreResult,
     as_result,
     deadline,
+    error_result,
 )
 
 UNBOUNDED = (-math.inf, math.inf)  # value range of imported functions: any finite number
@@ -99,97 +117,194 @@ class Convention:
         name: ``trl``, ``verl`` or ``native``.
         signature: the signature, for messages.
         marks: parameter names of which one identifies the family (``completions`` for TRL).
-        call: ``call(fn, completion, answer, row, options) -> result`` (maybe awaitable); ``row``
-            is the prompt row less ``answer`` (a copy the call may change).
-        unpack: the function's return value as one item's raw result (TRL: the list's only item).
+        arguments: ``arguments(completions, answers, rows) -> (args, kwargs)``: the call for B
+            completions (B = 1 unless ``batched``); ``rows`` are the prompt rows less ``answer``.
+            Raises ``TypeError`` for a row the family cannot be called with.
+        unpack: ``unpack(out, B) -> list``: the function's return value as B raw results.
+        batched: whether one call may take several completions (TRL's lists).
     """
 
     name: str
     signature: str
     marks: tuple[str, ...]
-    call: Callable[..., Any]
-    unpack: Callable[[Any], Any]
+    arguments: Callable[[list[str], list, list[dict]], tuple[tuple, dict]]
+    unpack: Callable[[Any, int], list]
+    batched: bool = False
 
 
-def _call_trl(fn, completion: str, answer, row: dict, options: Mapping[str, Any]):
-    """TRL's ``f(prompts, completions, completion_ids, trainer_state, **columns)`` on one completion.
+def _trl_arguments(completions: list[str], answers: list, rows: list[dict]) -> tuple[tuple, dict]:
+    """TRL's ``f(prompts, completions, completion_ids, trainer_state, **columns)`` on B completions.
 
     A conversational prompt (a list of messages) gets its completion as one assistant message,
-    as TRL gives it; every other row field but lit_rlvr's routing key (``reward``) is a column.
+    as TRL gives it; every other row field but lit_rlvr's routing key (``reward``) is a column,
+    ``answer`` among them where a row has a gold.
     """
-    prompt = row.pop("prompt", None)
-    completion_ids = row.pop("completion_ids", None)
-    state = row.pop("trainer_state", None) or TrainerState()
-    row.pop("reward", None)
-    if answer is not None:
-        row["answer"] = answer
-    completions = [[{"role": "assistant", "content": completion}]] if isinstance(prompt, list) else [completion]
-    columns = {k: [v] for k, v in row.items()}
-    return fn(prompts=[prompt], completions=completions, completion_ids=[completion_ids], trainer_state=state, **columns, **options)
+    rows = [dict(row) for row in rows]
+    prompts = [row.pop("prompt", None) for row in rows]
+    completion_ids = [row.pop("completion_ids", None) for row in rows]
+    states = [row.pop("trainer_state", None) for row in rows]
+    for row, answer in zip(rows, answers):
+        row.pop("reward", None)
+        if answer is not None:
+            row["answer"] = answer
+    names = list(dict.fromkeys(k for row in rows for k in row))  # every column, in first-seen order
+    columns = {k: [row.get(k) for row in rows] for k in names}
+    completions = [[{"role": "assistant", "content": c}] if isinstance(p, list) else c for c, p in zip(completions, prompts)]
+    state = states[0] if states and states[0] is not None else TrainerState()
+    return (), {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, "trainer_state": state, **columns}
 
 
-def _unpack_trl(out):
-    if not isinstance(out, (list, tuple)) or len(out) != 1:
-        raise TypeError(f"a TRL reward function returns one value per completion; for one completion it returned {out!r:.80}")
-    return out[0]
+def _unpack_trl(out, size: int) -> list:
+    if not isinstance(out, (list, tuple)) or len(out) != size:
+        raise TypeError(f"a TRL reward function returns one value per completion; for {size} completion(s) it returned {out!r:.80}")
+    return list(out)
 
 
-def _call_verl(fn, completion: str, answer, row: dict, options: Mapping[str, Any]):
-    """verl's ``compute_score(data_source, solution_str, ground_truth, extra_info)``, by keyword as verl calls it."""
-    extra_info = dict(row.get("extra_info") or {})
-    return fn(data_source=row.get("data_source"), solution_str=completion, ground_truth=answer, extra_info=extra_info, **options)
+def _verl_arguments(completions: list[str], answers: list, rows: list[dict]) -> tuple[tuple, dict]:
+    """verl's ``compute_score(data_source, solution_str, ground_truth, extra_info)``, by keyword as verl calls it.
+
+    Raises:
+        TypeError: the row's ``extra_info`` is not a mapping (verl's rows carry a dict).
+    """
+    (completion,), (answer,), (row,) = completions, answers, rows
+    extra_info = row.get("extra_info")
+    if extra_info is not None and not isinstance(extra_info, Mapping):
+        raise TypeError(f"row {row.get('id')!r}: extra_info must be a dict, as verl's rows carry it; "
+                        f"got a {type(extra_info).__name__} {extra_info!r:.60}")  # fmt: skip
+    kwargs = {"data_source": row.get("data_source"), "solution_str": completion, "ground_truth": answer,
+              "extra_info": dict(extra_info or {})}  # fmt: skip
+    return (), kwargs
 
 
-def _unpack_verl(out):
+def _unpack_verl(out, size: int) -> list:
     if isinstance(out, Mapping):
         if "score" not in out:
             raise TypeError(f"a verl compute_score that returns a dict must give 'score'; got keys {sorted(out)}")
-        return out["score"]
-    return out
+        return [out["score"]]
+    return [out]
 
 
-def _call_native(fn, completion: str, answer, row: dict, options: Mapping[str, Any]):
-    return fn(completion, answer, **row, **options)
+def _native_arguments(completions: list[str], answers: list, rows: list[dict]) -> tuple[tuple, dict]:
+    (completion,), (answer,), (row,) = completions, answers, rows
+    return (completion, answer), dict(row)
 
 
-def _same(out):
-    return out
+def _unpack_one(out, size: int) -> list:
+    return [out]
 
 
 CONVENTIONS: dict[str, Convention] = {
     c.name: c
     for c in (
-        Convention("verl", "compute_score(data_source, solution_str, ground_truth, extra_info)", ("solution_str",), _call_verl, _unpack_verl),
-        Convention("trl", "f(prompts, completions, completion_ids, trainer_state, **columns)", ("completions",), _call_trl, _unpack_trl),
-        Convention("native", "fn(completion, answer, **row)", ("completion",), _call_native, _same),
+        Convention("verl", "compute_score(data_source, solution_str, ground_truth, extra_info)", ("solution_str",), _verl_arguments,
+                   _unpack_verl),  # fmt: skip
+        Convention("trl", "f(prompts, completions, completion_ids, trainer_state, **columns)", ("completions", "completion_ids", "prompts"),
+                   _trl_arguments, _unpack_trl, batched=True),  # fmt: skip
+        Convention("native", "fn(completion, answer, **row)", ("completion",), _native_arguments, _unpack_one),
     )
 }
 """The calling conventions, tried in this order: the first whose mark is a parameter name wins."""
 
 
+def _parameters(fn: Callable) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
 def detect_convention(fn: Callable, ref: str = "") -> str:
-    """The :data:`CONVENTIONS` name of ``fn`` from its parameter names.
+    """The :data:`CONVENTIONS` name of ``fn`` from its parameter names (a callable object's are its ``__call__``'s).
 
     Example:
         >>> def accuracy(completions, solution, **kwargs): ...
         >>> def compute_score(data_source, solution_str, ground_truth, extra_info=None): ...
-        >>> detect_convention(accuracy), detect_convention(compute_score)
-        ('trl', 'verl')
+        >>> def overlong(completion_ids, **kwargs): ...
+        >>> detect_convention(accuracy), detect_convention(compute_score), detect_convention(overlong)
+        ('trl', 'verl', 'trl')
         >>> detect_convention(lambda text, gold: 1.0, "my.reward")
         Traceback (most recent call last):
         ...
-        ValueError: reward function 'my.reward' has parameters ['text', 'gold'], which match no known signature; accepted: trl: f(prompts, completions, completion_ids, trainer_state, **columns); verl: compute_score(data_source, solution_str, ground_truth, extra_info); native: fn(completion, answer, **row)
+        ValueError: reward function 'my.reward' has parameters ['text', 'gold'], which match no known signature; accepted: trl: f(prompts, completions, completion_ids, trainer_state, **columns); verl: compute_score(data_source, solution_str, ground_truth, extra_info); native: fn(completion, answer, **row); or a factory annotated `-> Callable` that builds one from the options
     """
-    target = fn.func if isinstance(fn, functools.partial) else fn
-    try:
-        params = list(inspect.signature(target).parameters)
-    except (TypeError, ValueError):
-        params = []
+    params = _parameters(fn)
     for convention in CONVENTIONS.values():
         if any(mark in params for mark in convention.marks):
             return convention.name
     accepted = "; ".join(f"{c.name}: {c.signature}" for c in (CONVENTIONS["trl"], CONVENTIONS["verl"], CONVENTIONS["native"]))
-    raise ValueError(f"reward function {ref or fn!r} has parameters {params}, which match no known signature; accepted: {accepted}")
+    raise ValueError(f"reward function {ref or callable_name(fn)!r} has parameters {params}, which match no known signature; "
+                     f"accepted: {accepted}; or a factory annotated `-> Callable` that builds one from the options")  # fmt: skip
+
+
+def callable_name(fn: Callable) -> str:
+    """A reward function's name, as TRL's ``get_callable_name`` gives it (what logs and ``correctness`` use).
+
+    Example:
+        >>> import functools, operator
+        >>> callable_name(operator.add), callable_name(functools.partial(operator.add, 1)), callable_name(lambda: 0)
+        ('add', 'add', '<lambda>')
+    """
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def callable_source(fn: Callable) -> str:
+    """Where a callable comes from, ``module:qualified name`` (of its class, for a callable object):
+    what records and messages name a reward given in Python by.
+
+    Example:
+        >>> import operator
+        >>> callable_source(operator.add), callable_source(lambda: 0)
+        ('_operator:add', 'lit_rlvr.rewards.conventions:<lambda>')
+    """
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    target = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(target, '__module__', None) or '?'}:{target.__qualname__}"
+
+
+PYTHON_ONLY = "<python object, not importable: {}>"
+"""How :func:`reward_reference` writes a reward that only existed in the Python process (a lambda,
+a closure, an object): plain data a checkpoint can hold, refused with advice if configured again."""
+
+
+def reward_reference(fn: Callable) -> str:
+    """A ``reward_funcs`` entry as plain data: the import path of a module-level function (or of a
+    ``__main__`` one, importable again by the same script), else :data:`PYTHON_ONLY`.
+
+    Example:
+        >>> import operator
+        >>> reward_reference(operator.add), reward_reference(lambda c, a: 1.0)
+        ('_operator:add', '<python object, not importable: lit_rlvr.rewards.conventions:<lambda>>')
+    """
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if module and qualname and "<" not in qualname and not isinstance(fn, functools.partial):
+        target = sys.modules.get(module)
+        for part in qualname.split("."):
+            target = getattr(target, part, None)
+        if target is fn:
+            return f"{module}:{qualname}"
+    return PYTHON_ONLY.format(callable_source(fn))
+
+
+def is_factory(fn: Callable) -> bool:
+    """Whether ``fn`` builds a reward function rather than being one: annotated to return a
+    ``Callable`` (TRL's ``get_soft_overlong_punishment(max_completion_len, soft_punish_cache) -> Callable``).
+
+    Example:
+        >>> from collections.abc import Callable
+        >>> def make(scale: float) -> Callable: ...
+        >>> is_factory(make), is_factory(len)
+        (True, False)
+    """
+    try:
+        annotation = inspect.signature(fn).return_annotation
+    except (TypeError, ValueError):
+        return False
+    if isinstance(annotation, str):
+        return annotation.split("[", 1)[0].rsplit(".", 1)[-1] == "Callable"
+    return annotation is Callable or getattr(annotation, "__origin__", None) is Callable  # also typing.Callable[...]
 
 
 def is_import_path(ref: str) -> bool:
@@ -293,16 +408,25 @@ def _await(awaitable):
 
 
 class RewardFunc:
-    """The ``score`` of a :class:`~lit_rlvr.rewards.base.Reward` record that calls an imported
-    function in its own convention, one completion at a time (module docstring).
+    """The ``score`` of a :class:`~lit_rlvr.rewards.base.Reward` record that calls a TRL, verl or
+    native function in its own convention, one completion at a time (module docstring), or a
+    whole batch at once (:meth:`score_batch`, TRL's functions).
 
-    Pickles as its import path (the worker imports the function when the record arrives).
+    The function is given by import path (YAML) or as a Python callable (a function, a callable
+    object, a ``functools.partial``). A factory (annotated ``-> Callable``, as TRL's
+    ``get_soft_overlong_punishment``) is called once with ``options`` and the function it builds
+    is the reward. Only the arguments the function's signature accepts are passed (all of them
+    when it takes ``**kwargs``): verl's own scorers (``gsm8k.compute_score(solution_str,
+    ground_truth, method, format_score, score)``) take neither ``data_source`` nor ``extra_info``.
+
+    Pickles as its import path, or as the callable itself (a module-level function by
+    reference, an object by value): the worker rebuilds it when the record arrives.
 
     Args:
-        ref: the import path (``pkg.mod.fn``, ``pkg.mod:fn``, ``file.py:fn``).
+        source: the import path (``pkg.mod.fn``, ``pkg.mod:fn``, ``file.py:fn``) or the callable.
         convention: a :data:`CONVENTIONS` name (None: detected from the parameter names).
         options: keyword arguments added to every call (verl's ``custom_reward_function.reward_kwargs``;
-            ``model.scoring.options.<name>``).
+            ``model.scoring.options.<name>``), or a factory's arguments.
 
     Example:
         >>> f = RewardFunc("lit_rlvr.rewards.conventions._doc_trl_reward")
@@ -312,39 +436,121 @@ class RewardFunc:
         ScoreResult(reward=0.0, status='not_applicable', reason='the reward returned None')
     """
 
-    def __init__(self, ref: str, convention: str | None = None, options: Mapping[str, Any] | None = None):
-        self.ref, self.options = ref, dict(options or {})
-        self.fn = load_function(ref)
-        self.convention = convention or detect_convention(self.fn, ref)
+    def __init__(self, source: str | Callable, convention: str | None = None, options: Mapping[str, Any] | None = None):
+        self.source, self.options = source, dict(options or {})
+        self.ref = source if isinstance(source, str) else None
+        fn = load_function(source) if self.ref is not None else source
+        if not callable(fn):
+            raise TypeError(f"a reward function must be callable; got a {type(fn).__name__} {fn!r:.60}")
+        label = self.ref or callable_name(fn)
+        self.factory = is_factory(fn) and not _matches_a_convention(fn)
+        if self.factory:  # TRL's get_soft_overlong_punishment(max_completion_len, soft_punish_cache) -> Callable
+            try:
+                fn = fn(**self.options)
+            except TypeError as err:
+                raise ValueError(f"reward factory {label!r} cannot be called with options {self.options}: {err}") from err
+        self.fn = fn
+        self.call_options = {} if self.factory else self.options
+        self.convention = convention or detect_convention(self.fn, label)
         if self.convention not in CONVENTIONS:
-            raise ValueError(f"reward function {ref!r}: unknown convention {self.convention!r}; accepted: {sorted(CONVENTIONS)}")
+            raise ValueError(f"reward function {label!r}: unknown convention {self.convention!r}; accepted: {sorted(CONVENTIONS)}")
         self.is_async = is_async(self.fn)
+        params = inspect.signature(self.fn).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        self._accepted = None if takes_any else frozenset(params)  # None: every argument
+
+    @property
+    def name(self) -> str:
+        """What logs and ``correctness`` call it: TRL's name for the function (a factory's product's)."""
+        return callable_name(self.fn)
 
     def __getstate__(self) -> dict:
-        return {"ref": self.ref, "convention": self.convention, "options": self.options}
+        return {"source": self.source, "convention": self.convention, "options": self.options}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["ref"], state["convention"], state["options"])
+        self.__init__(state["source"], state["convention"], state["options"])
 
     def __eq__(self, other) -> bool:
         return isinstance(other, RewardFunc) and self.__getstate__() == other.__getstate__()
 
     def __hash__(self) -> int:
-        return hash((self.ref, self.convention))
+        return hash((self.ref or id(self.source), self.convention))
 
     def __repr__(self) -> str:
-        return f"RewardFunc({self.ref!r}, {self.convention!r})"
+        return f"RewardFunc({self.ref or self.source!r}, {self.convention!r})"
+
+    def _call(self, completions: list[str], answers: list, rows: list[dict]):
+        """The function on these items (its raw return value, awaited)."""
+        args, kwargs = CONVENTIONS[self.convention].arguments(completions, answers, rows)
+        if self._accepted is not None:
+            kwargs = {k: v for k, v in kwargs.items() if k in self._accepted}
+        out = self.fn(*args, **kwargs, **self.call_options)
+        return _await(out) if inspect.isawaitable(out) else out
 
     def __call__(self, completion: str, answer: Any, *, timeout_s: float | None = None, **row) -> ScoreResult:
-        convention = CONVENTIONS[self.convention]
         try:
             with deadline(timeout_s):
-                out = convention.call(self.fn, completion, answer, dict(row), self.options)
-                if inspect.isawaitable(out):
-                    out = _await(out)
+                out = self._call([completion], [answer], [row])
         except RewardTimeout as e:
             return ScoreResult(0.0, STATUS_TIMEOUT, str(e))
-        return as_value(convention.unpack(out))
+        return as_value(CONVENTIONS[self.convention].unpack(out, 1)[0])
+
+    def score_batch(self, completions: list[str], rows: list[dict], timeout_s: float | None = None) -> list[ScoreResult]:
+        """Every completion in one call, as TRL calls its reward functions (a function that compares
+        the completions of a batch); a failure or the deadline costs the whole batch.
+
+        Args:
+            completions: B completion texts.
+            rows: B prompt rows (with ``answer``, ``completion_ids``, ``trainer_state``).
+            timeout_s: the deadline of the whole call (interrupts Python code only).
+
+        Returns:
+            B results; all ``error`` (with the exception) or all ``timeout`` when the call fails.
+        """
+        if not CONVENTIONS[self.convention].batched:
+            raise ValueError(f"reward function {self.ref or self.name!r} ({self.convention}) takes one completion per call")
+        if not completions:
+            return []
+        answers = [row.get("answer") for row in rows]
+        try:
+            with deadline(timeout_s):
+                out = self._call(list(completions), answers, [{k: v for k, v in row.items() if k != "answer"} for row in rows])
+            values = CONVENTIONS[self.convention].unpack(out, len(completions))
+        except RewardTimeout as e:
+            return [ScoreResult(0.0, STATUS_TIMEOUT, str(e))] * len(completions)
+        except Exception as e:
+            return [error_result(e)] * len(completions)
+        return [as_value(v) for v in values]
+
+    def check_call(self, row: dict) -> None:
+        """Raise ``TypeError`` unless the function can be called on ``row`` (an item row: the
+        prompt row with ``answer`` and what the mix adds): the arguments its convention builds
+        bind to its signature. Nothing is called; run at start-up on the first row.
+
+        Example:
+            >>> def compute_score(solution_str, ground_truth, method="strict", format_score=0.0, score=1.0): ...
+            >>> RewardFunc(compute_score).check_call({"id": "g/0", "answer": "4", "data_source": "openai/gsm8k"})
+            >>> def needs_tests(completions, tests): ...
+            >>> RewardFunc(needs_tests).check_call({"id": "g/0", "prompt": "p"})
+            Traceback (most recent call last):
+            ...
+            TypeError: missing a required argument: 'tests'
+        """
+        rest = {k: v for k, v in row.items() if k != "answer"}
+        args, kwargs = CONVENTIONS[self.convention].arguments([""], [row.get("answer")], [rest])
+        if self._accepted is not None:
+            kwargs = {k: v for k, v in kwargs.items() if k in self._accepted}
+        inspect.signature(self.fn).bind(*args, **kwargs, **self.call_options)
+
+    def check_row(self, row: dict) -> None:
+        """Raise ``TypeError`` for a row whose fields the convention refuses (verl: an ``extra_info``
+        that is not a dict); cheap enough for every row at start-up."""
+        CONVENTIONS[self.convention].arguments([""], [None], [row])
+
+
+def _matches_a_convention(fn: Callable) -> bool:
+    params = _parameters(fn)
+    return any(mark in params for c in CONVENTIONS.values() for mark in c.marks)
 
 
 def as_value(out: Any) -> ScoreResult:
@@ -364,15 +570,17 @@ def as_value(out: Any) -> ScoreResult:
     return ScoreResult(0.0, STATUS_ERROR, f"returned a {type(out).__name__} ({out!r:.40}), not a number or None")
 
 
-def imported_reward(name: str, ref: str, options: Mapping[str, Any] | None = None) -> Reward:
+def imported_reward(name: str, source: str | Callable | RewardFunc, options: Mapping[str, Any] | None = None) -> Reward:
     """A :class:`~lit_rlvr.rewards.base.Reward` record named ``name`` that calls the function at
-    ``ref`` in its own convention, any finite value accepted.
+    ``source`` (an import path, a callable, or a :class:`RewardFunc` already built) in its own
+    convention, any finite value accepted.
 
     Example:
         >>> imported_reward("acc", "lit_rlvr.rewards.conventions._doc_trl_reward").value_range
         (-inf, inf)
     """
-    return Reward(name, RewardFunc(ref, options=options), takes_timeout=True, value_range=UNBOUNDED)
+    func = source if isinstance(source, RewardFunc) else RewardFunc(source, options=options)
+    return Reward(name, func, takes_timeout=True, value_range=UNBOUNDED)
 
 
 def _doc_trl_reward(prompts, completions, completion_ids, trainer_state, answer=None, **kwargs):

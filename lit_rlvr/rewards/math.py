@@ -709,4 +709,4 @@ def math_answer_key(
         return "".join(text.split())
 
 
-register_reward("math", answer_key=math_answer_key, check_gold=check_math_gold, check=_check_options)(math_score)
+register_reward("math", answer_key=math_answer_key, check_gold=check_math_gold, check=_check_options, values=(0.0, 1.0))(math_score)

@@ -7,13 +7,18 @@ and a LightningModule's logger. For one scored batch it logs
   status every batch, so every rank logs the same keys; synced means);
 - ``train/reward_errors``: the number of failed rewards (status ``error``), summed over ranks;
 - ``<prefix>/reward/<name>``: with several rewards, each one's mean over the completions it
-  applies to, across ranks (TRL's ``rewards/<name>/mean``); a reward that applied to none is not
+  applies to and scored (a failed item, status ``error`` or ``timeout``, is missing from the mean,
+  not a 0), across ranks (TRL's ``rewards/<name>/mean``); a reward that applied to none is not
   logged;
 
-and summarises a batch with failures in the Python log (items per status, the first reason
-verbatim): at INFO, as a warning the first time in a run and whenever at least a quarter of the
-batch failed (:class:`~lit_rlvr.rewards.scorer.ScoreSummary`). A completion that no reward
-applies to scores 0 and is warned about once (TRL warns too).
+and summarises each reward's failures (``error`` and ``timeout``) in the Python log, naming the
+reward: items per status and the first reason verbatim at INFO; as a warning, with the first
+error's traceback, the first time a reward fails in a run and whenever at least a quarter of its
+batch failed (:class:`~lit_rlvr.rewards.scorer.ScoreSummary`). A reward that raises on every
+item (status ``error``, on every rank) for ``max_failed_steps`` training batches in a row stops
+the run with an error that names it and shows the traceback, rather than train on zeros; a
+timeout does not count toward it (a slow service recovers, a bug does not). A completion that no
+reward applies to scores 0 and is warned about once (TRL warns too).
 
 Only the training process imports this module (the reward workers never do): it needs torch for
 the cross-rank sums.
@@ -28,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lit_rlvr.rewards.base import STATUSES
+from lit_rlvr.rewards.base import STATUS_ERROR, STATUS_NOT_APPLICABLE, STATUS_TIMEOUT, STATUSES
 from lit_rlvr.rewards.combine import MixedScore
 from lit_rlvr.rewards.scorer import ScoreSummary, summarize
 
@@ -36,38 +41,48 @@ log = logging.getLogger(__name__)
 
 
 def term_totals(scores: Sequence[MixedScore], num_terms: int) -> Tensor:
-    """``(K, 2)`` float64: each reward's sum and count over the completions it applies to.
+    """``(K, 4)`` float64: per reward, the sum and count of its rewards over the completions it
+    applies to and scored (``error`` and ``timeout`` items left out), its ``error`` items, and its items.
 
     Example:
         >>> from lit_rlvr.rewards.base import ScoreResult
-        >>> skip = ScoreResult(0.0, "not_applicable")
-        >>> scores = [MixedScore(1.0, 1.0, (ScoreResult(1.0), skip)), MixedScore(0.5, 0.0, (ScoreResult(0.0), ScoreResult(0.5)))]
+        >>> skip, failed = ScoreResult(0.0, "not_applicable"), ScoreResult(0.0, "error", "KeyError")
+        >>> scores = [MixedScore(1.0, 1.0, (ScoreResult(1.0), skip)), MixedScore(0.5, 0.0, (failed, ScoreResult(0.5)))]
         >>> term_totals(scores, 2).tolist()
-        [[1.0, 2.0], [0.5, 1.0]]
+        [[1.0, 1.0, 1.0, 2.0], [0.5, 1.0, 0.0, 2.0]]
     """
-    totals = torch.zeros(num_terms, 2, dtype=torch.float64)
+    totals = torch.zeros(num_terms, 4, dtype=torch.float64)
     for s in scores:
-        for k, part in enumerate(s.parts):
-            if part is not None:
-                totals[k] += torch.tensor([part, 1.0], dtype=torch.float64)
+        for k, r in enumerate(s.results):
+            scored = r.status not in (STATUS_NOT_APPLICABLE, STATUS_ERROR, STATUS_TIMEOUT)
+            totals[k] += torch.tensor([r.reward if scored else 0.0, float(scored), float(r.status == STATUS_ERROR), 1.0],
+                                      dtype=torch.float64)  # fmt: skip
     return totals
 
 
 class RewardReport:
-    """Logs one batch of rewards through a LightningModule (module docstring).
+    """Logs one batch of rewards through a LightningModule, and stops a run whose reward always fails (module docstring).
 
     Args:
         names: the rewards' names (``RewardMix.names``); empty: each row's own reward, one term.
+        max_failed_steps: training batches in a row on which a reward may fail on every item
+            before the run stops (``model.scoring.max_failed_steps``); None: never.
     """
 
-    def __init__(self, names: Sequence[str]):
+    def __init__(self, names: Sequence[str], max_failed_steps: int | None = None):
         self.names = list(names)
+        self.max_failed_steps = max_failed_steps
         self._warned_unscored = False
-        self._warned_error = False  # the first failed reward of a run is a warning
+        self._warned: set[str] = set()  # the rewards whose first failure of the run was a warning
+        self._failed_steps = [0] * max(len(self.names), 1)  # per reward: training batches in a row it failed on every item
 
     def __call__(self, module: Any, scores: Sequence[MixedScore], rows: Sequence[dict], prefix: str,
                  reduce_sum: Callable[[Tensor], Tensor]) -> None:  # fmt: skip
-        """Log ``scores`` of ``rows`` under ``prefix`` with ``module.log``; ``reduce_sum`` sums a tensor over the ranks."""
+        """Log ``scores`` of ``rows`` under ``prefix`` with ``module.log``; ``reduce_sum`` sums a tensor over the ranks.
+
+        Raises:
+            RuntimeError: a reward failed on every item for ``max_failed_steps`` training batches in a row.
+        """
         summary = summarize([r for s in scores for r in s.results])
         size = max(summary.total, 1)
         for status in STATUSES:  # every status, every batch: the same keys on every rank (synced means)
@@ -75,14 +90,19 @@ class RewardReport:
                        add_dataloader_idx=False, sync_dist=True)  # the validation set's name is in the prefix
         if prefix == "train":
             module.log("train/reward_errors", float(summary.errors), batch_size=size, reduce_fx="sum", sync_dist=True)
-        self.report_failures(summary, f"{prefix} rewards (step {module.global_step}, rank {module.global_rank})", prefix)
+        names = self.names or [_row_rewards(rows)]
+        totals = reduce_sum(term_totals(scores, len(names)))  # (K, 4), every rank's
+        where = f"{prefix} rewards (step {module.global_step}, rank {module.global_rank})"
+        term_summaries = [summarize([s.results[k] for s in scores]) for k in range(len(names))]
+        for name, term_summary in zip(names, term_summaries):
+            self.report_failures(term_summary, f"{where}: reward {name!r}", name, prefix)
         if self.names:
-            self.log_terms(module, scores, rows, prefix, reduce_sum)
+            self.log_terms(module, totals, scores, rows, prefix)
+        if prefix == "train":
+            self.check_failing(totals, names, term_summaries)
 
-    def log_terms(self, module: Any, scores: Sequence[MixedScore], rows: Sequence[dict], prefix: str,
-                  reduce_sum: Callable[[Tensor], Tensor]) -> None:  # fmt: skip
-        """``<prefix>/reward/<name>``: each reward's mean over the completions it applies to, across ranks."""
-        totals = reduce_sum(term_totals(scores, len(self.names)))
+    def log_terms(self, module: Any, totals: Tensor, scores: Sequence[MixedScore], rows: Sequence[dict], prefix: str) -> None:
+        """``<prefix>/reward/<name>``: each reward's mean over the completions it applies to and scored, across ranks."""
         for k, name in enumerate(self.names):
             if totals[k, 1] > 0:
                 module.log(f"{prefix}/reward/{name}", float(totals[k, 0] / totals[k, 1]), batch_size=int(totals[k, 1]),
@@ -95,14 +115,36 @@ class RewardReport:
             rank_zero_warn(f"every reward of {self.names} returned None for a completion of row {rows[unscored].get('id')!r}, "
                            "so it scores 0; check that some reward judges every row")
 
-    def report_failures(self, summary: ScoreSummary, where: str, prefix: str) -> None:
-        """The batch's failures in the Python log: INFO always, WARNING the first time and when loud."""
-        if summary.first_reason is None:
+    def report_failures(self, summary: ScoreSummary, where: str, name: str, prefix: str) -> None:
+        """One reward's failures in the Python log: INFO always, WARNING (with the first traceback)
+        the first time in the run and when loud."""
+        if not summary.failures:
             return
         log.info("%s: %s", where, summary)
-        if summary.loud:
-            log.warning("%s: %d of %d rewards failed (status error), each scored 0: %s", where, summary.errors, summary.total, summary)
-        elif summary.errors and not self._warned_error:
-            counted = "; train/reward_errors counts them" if prefix == "train" else ""
-            log.warning("%s: a reward failed (status error, scored 0%s): %s", where, counted, summary)
-        self._warned_error = self._warned_error or summary.errors > 0
+        if summary.loud or name not in self._warned:
+            self._warned.add(name)
+            counted = "; train/reward_errors counts the errors" if prefix == "train" and summary.errors else ""
+            traceback = f"\n{summary.first_traceback.rstrip()}" if summary.first_traceback else ""
+            log.warning("%s: %d of %d items failed (status error or timeout), each scored 0%s: %s%s", where, summary.failures,
+                        summary.total, counted, summary, traceback)  # fmt: skip
+
+    def check_failing(self, totals: Tensor, names: Sequence[str], summaries: Sequence[ScoreSummary]) -> None:
+        """Count, per reward, the training batches in a row on which it raised on every item of every
+        rank (``totals``: summed over the ranks, so every rank decides alike); raise at the limit."""
+        for k, name in enumerate(names):
+            failed_all = totals[k, 3] > 0 and totals[k, 2] == totals[k, 3]
+            self._failed_steps[k] = self._failed_steps[k] + 1 if failed_all else 0
+            if self.max_failed_steps is not None and self._failed_steps[k] >= self.max_failed_steps:
+                first = summaries[k]
+                detail = (f": first error here: {first.first_reason}" + (f"\n{first.first_traceback.rstrip()}" if first.first_traceback else "")
+                          if first.first_reason is not None else " (this rank scored none of its items)")  # fmt: skip
+                raise RuntimeError(
+                    f"reward {name!r} raised on every item, on every rank, for {self._failed_steps[k]} training batches in a row "
+                    f"(model.scoring.max_failed_steps={self.max_failed_steps}), so the run stops rather than train on rewards of "
+                    f"0; fix the reward or its data{detail}"
+                )
+
+
+def _row_rewards(rows: Sequence[dict]) -> str:
+    """The name of the one term of a mix without ``reward_funcs``: the rows' own rewards."""
+    return "/".join(sorted({str(row.get("reward")) for row in rows})) or "row"

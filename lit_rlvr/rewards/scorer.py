@@ -30,7 +30,8 @@ Design (why processes, and which kind):
   for the whole run.
 - A :class:`~lit_rlvr.rewards.base.GoldAnswerError` (malformed gold, a data error) does not stop
   the batch: the other items are scored and then the first such error is raised.
-- ``workers=0`` scores in the calling thread with the same code, each item under
+- ``workers=0`` scores in the calling thread with the same code (so does a pool, with a warning,
+  for a reward that cannot be pickled to a worker: a lambda, a closure), each item under
   :func:`~lit_rlvr.rewards.base.deadline` at the hard deadline (status ``timeout``): it interrupts
   Python code, sleeps and regular expressions (in the main thread), but not a single long C
   call, which finishes first; only a worker that can be killed makes the deadline hard.
@@ -44,10 +45,12 @@ from __future__ import annotations
 import inspect
 import math
 import pickle
+import pickletools
 import signal
 import socket
 import subprocess
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -68,6 +71,8 @@ from lit_rlvr.rewards.base import (
     ScoreResult,
     as_result,
     deadline,
+    error_result,
+    in_range,
     stripped_completion,
 )
 
@@ -94,16 +99,17 @@ def reward_table(rewards: Mapping[str, Callable | Reward] | None = None) -> Rewa
 
 
 def _shipping_problem(record: Reward) -> str | None:
-    """Why a worker cannot import ``record``'s functions by reference (None if it can)."""
+    """Why a worker cannot receive ``record``'s functions (None if it can): they must pickle, by
+    reference to a module the worker imports (not ``__main__``) or by value."""
     for fn in (record.score, record.answer_key, record.check_gold):
         if fn is None:
             continue
-        if getattr(fn, "__module__", None) == "__main__":
-            return "it is defined in __main__, which workers do not import"
         try:
-            pickle.dumps(fn)
+            data = pickle.dumps(fn)
         except (pickle.PicklingError, AttributeError, TypeError) as e:
-            return f"it is not picklable by reference ({e})"
+            return f"it is not picklable ({e})"
+        if any(isinstance(arg, str) and (arg == "__main__" or arg.startswith("__main__ ")) for _, arg, _ in pickletools.genops(data)):
+            return "it is defined in __main__, which workers do not import"
     return None
 
 
@@ -161,10 +167,10 @@ def score_one(
     except GoldAnswerError:
         raise
     except Exception as e:
-        return ScoreResult(0.0, STATUS_ERROR, f"{type(e).__name__}: {str(e)[:200]}")
-    lo, hi = record.value_range
-    if not (math.isfinite(result.reward) and lo <= result.reward <= hi):  # also catches NaN
-        return ScoreResult(0.0, STATUS_ERROR, f"reward {result.reward!r} outside [{lo:g}, {hi:g}]")
+        return error_result(e)
+    checked = in_range(result, record.value_range)
+    if checked is not result:  # out of range: an error, no answer
+        return checked
     if with_answer:
         key_kwargs = {k: v for k, v in kwargs.items() if k != "timeout_s" or _takes(record.answer_key, "timeout_s")}
         try:
@@ -259,9 +265,9 @@ def _worker_main(fd: int) -> None:
         for index, completion, row, task in items:
             try:
                 r = run_task(table, task, completion, row, timeout_s, options)
-                frames.send(sock, (index, r.reward, r.status, r.reason, r.answer, False))
+                frames.send(sock, (index, r.reward, r.status, r.reason, r.answer, r.traceback, False))
             except GoldAnswerError as e:
-                frames.send(sock, (index, 0.0, STATUS_ERROR, f"malformed gold: {e}", None, True))
+                frames.send(sock, (index, 0.0, STATUS_ERROR, f"malformed gold: {e}", None, "", True))
 
 
 class _Batch:
@@ -312,25 +318,30 @@ class _Worker:
 
 
 LOUD_ERROR_SHARE = 0.25
-"""From this share of a batch's items with status ``error``, :meth:`ScoreSummary.loud` is True."""
+"""From this share of a batch's items failed (status ``error`` or ``timeout``), :meth:`ScoreSummary.loud` is True."""
 
 
 @dataclass(frozen=True)
 class ScoreSummary:
-    """What one batch of scores came to: items per status and the first error's reason, verbatim.
+    """What one batch of scores came to: items per status, and the first failure's reason verbatim.
 
     Attributes:
         counts: items per status (every status of :data:`~lit_rlvr.rewards.base.STATUSES`).
-        first_reason: the reason of the first ``error`` item (else of the first ``timeout``), or None.
+        first_reason: the reason of the first ``error`` item (else of the first ``timeout``), or
+            None when nothing failed.
+        first_traceback: the traceback of the first ``error`` the reward raised, or None.
 
     Example:
         >>> s = summarize([ScoreResult(1.0), ScoreResult(0.0, "error", "KeyError: 'x'"), ScoreResult(0.0, "no_answer")])
-        >>> s.errors, s.loud, str(s)
-        (1, True, "3 scored: ok 1, no_answer 1, error 1; first error: KeyError: 'x'")
+        >>> s.errors, s.failures, s.loud, str(s)
+        (1, 1, True, "3 scored: ok 1, no_answer 1, error 1; first error: KeyError: 'x'")
+        >>> str(summarize([ScoreResult(0.0, "timeout"), ScoreResult(1.0)]))
+        '2 scored: ok 1, timeout 1; first timeout: no reason given'
     """
 
     counts: dict[str, int]
     first_reason: str | None = None
+    first_traceback: str | None = None
 
     @property
     def total(self) -> int:
@@ -342,23 +353,29 @@ class ScoreSummary:
         return self.counts.get(STATUS_ERROR, 0)
 
     @property
+    def failures(self) -> int:
+        """Items whose reward failed or ran out of time (status ``error`` or ``timeout``)."""
+        return self.errors + self.counts.get(STATUS_TIMEOUT, 0)
+
+    @property
     def loud(self) -> bool:
-        """Whether at least :data:`LOUD_ERROR_SHARE` of the items errored."""
-        return self.total > 0 and self.errors >= LOUD_ERROR_SHARE * self.total
+        """Whether at least :data:`LOUD_ERROR_SHARE` of the items failed."""
+        return self.total > 0 and self.failures >= LOUD_ERROR_SHARE * self.total
 
     def __str__(self) -> str:
         counts = ", ".join(f"{status} {n}" for status, n in self.counts.items() if n)
         first = "error" if self.errors else STATUS_TIMEOUT
-        return f"{self.total} scored: {counts}" + (f"; first {first}: {self.first_reason}" if self.first_reason else "")
+        return f"{self.total} scored: {counts}" + (f"; first {first}: {self.first_reason}" if self.first_reason is not None else "")
 
 
 def summarize(results: Sequence[ScoreResult]) -> ScoreSummary:
-    """Count ``results`` by status and keep the first error's reason (:class:`ScoreSummary`)."""
+    """Count ``results`` by status and keep the first failure's reason and traceback (:class:`ScoreSummary`)."""
     counts = {status: 0 for status in STATUSES}
     for r in results:
         counts[r.status] += 1
-    reasons = [r.reason for status in (STATUS_ERROR, STATUS_TIMEOUT) for r in results if r.status == status and r.reason]
-    return ScoreSummary(counts, reasons[0] if reasons else None)
+    failed = [r for status in (STATUS_ERROR, STATUS_TIMEOUT) for r in results if r.status == status]
+    tracebacks = [r.traceback for r in failed if r.traceback]
+    return ScoreSummary(counts, (failed[0].reason or "no reason given") if failed else None, tracebacks[0] if tracebacks else None)
 
 
 class BatchScorer:
@@ -374,9 +391,10 @@ class BatchScorer:
         memory_limit_mb: address-space cap per worker (``RLIMIT_AS``); None for no cap.
         rewards: extra reward functions ``fn(completion, answer, **row) -> float | ScoreResult``
             or whole :class:`~lit_rlvr.rewards.base.Reward` records, by name (override the
-            registry). Workers import them, and every reward registered
-            in ``REWARDS`` by other modules, by reference: they must be module-level
-            functions of an importable module (not ``__main__``).
+            registry). They, and every reward registered in ``REWARDS`` by other modules, reach
+            the workers pickled: by reference for module-level functions of an importable module,
+            by value for objects. One that cannot (a lambda, a closure, anything of ``__main__``)
+            is scored in this process instead, with a warning that says why.
         options: ``{reward name: {option: value}}``, keyword options passed to that
             reward's scorer and answer key (e.g. ``{"sql": {"mode": "bird"}}``); names and
             options are checked here.
@@ -419,20 +437,28 @@ class BatchScorer:
         self.start_timeout_s = start_timeout_s
         self.coalesce_s = coalesce_s
         self._extra_rewards = dict(rewards or {})
-        for name, record in reward_table(self._extra_rewards).items():
-            if workers and name in self._extra_rewards and (problem := _shipping_problem(record)):
-                raise ValueError(f"reward {name!r} cannot be sent to worker processes: {problem}")
+        self._warned_local: set[str] = set()
         self.reward_options = {k: dict(v) for k, v in (options or {}).items()}
         check_reward_options(self.reward_options, reward_table(self._extra_rewards))
         self._memory_limit_mb = memory_limit_mb
         self._workers: list[_Worker] = []
         self._build_table()
+        self._warn_local(self._extra_rewards)
         self._start_workers()
+
+    def _warn_local(self, names) -> None:
+        """Warn once per reward that runs in this process although there are workers, and say why."""
+        for name in sorted((set(names) & set(self.local_only)) - self._warned_local if self.workers else ()):
+            self._warned_local.add(name)
+            warnings.warn(f"reward {name!r} runs in the training process, not in a killable worker: "
+                          f"{self.local_only[name]}. Its deadline interrupts Python code only, and a crash in it stops "
+                          "the run; define it at module level of an importable module to run it in the workers",
+                          stacklevel=3)  # fmt: skip
 
     def _build_table(self) -> None:
         """Snapshot the registry; every reward defined outside this package and the run's plug-in
-        modules goes to the workers by reference (they import its module), unless it cannot
-        (``self.local_only`` says why)."""
+        modules goes to the workers pickled, unless it cannot (``self.local_only`` says why: those
+        are scored in this process)."""
         self.table = reward_table(self._extra_rewards)
         plugins = loaded_modules()
         shipped, self.local_only = {}, {}
@@ -497,11 +523,7 @@ class BatchScorer:
         for name in sorted(names):
             if name not in self.table:
                 raise ValueError(f"unknown reward {name!r} in rows; valid names: {sorted(self.table)}")
-            if self.workers and name in self.local_only:
-                raise ValueError(
-                    f"reward {name!r} cannot run in worker processes: {self.local_only[name]}; define it in an "
-                    "importable module or use workers=0"
-                )
+        self._warn_local(names)
 
     def check_golds(self, rows: Sequence[dict]) -> list[str | None]:
         """Check every row's gold once (its reward's ``check_gold``), in the workers.
@@ -527,25 +549,38 @@ class BatchScorer:
         return problems
 
     def _run(self, task: str, completions: list[str], rows: list[dict]) -> tuple[list[ScoreResult], list[str]]:
-        """``task`` on every item, in the workers or in this thread: results and gold errors."""
-        if self.workers == 0:
-            results, gold_errors = [], []
-            for c, r in zip(completions, rows):
-                try:
-                    with deadline(self.hard_timeout_s):  # the pool's hard deadline, as far as a thread can enforce it
-                        results.append(run_task(self.table, task, c, dict(r), self.timeout_s, self.reward_options))
-                except RewardTimeout:
-                    reason = f"interrupted after the hard deadline of {self.hard_timeout_s:g} s (in-process scoring)"
-                    results.append(ScoreResult(0.0, STATUS_TIMEOUT, reason))
-                except GoldAnswerError as e:
-                    results.append(ScoreResult(0.0, STATUS_ERROR, f"malformed gold: {e}"))
-                    gold_errors.append(str(e))
-            return results, gold_errors
+        """``task`` on every item, in the workers or in this thread (with ``workers=0``, and for the
+        rewards that cannot be sent to a worker): results and gold errors."""
+        local = [i for i, row in enumerate(rows) if not self.workers or row["reward"] in self.local_only]
+        if len(local) == len(rows):
+            return self._run_here(task, completions, rows)
+        pooled = sorted(set(range(len(rows))) - set(local))
         try:
-            return self._score_pool(completions, rows, task)
+            results, gold_errors = self._score_pool([completions[i] for i in pooled], [rows[i] for i in pooled], task)
         except BaseException:  # interrupted mid-batch: workers hold stale work, start afresh
             self._restart_workers()
             raise
+        here, here_errors = self._run_here(task, [completions[i] for i in local], [rows[i] for i in local])
+        merged: list[ScoreResult | None] = [None] * len(rows)
+        for indices, part in ((pooled, results), (local, here)):
+            for i, result in zip(indices, part):
+                merged[i] = result
+        return merged, gold_errors + here_errors  # type: ignore[return-value]
+
+    def _run_here(self, task: str, completions: list[str], rows: list[dict]) -> tuple[list[ScoreResult], list[str]]:
+        """``task`` on every item in this thread, each under the hard deadline as far as a thread can enforce it."""
+        results, gold_errors = [], []
+        for c, r in zip(completions, rows):
+            try:
+                with deadline(self.hard_timeout_s):
+                    results.append(run_task(self.table, task, c, dict(r), self.timeout_s, self.reward_options))
+            except RewardTimeout:
+                reason = f"interrupted after the hard deadline of {self.hard_timeout_s:g} s (in-process scoring)"
+                results.append(ScoreResult(0.0, STATUS_TIMEOUT, reason))
+            except GoldAnswerError as e:
+                results.append(ScoreResult(0.0, STATUS_ERROR, f"malformed gold: {e}"))
+                gold_errors.append(str(e))
+        return results, gold_errors
 
     def _restart_workers(self) -> None:
         for worker in self._workers:
@@ -602,10 +637,10 @@ class BatchScorer:
             if message == ("loaded",):  # it imported new reward modules: its current item starts now
                 worker.clock, worker.loading_at = time.monotonic(), None
                 continue
-            index, reward, status, reason, answer, is_gold_error = message
+            index, reward, status, reason, answer, traceback, is_gold_error = message
             worker.pending.popleft()
             worker.clock = time.monotonic()  # the next item started about now
-            batch.results[index] = ScoreResult(reward, status, reason, answer)
+            batch.results[index] = ScoreResult(reward, status, reason, answer, traceback)
             if is_gold_error:
                 batch.gold_errors.append(reason.removeprefix("malformed gold: "))
             batch.remaining -= 1

@@ -464,4 +464,4 @@ def sql_answer_key(completion: str, *, timeout_s: float | None = DEFAULT_TIMEOUT
     return hashlib.sha1("\n".join(canonical).encode("utf-8", "replace")).hexdigest()
 
 
-register_reward("sql", answer_key=sql_answer_key, check_gold=check_sql_gold, check=_check_mode)(sql_score)
+register_reward("sql", answer_key=sql_answer_key, check_gold=check_sql_gold, check=_check_mode, values=(0.0, 1.0))(sql_score)

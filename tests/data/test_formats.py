@@ -112,6 +112,34 @@ def test_prompts_encode_to_the_native_formats_tokens(files, kind, model, request
         assert encode_prompt(row, tokenizer, fmt) == encode_prompt(ref, tokenizer, NATIVE_FORMAT)
 
 
+@pytest.mark.parametrize("kind", ["trl", "trl chat"])
+def test_trl_datasets_are_templated_as_trl_templates_them(chat_model_dir, files, kind):
+    """TRL sends a standard (text) prompt to the tokenizer as it is (`processing_class(text=prompts)`)
+    and templates conversational ones only; the DataModule used to template both with a chat model."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(chat_model_dir))
+    spec = DatasetSpec(str(files[kind]), adapter="trl", name="gsm8k", options=ADAPTER["trl"][1])
+    dm = PromptDataModule(str(chat_model_dir), train=spec, batch_size=3, gold_check=None)
+    dm.setup("fit")
+    prompts = [r["prompt"] for r in trl_records(conversational=kind == "trl chat")]
+    if kind == "trl":  # GRPOTrainer._tokenize_prompts for standard prompts
+        expected = tokenizer(text=prompts)["input_ids"]
+    else:  # ... and for conversational ones
+        expected = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    assert dm.train_prompt_ids == [list(ids) for ids in expected]
+    templated = PromptDataModule(str(chat_model_dir), train=spec, batch_size=3, gold_check=None, prompt=PromptFormat(use_chat_template=True))
+    templated.setup("fit")  # a choice of the user's still templates them
+    assert templated.train_prompt_ids[0] == encode_prompt({"prompt": prompts[0]}, tokenizer, PromptFormat(use_chat_template=True))
+
+
+def test_a_system_prompt_for_trls_text_prompts_says_how_to_add_it(chat_model_dir, files):
+    spec = DatasetSpec(str(files["trl"]), adapter="trl", name="gsm8k", options=ADAPTER["trl"][1])
+    dm = PromptDataModule(str(chat_model_dir), train=spec, batch_size=3, gold_check=None, prompt=PromptFormat(system_prompt="Be brief."))
+    with pytest.raises(ValueError, match="data.prompt.system_prompt with a text prompt of TRL-format data.*use_chat_template to true"):
+        dm.setup("fit")
+
+
 def test_real_gsm8k_through_verls_preprocessing_gives_the_native_answers(shared_data, tmp_path):
     path = shared_data / "gsm8k" / "test.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()[:300]]
@@ -127,17 +155,16 @@ def test_bad_rows_are_reported_with_file_and_line(tmp_path):
         {"prompt": "fine", "solution": "1"},
         {"solution": "2"},  # no prompt
         {"prompt": [{"role": "user", "content": ["an image"]}], "solution": "3"},  # not text
-        {"prompt": "p", "solution": "4", "reward": 1.0},  # a column the row's own `reward` would hide
         {"prompt": [], "solution": "5"},
     ]
     path = tmp_path / "trl.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in lines) + "{not json\n")
     out = load_rows(path, "trl", name="t")
-    assert [r["id"] for r in out.rows] == ["t/0"] and out.total == 6
-    assert [b.line for b in out.bad] == [2, 3, 4, 5, 6]
+    assert [r["id"] for r in out.rows] == ["t/0"] and out.total == 5
+    assert [b.line for b in out.bad] == [2, 3, 4, 5]
     assert str(out.bad[0]) == f"{path}:2: missing or empty field 'prompt' (fields present: ['solution'])"
     assert "message 1 must have a string 'role' and a string 'content'" in out.bad[1].reason
-    assert "column(s) ['reward'] would be hidden" in out.bad[2].reason and "non-empty list of messages" in out.bad[3].reason
+    assert "non-empty list of messages" in out.bad[2].reason
 
     verl = [verl_record(r, i) for i, r in enumerate(RECORDS[:4])]
     verl[2]["reward_model"] = {"style": "rule"}  # no ground truth
@@ -148,6 +175,43 @@ def test_bad_rows_are_reported_with_file_and_line(tmp_path):
         out = load_rows(source, "verl", name="v")
         assert [str(b).split(": ")[0] for b in out.bad] == [f"{label}:3"] and len(out.rows) == 3
         assert "reward_model.ground_truth" in out.bad[0].reason
+
+
+@pytest.mark.parametrize("source", ["file", "hf"])
+def test_a_dataset_with_an_id_column_is_keyed_by_it(tmp_path, source):
+    """Hub datasets carry `id` columns; every row used to be refused ("would be hidden")."""
+    records = [{"id": f"q{i:03d}", "prompt": f"p{i}", "solution": str(i)} for i in (5, 3, 9)]
+    if source == "file":
+        where = tmp_path / "ids.jsonl"
+        where.write_text("".join(json.dumps(r) + "\n" for r in records))
+    else:
+        datasets.Dataset.from_list(records).save_to_disk(str(tmp_path / "ids_saved"))
+        where = HFSource(str(tmp_path / "ids_saved"))
+    out = load_rows(where, "trl", name="t", options_key="data.train.options")
+    assert [r["id"] for r in out.rows] == ["t/q005", "t/q003", "t/q009"] and not out.bad
+    assert out.rows[1]["solution"] == "3"
+
+
+def test_a_repeated_id_is_a_bad_row_that_names_the_key_to_set(tmp_path):
+    path = tmp_path / "ids.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "prompt": "p", "uid": f"u{n}"}) + "\n" for n, i in enumerate([1, 2, 1])))
+    out = load_rows(path, "trl", name="t", options_key="data.train.options")
+    assert [b.line for b in out.bad] == [3]
+    assert out.bad[0].reason == ("duplicate id 't/1' (row ids key the reference cache and the pass counts: "
+                                 "data.train.options.id_field names a column with unique values)")  # fmt: skip
+    with pytest.raises(ValueError, match=r"ids.jsonl:1: column\(s\) \['id'\] would be hidden .*; or set data.train.options.id_field: id"):
+        load_rows(path, "trl", name="t", options_key="data.train.options", id_field="uid")
+
+
+@pytest.mark.parametrize(("column", "options", "hint"), [
+    ("reward", {}, r"rename them in the data$"),
+    ("answer", {"answer_field": "solution"}, r"; or set data.train.options.answer_field: answer to make that column the gold"),
+])  # fmt: skip
+def test_a_column_the_rows_own_key_would_hide_is_refused_once_for_the_dataset(tmp_path, column, options, hint):
+    path = tmp_path / "hidden.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"p{i}", "solution": "1", column: 0.5}) + "\n" for i in range(50)))
+    with pytest.raises(ValueError, match=rf"hidden.jsonl:1: column\(s\) \['{column}'\] would be hidden by the row's own key.*{hint}"):
+        load_rows(path, "trl", name="t", options_key="data.train.options", **options)
 
 
 def test_unknown_registered_reward_in_options_is_a_bad_row(files):

@@ -820,3 +820,11 @@ def test_the_other_signs_rows_get_exactly_zero_gradient(name, silent):
     loss, _ = policy_loss(lp, lp.detach() - 0.05, ADVANTAGES[name](rewards, torch.zeros(4, dtype=torch.long)), torch.ones(4, 3))
     loss.backward()
     assert (lp.grad[rewards == silent] == 0).all() and (lp.grad[rewards != silent] != 0).all()
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGES))
+def test_an_estimator_that_checks_for_binary_rewards_declares_it(name):
+    """The module refuses rewards known to be non-binary at start-up by the `binary_rewards` trait;
+    an estimator that checks each batch for 0/1 rewards without declaring it would be missed."""
+    checks = "_check_binary(" in inspect.getsource(ADVANTAGES[name])
+    assert ADVANTAGES.trait(name, "binary_rewards", default=False) == checks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -86,6 +87,9 @@ def test_the_correctness_scorer_sees_only_the_correctness_reward(halves_reward):
     ({"reward_funcs": ["math"], "correctness": "sql"}, r"scoring.correctness='sql' is not one of"),
     ({"reward_funcs": ["math", "sql"], "reward_weights": [1.0], "correctness": "math"}, "has 1 weights for 2 reward_funcs"),
     ({"reward_funcs": ["math"], "reward_weights": [float("nan")]}, "must be finite numbers"),
+    ({"reward_funcs": ["math", "sql"], "reward_weights": [0, 0.0], "correctness": "math"}, r"reward_weights=\[0, 0.0\]: every weight is 0"),
+    ({"reward_funcs": [3]}, "3 is not a reward: give a registered reward's name, an import path or"),
+    ({"reward_funcs": ["<python object, not importable: m:<lambda>>"]}, "was given as a Python object, which a checkpoint"),
     ({"reward_funcs": ["math", "math"], "correctness": "math"}, "two rewards share a name"),
     ({"reward_funcs": ["maths"]}, r"unknown reward 'maths'; registered: \[.*'math'"),
     ({"reward_funcs": []}, "must name at least one reward"),
@@ -138,3 +142,56 @@ def test_the_row_entry_is_each_rows_own_reward_among_others(halves_reward):
     assert mix.correctness_sources(rows) == sorted(["math", halves_reward])
     with pytest.raises(ValueError, match=r"row 'x' has no \['reward'\]"):
         mix.check_rows([{"id": "x", "prompt": "p", "answer": "1"}])
+
+
+@pytest.mark.parametrize("stored_as", ["plain", "group"])
+def test_a_python_reward_is_kept_as_plain_data_in_a_checkpoint(tmp_path, stored_as):
+    """A checkpoint's hyper-parameters hold the scoring options (plain data; the group itself in
+    earlier versions); torch.load(weights_only=True) refuses a pickled function, so a Python
+    reward is saved as its import path (a lambda as a marker that is refused with advice)."""
+    import torch
+
+    from lit_rlvr.options import as_group, plain
+    from lit_rlvr.rewards.conventions import _doc_trl_reward
+
+    scoring = ScoringOptions(reward_funcs=[_doc_trl_reward, "math", lambda completions, **kw: [1.0]], correctness="math", workers=0)
+    torch.save({"hyper_parameters": {"scoring": plain(scoring) if stored_as == "plain" else scoring}}, tmp_path / "c.ckpt")
+    loaded = torch.load(tmp_path / "c.ckpt", weights_only=True)["hyper_parameters"]["scoring"]
+    funcs = loaded["reward_funcs"] if stored_as == "plain" else loaded.reward_funcs
+    assert funcs[:2] == ["lit_rlvr.rewards.conventions:_doc_trl_reward", "math"]
+    assert funcs[2].startswith("<python object, not importable: ")
+    settings = plain(scoring)
+    assert as_group(ScoringOptions, {**settings, "reward_funcs": funcs[:2]}).mix().names == ["_doc_trl_reward", "math"]
+    with pytest.raises(ValueError, match="pass the rewards again"):
+        as_group(ScoringOptions, {**settings, "reward_funcs": funcs})
+
+
+@pytest.mark.parametrize(("funcs", "weights", "rows", "binary"), [
+    (["math"], None, None, True),
+    (["math", "sql"], [1.0, 1.0], None, False),  # 0, 1 or 2
+    (["math"], [0.5], None, False),
+    (None, None, [{"reward": "math"}, {"reward": "sql"}], True),
+    (["lit_rlvr.rewards.conventions._doc_trl_reward"], None, None, None),  # an imported function: unknown until it runs
+])  # fmt: skip
+def test_rewards_known_to_be_non_binary_are_refused_at_start_up(funcs, weights, rows, binary):
+    mix = RewardMix.from_config(funcs, weights, correctness=funcs[0] if funcs and len(funcs) > 1 else None)
+    values = mix.reward_values(rows)
+    assert (None if values is None else values <= {0.0, 1.0}) == binary
+    if binary is False:
+        with pytest.raises(ValueError, match="model.loss.advantage='passk' needs binary rewards in \\{0, 1\\}"):
+            mix.require_binary("model.loss.advantage='passk'", rows)
+    else:
+        mix.require_binary("model.loss.advantage='passk'", rows)
+
+
+def test_a_correctness_reward_that_never_exceeds_one_half_is_refused(halves_reward):
+    REWARDS.register("test_format_only", values=(0.0, 0.25, 0.5))(halves)
+    try:
+        with pytest.raises(ValueError, match=r"scoring.correctness: a completion counts as correct when its correctness reward is > 0.5, "
+                                             r"but 'test_format_only' only gives \[0.0, 0.25, 0.5\]"):  # fmt: skip
+            ScoringOptions(reward_funcs=["math", "test_format_only"], correctness="test_format_only")
+        with pytest.raises(ValueError, match="data: a completion counts as correct"):  # each row's own reward, known from the rows
+            RewardMix.from_config().check_rows([{"id": "f", "reward": "test_format_only", "answer": "1"}])
+        ScoringOptions(reward_funcs=["math", "test_format_only"], correctness="math")
+    finally:
+        REWARDS.pop("test_format_only")

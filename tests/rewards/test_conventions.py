@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from lit_rlvr.options import ScoringOptions
 from lit_rlvr.rewards import BatchScorer, RewardFunc, RewardMix, TrainerState
 from lit_rlvr.rewards.conventions import as_value, detect_convention, imported_reward, load_function
 
@@ -56,6 +57,35 @@ async def stuck_judge(completions, **kwargs):
 
 def pid(completions, **kwargs):
     return [float(os.getpid())]
+
+
+def shortest_in_batch(completions, **kwargs):
+    """Compares the completions of a batch: 1 for the shortest ones (a reward TRL calls with the whole batch)."""
+    shortest = min(len(c) for c in completions)
+    return [float(len(c) == shortest) for c in completions]
+'''
+
+# verl's built-in scorers, as verl's `default_compute_score` reaches them: neither `data_source` nor
+# `extra_info` in the signature, options with defaults (the signature of verl's gsm8k.compute_score).
+VERL_BUILTIN_MODULE = '''
+import re
+
+
+def compute_score(solution_str, ground_truth, method="strict", format_score=0.0, score=1.0):
+    """The first `#### N` (strict) or the last number (flexible) against the ground truth."""
+    if method == "strict":
+        found = re.search(r"#### (-?[0-9.,]+)", solution_str)
+        answer = None if found is None else found.group(1).replace(",", "")
+    else:
+        numbers = [n for n in re.findall(r"-?[0-9.,]+", solution_str) if n not in ("", ".")]
+        answer = numbers[-1] if numbers else None
+    if answer is None:
+        return 0
+    return score if answer == ground_truth else format_score
+
+
+def needs_a_tokenizer(solution_str, ground_truth, tokenizer):
+    return 1.0
 '''
 
 VERL_MODULE = '''
@@ -79,10 +109,12 @@ def user_rewards(tmp_path_factory):
     (folder / "trl_rewards.py").write_text(textwrap.dedent(TRL_MODULE))
     verl_file = folder / "my_verl_reward.py"
     verl_file.write_text(textwrap.dedent(VERL_MODULE))
+    builtin_file = folder / "verl_gsm8k_builtin.py"
+    builtin_file.write_text(textwrap.dedent(VERL_BUILTIN_MODULE))
     sys.path.insert(0, str(folder))
     try:
         importlib.import_module("trl_rewards")
-        yield {"trl": "trl_rewards", "verl": str(verl_file)}
+        yield {"trl": "trl_rewards", "verl": str(verl_file), "verl_builtin": str(builtin_file)}
     finally:
         sys.path.remove(str(folder))
         sys.modules.pop("trl_rewards", None)
@@ -195,3 +227,114 @@ def test_an_async_reward_past_the_deadline_times_out_and_the_next_call_works(use
     stuck, bonus = RewardFunc("trl_rewards.stuck_judge"), RewardFunc("trl_rewards.slow_length_bonus")
     assert stuck.is_async and stuck("x", None, prompt="p", timeout_s=0.2).status == "timeout"
     assert bonus("x", None, prompt="p", timeout_s=5.0).reward == 0.5  # a fresh event loop after the interrupted one
+
+
+VERL_ROW = {"id": "gsm8k/0", "prompt": [{"role": "user", "content": "q"}], "data_source": "openai/gsm8k", "answer": "1234",
+            "extra_info": {"split": "train", "index": 0}}  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_verls_own_scorers_get_only_the_arguments_their_signature_takes(user_rewards):
+    """verl's gsm8k.compute_score(solution_str, ground_truth, method, format_score, score) takes no
+    data_source or extra_info: it used to raise TypeError on every call (the run trained on zeros)."""
+    ref = f"{user_rewards['verl_builtin']}:compute_score"
+    mix = RewardMix.from_config([ref])
+    mix.check_rows([VERL_ROW])  # the call shape, at start-up
+    completions = ["so #### 1,234", "the answer is 1234", "#### 7"]
+    with BatchScorer(workers=1, rewards=mix.records) as scorer:
+        scores = mix.score(scorer, completions, [VERL_ROW] * 3)
+    assert [s.status for s in scores] == ["ok"] * 3 and [s.reward for s in scores] == [1.0, 0.0, 0.0]
+    flexible = RewardMix.from_config([ref], options={"compute_score": {"method": "flexible", "format_score": 0.1}})
+    with BatchScorer(workers=0, rewards=flexible.records) as scorer:
+        assert [s.reward for s in flexible.score(scorer, completions, [VERL_ROW] * 3)] == [0.1, 1.0, 0.1]  # "1,234" as verl: kept
+
+
+@pytest.mark.parametrize(("ref", "row", "match"), [
+    ("verl_builtin:needs_a_tokenizer", VERL_ROW,
+     r"reward function 'needs_a_tokenizer' \(.*, verl convention\) cannot be called on row 'gsm8k/0': missing a required argument: 'tokenizer'"),
+    ("verl:compute_score", {**VERL_ROW, "extra_info": '{"split": "train"}'},
+     r"cannot be called on row 'gsm8k/0': row 'gsm8k/0': extra_info must be a dict, as verl's rows carry it; got a str"),
+    ("trl_rewards.contains_solution", {"id": "t/0", "prompt": "p"}, r"missing a required argument: 'solution' \(the row gives \['id', 'prompt'"),
+])  # fmt: skip
+def test_a_call_the_function_cannot_take_fails_at_start_up(user_rewards, ref, row, match):
+    head, _, name = ref.partition(":")
+    ref = f"{user_rewards[head]}:{name}" if head in user_rewards else ref
+    mix = RewardMix.from_config([ref])
+    with pytest.raises(ValueError, match=match):
+        mix.check_rows([row])
+
+
+def test_the_extra_info_of_every_row_is_checked_not_only_the_first(user_rewards):
+    mix = RewardMix.from_config([f"{user_rewards['verl']}:compute_score"])
+    with pytest.raises(ValueError, match="row 'gsm8k/1': extra_info must be a dict"):
+        mix.check_rows([VERL_ROW, {**VERL_ROW, "id": "gsm8k/1", "extra_info": "split=train"}])
+
+
+@pytest.mark.timeout(120)
+def test_trls_reward_factories_and_their_products_run_as_trl_runs_them():
+    """TRL 1.16's (completion_ids, **kwargs) rewards: a factory by import path with its arguments as
+    options (YAML), a built reward object in Python; both in the workers, equal to TRL's own call."""
+    from trl.rewards import get_repetition_penalty_reward, get_soft_overlong_punishment
+
+    ids = [[1] * 90, [1, 2, 3, 4], [5] * 120, [1, 2, 1, 2, 1, 2], [7] * 81]
+    rows = [{"id": f"q/{i}", "prompt": "p"} for i in range(len(ids))]
+    scoring = ScoringOptions(
+        reward_funcs=["trl.rewards.get_soft_overlong_punishment", get_repetition_penalty_reward(ngram_size=2)],
+        options={"get_soft_overlong_punishment": {"max_completion_len": 100, "soft_punish_cache": 20}},
+        correctness="soft_overlong_punishment_reward", workers=1,
+    )  # fmt: skip
+    mix = scoring.mix()
+    assert mix.names == ["soft_overlong_punishment_reward", "repetition_penalty_reward"]
+    mix.check_rows(rows)
+    with scoring.scorer() as scorer:
+        assert scorer.local_only == {}  # both reach the workers
+        scores = mix.score(scorer, ["x"] * len(ids), rows, completion_ids=ids)
+    overlong = get_soft_overlong_punishment(max_completion_len=100, soft_punish_cache=20)(ids)
+    repetition = get_repetition_penalty_reward(ngram_size=2)(ids)
+    assert [s.parts for s in scores] == list(zip(overlong, repetition))
+    assert overlong[0] == -0.5 and repetition[1] == 0.0 and repetition[3] < 0  # the cases the data covers
+    with pytest.raises(ValueError, match=r"reward factory 'trl.rewards.get_soft_overlong_punishment' cannot be called with options \{\}"):
+        ScoringOptions(reward_funcs=["trl.rewards.get_soft_overlong_punishment"])
+
+
+def lambda_free_pid(completions, **kwargs):
+    """A module-level (picklable) TRL reward given in Python: the process that scores it."""
+    return [float(os.getpid())] * len(completions)
+
+
+@pytest.mark.timeout(120)
+def test_python_callables_are_rewards_picklable_in_workers_the_rest_in_process_with_a_warning():
+    """ScoringOptions(reward_funcs=[fn]) used to raise "argument of type 'function' is not iterable"."""
+    here = os.getpid()
+    scoring = ScoringOptions(reward_funcs=[lambda_free_pid, lambda completions, **kw: [float(os.getpid())] * len(completions)],
+                             correctness="lambda_free_pid", workers=1)  # fmt: skip
+    mix = scoring.mix()
+    assert mix.names == ["lambda_free_pid", "<lambda>"] and mix.terms[0].source.endswith(":lambda_free_pid")
+    with pytest.warns(UserWarning, match="'<lambda>' runs in the training process, not in a killable worker: it is not picklable"):
+        scorer = scoring.scorer()
+    with scorer:
+        (score,) = mix.score(scorer, ["x"], [{"id": "q", "prompt": "p"}])
+    assert score.parts[0] != here and score.parts[1] == here
+
+
+@pytest.mark.parametrize("whole_batch", [None, ["shortest_in_batch"]])
+def test_a_reward_that_compares_completions_gets_the_whole_batch_when_asked(user_rewards, whole_batch):
+    """Called once per completion, a batch-level reward silently sees batches of one (all 1 here);
+    `whole_batch` calls it as TRL does."""
+    scoring = ScoringOptions(reward_funcs=["trl_rewards.shortest_in_batch"], whole_batch=whole_batch, workers=0)
+    mix = scoring.mix()
+    with scoring.scorer() as scorer:
+        scores = mix.score(scorer, ["ab", "a", "abc", "b"], [{"id": "q", "prompt": "p"}] * 4, with_answers=True)
+    assert [s.reward for s in scores] == ([1.0] * 4 if whole_batch is None else [0.0, 1.0, 0.0, 1.0])
+    assert [s.answer for s in scores] == ["ab", "a", "abc", "b"]
+
+
+def test_a_whole_batch_failure_scores_the_batch_as_errors_and_only_trl_functions_may_ask(user_rewards):
+    mix = RewardMix.from_config(["trl_rewards.contains_solution"], whole_batch=["contains_solution"])
+    with BatchScorer(workers=0, rewards=mix.records) as scorer:
+        scores = mix.score(scorer, ["7", "raise"], [{"id": "q", "prompt": "p", "solution": "7"}] * 2)
+    assert [s.status for s in scores] == ["error", "error"] and "RuntimeError: reward failed" in scores[0].results[0].reason
+    with pytest.raises(ValueError, match="scoring.whole_batch: 'compute_score' is a verl function"):
+        RewardMix.from_config([f"{user_rewards['verl']}:compute_score"], whole_batch=["compute_score"])
+    with pytest.raises(ValueError, match=r"scoring.whole_batch names 'nope', which is not one of"):
+        RewardMix.from_config(["trl_rewards.contains_solution"], whole_batch=["nope"])

@@ -120,7 +120,8 @@ def length_parity(completion, answer, **row):
 @pytest.mark.timeout(120)
 def test_rewards_registered_elsewhere_reach_the_workers(tmp_path, monkeypatch):
     """Rewards that other modules register in REWARDS run in workers, even if registered after
-    the scorer was built (workers restart with them); unimportable ones are refused clearly."""
+    the scorer was built (workers restart with them); unpicklable ones run in this process, with a
+    warning that says why, next to the others in the workers."""
     from lit_rlvr.rewards import REWARDS
 
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -134,9 +135,12 @@ def test_rewards_registered_elsewhere_reach_the_workers(tmp_path, monkeypatch):
             importlib.import_module("lit_rlvr_parity_b")
             late = [{**r, "reward": "parity_b"} for r in rows]
             assert pool.score(["abc", "ab"], late) == [ScoreResult(1.0, "ok"), ScoreResult(0.0, "ok")]
-            REWARDS.register("parity_lambda")(lambda completion, answer, **row: 1.0)
-            with pytest.raises(ValueError, match="'parity_lambda' cannot run in worker processes"):
-                pool.score(["x"], [{"id": "l", "reward": "parity_lambda", "answer": "1"}])
+            seen = []  # what the lambda scored: it can only fill this list in this process
+            REWARDS.register("parity_lambda")(lambda completion, answer, **row: seen.append(completion) or 1.0)
+            mixed = [{"id": "l", "reward": "parity_lambda", "answer": "1"}, rows[0]]
+            with pytest.warns(UserWarning, match="'parity_lambda' runs in the training process.*not picklable"):
+                assert pool.score(["x", "abc"], mixed) == [ScoreResult(1.0, "ok"), ScoreResult(1.0, "ok")]
+            assert seen == ["x"]
         assert BatchScorer(workers=0).score(["x"], [{"id": "l", "reward": "parity_lambda", "answer": "1"}]) == [
             ScoreResult(1.0, "ok")
         ]
@@ -190,12 +194,18 @@ def test_score_validates_rows(completions, rows, match):
         ({"timeout_s": 0}, "timeout_s"),
         ({"timeout_s": float("inf")}, "timeout_s"),
         ({"chunk_size": 0}, "chunk_size"),
-        ({"workers": 1, "rewards": {"lam": lambda c, a, **r: 1.0}}, "picklable"),
     ],
 )
 def test_constructor_validates(kwargs, match):
     with pytest.raises(ValueError, match=match):
         BatchScorer(**{"workers": 0, **kwargs})
+
+
+def test_an_unpicklable_reward_is_scored_in_process_with_a_warning_at_construction():
+    with pytest.warns(UserWarning, match="'lam' runs in the training process.*not picklable"):
+        scorer = BatchScorer(workers=1, rewards={"lam": lambda c, a, **r: 1.0})
+    with scorer:
+        assert scorer.score(["x"], [{"id": "l", "reward": "lam", "answer": "1"}]) == [ScoreResult(1.0, "ok")]
 
 
 @pytest.mark.timeout(120)
