@@ -236,7 +236,10 @@ def _merge_mapping_flags(parser: LightningArgumentParser, args: list[str]) -> li
     base = base.get(str(base.get("subcommand")), base)
     out = list(args)
     for i, (key, mapping) in flags.items():
-        if isinstance(value := _lookup(base, key), dict):
+        value = _lookup(base, key)
+        if value is None and "." in key and isinstance(_lookup(base, key.rsplit(".", 1)[0]), dict):
+            value = {}  # a key inside a dict option that the config does not set (engine_options.server_env)
+        if isinstance(value, dict):
             merged = yaml.safe_dump(_merged(value, mapping), default_flow_style=True, sort_keys=False, width=float("inf"))
             out[i] = f"--{key}={merged.strip()}"
     return out

@@ -98,6 +98,7 @@ def test_a_dict_on_the_command_line_merges_into_the_configs_like_its_dotted_keys
     assert engine_options(print_config, "--rollout.init_args.engine_options", "null") is None
     nested = "--rollout.init_args.engine_options={server_env: {VLLM_LOGGING_LEVEL: DEBUG}, enable_sleep_mode: null}"
     assert engine_options(print_config, nested) == {"gpu_memory_utilization": 0.35, "max_model_len": 3072, "server_env": {"VLLM_LOGGING_LEVEL": "DEBUG"}}
+    assert engine_options(print_config, "--rollout.init_args.engine_options.server_env.X=null") == {**base, "server_env": {}}
     assert engine_options(print_config, "--rollout.init_args.engine_options={}") == {}
     config = print_config("fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--config", str(CONFIGS / "math" / "passk.yaml"),
                           "--model.loss.advantage_options={k: 8}", "--model.loss={dual_clip: 3.0}")  # fmt: skip
