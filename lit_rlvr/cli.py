@@ -1,7 +1,7 @@
 """``lit-rlvr``: LightningCLI ``fit`` / ``validate`` plus the ``cache``, ``report``, ``warmstart`` and ``demo-data`` tools.
 
     lit-rlvr fit --config configs/math/base.yaml --config configs/math/dph_f.yaml
-    lit-rlvr validate --config configs/math/base.yaml --config configs/math/grpo.yaml --ckpt_path …/last.ckpt
+    lit-rlvr validate --config configs/math/base.yaml --config configs/math/grpo.yaml --ckpt_path …/checkpoints/epoch=…-step=500.ckpt
     lit-rlvr cache --config configs/math/cache.yaml      # DPH-RL's offline π_ref samples
     lit-rlvr warmstart --config configs/demo/warmstart.yaml
     lit-rlvr demo-data --out_dir artifacts/demo/data                   # the demo's task files
