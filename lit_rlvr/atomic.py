@@ -9,11 +9,22 @@ to a temporary name in the same directory (so the rename never crosses filesyste
 disk, and only then takes the real name with one ``rename``. On any error the temporary file or
 folder is removed and an ``OSError`` becomes a :class:`WriteError` that names the path and the free
 space of its filesystem.
+
+The temporary name is ``<name>.<12 random hex digits>.tmp``, created exclusively (``open(…, "x")``,
+``mkdir``: an existing name, a planted symlink included, is never followed or reused), and the
+writer holds an ``flock`` on it until the rename. So a link planted at a guessable name cannot
+redirect a write, two writers never share a temporary, the temporary of a write that was killed
+(no lock held) is removed by the next write of the same path, and a folder that another process
+is writing (its temporary locked) is refused with :class:`ConcurrentWriteError` instead of mixing
+two exports' files.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
+import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +34,10 @@ from typing import BinaryIO
 
 class WriteError(OSError):
     """Writing a file failed (full disk, quota, permissions); the message names the path and the free space."""
+
+
+class ConcurrentWriteError(RuntimeError):
+    """Another process is writing the same folder (its temporary folder is locked)."""
 
 
 def free_space(path: str | Path) -> int | None:
@@ -76,21 +91,69 @@ def _os_error(err: BaseException) -> OSError | None:
     return None
 
 
-def _temporary(path: Path) -> Path:
-    """``path``'s temporary name: fixed, so a write killed midway leaves a file the next write of
-    ``path`` replaces (one process writes a given path: rank 0, or the rank that owns a shard)."""
-    return path.with_name(f"{path.name}.tmp")
+def _temporary(path: Path, kind: str = "tmp") -> Path:
+    """A fresh temporary name beside ``path``: ``<name>.<12 random hex digits>.<kind>``."""
+    return path.with_name(f"{path.name}.{secrets.token_hex(6)}.{kind}")
+
+
+def _locked(fd: int) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` without waiting; False if another open file holds one."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _others(path: Path) -> list[tuple[Path, bool]]:
+    """``(temporary, held)`` for each temporary of another write of ``path`` in its folder: held by a
+    live writer (it has the lock), or left by a killed one (also the fixed ``<name>.tmp`` /
+    ``<name>.old`` of lit_rlvr 0.2 and earlier)."""
+    pattern = re.compile(re.escape(path.name) + r"(\.[0-9a-f]{12})?\.(tmp|old)")
+    found = []
+    for entry in path.parent.iterdir() if path.parent.is_dir() else ():
+        if not pattern.fullmatch(entry.name):
+            continue
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # a link (never ours) or gone: not a live write
+            found.append((entry, False))
+            continue
+        try:
+            found.append((entry, not _locked(fd)))
+        finally:
+            os.close(fd)  # releases the probe's lock
+    return found
+
+
+def _remove(entry: Path) -> None:
+    """Remove a file, link or folder, without following a link."""
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        entry.unlink(missing_ok=True)
+
+
+def _remove_leftovers(path: Path) -> list[Path]:
+    """Remove the temporaries of killed writes of ``path``; return those of live ones."""
+    live = []
+    for entry, held in _others(path):
+        if held:
+            live.append(entry)
+        else:
+            _remove(entry)
+    return live
 
 
 @contextmanager
 def atomic_file(path: str | Path, what: str = "") -> Iterator[BinaryIO]:
     """Yield a binary file to write ``path``'s content into; ``path`` appears only once it is complete.
 
-    The file is opened under a temporary name in ``path``'s folder (created if needed); on a clean
-    exit it is flushed, ``fsync``-ed and renamed to ``path`` (replacing an older one at once). On
-    any exception the temporary file is removed; an ``OSError`` (also one a writer wrapped in
-    another exception) is raised as a :class:`WriteError` naming ``path`` (described as ``what``)
-    and the free space.
+    The file is created exclusively under a fresh temporary name in ``path``'s folder (created if
+    needed; module docstring); on a clean exit it is flushed, ``fsync``-ed and renamed to ``path``
+    (replacing an older one, or a link planted there, at once). On any exception the temporary
+    file is removed; an ``OSError`` (also one a writer wrapped in another exception) is raised as a
+    :class:`WriteError` naming ``path`` (described as ``what``) and the free space.
 
     Example:
         >>> import tempfile
@@ -104,7 +167,9 @@ def atomic_file(path: str | Path, what: str = "") -> Iterator[BinaryIO]:
     tmp = _temporary(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        _remove_leftovers(path)
+        with open(tmp, "xb") as f:  # "x": O_EXCL, never an existing file or link
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # a live write: the next writer leaves it alone
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -126,6 +191,9 @@ def atomic_dir(path: str | Path, what: str = "") -> Iterator[Path]:
     and ``path`` is left as it was; an ``OSError`` is raised as a :class:`WriteError` naming
     ``path`` and the free space.
 
+    Raises:
+        ConcurrentWriteError: another process is writing ``path`` (before anything is written).
+
     Example:
         >>> import tempfile
         >>> target = Path(tempfile.mkdtemp()) / "export"
@@ -135,25 +203,36 @@ def atomic_dir(path: str | Path, what: str = "") -> Iterator[Path]:
         (['config.json'], ['export'])
     """
     path = Path(path)
-    tmp, old = _temporary(path), path.with_name(f"{path.name}.old")
+    tmp, old = _temporary(path), _temporary(path, "old")
+    lock = None
     try:
-        for leftover in (tmp, old):  # of a write that was killed
-            shutil.rmtree(leftover, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()  # exclusive: fails on any existing name, a link included
+        lock = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        live = [other for other in _remove_leftovers(path) if other != tmp]
+        if live:
+            raise ConcurrentWriteError(
+                f"cannot write {what + ' ' if what else ''}{path}: another process is writing it (its temporary "
+                f"folder {live[0].name} is in use); two writes of one folder would mix their files"
+            )
         yield tmp
         for file in tmp.rglob("*"):  # flushed before the folder takes the real name
             if file.is_file():
                 with open(file, "rb") as f:
                     os.fsync(f.fileno())
-        if path.exists():
+        if path.exists() or path.is_symlink():
             os.replace(path, old)
         os.replace(tmp, path)
     except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not path.exists():
+        _remove(tmp)
+        if (old.exists() or old.is_symlink()) and not path.exists():
             os.replace(old, path)  # the previous export stays
         cause = _os_error(err)
         if cause is not None and not isinstance(err, WriteError):
             raise write_error(path, cause, what) from err
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if lock is not None:
+            os.close(lock)
+    _remove(old)

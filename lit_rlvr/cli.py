@@ -1,7 +1,7 @@
 """``lit-rlvr``: LightningCLI ``fit`` / ``validate`` plus the ``cache``, ``report``, ``warmstart`` and ``demo-data`` tools.
 
     lit-rlvr fit --config configs/math/base.yaml --config configs/math/dph_f.yaml
-    lit-rlvr validate --config configs/math/base.yaml --config configs/math/grpo.yaml --ckpt_path …/last.ckpt
+    lit-rlvr validate --config configs/math/base.yaml --config configs/math/grpo.yaml --ckpt_path …/checkpoints/epoch=…-step=500.ckpt
     lit-rlvr cache --config configs/math/cache.yaml      # DPH-RL's offline π_ref samples
     lit-rlvr warmstart --config configs/demo/warmstart.yaml
     lit-rlvr demo-data --out_dir artifacts/demo/data                   # the demo's task files
@@ -19,8 +19,13 @@ import before anything is built (:mod:`lit_rlvr.plugins`).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
+import traceback
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch import Trainer
@@ -37,6 +42,25 @@ from lit_rlvr.strategies import FSDP2Strategy  # noqa: F401  (registers --traine
 TOOLS = ("cache", "demo-data", "report", "upgrade", "warmstart")
 # values that must agree: (source, target); a target is never set by the user (see _refuse_linked_targets)
 LINKS = (("model.init_args.policy.path", "data.init_args.tokenizer"),)
+
+
+class ConfigError(ValueError):
+    """A configuration ``lit-rlvr`` refuses; the message (lit_rlvr's own, without jsonargparse's
+    wrapping) names the key, the value and what is accepted."""
+
+
+class RLVRParser(LightningArgumentParser):
+    """Lightning's parser, whose errors are one short message instead of the usage and a namespace dump."""
+
+    @override
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        from jsonargparse._common import debug_mode_active
+
+        if not self.exit_on_error or debug_mode_active():  # a nested parser: its parent reports the error
+            super().error(message, ex)
+        self._logger.error(message)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        _exit_with_config_error(parser.prog.replace(" [options]", ""), _config_message(message, ex))
 
 
 class RLVRCLI(LightningCLI):
@@ -63,9 +87,18 @@ class RLVRCLI(LightningCLI):
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
-        if not isinstance(args, dict):
-            _refuse_linked_targets(list(sys.argv[1:] if args is None else args))
-        super().parse_arguments(parser, args)
+        if isinstance(args, dict):
+            return super().parse_arguments(parser, args)
+        args = list(sys.argv[1:] if args is None else args)
+        _refuse_linked_targets(args)
+        self.config = parser.parse_args(_merge_mapping_flags(parser, args))
+
+    @override
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as err:  # a class refused its settings: jsonargparse wraps its message
+            raise ConfigError(_config_message(str(err), err)) from err
 
     def validate(self, **kwargs) -> list[dict[str, float]]:
         """``trainer.validate``, printing one table with a column per validation set (Lightning's
@@ -135,6 +168,117 @@ def _nulls_as_dicts(args: list[str]) -> list[str]:
     return out
 
 
+def _mapping_flags(args: list[str]) -> dict[int, tuple[str, dict]]:
+    """``{index: (key, mapping)}`` of the ``--<section>.key={...}`` flags whose value is a non-empty mapping."""
+    import yaml
+
+    found = {}
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if eq and key.startswith(_SECTIONS):
+            with contextlib.suppress(yaml.YAMLError):
+                if isinstance(mapping := yaml.safe_load(value), dict) and mapping:
+                    found[i] = (key[2:], mapping)
+    return found
+
+
+def _lookup(config: Any, key: str) -> Any:
+    """The value at ``key`` (``model.loss.x`` or ``model.init_args.loss.x``) of a parsed config, through
+    namespaces and dicts; None if absent."""
+    first, _, rest = key.partition(".")
+    for path in (key, f"{first}.init_args.{rest}"):
+        node = config
+        for part in path.split("."):
+            node = node.get(part) if hasattr(node, "get") else None
+        if node is not None:
+            return node
+    return None
+
+
+def _merged(base: dict, update: dict) -> dict:
+    """``base`` updated with ``update``: nested mappings merged key by key, a ``None`` removes its key.
+
+    Example:
+        >>> _merged({"a": 1, "sleep": True, "env": {"X": "1"}}, {"b": 2, "sleep": None, "env": {"Y": "2"}})
+        {'a': 1, 'env': {'X': '1', 'Y': '2'}, 'b': 2}
+    """
+    out = dict(base)
+    for key, value in update.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merged(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+    return out
+
+
+def _merge_mapping_flags(parser: LightningArgumentParser, args: list[str]) -> list[str]:
+    """``--K='{a: 1}'`` for a dict option ``K`` merges into K's value from the config files, as ``--K.a=1`` does.
+
+    jsonargparse replaces a dict given whole on the command line:
+    ``--rollout.init_args.engine_options='{kv_cache_memory_bytes: 1}'`` dropped the config's
+    ``gpu_memory_utilization`` without a word. Each such flag becomes the value
+    K has without it (the arguments parsed once without the mapping flags) updated with the flag's
+    keys (:func:`_merged`: ``a: null`` removes ``a``, so that the callee's default applies; the dotted
+    ``--K.a=null`` reaches here as ``--K={a: null}``, :func:`_nulls_as_dicts`). Option groups
+    (``--model.loss={dual_clip: null}``) merge in jsonargparse already; ``{}`` still empties a dict.
+    """
+    import yaml
+
+    flags = _mapping_flags(args)
+    if not flags:
+        return args
+    rest = [a for i, a in enumerate(args) if i not in flags and not a.startswith(("--print_config", "--help", "-h"))]
+    try:  # an error here is the final parse's to report
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            base = parser.parse_args(rest)
+    except (SystemExit, Exception):
+        return args
+    base = base.get(str(base.get("subcommand")), base)
+    out = list(args)
+    for i, (key, mapping) in flags.items():
+        value = _lookup(base, key)
+        if value is None and "." in key and isinstance(_lookup(base, key.rsplit(".", 1)[0]), dict):
+            value = {}  # a key inside a dict option that the config does not set (engine_options.server_env)
+        if isinstance(value, dict):
+            merged = yaml.safe_dump(_merged(value, mapping), default_flow_style=True, sort_keys=False, width=float("inf"))
+            out[i] = f"--{key}={merged.strip()}"
+    return out
+
+
+def _config_message(message: str, err: BaseException | None) -> str:
+    """What a user needs from a parse or start-up error: the message of the exception jsonargparse
+    caught (a class's own, lit_rlvr's: it names the key), else jsonargparse's innermost message after
+    the keys that lead to it (``model.sampling.n: Expected a <class 'int'>. Got value: abc``), without
+    its lists of union members and its namespace dumps.
+    """
+    chain: list[BaseException] = []
+    while err is not None and all(err is not e for e in chain):
+        chain.append(err)
+        err = err.__cause__
+    for e in chain:
+        if not _raised_by(e, "jsonargparse"):
+            return str(e)
+    keys: list[str] = []
+    for e in chain:
+        if (head := str(e).split("\n", 1)[0]).startswith('Parser key "') and head.endswith('":'):
+            if not keys or keys[-1] != head[12:-2]:
+                keys.append(head[12:-2])
+    innermost = str(chain[-1]).strip() if chain else message.strip()
+    return f"{_short('.'.join(keys))}: {innermost}" if keys else innermost
+
+
+def _raised_by(err: BaseException, package: str) -> bool:
+    """Whether ``err`` was raised inside ``package`` (its innermost frame); a traceback-less one counts as not."""
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and f"{package}/" in Path(frames[-1].filename).as_posix()
+
+
+def _exit_with_config_error(prog: str, message: str) -> NoReturn:
+    """Print ``message`` as the last lines of the output, with where the options are listed, and exit 2."""
+    print(f"{prog}: error: {message}\n(every option: {prog} --help, and docs/configuration.md)", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
 def _refuse_linked_targets(args: list[str]) -> None:
     """Raise ``ValueError`` if a config file or a flag sets a linked target.
 
@@ -163,7 +307,7 @@ def _refuse_linked_targets(args: list[str]) -> None:
     if found:
         where, key = found[0]
         source, target = targets[key]
-        raise ValueError(
+        raise ConfigError(
             f"{where} sets {_short(target)}, which is linked to {_short(source)} and always takes its value; "
             f"set {_short(source)} instead (values that must agree are given once)"
         )
@@ -197,16 +341,22 @@ def main(argv: list[str] | None = None) -> None:
     else:
         argv = _nulls_as_dicts(list(argv))
     omegaconf = {"parser_mode": "omegaconf"}
-    RLVRCLI(
-        RLVRModule,
-        PromptDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        args=argv,  # None: LightningCLI reads sys.argv itself
-        parser_kwargs={"fit": omegaconf, "validate": omegaconf, "description": HELP},
-        save_config_kwargs={"overwrite": True},
-        auto_configure_optimizers=False,
-    )
+    try:
+        RLVRCLI(
+            RLVRModule,
+            PromptDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=argv,  # None: LightningCLI reads sys.argv itself
+            parser_kwargs={"fit": omegaconf, "validate": omegaconf, "description": HELP, "prog": "lit-rlvr"},
+            parser_class=RLVRParser,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+        )
+    except ConfigError as err:
+        if argv is not None:  # called from Python: the exception, with its short message
+            raise
+        _exit_with_config_error(f"lit-rlvr {args[0] if args and not args[0].startswith('-') else ''}".strip(), str(err))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import json
@@ -46,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from lightning import Callback
 
 from lit_rlvr.rewards import register_reward
 from lit_rlvr.rollout import ENGINES, HFEngine
@@ -78,6 +80,28 @@ def slow(completion, answer, **row):
     _mark()
     time.sleep(30)
     return 1.0
+
+
+@register_reward("issue33_seven")
+def seven(completion, answer, **row):
+    """1 if the completion has a 7: the tiny model's groups are mixed, so every step learns something."""
+    return float("7" in completion)
+
+
+class HoldStep(Callback):
+    """Holds the training step that starts at ``global_step == step`` on every rank: writes
+    ``<mark>.rank<r>`` (its pid), then waits for ``<mark>.go``, so a test's signal lands in that step."""
+
+    def __init__(self, mark: str, step: int):
+        self.mark, self.step = mark, step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step != self.step:
+            return
+        Path(f"{self.mark}.rank{trainer.global_rank}").write_text(str(os.getpid()))
+        deadline = time.monotonic() + 120
+        while not Path(f"{self.mark}.go").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 class DiesOnRank1(HFEngine):
@@ -323,6 +347,82 @@ def test_a_signal_saves_a_checkpoint_exits_non_zero_and_the_run_resumes(tiny_mod
     assert f"Restored all states from the checkpoint at {checkpoint}" in resumed.stdout + resumed.stderr
     assert f"`max_steps={step + 1}` reached" in resumed.stdout + resumed.stderr
     assert not checkpoint.exists()  # the run finished: no stale state for a later --ckpt_path=last
+
+
+SUBREAPER = ROOT / "tests" / "scripts" / "subreaper.py"
+
+
+def ddp_signal_run(args: list[str], folder: Path, plugin_dir: Path, target: str) -> tuple[dict[int, int], float, str]:
+    """``lit-rlvr fit`` on 2 DDP ranks (Lightning's launcher: rank 1 is rank 0's child) whose step held by
+    ``HoldStep`` gets SIGTERM: to the process group (``target="group"``: every rank, as a scheduler or a
+    terminal sends it) or to rank 1 alone (``"rank1"``). Returns ``{rank: exit code}``, the seconds from
+    the signal to the last rank's exit, and the output."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mark, record, log = folder / "hold", folder / "exits.json", folder / "out.log"
+    environment = dict(ENV, PYTHONPATH=os.pathsep.join([str(plugin_dir), *sys.path]))
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, str(SUBREAPER), str(record), sys.executable, "-m", "lit_rlvr.cli", *args],
+                                stdout=out, stderr=subprocess.STDOUT, env=environment, cwd=folder)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not all(Path(f"{mark}.rank{r}").exists() for r in (0, 1)) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None and all(Path(f"{mark}.rank{r}").exists() for r in (0, 1)), log.read_text()[-3000:]
+        pids = [int(Path(f"{mark}.rank{r}").read_text()) for r in (0, 1)]
+        if target == "group":
+            os.killpg(pids[0], signal.SIGTERM)  # rank 0 leads the group; rank 1 is in it
+        else:
+            os.kill(pids[1], signal.SIGTERM)
+        sent = time.monotonic()
+        Path(f"{mark}.go").touch()
+        proc.wait(timeout=90)
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:  # a deadlock: end every process of the run
+            for pid in (int(p.read_text()) for p in folder.glob("hold.rank*") if p.read_text()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
+    exits = {int(pid): code for pid, code in json.loads(record.read_text())["exits"].items()}
+    return {rank: exits.get(pid) for rank, pid in enumerate(pids)}, elapsed, log.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sigterm_under_ddp_to_the_group_or_one_rank_checkpoints_every_rank_and_resumes_exactly(tiny_model_dir, tmp_path, plugin_dir):
+    """Both ranks stop at the same step, save one checkpoint together and exit 143 within 60 s; resuming
+    the checkpoint of a stop after step 2 reaches the weights of a run that went through step 3 unstopped."""
+    files = prompts(tmp_path, "issue33_seven", n=12)  # 3 steps per epoch: the resume is mid-epoch
+    ddp = ["--trainer.strategy=ddp", "--trainer.devices=2", "--model.sampling.n=4", "--model.sampling.max_new_tokens=6"]
+
+    def run(name: str, hold_step: int, target: str) -> tuple[Path, str]:
+        hold = f'--trainer.callbacks=[{{"class_path": "issue24_plugin.HoldStep", "init_args": {{"mark": "{tmp_path / name / "hold"}", "step": {hold_step}}}}}]'
+        args = fit_args(tiny_model_dir, tmp_path / name, files, *ddp, "--trainer.max_steps=100", "--trainer.enable_checkpointing=false", hold)
+        codes, elapsed, out = ddp_signal_run(args, tmp_path / name, plugin_dir, target)
+        assert codes == {0: 143, 1: 143}, (codes, out[-4000:])
+        assert elapsed < 60, (elapsed, out[-4000:])
+        checkpoint = tmp_path / name / "run" / "checkpoints" / "last-interrupted.ckpt"
+        assert f"stopped by SIGTERM after step {hold_step + 1}; saved {checkpoint}" in out, out[-4000:]
+        return checkpoint, out
+
+    stopped_at_2, _ = run("group", hold_step=1, target="group")
+    stopped_at_3, _ = run("rank1", hold_step=2, target="rank1")
+    states = {path: torch.load(path, weights_only=False, map_location="cpu") for path in (stopped_at_2, stopped_at_3)}
+    assert [states[p]["global_step"] for p in (stopped_at_2, stopped_at_3)] == [2, 3]
+
+    last = tmp_path / "resumed"
+    checkpointing = f'--trainer.callbacks=[{{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {{"dirpath": "{last}", "save_last": true}}}}]'
+    resumed = run_cli([*fit_args(tiny_model_dir, tmp_path / "group", files, *ddp, "--trainer.max_steps=3"), checkpointing,
+                       f"--ckpt_path={stopped_at_2}"], tmp_path, plugin_dir, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    weights = torch.load(last / "last.ckpt", weights_only=False, map_location="cpu")["state_dict"]
+    expected = states[stopped_at_3]["state_dict"]
+    assert any(not torch.equal(states[stopped_at_2]["state_dict"][name], t) for name, t in expected.items())  # step 3 changed them
+    assert weights.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.allclose(weights[name], tensor, atol=1e-6), name
+    assert not stopped_at_2.exists()  # the resumed run finished: no stale state for a later --ckpt_path
 
 
 # ---------------------------------------------------------------------------------------------- 7

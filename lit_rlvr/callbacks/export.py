@@ -4,10 +4,13 @@ The export folder loads with ``AutoModelForCausalLM.from_pretrained`` / ``PeftMo
 Its tokenizer pads on the left, as generation with a decoder-only model needs (transformers warns
 about right padding); lit_rlvr pads its own batches, so training never depended on the side. A
 model card (``README.md``, as on the Hub) names the base model, the method's settings, the last
-validation's pass@k and the ``lit-rlvr`` config. The folder is written under a temporary name and
-renamed when complete (:func:`~lit_rlvr.atomic.atomic_dir`): a full disk leaves the previous export
-(or none) and an error naming the folder and the free space, never a folder with only some of the
-files. Under FSDP2 every rank takes part in gathering
+validation's pass@k (the last one that ran during ``fit``, at its own step) and the ``lit-rlvr``
+config; a ``lit-rlvr validate`` of the exported folder itself (``--model.policy.path`` and
+``--export.dirpath`` both the folder) writes its results into the card. The folder is written
+under a temporary name and renamed when complete (:func:`~lit_rlvr.atomic.atomic_dir`): a full
+disk leaves the previous export (or none) and an error naming the folder and the free space, never
+a folder with only some of the files, and a second process exporting to the same folder meanwhile
+is refused. Under FSDP2 every rank takes part in gathering
 the full state dict (a collective), streamed to CPU, and rank 0 writes it; the export is never
 the sharded local view.
 """
@@ -21,9 +24,11 @@ from typing import Any
 
 import torch
 from lightning import Callback, LightningModule, Trainer
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from lit_rlvr.atomic import atomic_dir
+from lit_rlvr.atomic import atomic_dir, atomic_file
 from lit_rlvr.contracts import PolicyHost, require
 from lit_rlvr.policy import gathered_parameters, is_peft_model
 
@@ -52,11 +57,33 @@ class HFExport(Callback):
 
     def __init__(self, dirpath: str | None = None):
         self.dirpath = dirpath
+        self.validation: tuple[int, dict[str, float]] | None = None  # (step, metrics) of the last validation
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if self.dirpath is not None:
             require(pl_module, PolicyHost, "HFExport")
+        self.validation = None
+
+    @override
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking or self.dirpath is None:
+            return
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/") and v.numel() == 1}
+        self.validation = (trainer.global_step, metrics)
+        if trainer.state.fn == TrainerFn.VALIDATING and trainer.is_global_zero:
+            self.record_validate(pl_module, metrics)
+
+    def record_validate(self, pl_module: LightningModule, metrics: dict[str, float]) -> None:
+        """Write a ``lit-rlvr validate``'s results into the card, if the validated policy is this export."""
+        card = Path(self.dirpath) / "README.md"
+        policy = Path(str(getattr(getattr(pl_module, "policy", None), "name_or_path", "")))
+        if not (card.is_file() and policy.exists() and policy.resolve() == Path(self.dirpath).resolve()):
+            rank_zero_info(f"lit_rlvr: the model card in {self.dirpath} is left as it is (the validated policy is not that export)")
+            return
+        text = with_validation(card.read_text(), metrics, "## Validation (lit-rlvr validate of this folder)")
+        with atomic_file(card, "the model card") as f:
+            f.write(text.encode())
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -83,13 +110,15 @@ class HFExport(Callback):
         if configured is not None and configured.advantage != pl_module.advantage_name:
             settings["loss"] = configured
             settings["advantage_at_end"] = pl_module.advantage_name  # switched by an AdvantageSchedule
+        validated_at, metrics = self.validation or (trainer.global_step, {})
         card = model_card(
             base_model=str(pl_module.policy.name_or_path),
             hparams=settings,
-            metrics={k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1},
+            metrics=metrics,
             step=trainer.global_step,
             config=_cli_config(trainer),
             adapter=is_peft_model(pl_module.policy),
+            validated_at=validated_at,
         )
         (path / "README.md").write_text(card)
 
@@ -101,6 +130,7 @@ def model_card(
     step: int,
     config: str | None = None,
     adapter: bool = False,
+    validated_at: int | None = None,
 ) -> str:
     """A Hub-style model card (YAML front matter + markdown) for an exported policy.
 
@@ -114,6 +144,7 @@ def model_card(
         step: optimizer steps trained.
         config: the ``lit-rlvr`` config text (None: not run through the CLI).
         adapter: a LoRA adapter rather than full weights.
+        validated_at: the step of the validation ``metrics`` come from (None: ``step``).
 
     Example:
         >>> from lit_rlvr.options import AnchorOptions, LossOptions
@@ -166,7 +197,7 @@ def model_card(
         "|---|---|",
         *[f"| {name} | {value} |" for name, value in _method_rows(hparams)],
         "",
-        *_results(metrics, step),
+        *_results(metrics, f"## Final validation (step {step if validated_at is None else validated_at})"),
     ]
     if config is not None:
         lines += ["## Config", "", "<details><summary>the <code>lit-rlvr fit</code> config</summary>", "",
@@ -199,8 +230,32 @@ def _method_rows(hp: Mapping[str, Any]) -> list[tuple[str, str]]:
 _PASS = re.compile(r"^val/(?P<set>[^/]+)/pass@(?P<k>\d+)$")
 
 
-def _results(metrics: Mapping[str, float], step: int) -> list[str]:
-    """The last validation's pass@k ladder per set (and distinct correct answers), as markdown lines."""
+def with_validation(card: str, metrics: Mapping[str, float], title: str) -> str:
+    """``card`` with its validation section (the first ``## …validation…`` one) replaced by ``metrics``' table.
+
+    Example:
+        >>> card = "# m\\n\\n## Final validation\\n\\nNo validation ran during training.\\n\\n## Config\\n\\nx\\n"
+        >>> print(with_validation(card, {"val/a/pass@1": 0.5}, "## Validation (lit-rlvr validate of this folder)"))
+        # m
+        <BLANKLINE>
+        ## Validation (lit-rlvr validate of this folder)
+        <BLANKLINE>
+        | set | pass@1 | distinct correct answers |
+        |---|---|---|
+        | a | 0.500 | – |
+        <BLANKLINE>
+        ## Config
+        <BLANKLINE>
+        x
+        <BLANKLINE>
+    """
+    section = re.compile(r"^## [^\n]*[Vv]alidation[^\n]*\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
+    table = "\n".join(_results(metrics, title)) + "\n"
+    return section.sub(lambda _: table, card, count=1) if section.search(card) else card.rstrip("\n") + "\n\n" + table
+
+
+def _results(metrics: Mapping[str, float], title: str) -> list[str]:
+    """A validation's pass@k ladder per set (and distinct correct answers), as markdown lines under ``title``."""
     ladders: dict[str, dict[int, float]] = {}
     for key, value in metrics.items():
         if m := _PASS.match(key):
@@ -208,7 +263,7 @@ def _results(metrics: Mapping[str, float], step: int) -> list[str]:
     if not ladders:
         return ["## Final validation", "", "No validation ran during training.", ""]
     ks = sorted({k for ladder in ladders.values() for k in ladder})
-    lines = [f"## Final validation (step {step})", "",
+    lines = [title, "",
              "| set | " + " | ".join(f"pass@{k}" for k in ks) + " | distinct correct answers |", "|---" * (len(ks) + 2) + "|"]  # fmt: skip
     for name, ladder in sorted(ladders.items()):
         distinct = metrics.get(f"val/{name}/distinct_correct_answers")

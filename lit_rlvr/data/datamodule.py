@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import lightning.pytorch as pl
+from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
@@ -541,8 +542,8 @@ class PromptDataModule(pl.LightningDataModule):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if not state_dict:
-            return
+        if not state_dict or (self.trainer is not None and self.trainer.state.fn != TrainerFn.FITTING):
+            return  # the prompt order is training's: `validate --ckpt_path` reads no training prompt
         if state_dict["num_train"] != len(self._train_index) or state_dict["seed"] != self.seed:
             raise ValueError(
                 f"cannot resume the prompt order: the checkpoint was taken with {state_dict['num_train']} training "

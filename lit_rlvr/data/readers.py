@@ -39,8 +39,9 @@ class BadRow:
 def read_records(path: str | Path) -> Iterator[tuple[int, dict | BadRow]]:
     """Yield ``(line, record)`` for every record of a JSONL, JSON (array) or Parquet file.
 
-    A JSONL line that is not a JSON object is yielded as a :class:`BadRow` instead of raising, so
-    one broken line does not stop a run; blank lines are skipped.
+    A JSONL line that is not a JSON object (or not UTF-8) is yielded as a :class:`BadRow` instead
+    of raising, so one broken line does not stop a run; blank lines are skipped. A ``.json`` or
+    ``.parquet`` file that cannot be read at all raises ``ValueError`` naming the file.
 
     Args:
         path: a ``.jsonl``, ``.json`` (a list of objects) or ``.parquet`` file.
@@ -59,23 +60,35 @@ def read_records(path: str | Path) -> Iterator[tuple[int, dict | BadRow]]:
     if suffix == ".jsonl":
         yield from _read_jsonl(path)
     elif suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not a readable JSON file ({err}); a .json data file holds a list of objects") from err
         if not isinstance(data, list):
             raise ValueError(f"{path}: a .json data file must hold a list of objects, got {type(data).__name__}")
         for i, record in enumerate(data, start=1):
             yield i, record if isinstance(record, dict) else BadRow(str(path), i, f"not an object: {record!r:.80}")
     elif suffix == ".parquet":
+        import pyarrow
         import pyarrow.parquet as pq
 
-        for i, record in enumerate(pq.read_table(path).to_pylist(), start=1):
-            yield i, record
+        try:
+            records = pq.read_table(path).to_pylist()
+        except (pyarrow.ArrowException, OSError) as err:  # not Parquet, truncated, damaged
+            raise ValueError(f"{path}: not a readable Parquet file ({type(err).__name__}: {err})") from err
+        yield from enumerate(records, start=1)
     else:
         raise ValueError(f"{path}: unsupported data file type {suffix!r}; accepted: {list(SUFFIXES)}")
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict | BadRow]]:
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for i, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield i, BadRow(str(path), i, f"not UTF-8 text: {e}")
+                continue
             if not line.strip():
                 continue
             try:

@@ -18,11 +18,17 @@ bounded, as TRL's ``vllm_importance_sampling_*`` and verl's ``algorithm.rollout_
 Modes are the entries of :data:`CORRECTIONS` (token/sequence × truncate/mask), named as TRL names
 them. With identical numerics (sampler log-probs equal to the trainer's) every weight is exactly
 1.0 and the loss is unchanged bit for bit (docs/methods.md §1.8).
+
+A token whose sampler (or trainer) log-prob is not finite (NaN, ±inf: a broken sampler) has no
+ratio: it gets weight 0, as a masked token (its whole row at sequence level), is counted in the
+``is_nonfinite`` statistic and warned about. TRL turns the NaN into a weight of 1 (its
+``nan_to_num``), which trains on the token as if sampler and trainer agreed.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -71,10 +77,11 @@ def correction_weights(
         clip_min: lower bound C_min (None: none).
 
     Returns:
-        ``(weights, stats)``: detached weights ``(B, T)`` (1 on padding) and, over real tokens,
-        ``mismatch_kl`` (k3 estimate of KL(π_sampler‖π_old) on the sampler's tokens),
-        ``is_weight_mean``, ``is_weight_max`` (of the raw ratios, before bounding) and
-        ``is_bounded`` (share of tokens truncated or masked).
+        ``(weights, stats)``: detached weights ``(B, T)`` (1 on padding, 0 where a log-prob is not
+        finite) and, over real tokens, ``mismatch_kl`` (k3 estimate of KL(π_sampler‖π_old) on the
+        sampler's tokens), ``is_weight_mean``, ``is_weight_max`` (of the raw ratios, before
+        bounding; these three over the tokens with finite log-probs), ``is_bounded`` (share of
+        tokens truncated or masked) and ``is_nonfinite`` (share whose log-probs are not finite).
 
     Example:
         >>> old = torch.log(torch.tensor([[0.5, 0.5, 0.4]]))
@@ -96,26 +103,38 @@ def correction_weights(
         )
     with torch.no_grad():
         mask = response_mask.bool()
-        diff = torch.where(mask, trainer_logprobs.float() - sampler_logprobs.float(), torch.zeros(()))  # (B, T)
-        diff = torch.nan_to_num(diff, nan=0.0).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        nonfinite = mask & ~(torch.isfinite(trainer_logprobs) & torch.isfinite(sampler_logprobs))  # (B, T)
+        finite = mask & ~nonfinite
+        diff = torch.where(finite, trainer_logprobs.float() - sampler_logprobs.float(), torch.zeros(()))  # (B, T)
+        diff = diff.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         if spec.level == "sequence":
             log_w = diff.sum(-1, keepdim=True).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).expand_as(diff)  # (B, T)
+            no_ratio = nonfinite.any(-1, keepdim=True).expand_as(diff) & mask  # the row's product is unknown
         else:
-            log_w = diff
+            log_w, no_ratio = diff, nonfinite
         raw = torch.exp(log_w)
         low = -math.inf if clip_min is None else clip_min
         high = math.inf if clip_max is None else clip_max
         outside = (raw < low) | (raw > high)
         weights = raw.clamp(min=low, max=high) if spec.bound == "truncate" else raw.masked_fill(outside, 0.0)
-        weights = torch.where(mask, weights, torch.ones(()))
-        n = mask.sum().clamp(min=1)
-        real = raw[mask]
+        weights = torch.where(mask, weights.masked_fill(no_ratio, 0.0), torch.ones(()))
+        n, known = mask.sum().clamp(min=1), finite & ~no_ratio
+        real = raw[known]
         stats = {
-            "mismatch_kl": (torch.expm1(diff) - diff)[mask].sum() / n,  # x = log π_old − log π_sampler, k3
+            "mismatch_kl": (torch.expm1(diff) - diff)[finite].sum() / finite.sum().clamp(min=1),  # x = log π_old − log π_s, k3
             "is_weight_mean": real.mean() if real.numel() else torch.ones(()),
             "is_weight_max": real.max() if real.numel() else torch.ones(()),
-            "is_bounded": (outside & mask).sum() / n,
+            "is_bounded": (outside & known).sum() / n,
+            "is_nonfinite": nonfinite.sum() / n,
         }
+    if nonfinite.any():
+        warnings.warn(
+            f"rollout correction: {int(nonfinite.sum())} of {int(mask.sum())} tokens have a log-prob that is not finite "
+            "(NaN or ±inf; the sampler's, or the trainer's); they get weight 0 (their rows, at sequence level) and are "
+            "counted in train/is_nonfinite. Check the sampler.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return weights, stats
 
 

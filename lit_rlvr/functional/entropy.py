@@ -32,9 +32,11 @@ Compared with the released code (tests hold their outputs on fixed inputs), and 
 - ``adaptive``: equal to Skywork-OR1's ``EntController.update`` (SkyworkAI/Skywork-OR1 64e96afa,
   ``verl/trainer/ppo/core_algos.py``), which TRL's ``use_adaptive_entropy`` follows with ≤ for <
   and no bonus before the first measurement. H is the step's mean token entropy of the training
-  forward, over the processes; Skywork-OR1 uses −mean log π_old of the sampled tokens, the same quantity in
-  expectation, and TRL the entropy of each optimizer step's window. The update runs once per
-  training step (rollout batch), as Skywork-OR1's.
+  forward, over the processes and over every real token, also under a token mask (TRL: the kept
+  tokens; the target describes the policy's entropy, which the highest-entropy share overstates by
+  a factor that moves with ρ: docs/methods.md §8.3); Skywork-OR1 uses −mean log π_old of the
+  sampled tokens, the same quantity in expectation, and TRL the entropy of each optimizer step's
+  window. The update runs once per training step (rollout batch), as Skywork-OR1's.
 - The bonus uses the token mask's tokens when a mask is set (as TRL's ``effective_mask``), with
   the policy loss's aggregation (verl's; TRL's is always a token mean over the kept tokens).
 """
@@ -104,18 +106,24 @@ def entropy_bonus(
     """agg(w_t·H_t): the entropy term the loss subtracts c times (L ← L − c·bonus).
 
     Args:
-        entropies: ``(B, T)`` token entropies of π_θ (differentiable: the bonus's gradient).
+        entropies: ``(B, T)`` token entropies of π_θ (differentiable: the bonus's gradient); a
+            bf16/fp16 tensor is summed in float32 (a bf16 sum over thousands of tokens keeps 3
+            significant digits), a float32 one as it is.
         response_mask: ``(B, T)`` real completion tokens.
         agg: the policy loss's aggregation (its normaliser counts every real token).
         max_len: ``max_new_tokens`` for ``seq_mean_token_sum_norm``.
         token_weights: ``(B, T)`` detached weights (a token mask); None: all 1.
+
+    Returns:
+        A float32 (or float64, for float64 entropies) scalar.
 
     Example:
         >>> h = torch.tensor([[1.0, 3.0, 7.0]])
         >>> entropy_bonus(h, torch.tensor([[1, 1, 0]])), entropy_bonus(h, torch.ones(1, 3), token_weights=torch.tensor([[0.0, 1.0, 1.0]]))
         (tensor(2.), tensor(3.3333))
     """
-    values = entropies if token_weights is None else entropies * token_weights.detach()
+    values = entropies.float() if entropies.dtype in (torch.bfloat16, torch.float16) else entropies  # (B, T)
+    values = values if token_weights is None else values * token_weights.detach()
     return aggregate(values, response_mask, agg, max_len)
 
 

@@ -104,3 +104,29 @@ def test_export_through_the_cli_carries_the_saved_config(tiny_model_dir, tmp_pat
     assert f"dirpath: {export}" in config and "clip_high: 0.3" in config
     assert AutoTokenizer.from_pretrained(export).padding_side == "left"
     assert not [m for m in generate_padded(export, ["C375=026:", "C12=3:"]) if "padding" in m]
+
+    # validating the exported folder itself puts the results in its card (it said "No validation ran")
+    main(["validate", "--imports=[lit_rlvr.demo]", f"--model.policy.path={export}", f"--export.dirpath={export}",
+          f"--data.val=[{{files: {prompts}, name: toy_val, n_samples: 2, options: {{extra_fields: [digits]}}}}]",
+          "--trainer.accelerator=cpu", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+          "--rollout.init_args.engine=hf", "--model.sampling.max_new_tokens=4", "--model.scoring.workers=0",
+          f"--trainer.default_root_dir={tmp_path}", "--verbose=false"])  # fmt: skip
+    after = (export / "README.md").read_text()
+    assert "No validation ran" not in after and after.split("## Validation")[0] == card.split("## Final validation")[0]
+    assert "## Validation (lit-rlvr validate of this folder)\n\n| set | pass@1 | pass@2 | distinct correct answers |\n" in after
+    assert "| toy_val | " in after and after.split("## Config", 1)[1] == card.split("## Config", 1)[1]
+
+
+@pytest.mark.timeout(180)
+def test_the_card_names_the_step_of_the_last_validation(tiny_model_dir, toy_prompts, tmp_path):
+    """Validated at step 2, trained to step 3: the card's results are step 2's, and say so."""
+    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=toy_prompts(12), name="toy"),
+                          val=[ValSet(files=toy_prompts(4, "val.jsonl"), name="toy_val", n_samples=2)], batch_size=2, seed=0)  # fmt: skip
+    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=2, max_new_tokens=4, seed=0),
+                        scoring=ScoringOptions(workers=0))  # fmt: skip
+    trainer = Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=2,
+                      callbacks=[RolloutCallback(engine="hf"), HFExport(str(tmp_path / "hf"))])  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    body = (tmp_path / "hf" / "README.md").read_text()
+    assert "for 3 optimizer steps" in body and "## Final validation (step 2)\n" in body

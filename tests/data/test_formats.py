@@ -13,7 +13,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from lit_rlvr.data import DatasetSpec, PromptDataModule, PromptFormat, encode_prompt, load_rows  # noqa: E402
-from lit_rlvr.data.readers import HFSource  # noqa: E402
+from lit_rlvr.data.readers import HFSource, read_records  # noqa: E402
 
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'  # verl's gsm8k.py
 NATIVE_FORMAT = PromptFormat(instruction="{prompt} " + INSTRUCTION)
@@ -241,3 +241,28 @@ def test_datamodule_order_and_resume_equal_the_native_formats(tiny_model_dir, fi
     native.load_state_dict({"epoch": 1, "step": 0, "num_train": 8, "seed": 0})  # as restored from a checkpoint
     other.load_state_dict(native.state_dict())
     assert _epoch_ids(other, 1) == _epoch_ids(native, 1) == epochs[1][1:]
+
+
+@pytest.mark.parametrize("kind", ["not parquet", "truncated"])
+def test_an_unreadable_parquet_file_is_an_error_naming_it(tmp_path, kind):
+    """Not pyarrow's bare ``ArrowInvalid`` traceback: the file, and what is wrong with it."""
+    path = tmp_path / "train.parquet"
+    if kind == "truncated":
+        pq.write_table(pa.Table.from_pylist([{"prompt": "p", "answer": "a"}] * 50), path)
+        path.write_bytes(path.read_bytes()[:-40])
+    else:
+        path.write_text('{"prompt": "a JSON line in a .parquet file"}\n')
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: not a readable Parquet file \(Arrow\w+: .+\)$"):
+        list(read_records(path))
+
+
+def test_an_unreadable_json_file_is_an_error_naming_it_and_a_non_utf8_jsonl_line_a_bad_row(tmp_path):
+    path = tmp_path / "train.json"
+    path.write_text('[{"prompt": "p"},')
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: not a readable JSON file \(Expecting value: line 1"):
+        list(read_records(path))
+    lines = tmp_path / "train.jsonl"
+    lines.write_bytes(b'{"prompt": "a"}\n{"prompt": "\xff"}\n{"prompt": "b"}\n')
+    records = list(read_records(lines))
+    assert [(i, r) for i, r in records if isinstance(r, dict)] == [(1, {"prompt": "a"}), (3, {"prompt": "b"})]
+    assert str(records[1][1]).startswith(f"{lines}:2: not UTF-8 text: 'utf-8' codec can't decode byte 0xff")

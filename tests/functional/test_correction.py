@@ -88,3 +88,27 @@ def test_bad_settings_name_the_key():
         correction_weights(x, x, torch.ones(1, 2), "token_mask", clip_max=1.0, clip_min=2.0)
     with pytest.raises(ValueError, match="clip_max must be a number > 0 or null"):
         correction_weights(x, x, torch.ones(1, 2), "token_mask", clip_max=0.0)
+
+
+@pytest.mark.parametrize("mode", sorted(CORRECTIONS))
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("whose", ["sampler", "trainer"])
+def test_a_log_prob_that_is_not_finite_gets_weight_0_counted_and_warned(mode, bad, whose):
+    """TRL's nan_to_num made a NaN ratio 1: the token trained as if sampler and trainer agreed."""
+    gen = torch.Generator().manual_seed(0)
+    old = -torch.rand(3, 5, generator=gen, dtype=torch.float64) * 3
+    sampler = old + torch.randn(3, 5, generator=gen, dtype=torch.float64) * 0.2
+    mask = torch.ones(3, 5, dtype=torch.long)
+    mask[2, 3:] = 0
+    broken_old, broken_sampler = old.clone(), sampler.clone()
+    (broken_sampler if whose == "sampler" else broken_old)[1, 2] = bad
+    (broken_sampler if whose == "sampler" else broken_old)[2, 4] = bad  # on padding: ignored
+    with pytest.warns(RuntimeWarning, match=r"1 of 13 tokens have a log-prob that is not finite"):
+        weights, stats = correction_weights(broken_old, broken_sampler, mask, mode, 3.0, None)
+    clean, clean_stats = correction_weights(old, sampler, mask, mode, 3.0, None)
+    hit = torch.zeros(3, 5, dtype=torch.bool)
+    hit[1, 2 if mode.startswith("token") else slice(None)] = True  # the token, or its whole row
+    assert (weights[hit] == 0).all() and torch.equal(weights[~hit], clean[~hit]) and torch.isfinite(weights).all()
+    assert stats["is_nonfinite"] == pytest.approx(1 / 13)
+    assert all(torch.isfinite(v) for v in stats.values())
+    assert clean_stats["is_nonfinite"] == 0

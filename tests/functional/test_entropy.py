@@ -130,3 +130,29 @@ def test_static_control_is_constant_and_refuses_zero():
 def test_adaptive_options_are_checked_with_trl_names(options, match):
     with pytest.raises(ValueError, match=match):
         ENTROPY_CONTROLS.get_checked("adaptive", "model.entropy.control", options, "model.entropy.options")
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+def test_the_entropy_bonus_of_bf16_entropies_is_summed_in_float32_and_fp32_is_unchanged(agg):
+    """A bf16 sum over a batch's tokens keeps ~3 significant digits: the bonus (and its gradient's
+    scale) moved with the dtype. float32 entropies give the same bits as aggregating them directly."""
+    from lit_rlvr.functional.losses import aggregate
+
+    gen = torch.Generator().manual_seed(0)
+    h = torch.rand(8, 700, generator=gen, dtype=torch.float32) * 3
+    mask = (torch.rand(8, 700, generator=gen) > 0.2).long()
+    h16 = h.bfloat16().requires_grad_()
+    bonus = entropy_bonus(h16, mask, agg, max_len=700)
+    assert bonus.dtype == torch.float32
+    assert torch.equal(bonus, aggregate(h16.detach().float(), mask, agg, 700))  # the bf16 values, summed exactly
+    bonus.backward()
+    assert h16.grad.dtype == torch.bfloat16 and h16.grad[mask.bool()].abs().min() > 0
+    assert torch.equal(entropy_bonus(h, mask, agg, max_len=700), aggregate(h, mask, agg, 700))  # fp32: bit for bit
+    weights = (torch.rand(8, 700, generator=gen) > 0.5).float()
+    assert torch.equal(entropy_bonus(h, mask, agg, 700, weights), aggregate(h * weights, mask, agg, 700))
+
+
+def test_token_entropy_of_bf16_logits_is_float32():
+    logits = torch.randn(2, 5, 300, generator=torch.Generator().manual_seed(0))
+    got = token_entropy(logits.bfloat16())
+    assert got.dtype == torch.float32 and torch.equal(got, token_entropy(logits.bfloat16().float()))
