@@ -151,6 +151,9 @@ def test_0_1_cache_configs_upgrade_to_the_shipped_ones(tmp_path, old, new, print
     got.pop("config", None), want.pop("config", None)
     if old == "math_cache":  # 0.1's cache tool defaulted to a 5 s deadline, training to 10 s: one default now
         assert got["scoring"]["timeout_s"] == 10.0
+        # 0.1 padded its log π_ref passes, and the upgrade keeps that; the shipped file follows training (packs where it pays)
+        assert got["batching"]["padding_free"] is False and want["batching"]["padding_free"] == "auto"
+        got["batching"]["padding_free"] = "auto"
     assert got == want
 
 
