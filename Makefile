@@ -33,7 +33,8 @@ clean-venv:
 
 # ---------------------------------------------------------------------------- the CPU demo
 # Warm start (or reuse; its own base measurement is skipped: the base is validated below) → reference
-# cache → validate the base → for each method: fit (validating every 40 steps, CSV logs in
+# cache → validate the base (32 samples for the table; and as fit validates, 8 samples, for the
+# curves' step 0) → for each method: fit (validating every 40 steps, CSV logs in
 # $(DEMO)/runs/logs/<method>) → validate the exported policy → Pass@k table and PNG, and the curves
 # over training. GRPO shows the collapse, DPH-F the cure.
 DEMO := artifacts/demo
@@ -50,10 +51,11 @@ demo: install
 	rm -f $(DEMO)/metrics.jsonl
 	$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=base \
 		--pass_counts.path=$(DEMO)/base_pass_counts.json
+	$(LIT) validate --config configs/demo/base.yaml --trainer.logger.init_args.version=base --verbose=false
 	for method in $(DEMO_METHODS); do \
 		$(LIT) fit --config configs/demo/base.yaml --config configs/demo/$$method.yaml || exit 1; \
 		$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=$$method \
 			--model.policy.path=$(DEMO)/runs/$$method/hf --model.evaluation.retention_reference=$(DEMO)/base_pass_counts.json || exit 1; \
 	done
 	$(LIT) report $(DEMO)/metrics.jsonl --out $(DEMO)/passk.png
-	$(LIT) report --curves $(DEMO)/curves.png $(addprefix $(DEMO)/runs/logs/,$(DEMO_METHODS))
+	$(LIT) report --curves $(DEMO)/curves.png --base $(DEMO)/runs/logs/base $(addprefix $(DEMO)/runs/logs/,$(DEMO_METHODS))

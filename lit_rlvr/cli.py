@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
+import re
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from typing_extensions import override
 
-from lit_rlvr.callbacks import HFExport, PassCountsWriter, RolloutCallback, SignalCheckpoint
+from lit_rlvr.callbacks import HFExport, PassCountsWriter, RolloutCallback, SignalCheckpoint, StepProgressBar
 from lit_rlvr.checkpoint import SafeCheckpointIO
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.module import RLVRModule
@@ -42,6 +46,41 @@ from lit_rlvr.strategies import FSDP2Strategy  # noqa: F401  (registers --traine
 TOOLS = ("cache", "demo-data", "report", "upgrade", "warmstart")
 # values that must agree: (source, target); a target is never set by the user (see _refuse_linked_targets)
 LINKS = (("model.init_args.policy.path", "data.init_args.tokenizer"),)
+# What a run prints that lit_rlvr cannot fix at its cause, silenced by exact message, category and
+# module, each with why. (Fixed at their cause instead: "Found N module(s) in eval mode" — the policy
+# loads in train mode; "Total length of `list` across ranks is zero" — a fit without data.val has no
+# validation loop; "Epoch 0/-2" — StepProgressBar.)
+QUIET_WARNINGS = (
+    # Lightning 2.6's CombinedLoader builds torch's LeafSpec, which torch 2.13 deprecates: Lightning's
+    # code (lightning/pytorch/utilities/_pytree.py), once per run, nothing a user can change
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning, r"lightning\.pytorch\.utilities\._pytree"),
+)  # (message regex, category, module regex), as warnings.filterwarnings takes them
+QUIET_LOGS = (
+    # every Trainer without Lightning's cloud LitLogger advertises it (an INFO record no setting turns off)
+    ("lightning.pytorch.utilities.rank_zero", r"💡 Tip: For seamless cloud logging and experiment tracking, try installing \[litlogger\]"),
+)  # (logger name, message regex)
+
+
+def quiet_known_noise() -> None:
+    """Install :data:`QUIET_WARNINGS` and :data:`QUIET_LOGS` (each once): what the CLI's runs never print."""
+    for message, category, module in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+    for name, message in QUIET_LOGS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropMessage) and f.pattern.pattern == message for f in logger.filters):
+            logger.addFilter(_DropMessage(message))
+
+
+class _DropMessage(logging.Filter):
+    """Drops the records whose message matches ``message`` (a regex, from its start)."""
+
+    def __init__(self, message: str):
+        super().__init__()
+        self.pattern = re.compile(message)
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.pattern.match(record.getMessage())
 
 
 class ConfigError(ValueError):
@@ -116,8 +155,17 @@ class RLVRCLI(LightningCLI):
         """The trainer, with lit_rlvr's defaults for failures: checkpoints written atomically with a
         checksum verified on resume (:class:`~lit_rlvr.checkpoint.SafeCheckpointIO`, unless the config
         gives another ``CheckpointIO``), and a checkpoint plus a non-zero exit on SIGTERM / Ctrl-C
-        (:class:`~lit_rlvr.callbacks.SignalCheckpoint`, unless the config has one)."""
+        (:class:`~lit_rlvr.callbacks.SignalCheckpoint`, unless the config has one). Where Lightning
+        would add its rich progress bar, :class:`~lit_rlvr.callbacks.StepProgressBar` (no ``Epoch 0/-2``);
+        a ``fit`` without ``data.val`` runs no validation loop (Lightning would set one up over no
+        dataloaders and warn that their total length is zero)."""
+        if self.subcommand == "fit" and isinstance(self.datamodule, PromptDataModule) and not self.datamodule.val_specs:
+            kwargs["limit_val_batches"] = 0
+        configured = self._get(self.config_init, "trainer", default={}).get("callbacks") or []
+        own_bar = any(isinstance(c, ProgressBar) for c in (configured if isinstance(configured, list) else [configured]))
         trainer = super().instantiate_trainer(**kwargs)
+        if not own_bar and type(trainer.progress_bar_callback) is RichProgressBar:  # Lightning's default bar
+            trainer.callbacks[trainer.callbacks.index(trainer.progress_bar_callback)] = StepProgressBar()
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's default, not a user's
             trainer.strategy.checkpoint_io = SafeCheckpointIO()
         if not any(isinstance(c, SignalCheckpoint) for c in trainer.callbacks):
@@ -295,7 +343,7 @@ def _refuse_linked_targets(args: list[str]) -> None:
         if arg in ("--config", "-c") and i + 1 < len(args) or arg.startswith("--config="):
             path = args[i + 1] if "=" not in arg else arg.split("=", 1)[1]
             try:
-                config = yaml.safe_load(open(path))  # noqa: SIM115 (parsing errors are the parser's to report)
+                config = yaml.safe_load(Path(path).read_text())
             except (OSError, yaml.YAMLError):
                 continue
             for key in targets:
@@ -333,6 +381,7 @@ HELP = (
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``lit-rlvr`` console script (``argv`` None: the command line)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    quiet_known_noise()
     if args and args[0] in TOOLS:
         _tools()[args[0]](args[1:])
         return

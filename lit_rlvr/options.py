@@ -49,7 +49,7 @@ from lit_rlvr.policy.logprobs import MicroBatching, check_padding_free
 from lit_rlvr.rewards.combine import RewardMix
 from lit_rlvr.rewards.conventions import reward_reference
 from lit_rlvr.rewards.scorer import BatchScorer
-from lit_rlvr.rollout.types import SamplingParams
+from lit_rlvr.rollout.types import DEFAULT_SAMPLING, SamplingParams  # noqa: F401  (DEFAULT_SAMPLING: re-exported)
 
 __all__ = [
     "AnchorOptions",
@@ -526,9 +526,6 @@ def _plain_value(value: Any) -> Any:
         return [_plain_value(v) for v in value]
     return reward_reference(value) if callable(value) else value
 
-
-DEFAULT_SAMPLING = SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed=0)
-"""The default ``sampling`` of training (``model.sampling``) and of ``lit-rlvr cache`` alike."""
 
 GROUPS = (PolicyOptions, LoraOptions, SamplingParams, LossOptions, EntropyOptions, AnchorOptions, KLOptions, BatchingOptions,
           ScoringOptions, EvalOptions, RolloutCorrection, DynamicSampling)

@@ -103,11 +103,15 @@ MOVES: tuple[tuple[str, str, str | None], ...] = (
     ("cache", "perfect_threshold", "data:cache.perfect_threshold"),
     ("cache", "num_workers", "scoring.workers"),
     ("cache", "timeout_s", "scoring.timeout_s"),
-    ("cache", "logprob_batch_size", "micro_batch_size"),
+    ("cache", "logprob_batch_size", "batching.micro_batch_size"),
 )
 GONE_WHY = {
     "drift_micro_batch_size": "the drift pass uses the module's micro-batches (model.batching)",
 }
+# 0.1's cache tool defaults where today's (training's) differ: an upgraded cache config writes them out, so
+# it builds the cache 0.1 built (the same engine, length cap and log π_ref passes)
+CACHE_DEFAULTS_0_1: dict[str, Any] = {"engine": "hf", "sampling": {"max_new_tokens": 512},
+                                      "batching": {"micro_batch_size": 16, "padding_free": False}}  # fmt: skip
 # a group that exists only when its switch is on in 0.1: (group, 0.1 key that turned it on, test)
 _SWITCHES = {
     "anchor": ("divergence_coef", lambda old: old.get("divergence") is not None and (old.get("divergence_coef") or 0) > 0),
@@ -180,7 +184,9 @@ def upgrade_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
     config, or the top level of a cache config (recognised by its ``out`` key). Keys move
     mechanically by :data:`MOVES`, so each file of a multi-file config upgrades on its own; the
     notes say what was dropped and what to check (0.1 switched the anchor and the KL term on
-    with a coefficient > 0; now a group that is set is on, and ``null`` turns it off).
+    with a coefficient > 0; now a group that is set is on, and ``null`` turns it off). A cache config
+    gets 0.1's cache defaults where today's differ (:data:`CACHE_DEFAULTS_0_1`), so it builds the
+    cache 0.1 built.
 
     Example:
         >>> new, notes = upgrade_config({"model": {"model": "m", "divergence": "js", "divergence_coef": 0.1},
@@ -195,6 +201,8 @@ def upgrade_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
             config["data"] = _moved("data", config["data"], notes)
         moved = _moved("cache", config, notes)
         _spill(moved, moved)
+        if added := _fill_defaults(moved, CACHE_DEFAULTS_0_1):
+            notes.append(f"{', '.join(added)}: 0.1's cache defaults, written out (today's defaults are training's)")
         _drop_linked_tokenizer(moved.get("data"), moved.get("policy", {}).get("path"), "policy.path", notes)
         return moved, notes
     out: dict[str, Any] = {}
@@ -229,6 +237,18 @@ def _drop_linked_tokenizer(data: dict | None, policy_path: str | None, source: s
         notes.append(f"data.tokenizer: removed (it is linked to {source} now)")
     else:
         notes.append(f"data.tokenizer: {data['tokenizer']!r} differs from {source} {policy_path!r}; the tokenizer is the policy's now")
+
+
+def _fill_defaults(into: dict[str, Any], defaults: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Set each key of ``defaults`` that ``into`` lacks (nested dicts key by key); the dotted keys set."""
+    added = []
+    for key, value in defaults.items():
+        if isinstance(value, Mapping) and isinstance(into.setdefault(key, {}), dict):
+            added += _fill_defaults(into[key], value, f"{prefix}{key}.")
+        elif key not in into:
+            into[key] = value
+            added.append(f"{prefix}{key}")
+    return added
 
 
 def _spill(moved: dict[str, Any], into: dict[str, Any]) -> None:

@@ -76,7 +76,7 @@ def test_every_documented_fit_key_parses_at_its_documented_default():
 def test_every_documented_cache_key_parses_at_its_documented_default():
     flags = [f for key, default, type_ in reference_rows("`lit-rlvr cache") if (f := flag(key, default, type_)) is not None]
     config = parsed("cache", "--config", str(ROOT / "configs/demo/cache.yaml"), *flags)
-    assert len(flags) >= 8 and config["engine"] == "hf" and config["micro_batch_size"] == 16
+    assert len(flags) >= 7 and config["engine"] == "auto" and config["batching"]["micro_batch_size"] == 16
 
 
 @pytest.mark.timeout(180)
@@ -101,7 +101,7 @@ def test_the_python_api_example_runs(tiny_model_dir, tmp_path):
                                + "\n" for i in range(4)))  # fmt: skip
     cache = tmp_path / "cache"
     build_cache(PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(prompts)), cache=CacheOptions(str(cache))),
-                PolicyOptions(str(tiny_model_dir)), SamplingParams(n=2, max_new_tokens=8, seed=0), device="cpu",
+                PolicyOptions(str(tiny_model_dir)), SamplingParams(n=2, max_new_tokens=8, seed=0), engine="hf", device="cpu",
                 scoring=ScoringOptions(workers=0), progress=False)  # fmt: skip
     doc = (ROOT / "docs" / "configuration.md").read_text()
     code = re.search(r"<!-- python-api-example -->\n```python\n(.*?)```", doc, re.DOTALL).group(1)

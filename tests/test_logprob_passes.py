@@ -63,7 +63,7 @@ def test_reference_cache_logprobs_in_length_sorted_micro_batches(model_and_tok, 
     prompts = [tok(p).input_ids for p in ["C375=026:", "C375=026:", "C1=2:", "C1=2:", "C98=1:"]]
     completions = [tok(c).input_ids for c in ["3*7+5;", "1", "", "12+34-5*6;", "9"]]
     shapes, handle = record_shapes(model)
-    got = reference_logprobs(model, prompts, completions, tok.pad_token_id, batch_size=batch_size, max_tokens=max_tokens)
+    got = reference_logprobs(model, prompts, completions, tok.pad_token_id, MicroBatching(batch_size, max_tokens))
     handle.remove()
     assert [len(x) for x in got] == [len(c) for c in completions]
     for g, p, c in zip(got, prompts, completions):

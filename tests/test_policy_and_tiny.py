@@ -39,3 +39,18 @@ def test_rollouts_reject_wrong_row_count():
 
     with pytest.raises(ValueError, match="expected 4 rows"):
         Rollouts([[1], [2]], [[3]], [[0.0]], ["stop"], n=2)
+
+
+def test_the_policy_loads_in_train_mode_so_gradient_checkpointing_recomputes(tiny_model_dir):
+    """transformers loads in eval mode, where gradient checkpointing is off: a loaded policy trains in train mode,
+    and with ``gradient_checkpointing`` each layer runs again in the backward (and only then)."""
+    from lit_rlvr.policy import PolicyOptions, load_policy
+
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    for checkpointing, forwards in ((False, 1), (True, 2)):
+        policy, _ = load_policy(PolicyOptions(str(tiny_model_dir), gradient_checkpointing=checkpointing))
+        assert all(module.training for module in policy.modules())
+        calls = []
+        policy.model.layers[0].mlp.register_forward_pre_hook(lambda *_: calls.append(1))  # pre: recomputing may stop early
+        policy(input_ids=ids).logits.sum().backward()
+        assert len(calls) == forwards, checkpointing

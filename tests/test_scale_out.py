@@ -95,7 +95,7 @@ def test_lit_rlvr_fit_with_strategy_flags_on_two_processes(tiny_model_dir, tmp_p
         cache = tmp_path / "ref_cache"
         run(["-m", "lit_rlvr.cli", "cache", "--imports=[always_plugin]", f"--data.train.files={tmp_path / 'rows.jsonl'}",
              f"--policy.path={tiny_model_dir}", f"--data.cache.path={cache}", "--sampling.n=2", "--sampling.max_new_tokens=6",
-             "--scoring.workers=0", "--prompts_per_shard=2", "--progress=false", "--device=cpu", "--devices=2"], tmp_path)  # fmt: skip
+             "--scoring.workers=0", "--prompts_per_shard=2", "--progress=false", "--device=cpu", "--engine=hf", "--devices=2"], tmp_path)  # fmt: skip
         extra = [f"--data.cache.path={cache}", "--data.cache.perfect_threshold=2", "--data.cache.train_split=all",
                  "--data.cache.anchor_batch_size=4", "--model.anchor.divergence=forward_kl", "--model.anchor.coef=0.5"]  # fmt: skip
     proc = run(["-m", "lit_rlvr.cli", "fit", "--config", str(config), f"--trainer.strategy={strategy}", "--trainer.devices=2",

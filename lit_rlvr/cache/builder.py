@@ -49,9 +49,13 @@ from lit_rlvr.cache.format import (
     write_json_atomic,
 )
 from lit_rlvr.policy import MicroBatching, batched_completion_logprobs
-from lit_rlvr.rollout.types import Rollouts, SamplingParams
+from lit_rlvr.rollout.types import DEFAULT_SAMPLING, Rollouts, SamplingParams
 
 log = logging.getLogger(__name__)
+
+DEFAULT_BATCHING = MicroBatching(padding_free="auto")
+"""The log π_ref passes' default micro-batches: training's (``model.batching``'s defaults,
+:attr:`lit_rlvr.options.BatchingOptions.micro_batching`, which sits above this module; a test keeps them equal)."""
 
 
 def call_seed(seed: int, ids: list[str]) -> int:
@@ -67,22 +71,20 @@ def call_seed(seed: int, ids: list[str]) -> int:
 
 @torch.no_grad()
 def reference_logprobs(
-    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, batch_size: int = 16,
-    max_tokens: int | None = None,
+    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, batching: MicroBatching = DEFAULT_BATCHING
 ) -> list[np.ndarray]:
     """log π_ref of each completion token given its prompt, at temperature 1.0, in micro-batches.
 
-    Rows are grouped by length (at most ``batch_size`` rows and ``max_tokens`` tokens per forward,
-    :class:`~lit_rlvr.policy.MicroBatching`) and each forward is cropped to its longest row, so a
-    short completion is not padded to the longest of the call.
+    Rows are grouped by length (``batching``: a row cap, a token budget, padding-free packing, as
+    training's log-prob passes) and each forward is cropped to its longest row, so a short
+    completion is not padded to the longest of the call.
 
     Args:
         model: the policy (a transformers causal LM), in eval mode.
         prompts: B prompt token-id lists (one per completion).
         completions: B completion token-id lists.
         pad_id: padding token id.
-        batch_size: completions per forward pass at most.
-        max_tokens: tokens per forward pass at most, padding included (None = no budget).
+        batching: the forward passes' micro-batches (:class:`~lit_rlvr.policy.MicroBatching`).
 
     Returns:
         B float32 arrays, the i-th of length ``len(completions[i])``.
@@ -93,7 +95,7 @@ def reference_logprobs(
     padded = Rollouts(prompts, completions, [[0.0] * len(x) for x in completions], ["stop"] * len(completions), n=1).to_padded(pad_id)
     logprobs, _ = batched_completion_logprobs(
         model, padded["input_ids"].to(device), padded["attention_mask"].to(device), padded["response_mask"].shape[1],
-        batching=MicroBatching(max_rows=batch_size, max_tokens=max_tokens),
+        batching=batching,
     )  # (B, T)
     logprobs = logprobs.float().cpu().numpy()
     return [logprobs[i, : len(x)].copy() for i, x in enumerate(completions)]
@@ -165,10 +167,10 @@ def build_reference_cache(
     scorer,
     model,
     tokenizer,
-    params: SamplingParams = SamplingParams(n=8, temperature=1.0, max_new_tokens=512, seed=0),
+    params: SamplingParams = DEFAULT_SAMPLING,
     prompts_per_shard: int = 256,
     prompts_per_call: int = 1,
-    batching: MicroBatching = MicroBatching(max_rows=16),
+    batching: MicroBatching = DEFAULT_BATCHING,
     correct_threshold: float = 1.0,
     progress: bool = True,
     rank: int = 0,
@@ -186,12 +188,14 @@ def build_reference_cache(
             (e.g. ``lit_rlvr.rewards.BatchScorer``).
         model: the initial policy; its forward pass gives the stored log π_ref (set to eval mode).
         tokenizer: the policy's tokenizer (pad id, decoding when the engine gives no texts).
-        params: sampling parameters; ``params.n`` is the samples per prompt, ``params.seed`` the
-            run seed: each engine call gets :func:`call_seed` of it and the call's prompt ids.
+        params: sampling parameters (default: training's, :data:`~lit_rlvr.rollout.types.DEFAULT_SAMPLING`);
+            ``params.n`` is the samples per prompt, ``params.seed`` the run seed: each engine call
+            gets :func:`call_seed` of it and the call's prompt ids.
         prompts_per_shard: prompts per shard file (the unit of resumption).
         prompts_per_call: prompts per engine call (larger is faster on vLLM; part of the cache's
             identity because batching changes the sampled streams).
-        batching: the log-prob passes' micro-batches (row cap and token budget).
+        batching: the log-prob passes' micro-batches (row cap, token budget, packing; default:
+            training's, :data:`DEFAULT_BATCHING`).
         correct_threshold: reward at or above which a sample counts as passed.
         progress: show a tqdm progress bar (rank 0).
         rank: this process's rank of ``world_size`` building the cache together (each builds the
@@ -321,7 +325,7 @@ def _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, par
     sample_rows = [rows[i] for i in chunk for _ in range(n)]
     results = scorer.score(list(texts), sample_rows)
     sample_prompts = [prompt_ids[i] for i in chunk for _ in range(n)]
-    shard["logprobs"] += reference_logprobs(model, sample_prompts, rollouts.completion_ids, pad_id, batching.max_rows, batching.max_tokens)
+    shard["logprobs"] += reference_logprobs(model, sample_prompts, rollouts.completion_ids, pad_id, batching)
     shard["completions"] += [list(c) for c in rollouts.completion_ids]
     shard["rewards"] += [float(r.reward) for r in results]
     shard["statuses"] += [str(r.status).split(":")[0] for r in results]

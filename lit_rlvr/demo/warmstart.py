@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
+from lit_rlvr.callbacks import StepProgressBar
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
 from lit_rlvr.demo import sql_toy
 from lit_rlvr.demo.countdown import addition_completion, countdown_prompt, solutions, split_countdown
@@ -363,6 +364,7 @@ def warmstart(
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=progress_bar,
+        callbacks=[StepProgressBar()] if progress_bar else None,  # bounded by steps: "Epoch 0", not "Epoch 0/-2"
         default_root_dir=out / ".lightning",
     )
     t0, c0 = time.perf_counter(), time.process_time()

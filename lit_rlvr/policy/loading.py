@@ -71,6 +71,11 @@ class PolicyOptions:
 def load_policy(options: PolicyOptions) -> tuple[nn.Module, PreTrainedTokenizerBase]:
     """Load the causal LM and its tokenizer that ``options`` name, with a LoRA adapter when asked.
 
+    The policy comes back in train mode, as a trained module should be: transformers loads in eval
+    mode, in which gradient checkpointing is off (it runs only while ``training``) and Lightning warns
+    of modules left in eval mode. Each no-grad pass (rollouts, log-probs) switches to eval mode and
+    back, and validation runs in eval mode.
+
     Raises:
         ValueError: a path that cannot be loaded (naming it and why).
     """
@@ -101,4 +106,4 @@ def load_policy(options: PolicyOptions) -> tuple[nn.Module, PreTrainedTokenizerB
             task_type="CAUSAL_LM",
         )
         policy = get_peft_model(policy, config)
-    return policy, tokenizer
+    return policy.train(), tokenizer

@@ -51,6 +51,11 @@ class SamplingParams:
             raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
 
+DEFAULT_SAMPLING = SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed=0)
+"""The default ``sampling`` of training (``model.sampling``) and of the reference cache (``lit-rlvr cache``,
+:func:`~lit_rlvr.cache.build_reference_cache`) alike: defined here, below both."""
+
+
 @dataclass
 class Rollouts:
     """P prompts × n completions, ragged, as an engine returns them.

@@ -12,13 +12,16 @@ Example config (``lit-rlvr cache --config cache.yaml``)::
       prompt: {instruction: "{prompt}\\nPut the final answer in \\\\boxed{{}}."}
       cache: {path: caches/gsm8k-qwen-n8, perfect_threshold: 8}   # where it goes; the summary's D_pef
     sampling: {n: 8, temperature: 1.0, max_new_tokens: 1024, seed: 0}   # n: samples per prompt (paper: 8)
-    engine: vllm                                  # or hf
+    batching: {micro_batch_tokens: 16384}         # the log π_ref passes, as the run's model.batching
+    engine: vllm                                  # or hf; default auto, as in training
     scoring: {workers: 4, timeout_s: 10.0}
 
-The option groups are the training run's (``policy``, ``sampling``, ``scoring``,
-:mod:`lit_rlvr.options`), and ``data`` is its DataModule section, so training reads the same
-``data.cache`` that was built. Running the same command again after an interruption resumes the
-build; the end prints the pass-count histogram and |D_pef| / |D_exp|.
+The option groups are the training run's (``policy``, ``sampling``, ``batching``, ``scoring``,
+:mod:`lit_rlvr.options`) with the same defaults, as is the engine's (``auto``), and ``data`` is its
+DataModule section: training reads the same ``data.cache`` that was built, and a cache built with
+the defaults samples as a run with the defaults does (group size, temperature, length cap) and
+stores the log π_ref that run's forward passes compute. Running the same command again after an
+interruption resumes the build; the end prints the pass-count histogram and |D_pef| / |D_exp|.
 
 Several processes build disjoint shards (each its own engine and reward scorer) and give the same
 cache as one process: ``lit-rlvr cache --config cache.yaml --devices 4`` starts 3 more processes
@@ -39,7 +42,7 @@ from typing import Any
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lit_rlvr.data.datamodule import PromptDataModule
-from lit_rlvr.options import DEFAULT_SAMPLING, PolicyOptions, SamplingParams, ScoringOptions
+from lit_rlvr.options import DEFAULT_SAMPLING, BatchingOptions, PolicyOptions, SamplingParams, ScoringOptions
 from lit_rlvr.plugins import load_plugins
 
 
@@ -47,14 +50,13 @@ def build_cache(
     data: PromptDataModule,
     policy: PolicyOptions,
     sampling: SamplingParams = DEFAULT_SAMPLING,
-    engine: str = "hf",
+    batching: BatchingOptions = BatchingOptions(),
+    engine: str = "auto",
     engine_options: dict[str, Any] | None = None,
     device: str = "auto",
     scoring: ScoringOptions = ScoringOptions(),
     prompts_per_shard: int = 256,
     prompts_per_call: int = 1,
-    micro_batch_size: int = 16,
-    micro_batch_tokens: int | None = None,
     correct_threshold: float = 1.0,
     progress: bool = True,
     rank: int = 0,
@@ -67,18 +69,22 @@ def build_cache(
             and its ``cache.perfect_threshold`` the D_pef threshold of the printed summary.
         policy: the initial policy π_ref (:class:`~lit_rlvr.options.PolicyOptions`; its dtype is
             that of the log-prob forward pass; no LoRA: π_ref is the base).
-        sampling: the reference samples (:class:`~lit_rlvr.options.SamplingParams`): ``n`` per
-            prompt, ``temperature`` (the stored log-probs are always at 1.0), ``seed`` (each
-            engine call is seeded from it and its prompt ids).
-        engine: a rollout engine name (:data:`lit_rlvr.rollout.ENGINES`: ``hf``, ``vllm``, ``auto``).
+        sampling: the reference samples (:class:`~lit_rlvr.options.SamplingParams`, training's
+            defaults): ``n`` per prompt, ``temperature`` (the stored log-probs are always at 1.0),
+            ``seed`` (each engine call is seeded from it and its prompt ids).
+        batching: the log π_ref forward passes (:class:`~lit_rlvr.options.BatchingOptions`,
+            training's group and defaults): ``micro_batch_size``, ``micro_batch_tokens`` and
+            ``padding_free``, as in training's no-grad log-prob passes, so a run's ``model.batching``
+            copied here gives the log-probs that run computes; ``ppo_epochs`` and
+            ``mini_batch_size`` only concern training.
+        engine: a rollout engine name (:data:`lit_rlvr.rollout.ENGINES`: ``auto``, as training's
+            rollout callback: vLLM when importable, else ``hf``; ``vllm``, ``hf``).
         engine_options: the engine's options (e.g. ``gpu_memory_utilization``), as the rollout callback's.
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ...
         scoring: the rewards and their scorer (:class:`~lit_rlvr.options.ScoringOptions`), as in
             training; the cache stores the correctness reward (``scoring.correctness``).
         prompts_per_shard: prompts per shard (unit of resumption).
         prompts_per_call: prompts per engine call.
-        micro_batch_size: completions per log-prob forward pass (as ``model.batching``).
-        micro_batch_tokens: tokens per log-prob forward pass, padding included (None = no budget).
         correct_threshold: reward counted as a pass.
         progress: show a progress bar.
         rank: this process's rank among ``world_size`` building the cache (set by :func:`main`).
@@ -92,7 +98,6 @@ def build_cache(
     from transformers import AutoModelForCausalLM
 
     from lit_rlvr.cache.builder import build_reference_cache
-    from lit_rlvr.policy import MicroBatching
     from lit_rlvr.policy.loading import DTYPES
     from lit_rlvr.rollout import ENGINES, build_engine
 
@@ -119,7 +124,7 @@ def build_cache(
                 out, data.train_rows, data.train_prompt_ids, engine=rollout_engine, scorer=mix.correctness_scorer(scorer),
                 reward_names=mix.correctness_sources(data.train_rows), model=model,
                 tokenizer=data.tokenizer, params=sampling, prompts_per_shard=prompts_per_shard,
-                prompts_per_call=prompts_per_call, batching=MicroBatching(micro_batch_size, micro_batch_tokens),
+                prompts_per_call=prompts_per_call, batching=batching.micro_batching,
                 correct_threshold=correct_threshold, progress=progress, rank=rank, world_size=world_size,
             )  # fmt: skip
     finally:

@@ -124,6 +124,8 @@ def sections() -> list[tuple[str, str, list[Key]]]:
         what = inspect.getdoc(cls).split("\n")[0]
         if name == "sampling":
             what = "the training rollouts, read by the rollout callback (`lit-rlvr cache` takes the same group, same defaults)"
+        if name == "batching":
+            what = what.rstrip(".") + "; `lit-rlvr cache` takes the same group, same defaults, for its log π_ref passes"
         instance = default if dataclasses.is_dataclass(default) else None
         out.append((f"`model.{name}` ({cls.__name__})", _rst_to_md(what), keys(f"model.{name}", cls, defaults=instance)))
     out.append(("`model.policy.lora` (LoraOptions)", "peft LoRA settings (None = full fine-tuning)",
@@ -142,8 +144,9 @@ def sections() -> list[tuple[str, str, list[Key]]]:
     out.append(("`export:` (HFExport) and `pass_counts:` (PassCountsWriter)", "what a run writes besides its checkpoints",
                 keys("export", HFExport) + keys("pass_counts", PassCountsWriter)))  # fmt: skip
     out.append(("`lit-rlvr cache`", "the reference cache tool: its own keys beside `data:` (the training run's DataModule), "
-                "`policy:`, `sampling:` and `scoring:` (the same groups as `model.policy`, `model.sampling`, `model.scoring`)",
-                keys("", build_cache, skip=("data", "policy", "sampling", "scoring", "rank", "world_size"))))  # fmt: skip
+                "`policy:`, `sampling:`, `batching:` and `scoring:` (the same groups as `model.policy`, `model.sampling`, "
+                "`model.batching`, `model.scoring`, with the same defaults; `batching` sets the log π_ref passes)",
+                keys("", build_cache, skip=("data", "policy", "sampling", "batching", "scoring", "rank", "world_size"))))  # fmt: skip
     return out
 
 

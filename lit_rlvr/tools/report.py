@@ -1,27 +1,37 @@
 """``lit-rlvr report``: the Pass@k table of finished runs, and the curves of a run over training.
 
     lit-rlvr report artifacts/demo/metrics.jsonl --out artifacts/demo/passk.png     # table + pass@k against k
-    lit-rlvr report --curves artifacts/demo/curves.png artifacts/demo/runs/logs    # curves over steps
+    lit-rlvr report artifacts/demo/runs/logs                                       # table of each run's last validation
+    lit-rlvr report --curves artifacts/demo/curves.png --base artifacts/demo/runs/logs/base \
+        artifacts/demo/runs/logs/grpo artifacts/demo/runs/logs/dph_f               # curves over steps, from the base at 0
 
-The table (and ``--out``, pass@k against k) reads MetricsWriter files: each label's last record
-is one run (e.g. ``base`` and ``dph_f``); each validation set is one panel (in-domain and
-out-of-domain).
+The logs read are Lightning's ``CSVLogger`` (``metrics.csv``), its ``TensorBoardLogger``
+(``events.out.tfevents.*``, read here without tensorboard) and MetricsWriter files (``*.jsonl``).
+A folder is searched for CSV and TensorBoard logs; each folder holding logs is one run, named
+after its path below the folder given (or its own name); a MetricsWriter file holds one run per
+label.
 
-``--curves`` reads what a run logged: Lightning's ``CSVLogger`` (``metrics.csv``), its
-``TensorBoardLogger`` (``events.out.tfevents.*``, read here without tensorboard) and MetricsWriter
-files (``*.jsonl``, named explicitly). A folder is searched for CSV and TensorBoard logs; each
-folder holding logs is one run, named after its path below the folder given (or its own name).
-It draws, per validation set, pass@1 and pass@k over steps, the gap pass@k − pass@1 (what the
-diversity collapse closes), distinct correct answers and the zero-variance share, and the
-training reward, the training forward's mean token entropy (logged every step) and the rollouts'
-mean response length: one PNG. The x axis is the step the
-loggers record (Lightning's: training batches that stepped the optimizer; MetricsWriter writes
-``trainer.global_step``, the same unless a batch takes several optimizer steps).
+The table (and ``--out``, pass@k against k) has one row per run and validation set: a
+MetricsWriter label's last record, or a log's last validation (e.g. ``base`` and ``dph_f``);
+each validation set is one panel (in-domain and out-of-domain). With ``--curves`` the logs are
+drawn instead, and the table is the MetricsWriter files'.
+
+``--curves`` draws, per validation set, pass@1 and pass@k over steps, the gap pass@k − pass@1
+(what the diversity collapse closes), distinct correct answers and the zero-variance share, and
+the training reward, the training forward's mean token entropy (logged every step) and the
+rollouts' mean response length: one PNG. The x axis is the step the loggers record (Lightning's:
+training batches that stepped the optimizer; MetricsWriter writes ``trainer.global_step``, the
+same unless a batch takes several optimizer steps). ``--base`` names the base policy's
+validation (a log of ``lit-rlvr validate`` with the fit's validation sets, so with its samples per
+prompt and seeds): every run's validation curves start from it at step 0.
+
+A run has one colour in every figure, chosen from its name (the base is black).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import re
 import struct
@@ -34,6 +44,34 @@ _PASS = re.compile(r"^val/(?P<set>[^/]+)/pass@(?P<k>\d+)$")
 _EVENTS = "events.out.tfevents."
 
 Series = dict[str, dict[int, float]]  # metric name → {step: value}
+BASE = "base"  # the label of the base policy's validation (configs/demo/record.yaml's, the Makefile's)
+BASE_COLOUR = "black"
+# matplotlib's tab10 less its grey (too close to the base's black), in an order that draws the demo's
+# GRPO (the collapse) red and DPH-F (the cure) blue
+PALETTE = ("#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#1f77b4", "#d62728", "#bcbd22", "#17becf")
+
+
+def run_colours(names) -> dict[str, str]:
+    """A colour per run that follows from its name alone, so a method keeps it in every figure.
+
+    The base (:data:`BASE`) is black; another name takes the :data:`PALETTE` entry its hash points to,
+    or, when a name before it (in sorted order) has that one, the next free entry.
+
+    Example:
+        >>> colours = run_colours(["grpo", "base", "dph_f"])
+        >>> colours["base"], colours["grpo"] == run_colours(["grpo"])["grpo"], colours["grpo"] != colours["dph_f"]
+        ('black', True, True)
+    """
+    colours, taken = {}, set()
+    for name in sorted(set(names)):
+        if name == BASE:
+            colours[name] = BASE_COLOUR
+            continue
+        start = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
+        order = [PALETTE[(start + i) % len(PALETTE)] for i in range(len(PALETTE))]
+        colours[name] = next((c for c in order if c not in taken), order[0])  # more runs than colours: some share
+        taken.add(colours[name])
+    return colours
 
 
 def load_runs(path: str | Path) -> dict[str, dict[str, float]]:
@@ -129,11 +167,12 @@ def plot(runs: dict[str, dict[str, float]], out: str | Path) -> Path:
     plt = _pyplot()
     curves = {label: pass_curves(m) for label, m in runs.items()}
     sets = sorted({s for c in curves.values() for s in c})
+    colours = run_colours(runs)
     fig, axes = plt.subplots(1, max(len(sets), 1), figsize=(5 * max(len(sets), 1), 4), squeeze=False)
     for ax, s in zip(axes[0], sets):
         for label, c in curves.items():
             if s in c:
-                ax.plot(list(c[s]), list(c[s].values()), marker="o", label=label)
+                ax.plot(list(c[s]), list(c[s].values()), marker="o", label=label, color=colours[label])
         ax.set_xscale("log", base=2)
         ax.set_xlabel("k")
         ax.set_ylabel("pass@k")
@@ -244,6 +283,34 @@ def _jsonl_series(path: str | Path) -> dict[str, Series]:
     return runs
 
 
+def last_validation(series: Series) -> dict[str, float]:
+    """A log's last validation as one record: its ``val/`` metrics at the last step with a pass@k ({} if none).
+
+    Example:
+        >>> last_validation({"val/a/pass@1": {10: 0.25, 20: 0.5}, "val/a/distinct_correct_answers": {20: 2.0},
+        ...                  "val/a/zero_variance_groups": {10: 0.5}, "train/reward": {20: 0.1}})
+        {'val/a/pass@1': 0.5, 'val/a/distinct_correct_answers': 2.0}
+    """
+    steps = [t for key, points in series.items() if _PASS.match(key) for t in points]
+    if not steps:
+        return {}
+    step = max(steps)
+    return {key: points[step] for key, points in series.items() if key.startswith("val/") and step in points}
+
+
+def starting_from(runs: dict[str, Series], base: Series) -> dict[str, Series]:
+    """``runs`` with the base's last validation as step 0 of each ``val/`` metric a run logged (unless it logged step 0).
+
+    Example:
+        >>> starting_from({"grpo": {"val/a/pass@1": {40: 0.5}, "train/reward": {1: 0.1}}},
+        ...               {"val/a/pass@1": {0: 0.25}, "val/b/pass@1": {0: 0.75}})
+        {'grpo': {'val/a/pass@1': {0: 0.25, 40: 0.5}, 'train/reward': {1: 0.1}}}
+    """
+    start = last_validation(base)
+    return {name: {key: {0: start[key], **points} if key in start and 0 not in points else points for key, points in series.items()}
+            for name, series in runs.items()}  # fmt: skip
+
+
 def load_logs(paths: list[str | Path]) -> dict[str, Series]:
     """``{run: series}`` from log files and folders (searched for ``metrics.csv`` and event files)."""
     runs: dict[str, Series] = {}
@@ -345,7 +412,7 @@ def plot_curves(runs: dict[str, Series], out: str | Path) -> Path:
         raise ValueError("lit-rlvr report --curves: no val/<set>/pass@k and no train/ metric in the logs given")
     ncols = max(len(r) for r in rows)
     fig, axes = plt.subplots(len(rows), ncols, figsize=(4.2 * ncols, 3.2 * len(rows)), squeeze=False)
-    colours = {name: f"C{i}" for i, name in enumerate(runs)}
+    colours = run_colours(runs)
     for row, ax_row in zip(rows, axes):
         for panel, ax in zip(row, ax_row):
             for name, lines in panel.lines.items():
@@ -363,6 +430,18 @@ def plot_curves(runs: dict[str, Series], out: str | Path) -> Path:
         for ax in ax_row[len(row) :]:
             ax.set_visible(False)
     return _save(fig, out)
+
+
+def _base_series(path: str) -> Series:
+    """The one run of the log at ``path`` (or its run labelled :data:`BASE`)."""
+    found = load_logs([path])
+    if len(found) != 1 and BASE not in found:
+        raise SystemExit(f"lit-rlvr report: --base {path} holds {len(found)} runs ({', '.join(found)}) and none named "
+                         f"{BASE!r}; give the base policy's own log")  # fmt: skip
+    series = found[BASE] if BASE in found else next(iter(found.values()))
+    if not last_validation(series):
+        raise SystemExit(f"lit-rlvr report: --base {path} holds no validation (no val/<set>/pass@k)")
+    return series
 
 
 def _pyplot():
@@ -386,21 +465,24 @@ def _save(fig, out: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> str:
-    """Print the table of the MetricsWriter files given and write the PNGs (``--out``, ``--curves``)."""
+    """Print the table of the runs given and write the PNGs (``--out``, ``--curves``)."""
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser(prog="lit-rlvr report", description=__doc__)
-    parser.add_argument("paths", nargs="+", help="MetricsWriter .jsonl files; with --curves also log folders and files")
+    parser.add_argument("paths", nargs="+", help="MetricsWriter .jsonl files, CSV/TensorBoard logs and folders holding them")
     parser.add_argument("--out", type=str | None, default=None, help="PNG of pass@k against k (the table's runs)")
     parser.add_argument("--curves", type=str | None, default=None, help="PNG of the curves over training steps")
+    parser.add_argument("--base", type=str | None, default=None, help="the base policy's validation log: the curves' step 0")
     args = parser.parse_args(argv)
+    if args.base and not args.curves:
+        raise SystemExit("lit-rlvr report: --base gives the curves their step 0; draw them with --curves OUT.png")
     jsonl = [p for p in args.paths if str(p).endswith(".jsonl")]
-    if args.curves is None and len(jsonl) < len(args.paths):
-        others = [p for p in args.paths if p not in jsonl]
-        raise SystemExit(f"lit-rlvr report: {others}: the table reads MetricsWriter .jsonl files; logs need --curves OUT.png")
     runs = {label: record for path in jsonl for label, record in load_runs(path).items()}
+    if args.curves is None and (logs := [p for p in args.paths if p not in jsonl]):
+        runs |= {name: record for name, series in load_logs(logs).items() if (record := last_validation(series))}
     if not runs and (args.curves is None or args.out):
-        raise SystemExit(f"lit-rlvr report: no records in {', '.join(jsonl) or 'no .jsonl file'} for the table/--out")
+        raise SystemExit(f"lit-rlvr report: no records in {', '.join(map(str, args.paths))} for the table/--out "
+                         "(a MetricsWriter record, or a log with val/<set>/pass@k)")  # fmt: skip
     table = markdown_table(runs) if runs else ""
     if table:
         print(table)
@@ -408,6 +490,8 @@ def main(argv: list[str] | None = None) -> str:
         print(f"plot: {plot(runs, args.out)}")
     if args.curves:
         logs = load_logs(args.paths)
+        if args.base:
+            logs = starting_from(logs, _base_series(args.base))
         for name, series in logs.items():
             trained = any(key.startswith("train/") for key in series)
             absent = [f"; {key} {note}" for key, _, note in _TRAIN_PANELS if trained and key not in series]

@@ -38,7 +38,7 @@ def cache_command(tmp_path: Path, tiny_model_dir, out: Path, devices: int, crash
     config = tmp_path / "cache.yaml"
     config.write_text(
         f"imports: [crashy_plugin]\npolicy: {{path: {tiny_model_dir}}}\ndata:\n  train: {{files: {data}, name: toy}}\n"
-        "sampling: {n: 2, max_new_tokens: 4}\nscoring: {workers: 0}\nprompts_per_shard: 2\nprogress: false\ndevice: cpu\n"
+        "sampling: {n: 2, max_new_tokens: 4}\nscoring: {workers: 0}\nprompts_per_shard: 2\nprogress: false\ndevice: cpu\nengine: hf\n"
     )
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
     env.pop("CRASH_RANK", None)

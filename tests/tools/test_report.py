@@ -145,8 +145,68 @@ def test_report_errors_name_the_path_and_what_is_accepted(tmp_path):
         load_logs([tmp_path / "empty"])
     with pytest.raises(FileNotFoundError, match="missing does not exist"):
         load_logs([tmp_path / "missing"])
-    with pytest.raises(SystemExit, match=r"the table reads MetricsWriter .jsonl files; logs need --curves OUT.png"):
-        main([str(TB_FILE.parent)])
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(SystemExit, match="no records in .*empty.jsonl"):
         main([str(tmp_path / "empty.jsonl")])
+    csv_run(tmp_path / "logs", "trained", {3: {"train/reward": 0.5}})
+    with pytest.raises(SystemExit, match=r"no records in .*logs.* \(a MetricsWriter record, or a log with val/<set>/pass@k\)"):
+        main([str(tmp_path / "logs")])  # a log without a validation
+    with pytest.raises(SystemExit, match=r"--base gives the curves their step 0; draw them with --curves OUT.png"):
+        main([str(TB_FILE.parent), "--base", str(TB_FILE.parent)])
+    csv_run(tmp_path / "two", "a", {0: {"val/s/pass@1": 0.5}}), csv_run(tmp_path / "two", "b", {0: {"val/s/pass@1": 0.5}})
+    with pytest.raises(SystemExit, match=r"--base .*two holds 2 runs \(a, b\) and none named 'base'; give the base policy's own log"):
+        main([str(TB_FILE.parent), "--curves", str(tmp_path / "c.png"), "--base", str(tmp_path / "two")])
+    with pytest.raises(SystemExit, match=r"--base .*trained holds no validation"):
+        main([str(TB_FILE.parent), "--curves", str(tmp_path / "c.png"), "--base", str(tmp_path / "logs" / "trained")])
+
+
+def test_the_table_reads_each_logs_last_validation_as_it_reads_metrics_writer_records(tmp_path):
+    """``lit-rlvr report runs/logs``: a CSV (or TensorBoard) log's last validation is one row per set, as a MetricsWriter record."""
+    csv_run(tmp_path / "logs", "grpo", {40: {"val/a/pass@1": 0.25, "val/a/pass@2": 0.5}, 79: {"train/reward": 0.9},
+                                        80: {"val/a/pass@1": 0.125, "val/a/pass@2": 0.375, "val/a/distinct_correct_answers": 1.5}})  # fmt: skip
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_text(json.dumps({"step": 0, "label": "base", "val/a/pass@1": 0.5, "val/a/pass@2": 0.75}) + "\n")
+    printed = run_main(str(jsonl), str(tmp_path / "logs"), str(TB_FILE), "--out", str(tmp_path / "passk.png"))
+    assert printed.splitlines()[2:5] == [
+        "| a | base | 0.500 | 0.750 | – | – | – |",
+        "| a | grpo | 0.125 | 0.375 | – | 1.50 | – |",  # step 80's, not step 40's
+        "| a | tensorboard_run | 0.375 | – | 0.625 | – | – |",
+    ]
+    assert (tmp_path / "passk.png").is_file()
+
+
+def test_a_method_has_one_colour_in_every_figure_and_the_base_is_black(tmp_path, monkeypatch):
+    """The demo's two figures: pass@k against k (base, grpo, dph_f) and the curves (grpo, dph_f)."""
+    from lit_rlvr.tools import report
+
+    figures = []
+
+    def colours_of(fig, out):
+        figures.append({line.get_label(): line.get_color() for ax in fig.axes for line in ax.get_lines()
+                        if not line.get_label().startswith("_")})  # fmt: skip
+        return Path(out)
+
+    monkeypatch.setattr(report, "_save", colours_of)
+    record = {"val/a/pass@1": 0.25, "val/a/pass@4": 0.5}
+    report.plot({"base": record, "grpo": record, "dph_f": record}, tmp_path / "passk.png")
+    series = {"val/a/pass@1": {40: 0.25}, "val/a/pass@4": {40: 0.5}, "train/reward": {1: 0.5}}
+    report.plot_curves({"grpo": series, "dph_f": series}, tmp_path / "curves.png")
+    passk, curves = figures
+    assert passk["base"] == "black" and passk["grpo"] == curves["grpo"] and passk["dph_f"] == curves["dph_f"] != curves["grpo"]
+    assert (curves["grpo"], curves["dph_f"]) == ("#d62728", "#1f77b4")  # the collapse red, the cure blue (report.PALETTE)
+    many = report.run_colours([f"run{i}" for i in range(9)])
+    assert len(set(many.values())) == 9 and "black" not in many.values()  # as many runs as colours: each its own
+
+
+def test_with_base_every_runs_validation_curves_start_at_step_0_from_the_bases_validation(tmp_path, monkeypatch):
+    """``--base``: the base's last validation becomes step 0 of each val/ metric a run logged; its training curves are untouched."""
+    from lit_rlvr.tools import report
+
+    csv_run(tmp_path / "logs", "base", {0: {"val/a/pass@1": 0.5, "val/a/pass@4": 0.75, "val/b/pass@1": 0.25}})
+    csv_run(tmp_path / "logs", "grpo", {1: {"train/reward": 0.5}, 40: {"val/a/pass@1": 0.625, "val/a/pass@4": 0.625}})
+    drawn = {}
+    monkeypatch.setattr(report, "plot_curves", lambda runs, out: drawn.update(runs) or Path(out))
+    run_main("--curves", str(tmp_path / "c.png"), "--base", str(tmp_path / "logs" / "base"), str(tmp_path / "logs" / "grpo"))
+    assert drawn == {"grpo": {"train/reward": {1: 0.5}, "val/a/pass@1": {0: 0.5, 40: 0.625}, "val/a/pass@4": {0: 0.75, 40: 0.625}}}
+    rows = curve_panels(drawn)
+    assert rows[0][1].lines == {"grpo": [("gap", {0: 0.25, 40: 0.0})]}  # the gap closes from the base's
