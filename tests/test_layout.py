@@ -26,7 +26,7 @@ ALLOWED = {
     "rewards": {"registry", "plugins"},
     "metrics": {"functional"},
     "envs": {"registry", "rewards"},  # environments answer model turns; the SQL one runs the rewards' sandbox, final answers are scored by rewards
-    "rollout": {"policy", "registry", "vllm_plugin"},  # the server engine registers the weight-transfer backend trainer-side too
+    "rollout": {"policy", "registry", "vllm_plugin", "envs"},  # the server engine registers the weight-transfer backend trainer-side too; multi-turn rollouts step environments
     "contracts": {"rollout", "functional", "policy"},  # the batches, the step tensors and their splitter, what callbacks require of the module
     "options": {"functional", "policy", "rewards", "rollout"},  # the recipe's option groups
     "lockstep": {"functional"},

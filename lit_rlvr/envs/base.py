@@ -26,6 +26,9 @@ Where it departs from them, and why:
   ``info`` keys.
 - :attr:`~Environment.version` is part of a multi-turn reference cache's identity: a cache
   sampled with another environment, or another version of it, is refused.
+- An environment that reads the model's turn as tokens (a tool-call parser that needs the prompt
+  before it, as TRL's ``parse_response``) defines ``step_tokens(action, ids, prefix)``, which the
+  loop calls instead of ``step`` with the turn's token ids and the trajectory's ids before it.
 
 Environments are chosen by name like rewards are (:func:`resolve_environment`): a name registered
 with :func:`register_environment` (by lit_rlvr, or by a plug-in module that ``imports:`` or a

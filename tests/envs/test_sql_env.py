@@ -12,12 +12,9 @@ from lit_rlvr.envs import resolve_environment
 from lit_rlvr.envs.sql import INVALID, format_rows
 
 
-@pytest.fixture(scope="module")
-def spider(shared_data):
-    root = shared_data / "spider_dev"
-    if not (root / "dev.json").is_file():
-        pytest.skip(f"Spider dev not found under {root}")
-    return root
+@pytest.fixture
+def spider(spider_dev):
+    return spider_dev
 
 
 def digests(root) -> dict[str, str]:
