@@ -2,16 +2,38 @@
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 
 import pytest
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_rlvr.envs import EnvironmentBase, EnvSpec, Step, resolve_environment
 from lit_rlvr.rollout.turns import TurnLoop, TurnOptions
 from lit_rlvr.rollout.types import SamplingParams
+
+
+ENGINE_KINDS = [
+    "hf",
+    pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")]),
+]
+
+
+@pytest.fixture(scope="module", params=ENGINE_KINDS)
+def real_engine(request, tiny_model_dir):
+    """The same engines the engine tests run (the transformers fallback, and vLLM where installed)."""
+    from lit_rlvr.rollout import HFEngine, VLLMEngine, vllm_available
+
+    if request.param == "hf":
+        engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir))
+    else:
+        if not vllm_available():
+            pytest.skip("vllm is installed but `import vllm` fails")
+        engine = VLLMEngine(tiny_model_dir, dtype="float32", max_model_len=256, kv_cache_memory_bytes=32 * 2**20, enforce_eager=True)
+    yield engine
+    engine.close()
 
 
 def spec(factory, name="test") -> EnvSpec:
@@ -89,14 +111,10 @@ def test_chat_observations_close_the_models_turn_and_open_the_next(chat_model_di
     assert tok.decode(env_b) == "\n<|im_start|>user\n1 row<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_max_turns_one_without_environment_text_is_the_single_turn_rollout_bit_for_bit(tiny_model_dir):
-    from lit_rlvr.rollout.hf import HFEngine
-    from lit_rlvr.policy import load_policy  # noqa: F401
-    from transformers import AutoModelForCausalLM
-
+@pytest.mark.timeout(300)
+def test_max_turns_one_without_environment_text_is_the_single_turn_rollout_bit_for_bit(real_engine, tiny_model_dir):
+    engine = real_engine
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    engine = HFEngine(model, tok)
     prompts = [tok("C375=026:").input_ids, tok("C12=3:").input_ids]
     params = SamplingParams(n=3, max_new_tokens=7, temperature=1.0, seed=11)
     single = engine.generate(prompts, params)
@@ -168,15 +186,14 @@ def test_budgets_turn_caps_observation_cuts_and_the_context(tiny_model_dir, scri
     assert context.completion_ids[0] == long_turn[:4] and context.episodes[0].status == "length"
 
 
-def test_hf_engine_countdown_trajectories_are_engine_and_environment_tokens_turn_by_turn(tiny_model_dir):
+@pytest.mark.timeout(300)
+def test_countdown_trajectories_are_engine_and_environment_tokens_turn_by_turn(real_engine, tiny_model_dir):
     """A real engine and the demo's countdown checker: each model run is exactly what one engine call
     returned for that trajectory, each environment run exactly its observation tokenized once."""
     import lit_rlvr.demo  # noqa: F401
-    from lit_rlvr.rollout.hf import HFEngine
-    from transformers import AutoModelForCausalLM
 
+    engine = real_engine
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tok)
     returned: list[list[int]] = []
     generate = engine.generate
 
@@ -186,13 +203,24 @@ def test_hf_engine_countdown_trajectories_are_engine_and_environment_tokens_turn
         return out
 
     engine.generate = spy
+    try:
+        out = countdown_rollouts(engine, tok)
+    finally:
+        del engine.generate  # the engine is shared by the module's tests
+    assert len(returned) == sum(e.turns for e in out.episodes)
+    check_countdown(out, tok, returned)
+
+
+def countdown_rollouts(engine, tok):
     rows = [{"id": "c1", "digits": "375", "answer": "26"}, {"id": "c2", "digits": "129", "answer": "11"}]
     prompts = [tok("C375=026:").input_ids, tok("C129=011:").input_ids]
-    out = TurnLoop(tok, TurnOptions(max_turns=3)).generate(engine, prompts, rows, SamplingParams(n=4, max_new_tokens=6, seed=1),
-                                                          resolve_environment("countdown"))  # fmt: skip
+    return TurnLoop(tok, TurnOptions(max_turns=3)).generate(engine, prompts, rows, SamplingParams(n=4, max_new_tokens=6, seed=1),
+                                                            resolve_environment("countdown"))  # fmt: skip
+
+
+def check_countdown(out, tok, returned):
     model_runs = [ids for c, m in zip(out.completion_ids, out.loss_mask) for is_model, ids in split_runs(c, m) if is_model]
     assert sorted(map(tuple, model_runs)) == sorted(tuple(r) for r in returned if r)
-    assert len(returned) == sum(e.turns for e in out.episodes)
     for c, m, e in zip(out.completion_ids, out.loss_mask, out.episodes):
         runs = split_runs(c, m)
         env_runs = [ids for is_model, ids in runs if not is_model]
