@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlvr"
-CORE = {"registry", "plugins", "strategies", "atomic", "checkpoint", "functional", "policy", "rewards", "metrics", "rollout",
-        "contracts", "options", "lockstep", "upgrade", "cache", "data", "ranks", "callbacks", "module"}
+CORE = {"registry", "plugins", "strategies", "atomic", "checkpoint", "functional", "policy", "rewards", "metrics", "envs",
+        "rollout", "contracts", "options", "lockstep", "upgrade", "cache", "data", "ranks", "callbacks", "module"}
 ALLOWED = {
     "registry": set(),
     "plugins": set(),
@@ -25,7 +25,8 @@ ALLOWED = {
     "policy": {"functional"},
     "rewards": {"registry", "plugins"},
     "metrics": {"functional"},
-    "rollout": {"policy", "registry", "vllm_plugin"},  # the server engine registers the weight-transfer backend trainer-side too
+    "envs": {"registry", "rewards"},  # environments answer model turns; the SQL one runs the rewards' sandbox, final answers are scored by rewards
+    "rollout": {"policy", "registry", "vllm_plugin", "envs"},  # the server engine registers the weight-transfer backend trainer-side too; multi-turn rollouts step environments
     "contracts": {"rollout", "functional", "policy"},  # the batches, the step tensors and their splitter, what callbacks require of the module
     "options": {"functional", "policy", "rewards", "rollout"},  # the recipe's option groups
     "lockstep": {"functional"},

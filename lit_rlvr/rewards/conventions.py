@@ -321,11 +321,12 @@ def is_import_path(ref: str) -> bool:
 _LOADED: dict[str, Callable] = {}  # import path -> function, once per process
 
 
-def load_function(ref: str) -> Callable:
-    """The function an import path names: ``pkg.mod.fn``, ``pkg.mod:fn`` or ``path/to/file.py:fn``.
+def load_function(ref: str, what: str = "reward function") -> Callable:
+    """The function (or class) an import path names: ``pkg.mod.fn``, ``pkg.mod:fn`` or ``path/to/file.py:fn``.
 
     A ``.py`` file is imported by path (relative to the working directory), as verl's
     ``custom_reward_function.path`` is; every other form by module name (``imports``-style).
+    ``what`` names it in errors (``"environment"`` for :mod:`lit_rlvr.envs`).
 
     Raises:
         ImportError: the module cannot be imported or has no such attribute, naming ``ref``.
@@ -343,18 +344,18 @@ def load_function(ref: str) -> Callable:
         return _LOADED[ref]
     module_ref, sep, attr = ref.rpartition(":") if ":" in ref else ref.rpartition(".")
     if not module_ref or not attr:
-        raise ImportError(f"reward function {ref!r}: expected 'package.module.function', 'package.module:function' or 'file.py:function'")
+        raise ImportError(f"{what} {ref!r}: expected 'package.module.function', 'package.module:function' or 'file.py:function'")
     try:
         module = _import_file(module_ref) if module_ref.endswith(".py") else importlib.import_module(module_ref)
     except ImportError as err:
-        raise ImportError(f"reward function {ref!r}: {err}") from err
+        raise ImportError(f"{what} {ref!r}: {err}") from err
     except Exception as err:  # the module itself failing
-        raise ImportError(f"reward function {ref!r}: importing {module_ref!r} raised {type(err).__name__}: {err}") from err
+        raise ImportError(f"{what} {ref!r}: importing {module_ref!r} raised {type(err).__name__}: {err}") from err
     if not hasattr(module, attr):
-        raise ImportError(f"reward function {ref!r}: module {module_ref!r} has no attribute {attr!r}")
+        raise ImportError(f"{what} {ref!r}: module {module_ref!r} has no attribute {attr!r}")
     fn = getattr(module, attr)
     if not callable(fn):
-        raise TypeError(f"reward function {ref!r} is a {type(fn).__name__}, not a function")
+        raise TypeError(f"{what} {ref!r} is a {type(fn).__name__}, not a function")
     _LOADED[ref] = fn
     return fn
 

@@ -40,6 +40,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import sqlglot
 from sqlglot import exp
@@ -257,6 +258,51 @@ def _pred_rows(db_path: str, sql: str, timeout_s: float | None) -> list[tuple]:
             while len(_pred_cache) > PRED_CACHE_SIZE:
                 _pred_cache.popitem(last=False)
     return rows
+
+
+class QueryOutcome(NamedTuple):
+    """What one model-written query returned in the sandbox (:func:`run_query`).
+
+    Attributes:
+        rows: the result rows (None unless ``status`` is ``ok``).
+        status: ``ok``, ``rejected`` (not one read-only query: never executed), ``timeout`` or ``error``.
+        reason: why, for every status but ``ok``.
+    """
+
+    rows: list[tuple] | None
+    status: str
+    reason: str = ""
+
+
+def run_query(sql: str, db_path: str, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> QueryOutcome:
+    """Run one model-written query with every check and limit of :func:`sql_score` (module docstring).
+
+    For tools that show the model a query's result (the ``sql`` environment of :mod:`lit_rlvr.envs`):
+    a refused, failing or slow query is an outcome with its reason, never an exception.
+
+    Example:
+        >>> import sqlite3, tempfile, os
+        >>> db = os.path.join(tempfile.mkdtemp(), "toy.sqlite")
+        >>> with sqlite3.connect(db) as c:
+        ...     _ = c.executescript("CREATE TABLE t(a INT); INSERT INTO t VALUES (1), (2);")
+        >>> run_query("SELECT a FROM t ORDER BY a", db)
+        QueryOutcome(rows=[(1,), (2,)], status='ok', reason='')
+        >>> run_query("DELETE FROM t", db)
+        QueryOutcome(rows=None, status='rejected', reason='DELETE statement (only SELECT queries are executed)')
+        >>> run_query("SELECT b FROM t", db).reason
+        'sqlite: OperationalError: no such column: b'
+    """
+    reason = check_read_only(sql)
+    if reason is not None:
+        return QueryOutcome(None, STATUS_REJECTED, reason)
+    try:
+        return QueryOutcome(_pred_rows(db_path, sql, timeout_s), STATUS_OK)
+    except _QueryTimeout:
+        return QueryOutcome(None, STATUS_TIMEOUT, f"the query ran longer than {timeout_s:g} s")
+    except _ResultTooLarge as e:
+        return QueryOutcome(None, STATUS_ERROR, str(e))
+    except (sqlite3.Error, OverflowError, MemoryError) as e:
+        return QueryOutcome(None, STATUS_ERROR, f"sqlite: {type(e).__name__}: {str(e)[:200]}")
 
 
 def _column_matches(gold: list[tuple], pred: list[tuple], order_matters: bool) -> list[list[int]]:

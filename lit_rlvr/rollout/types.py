@@ -2,6 +2,10 @@
 
 Row order is prompt-major everywhere: for P prompts with n samples each, row ``b`` of a
 :class:`Rollouts` belongs to prompt ``b // n`` and ``group_ids[b] == b // n`` (B = P·n).
+
+A multi-turn rollout (:mod:`lit_rlvr.rollout.turns`) is a :class:`Rollouts` too: its completion is
+every turn's tokens, the model's and the environment's, with a per-token ``loss_mask`` (1 on the
+model's tokens, 0 on the environment's) and one :class:`Episode` per row saying how it went.
 """
 
 from __future__ import annotations
@@ -56,6 +60,39 @@ DEFAULT_SAMPLING = SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed
 :func:`~lit_rlvr.cache.build_reference_cache`) alike: defined here, below both."""
 
 
+EPISODE_STATUSES = ("done", "max_turns", "length", "env_error", "env_timeout")
+
+
+@dataclass(frozen=True)
+class Episode:
+    """How one multi-turn trajectory went.
+
+    Attributes:
+        reward: the environment's reward for the trajectory (None: the environment gives none; the
+            reward functions score its text). 0 for ``env_error`` / ``env_timeout``.
+        status: ``done`` (the environment ended it), ``max_turns``, ``length`` (the token budget or
+            the context ran out), ``env_error`` / ``env_timeout`` (the environment failed or hung:
+            the trajectory is not trained on).
+        reason: why, for the last two.
+        turns: the model's turns.
+        tool_calls: each tool call, in order (the trajectory's behaviour).
+        tool_errors: calls that failed.
+        final_text: the model's last turn (its final answer).
+    """
+
+    reward: float | None
+    status: str
+    reason: str = ""
+    turns: int = 0
+    tool_calls: tuple[str, ...] = ()
+    tool_errors: int = 0
+    final_text: str = ""
+
+    def __post_init__(self):
+        if self.status not in EPISODE_STATUSES:
+            raise ValueError(f"Episode.status must be one of {EPISODE_STATUSES}; got {self.status!r}")
+
+
 @dataclass
 class Rollouts:
     """P prompts × n completions, ragged, as an engine returns them.
@@ -64,10 +101,13 @@ class Rollouts:
         prompt_ids: P lists of prompt token ids.
         completion_ids: B lists of completion token ids (B = P·n, prompt-major).
         sampler_logprobs: B lists, the sampler's log-prob of each completion token (same lengths
-            as ``completion_ids``).
+            as ``completion_ids``; 0.0 on a multi-turn rollout's environment tokens).
         finish_reasons: B strings, ``"stop"`` (EOS or stop string) or ``"length"``.
         n: samples per prompt.
         texts: B decoded completions (filled by the engine when it has a tokenizer).
+        loss_mask: multi-turn rollouts: B lists, 1 on the model's tokens and 0 on the environment's
+            (same lengths as ``completion_ids``); None for single-turn rollouts (every token is the model's).
+        episodes: multi-turn rollouts: B :class:`Episode`; None for single-turn rollouts.
     """
 
     prompt_ids: list[list[int]]
@@ -76,6 +116,8 @@ class Rollouts:
     finish_reasons: list[str]
     n: int
     texts: list[str] = field(default_factory=list)
+    loss_mask: list[list[int]] | None = None
+    episodes: list[Episode] | None = None
 
     def __post_init__(self):
         B = len(self.prompt_ids) * self.n
@@ -85,6 +127,10 @@ class Rollouts:
                 f"{len(self.completion_ids)} completions, {len(self.sampler_logprobs)} log-prob rows, "
                 f"{len(self.finish_reasons)} finish reasons"
             )
+        if self.loss_mask is not None and [len(m) for m in self.loss_mask] != [len(c) for c in self.completion_ids]:
+            raise ValueError("Rollouts.loss_mask: expected one 0/1 per completion token of every row")
+        if self.episodes is not None and len(self.episodes) != B:
+            raise ValueError(f"Rollouts.episodes: expected {B} episodes, got {len(self.episodes)}")
 
     @property
     def group_ids(self) -> Tensor:
@@ -104,7 +150,8 @@ class Rollouts:
         Returns:
             ``input_ids (B, Lp+T)``, ``attention_mask (B, Lp+T)``, ``response_mask (B, T)``
             (1 on real completion tokens), ``old_logprobs (B, T)`` (sampler log-probs, 0 on
-            padding), ``group_ids (B,)``.
+            padding), ``group_ids (B,)``, and for multi-turn rollouts ``loss_mask (B, T)`` (1 on the
+            model's tokens, 0 on the environment's and on padding).
         """
         prompts = [self.prompt_ids[b // self.n] for b in range(len(self.completion_ids))]
         Lp = max(len(p) for p in prompts)
@@ -120,10 +167,16 @@ class Rollouts:
                 input_ids[b, Lp : Lp + len(c)] = torch.tensor(c, dtype=torch.long)
                 old_logprobs[b, : len(c)] = torch.tensor(lp, dtype=torch.float32)
         response_mask = attention_mask[:, Lp:].clone()
-        return {
+        padded = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "response_mask": response_mask,
             "old_logprobs": old_logprobs,
             "group_ids": self.group_ids,
         }
+        if self.loss_mask is not None:
+            loss_mask = torch.zeros((B, T), dtype=torch.long)
+            for b, m in enumerate(self.loss_mask):
+                loss_mask[b, : len(m)] = torch.tensor(m, dtype=torch.long)
+            padded["loss_mask"] = loss_mask
+        return padded

@@ -1,0 +1,305 @@
+"""The environment protocol, its step record, and the registry a config names environments from.
+
+An environment is the model's counterpart for one trajectory (one episode): the multi-turn
+rollout loop (:mod:`lit_rlvr.rollout.turns`) makes one per trajectory, calls :meth:`~Environment.reset`
+with the prompt's row, then alternates a model turn (one engine call, token in, token out) with
+:meth:`~Environment.step` on that turn's text, until the environment says ``done`` or a limit
+of the loop is reached. The protocol is the peers' common core:
+
+- SkyRL's ``BaseTextEnv`` (``init(prompt)`` / ``step(action) -> {observations, reward, done,
+  metadata}``): adapted as it is by :class:`~lit_rlvr.envs.skyrl.SkyRLEnvironment`;
+- TRL's ``environment_factory`` (``reset(**row) -> str | None``, public methods as tools,
+  ``get_reward()``): adapted by :class:`~lit_rlvr.envs.trl.TRLEnvironment`;
+- verl's ``ToolAgentLoop`` tools (a tool call in, a tool response out).
+
+Where it departs from them, and why:
+
+- ``reset`` also gets the loop's ``max_turns`` (SkyRL passes it in the row's extras), so an
+  environment can say how many turns are left and score the last one.
+- The turn-ending strings of the protocol (``</sql>``) belong to the environment (:attr:`~Environment.stop`),
+  not to a sampling config that must be kept in step with it.
+- A step's observation is either text, appended to the trajectory as it is (SkyRL's
+  ``use_conversation_multi_turn: false``), or chat messages, rendered with the tokenizer's chat
+  template as a new turn (SkyRL's conversation format, TRL's tool messages): the type says which.
+- The tool call a step made and whether it failed are typed fields (:class:`Step`), so the
+  behaviour metrics (tool calls per trajectory, distinct call sequences) need no convention of
+  ``info`` keys.
+- :attr:`~Environment.version` is part of a multi-turn reference cache's identity: a cache
+  sampled with another environment, or another version of it, is refused.
+- An environment that reads the model's turn as tokens (a tool-call parser that needs the prompt
+  before it, as TRL's ``parse_response``) defines ``step_tokens(action, ids, prefix)``, which the
+  loop calls instead of ``step`` with the turn's token ids and the trajectory's ids before it.
+
+Environments are chosen by name like rewards are (:func:`resolve_environment`): a name registered
+with :func:`register_environment` (by lit_rlvr, or by a plug-in module that ``imports:`` or a
+``lit_rlvr.plugins`` entry point loads), or an import path ``package.module:Class`` /
+``path/to/file.py:Class`` of a class written for lit_rlvr, skyrl-gym or TRL (recognised by its
+methods).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from lit_rlvr.registry import Registry
+from lit_rlvr.rewards.conventions import is_import_path, load_function
+
+Message = Mapping[str, Any]
+Observation = str | list[Message]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What an environment answers to one model turn.
+
+    Attributes:
+        observation: appended to the trajectory before the next model turn (ignored when ``done``):
+            text, tokenized as it is, or chat messages (``{"role": ..., "content": ...}``), rendered
+            as a new turn with the chat template. ``""`` / ``[]``: nothing.
+        reward: the trajectory's reward when ``done`` (None: the environment does not score, the
+            reward functions score the trajectory's text); ignored otherwise.
+        done: the episode is over.
+        tool_call: the call this turn made, in a canonical form (e.g. the SQL query), or None when
+            the turn called no tool; its sequence over a trajectory is its behaviour.
+        tool_error: the call failed (an error, a refusal, a timeout): counted as a tool error.
+        info: anything else, for logs.
+
+    Example:
+        >>> Step("<observation>3 rows</observation>", tool_call="SELECT name FROM singer")
+        Step(observation='<observation>3 rows</observation>', reward=None, done=False, tool_call='SELECT name FROM singer', tool_error=False, info={})
+        >>> Step(reward=float("nan"), done=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: Step.reward must be a finite number or None; got nan
+    """
+
+    observation: Observation = ""
+    reward: float | None = None
+    done: bool = False
+    tool_call: str | None = None
+    tool_error: bool = False
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.reward is not None and (isinstance(self.reward, bool) or not isinstance(self.reward, (int, float))
+                                        or not math.isfinite(self.reward)):  # fmt: skip
+            raise ValueError(f"Step.reward must be a finite number or None; got {self.reward!r}")
+        check_observation(self.observation, "Step.observation")
+
+
+def check_observation(observation: Any, what: str) -> None:
+    """Raise ``TypeError`` unless ``observation`` is text or a list of chat messages with a string role and content.
+
+    Example:
+        >>> check_observation([{"role": "tool", "content": "42"}], "obs")
+        >>> check_observation(42, "obs")
+        Traceback (most recent call last):
+        ...
+        TypeError: obs must be text or a list of chat messages ({'role': ..., 'content': ...}); got int 42
+    """
+    if isinstance(observation, str):
+        return
+    if isinstance(observation, list) and all(
+        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in observation
+    ):
+        return
+    raise TypeError(
+        f"{what} must be text or a list of chat messages ({{'role': ..., 'content': ...}}); got "
+        f"{type(observation).__name__} {observation!r:.80}"
+    )
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """One trajectory's environment (module docstring).
+
+    Attributes:
+        stop: strings that end a model turn (added to the sampling's stop strings; kept in the text).
+        version: changes whenever what the environment answers changes (a reference cache records it).
+    """
+
+    stop: tuple[str, ...]
+    version: str
+
+    def reset(self, row: Mapping[str, Any], max_turns: int) -> Observation | None:
+        """Start an episode for the prompt ``row``; what it returns is appended to the prompt (None: nothing)."""
+        ...
+
+    def step(self, action: str) -> Step:
+        """Answer the model's turn ``action`` (its text, stop string included)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the episode holds (idempotent)."""
+        ...
+
+
+class EnvironmentBase:
+    """Defaults for an environment written for lit_rlvr: no stop strings, version ``"1"``, nothing to close."""
+
+    stop: tuple[str, ...] = ()
+    version: str = "1"
+
+    def reset(self, row: Mapping[str, Any], max_turns: int) -> Observation | None:
+        return None
+
+    def step(self, action: str) -> Step:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+ENVIRONMENTS = Registry("environment", injected=("tokenizer",))
+"""Name → environment class (or factory) whose keyword-only ``__init__`` parameters are its options
+(``environment_options``); ``tokenizer`` is injected by the loop to those that take it (the TRL
+adapter parses tool calls with the chat template's format). Filled by :mod:`lit_rlvr.envs`
+(``sql``, ``calculator``, ``skyrl``, ``trl``), :mod:`lit_rlvr.demo` (``countdown``) and plug-ins."""
+
+
+def register_environment(name: str, *, check: Callable[..., None] | None = None, version: Callable[..., str] | None = None):
+    """Register an environment class under ``name`` (its keyword-only ``__init__`` parameters are the options).
+
+    Args:
+        name: the name configs use.
+        check: ``check(**options)`` raising ``ValueError`` for option values the environment refuses
+            (called at start-up with the configured options over the defaults).
+        version: ``version(**options) -> str`` when the version depends on the options (an adapter's
+            is the adapted environment's); default: the class's ``version`` (:func:`declared_version`).
+
+    Example:
+        >>> @register_environment("_doc_echo")
+        ... class Echo(EnvironmentBase):
+        ...     def __init__(self, *, prefix: str = "> "):
+        ...         self.prefix = prefix
+        ...     def step(self, action):
+        ...         return Step(self.prefix + action, done=action == "bye")
+        >>> spec = resolve_environment("_doc_echo", {"prefix": "< "})
+        >>> spec.make().step("hi").observation, ENVIRONMENTS.options("_doc_echo")
+        ('< hi', ['prefix'])
+        >>> _ = ENVIRONMENTS.pop("_doc_echo")
+    """
+
+    def decorator(cls):
+        missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
+        if missing:
+            raise TypeError(f"environment {name!r}: {getattr(cls, '__name__', cls)!r} has no {', '.join(missing)} method")
+        traits = {"version": version} if version is not None else {}
+        return ENVIRONMENTS.register(name, check=check, **traits)(cls)
+
+    return decorator
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """A configured environment: what makes one instance per trajectory, and its identity.
+
+    Attributes:
+        name: the registered name or import path it was configured with.
+        options: the checked options.
+        factory: ``factory(**options[, tokenizer=...]) -> Environment``.
+        version: the environment's version (a reference cache records ``name`` and ``version``).
+    """
+
+    name: str
+    options: Mapping[str, Any]
+    factory: Callable[..., Any]
+    version: str
+
+    @property
+    def identity(self) -> str:
+        """``name@version``, what a reference cache of trajectories records and compares."""
+        return f"{self.name}@{self.version}"
+
+    def make(self, tokenizer: Any = None) -> Environment:
+        """A fresh environment for one trajectory (``tokenizer`` given to a factory that takes one)."""
+        kwargs = dict(self.options)
+        if _takes(self.factory, "tokenizer"):
+            kwargs["tokenizer"] = tokenizer
+        env = self.factory(**kwargs)
+        missing = [m for m in ("reset", "step") if not callable(getattr(env, m, None))]
+        if missing:
+            raise TypeError(f"environment {self.name!r} made a {type(env).__name__}, which has no {', '.join(missing)} method")
+        return env
+
+
+def resolve_environment(name: str, options: Mapping[str, Any] | None = None, key: str = "environment") -> EnvSpec:
+    """The :class:`EnvSpec` a config names, its options checked at start-up.
+
+    Args:
+        name: a registered name (:data:`ENVIRONMENTS`), or an import path (``pkg.mod:Class``,
+            ``file.py:Class``) of a lit_rlvr environment (``reset`` and ``step``), a skyrl-gym
+            ``BaseTextEnv`` (run through :class:`~lit_rlvr.envs.skyrl.SkyRLEnvironment`, the options
+            are its ``env_config``) or a TRL environment class (``reset`` and tools, no ``step``;
+            run through :class:`~lit_rlvr.envs.trl.TRLEnvironment`).
+        options: the environment's options (None: none).
+        key: the config key, for errors.
+
+    Raises:
+        ValueError: an unknown name (listing the registered ones), an option the environment
+            does not take, or a value it refuses.
+        ImportError: an import path that cannot be imported.
+    """
+    options = dict(options or {})
+    if name in ENVIRONMENTS or not is_import_path(name):
+        cls = ENVIRONMENTS.get_checked(name, key, options, f"{key}_options")
+        return EnvSpec(name, options, cls, ENVIRONMENTS.trait(name, "version", options) or declared_version(cls))
+    cls = load_function(name, "environment")
+    adapter = _adapter_for(cls)
+    if adapter is not None:
+        return resolve_environment(adapter[0], {adapter[1]: name, **adapter[2](options)}, key)
+    single = Registry("environment", injected=ENVIRONMENTS.injected)
+    single.register(name)(cls)
+    single.get_checked(name, key, options, f"{key}_options")
+    return EnvSpec(name, options, cls, declared_version(cls))
+
+
+def _adapter_for(cls: Any) -> tuple[str, str, Callable[[dict], dict]] | None:
+    """For a foreign environment class: (the adapter's name, its option naming the class, options → its
+    options); None for a class written for lit_rlvr (it has ``step``) or anything else."""
+    if not isinstance(cls, type):
+        return None
+    if _is_skyrl(cls):
+        return "skyrl", "env", lambda options: {"env_config": options} if options else {}
+    if callable(getattr(cls, "step", None)) or not callable(getattr(cls, "reset", None)):
+        return None
+    return "trl", "factory", lambda options: options
+
+
+def _is_skyrl(cls: type) -> bool:
+    try:
+        from skyrl_gym.envs.base_text_env import BaseTextEnv
+    except ImportError:
+        return False
+    return issubclass(cls, BaseTextEnv)
+
+
+def declared_version(cls: Any) -> str:
+    """``cls.version`` when it declares one, else a digest of its source (so an edit changes it).
+
+    Example:
+        >>> class Mine:
+        ...     version = "2"
+        >>> declared_version(Mine)
+        '2'
+    """
+    version = getattr(cls, "version", None)
+    if isinstance(version, str) and version:
+        return version
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return "unversioned"
+    return "src-" + hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def _takes(fn: Callable, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,403 @@
+"""Multi-turn rollouts on any engine: live trajectories advanced turn by turn, token in, token out.
+
+A batch of P prompts × n samples becomes B trajectories, each with its own environment
+(:mod:`lit_rlvr.envs`). Each turn is one ``engine.generate`` call on every live trajectory's
+token prefix (prompt + every earlier turn's tokens), so the loop runs on every engine (``hf``,
+colocated ``vllm``, ``vllm_server``; vLLM's prefix caching absorbs the re-prefill); then every
+live environment steps on its turn's text, in threads, under a deadline. The trajectory's tokens
+are exactly what the engine returned plus what the environment added, tokenized once (STYLE.md
+§14; SkyRL's generator, verl's agent loop, TRL after #5224): the model's tokens are never decoded
+and re-encoded, so a chat template that would tokenize the text differently cannot change them.
+The result is a :class:`~lit_rlvr.rollout.types.Rollouts` whose completion is every turn's tokens,
+with ``loss_mask`` (1 on the model's tokens, 0 on the environment's), the sampler's log-probs on
+the model's tokens (0.0 on the environment's, which no loss reads) and one
+:class:`~lit_rlvr.rollout.types.Episode` per trajectory.
+
+What ends a trajectory (:attr:`Episode.status <lit_rlvr.rollout.types.Episode>`): the environment
+(``done``), :attr:`TurnOptions.max_turns`, the token budget or the context (``length``: the
+observation that would not fit is dropped, as TRL and SkyRL drop it), or the environment failing
+or hanging past :attr:`TurnOptions.step_timeout_s` (``env_error`` / ``env_timeout``): that costs
+only its own trajectory, which gets reward 0 and an all-zero loss mask, the reason recorded. A hung
+environment's thread is abandoned (a daemon thread; the environment is never called again).
+
+Observations are rendered (:class:`ObservationRenderer`): text is tokenized as it is (inside the
+model's assistant message, SkyRL's ``use_conversation_multi_turn: false``); chat messages become new
+turns of the chat template by the fixed-base method (SkyRL's ``get_obs_ids_from_obs`` for user
+messages, TRL's ``_get_tool_suffix_ids`` for tool messages), after the token that closes the
+model's turn, which the environment adds (mask 0) when the model's turn ended at a stop string
+(SkyRL's ``append_eos_token_after_stop_str_in_multi_turn``). Text longer than
+:attr:`TurnOptions.max_observation_chars` is cut, saying so (verl's ``max_tool_response_length``).
+Unlike SkyRL, a trajectory's last turn is not closed with an added token (nothing follows it), and
+no end-of-sequence token is appended to a text-format trajectory (SkyRL appends one and trains on
+it: a token the model did not sample).
+
+The first turn of trajectories whose environments add nothing to the prompt is one call with
+``n`` samples per prompt and the sampling's own seed, exactly the single-turn call: with
+``max_turns=1`` and environments that add no text the rollouts are the single-turn ones bit for bit.
+Later turns are one call with one sample per live trajectory, seeded per turn.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from lit_rlvr.envs.base import EnvSpec, Observation, Step, check_observation
+from lit_rlvr.rollout.engine import chat_turn_end_ids
+from lit_rlvr.rollout.types import Episode, Rollouts, SamplingParams
+
+TURN_SEED_STRIDE = 1_000_003  # turn t samples with seed + t · stride
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    """The multi-turn rollout loop's limits (SkyRL ``generator.max_turns``, verl ``multi_turn.*``).
+
+    Args:
+        max_turns: model turns per trajectory (TRL's ``max_tool_calling_iterations`` + 1).
+        max_turn_tokens: tokens one model turn may generate (None: ``sampling.max_new_tokens``).
+        max_total_tokens: tokens of the whole completion, the model's and the environment's (None:
+            ``max_turns × max_turn_tokens``).
+        max_observation_chars: characters of one observation's text (longer text is cut, saying so).
+        step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``); None: no limit.
+    """
+
+    max_turns: int = 5
+    max_turn_tokens: int | None = None
+    max_total_tokens: int | None = None
+    max_observation_chars: int = 4000
+    step_timeout_s: float | None = 30.0
+
+    def __post_init__(self):
+        if self.max_turns < 1:
+            raise ValueError(f"turns.max_turns must be >= 1, got {self.max_turns}")
+        for name in ("max_turn_tokens", "max_total_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"turns.{name} must be >= 1 or None, got {value}")
+        if self.max_observation_chars < 16:
+            raise ValueError(f"turns.max_observation_chars must be >= 16, got {self.max_observation_chars}")
+        if self.step_timeout_s is not None and not self.step_timeout_s > 0:
+            raise ValueError(f"turns.step_timeout_s must be > 0 seconds or None, got {self.step_timeout_s}")
+
+    def turn_tokens(self, sampling: SamplingParams) -> int:
+        return self.max_turn_tokens or sampling.max_new_tokens
+
+    def total_tokens(self, sampling: SamplingParams) -> int:
+        return self.max_total_tokens or self.max_turns * self.turn_tokens(sampling)
+
+
+_TOOL_CALL_NAME = "name"
+_USER_BASE = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "I am a user."}]
+
+
+class ObservationRenderer:
+    """Environment text or chat messages → token ids, each observation tokenized once (module docstring).
+
+    Args:
+        tokenizer: the policy's tokenizer.
+        max_chars: characters of one observation's text.
+
+    Example:
+        >>> from lit_rlvr.demo.tiny import build_char_tokenizer
+        >>> tok = build_char_tokenizer()
+        >>> r = ObservationRenderer(tok, max_chars=20)
+        >>> tok.decode(r.render("=38\\n", last_id=tok("?").input_ids[0]))
+        '=38\\n'
+        >>> r.cut("x" * 40)
+        'xxxxxxxxxxxxxxxxxxxx…(20 more characters)'
+    """
+
+    def __init__(self, tokenizer: Any, max_chars: int = 4000):
+        self.tokenizer = tokenizer
+        self.max_chars = max_chars
+        ends = chat_turn_end_ids(tokenizer)
+        eos = getattr(tokenizer, "eos_token_id", None)
+        self.turn_end: list[int] = ends or ([eos] if isinstance(eos, int) else [])
+        self._bases: dict[str, list[int]] = {}
+
+    def cut(self, text: str) -> str:
+        """``text`` cut to ``max_chars`` characters, saying how many were left out."""
+        return text if len(text) <= self.max_chars else f"{text[: self.max_chars]}…({len(text) - self.max_chars} more characters)"
+
+    def render(self, observation: Observation, last_id: int | None) -> list[int]:
+        """The observation's token ids, to follow a trajectory whose last token is ``last_id``."""
+        if isinstance(observation, str):
+            return self.tokenizer(self.cut(observation), add_special_tokens=False).input_ids if observation else []
+        if not observation:
+            return []
+        messages = [{**m, "content": self.cut(m["content"])} for m in observation]
+        close = [] if not self.turn_end or last_id == self.turn_end[0] else list(self.turn_end)
+        return close + self.chat_turns(messages)
+
+    def chat_turns(self, messages: list[Mapping[str, Any]]) -> list[int]:
+        """``messages`` as new chat-template turns plus the next assistant header, after a closed turn.
+
+        Rendered after a fixed base conversation cut after its last turn-closing token (SkyRL's and
+        TRL's method); a tool message's base ends with an assistant turn calling that tool, as TRL's.
+        """
+        first = messages[0]
+        if first["role"] == "tool":
+            call = {"type": "function", "function": {"name": first.get(_TOOL_CALL_NAME, "tool"), "arguments": {}}}
+            base = [{"role": "user", "content": "dummy"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+        else:
+            base = _USER_BASE
+        prefix = self._template(base, generation=False)
+        if self.turn_end and self.turn_end[0] in prefix:
+            prefix = prefix[: len(prefix) - prefix[::-1].index(self.turn_end[0])]
+        full = self._template([*base, *messages], generation=True)
+        if full[: len(prefix)] != prefix:
+            raise ValueError("the chat template does not render new messages as a continuation of the conversation; "
+                             "return observations as text instead")  # fmt: skip
+        return full[len(prefix) :]
+
+    def _template(self, messages: list[Mapping[str, Any]], generation: bool) -> list[int]:
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation, tokenize=True, return_dict=False)
+        return list(out)
+
+
+@dataclass
+class _Trajectory:
+    """One live trajectory: its environment, its tokens so far and what happened."""
+
+    prompt: list[int]
+    row: Mapping[str, Any]
+    env: Any = None
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    finish: str = "stop"
+    turns: int = 0
+    tool_calls: list[str] = field(default_factory=list)
+    tool_errors: int = 0
+    reward: float | None = None
+    status: str | None = None  # None while live
+    reason: str = ""
+    final_text: str = ""
+    turn_start: int = 0  # where the model's last turn starts in ``ids``
+
+    @property
+    def live(self) -> bool:
+        return self.status is None
+
+    def add(self, ids: list[int], logprobs: list[float] | None, text: str, model: bool) -> None:
+        self.ids += ids
+        self.mask += [int(model)] * len(ids)
+        self.logprobs += list(logprobs) if model else [0.0] * len(ids)
+        self.texts.append(text)
+
+    def end(self, status: str, reward: float | None = None, reason: str = "") -> None:
+        self.status, self.reward, self.reason = status, reward, reason
+        if status in ("env_error", "env_timeout"):
+            self.reward, self.mask = 0.0, [0] * len(self.ids)  # not trained on: the failure is not the policy's
+
+    def episode(self) -> Episode:
+        return Episode(self.reward, self.status or "length", self.reason, self.turns, tuple(self.tool_calls), self.tool_errors,
+                       self.final_text)  # fmt: skip
+
+
+@dataclass
+class TurnStats:
+    """Where one :meth:`TurnLoop.generate` spent its time (seconds) and how many engine calls it made."""
+
+    generate_s: float = 0.0
+    environment_s: float = 0.0
+    calls: int = 0
+
+
+class TurnLoop:
+    """Runs multi-turn rollouts (module docstring).
+
+    Args:
+        tokenizer: the policy's tokenizer (renders observations, decodes turns an engine left untexted).
+        options: the loop's limits.
+        context: the longest prompt + completion the engine takes (None: unbounded); a trajectory
+            ends (``length``) when its next turn would not have room for a token.
+    """
+
+    def __init__(self, tokenizer: Any, options: TurnOptions | None = None, context: int | None = None):
+        self.tokenizer = tokenizer
+        self.options = options or TurnOptions()
+        self.context = context
+        self.renderer = ObservationRenderer(tokenizer, self.options.max_observation_chars)
+        self.stats = TurnStats()
+        self._caps = (1, 1)  # (turn, total) token caps of the call in progress
+
+    def generate(self, engine: Any, prompt_ids: Sequence[Sequence[int]], rows: Sequence[Mapping[str, Any]],
+                 params: SamplingParams, envs: EnvSpec | Sequence[EnvSpec]) -> Rollouts:  # fmt: skip
+        """``params.n`` trajectories for each prompt, prompt-major.
+
+        Args:
+            engine: any :class:`~lit_rlvr.rollout.engine.RolloutEngine`.
+            prompt_ids: P prompts' token ids.
+            rows: the P prompt rows (what each environment is reset with).
+            params: the sampling (``n``, temperature, …, ``max_new_tokens`` the default per-turn cap).
+            envs: the environment of every prompt (one :class:`~lit_rlvr.envs.EnvSpec`, or P of them).
+        """
+        if len(rows) != len(prompt_ids):
+            raise ValueError(f"TurnLoop.generate: {len(prompt_ids)} prompts but {len(rows)} rows")
+        specs = [envs] * len(prompt_ids) if isinstance(envs, EnvSpec) else list(envs)
+        if len(specs) != len(prompt_ids):
+            raise ValueError(f"TurnLoop.generate: {len(prompt_ids)} prompts but {len(specs)} environments")
+        self.stats = TurnStats()
+        self._caps = (self.options.turn_tokens(params), self.options.total_tokens(params))
+        trajectories = [_Trajectory(list(prompt_ids[b // params.n]), rows[b // params.n]) for b in range(len(prompt_ids) * params.n)]
+        try:
+            self._reset(trajectories, [specs[b // params.n] for b in range(len(trajectories))])
+            for turn in range(self.options.max_turns):
+                live = [t for t in trajectories if t.live]
+                if not live:
+                    break
+                grouped = turn == 0 and len(live) == len(trajectories) and not any(t.ids for t in trajectories)
+                self._model_turn(engine, live, params, turn, prompt_ids if grouped else None)
+                self._environment_turn([t for t in live if t.live], last=turn + 1 == self.options.max_turns)
+        finally:
+            self._close(trajectories)
+        return Rollouts(
+            [list(p) for p in prompt_ids], [t.ids for t in trajectories], [t.logprobs for t in trajectories],
+            [t.finish for t in trajectories], params.n, texts=["".join(t.texts) for t in trajectories],
+            loss_mask=[t.mask for t in trajectories], episodes=[t.episode() for t in trajectories],
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ the phases
+    def _reset(self, trajectories: list[_Trajectory], specs: list[EnvSpec]) -> None:
+        def start(t: _Trajectory, spec: EnvSpec) -> Callable[[], Observation | None]:
+            def call():
+                t.env = spec.make(self.tokenizer)
+                out = t.env.reset(t.row, self.options.max_turns)
+                if out is not None:
+                    check_observation(out, f"{type(t.env).__name__}.reset's return value")
+                return out
+
+            return call
+
+        for t, out in zip(trajectories, self._run([start(t, s) for t, s in zip(trajectories, specs)], "reset")):
+            if self._failed(t, out):
+                continue
+            if out:
+                ids = self.renderer.render(out, t.prompt[-1] if t.prompt else None)
+                t.add(ids, None, self._text(out, ids), model=False)
+
+    def _model_turn(self, engine: Any, live: list[_Trajectory], params: SamplingParams, turn: int,
+                    grouped_prompts: Sequence[Sequence[int]] | None) -> None:  # fmt: skip
+        budgets = [self._budget(t, params) for t in live]
+        for t, budget in zip(live, budgets):
+            if budget < 1:
+                t.finish = "length"
+                t.end("length", t.reward, "no room for another turn")
+        pairs = [(t, b) for t, b in zip(live, budgets) if b >= 1]
+        if not pairs:
+            return
+        stops = tuple(dict.fromkeys([*params.stop, *(s for t, _ in pairs for s in getattr(t.env, "stop", ()))]))
+        turn_params = replace(params, max_new_tokens=max(b for _, b in pairs), stop=stops,
+                              seed=None if params.seed is None else params.seed + turn * TURN_SEED_STRIDE)  # fmt: skip
+        t0 = time.perf_counter()
+        if grouped_prompts is not None and len(pairs) == len(live):
+            out = engine.generate([list(p) for p in grouped_prompts], turn_params)
+        else:
+            out = engine.generate([t.prompt + t.ids for t, _ in pairs], replace(turn_params, n=1))
+        self.stats.generate_s += time.perf_counter() - t0
+        self.stats.calls += 1
+        for i, (t, budget) in enumerate(pairs):
+            ids, logprobs, finish = list(out.completion_ids[i]), list(out.sampler_logprobs[i]), out.finish_reasons[i]
+            text = out.texts[i] if out.texts else self.tokenizer.decode(ids, skip_special_tokens=True)
+            if len(ids) > budget:  # the call's cap is the largest budget: keep this trajectory's share
+                ids, logprobs, finish = ids[:budget], logprobs[:budget], "length"
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            t.turn_start = len(t.ids)
+            t.add(ids, logprobs, text, model=True)
+            t.turns += 1
+            t.finish, t.final_text = finish, text
+
+    def _environment_turn(self, live: list[_Trajectory], last: bool) -> None:
+        def step(t: _Trajectory) -> Callable[[], Step]:
+            def call():
+                if callable(getattr(t.env, "step_tokens", None)):  # an environment that parses the turn's tokens
+                    out = t.env.step_tokens(t.final_text, t.ids[t.turn_start :], t.prompt + t.ids[: t.turn_start])
+                else:
+                    out = t.env.step(t.final_text)
+                if not isinstance(out, Step):
+                    raise TypeError(f"{type(t.env).__name__}.step returned {type(out).__name__}, not a lit_rlvr.envs.Step")
+                return out
+
+            return call
+
+        for t, out in zip(live, self._run([step(t) for t in live], "step")):
+            if self._failed(t, out):
+                continue
+            if out.tool_call is not None:
+                t.tool_calls.append(out.tool_call)
+                t.tool_errors += int(out.tool_error)
+            t.reward = out.reward
+            if out.done or last:
+                t.end("done" if out.done else "max_turns", out.reward)
+                continue
+            ids = self.renderer.render(out.observation, t.ids[-1] if t.ids else None)
+            if self._room(t) - len(ids) < 1:  # no room left for a model token after it: TRL and SkyRL drop it too
+                t.finish = "length"
+                t.end("length", out.reward, "the observation does not fit the token budget")
+                continue
+            t.add(ids, None, self._text(out.observation, ids), model=False)
+
+    def _close(self, trajectories: list[_Trajectory]) -> None:
+        """Close every environment that is not hung (errors while closing are ignored: the episode is over)."""
+
+        def close(t: _Trajectory) -> Callable[[], None]:
+            return lambda: t.env.close() if callable(getattr(t.env, "close", None)) else None
+
+        open_ = [t for t in trajectories if t.env is not None and t.status != "env_timeout"]
+        self._run([close(t) for t in open_], "close")
+
+    # ------------------------------------------------------------------ helpers
+    def _room(self, t: _Trajectory) -> int:
+        """Tokens ``t`` may still add: to the total budget, and to the context."""
+        room = self._caps[1] - len(t.ids)
+        return room if self.context is None else min(room, self.context - len(t.prompt) - len(t.ids))
+
+    def _budget(self, t: _Trajectory, params: SamplingParams) -> int:
+        return min(self._caps[0], self._room(t))
+
+    def _run(self, calls: list[Callable[[], Any]], what: str) -> list[Any]:
+        """Each call in its own daemon thread, all under one deadline: its result, or the exception it raised
+        (a ``TimeoutError`` for one still running at the deadline)."""
+        t0 = time.perf_counter()
+        results: list[Any] = [None] * len(calls)
+        done = [threading.Event() for _ in calls]
+
+        def runner(i: int, fn: Callable[[], Any]) -> None:
+            try:
+                results[i] = fn()
+            except BaseException as err:  # the environment's failure is its trajectory's outcome
+                results[i] = err
+            finally:
+                done[i].set()
+
+        for i, fn in enumerate(calls):
+            threading.Thread(target=runner, args=(i, fn), name=f"lit-rlvr-env-{what}", daemon=True).start()
+        timeout = self.options.step_timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for i, event in enumerate(done):
+            if not event.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                results[i] = TimeoutError(f"the environment's {what} did not return within {timeout:g} s (turns.step_timeout_s)")
+        self.stats.environment_s += time.perf_counter() - t0
+        return results
+
+    @staticmethod
+    def _failed(t: _Trajectory, out: Any) -> bool:
+        """End ``t`` if its environment call failed; whether it did."""
+        if isinstance(out, TimeoutError):
+            t.end("env_timeout", reason=str(out))
+            return True
+        if isinstance(out, BaseException):
+            t.end("env_error", reason=f"{type(out).__name__}: {out}")
+            return True
+        return False
+
+    def _text(self, observation: Observation, ids: list[int]) -> str:
+        if isinstance(observation, str):
+            return self.renderer.cut(observation)
+        return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,144 @@
+"""The adapters run the real libraries' environments unchanged: skyrl-gym's SQLEnv on Spider dev, a TRL environment class."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from lit_rlvr.envs import resolve_environment
+
+pytest.importorskip("skyrl_gym")
+
+GOLD = "SELECT count(*) FROM singer"
+ACTIONS = [
+    "<think>How many rows?</think>\n<sql>SELECT count(*) FROM singer</sql>",
+    "<think>And the broken one</think>\n<sql>SELECT nope FROM singer</sql>",
+    "<think>no tags at all</think>",
+    f"<think>done</think>\n<solution>{GOLD}</solution>",
+]
+
+
+def skyrl_direct(root, actions, max_turns=5):
+    """SkyRL's own SQLEnv, as SkyRL's generator drives it: its observations, rewards and done flags."""
+    from omegaconf import OmegaConf
+    from skyrl_gym.envs.sql.env import SQLEnv
+
+    env = SQLEnv(OmegaConf.create({"db_path": str(root)}),
+                 extras={"db_id": "concert_singer", "reward_spec": {"method": "rule", "ground_truth": GOLD}, "data": "spider",
+                         "max_turns": max_turns})  # fmt: skip
+    prompt = [{"role": "user", "content": "How many singers do we have?"}]
+    assert env.init(prompt)[0] == prompt
+    out = []
+    for action in actions:
+        step = env.step(action)
+        out.append((step["observations"], step["reward"], step["done"]))
+        if step["done"]:
+            break
+    return out
+
+
+@pytest.mark.parametrize("conversation", [False, True])
+def test_skyrl_sqlenv_runs_unchanged_on_spider_dev(skyrl_sql_root, spider_dev, conversation):
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (spider_dev / "database").rglob("*.sqlite")}
+    spec = resolve_environment("skyrl", {"env": "text2sql", "env_config": {"db_path": str(skyrl_sql_root)}, "conversation": conversation})
+    env = spec.make()
+    row = {"id": "spider-0", "prompt": "How many singers do we have?", "answer": GOLD, "db_id": "concert_singer", "data": "spider"}
+    assert env.reset(row, max_turns=5) is None
+    ours = [env.step(a) for a in ACTIONS]
+    env.close()
+    theirs = skyrl_direct(skyrl_sql_root, ACTIONS)
+    assert len(theirs) == len(ours) == 4
+    for step, (observations, reward, done) in zip(ours, theirs):
+        assert step.observation == (observations if conversation else "".join(m["content"] for m in observations))
+        assert (step.done, step.reward) == (done, reward)
+    text = [step.observation if isinstance(step.observation, str) else step.observation[0]["content"] for step in ours[:2]]
+    assert "<observation> 0\n 6\n<reminder>" in text[0] and "no such column: nope" in text[1]
+    assert ours[0].tool_call == "sql('concert_singer', 'SELECT count(*) FROM singer', 4)"
+    assert (ours[-1].done, ours[-1].reward) == (True, 1.0)
+    assert spec.version.startswith("skyrl_gym-0.4") and spec.version.split(":")[1] == "text2sql"
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in before} == before
+
+
+def test_skyrl_sums_step_rewards_and_refuses_a_rewritten_prompt(skyrl_sql_root):
+    from skyrl_gym.envs.base_text_env import BaseTextEnv
+
+    class Rewriting(BaseTextEnv):
+        def __init__(self, env_config, extras):
+            super().__init__()
+
+        def init(self, prompt):
+            return [{"role": "system", "content": "new"}, *prompt], {}
+
+    class Appending(Rewriting):
+        def init(self, prompt):
+            return [*prompt, {"role": "user", "content": "board: ....."}], {}
+
+        def step(self, action):
+            return {"observations": [{"role": "user", "content": "ok"}], "reward": 0.25, "done": action == "stop", "metadata": {}}
+
+    import sys
+    import types
+
+    module = types.ModuleType("_lit_rlvr_test_skyrl_envs")
+    module.Rewriting, module.Appending = Rewriting, Appending
+    sys.modules[module.__name__] = module
+    try:
+        env = resolve_environment("_lit_rlvr_test_skyrl_envs:Appending").make()
+        assert env.reset({"prompt": "hi"}, 3) == "board: ....."
+        assert [env.step(a).reward for a in ("go", "stop")] == [0.25, 0.5]
+        with pytest.raises(ValueError, match="Rewriting.init changed the prompt's messages"):
+            resolve_environment("_lit_rlvr_test_skyrl_envs:Rewriting").make().reset({"prompt": "hi"}, 3)
+    finally:
+        del sys.modules[module.__name__]
+
+
+class CounterEnv:
+    """A TRL environment as TRL's docs write one: reset, tools with typed, documented arguments, get_reward."""
+
+    def reset(self, **kwargs) -> str | None:
+        self.counter = 0
+        self.target = int(kwargs["answer"])
+        return None
+
+    def increment(self, step: int) -> int:
+        """
+        Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+
+        Returns:
+            The updated counter value.
+        """
+        if step > 100:
+            raise ValueError("step too large")
+        self.counter += step
+        return self.counter
+
+    def get_reward(self) -> float:
+        return float(self.counter == self.target)
+
+
+def call(step: int) -> str:
+    return f'<tool_call>\n{{"name": "increment", "arguments": {{"step": {step}}}}}\n</tool_call><|im_end|>'
+
+
+def test_trl_environment_class_runs_its_tools_and_reward(tool_tokenizer):
+    spec = resolve_environment(f"{__name__}:CounterEnv")
+    assert spec.name == "trl" and spec.version.startswith(f"trl:{__name__}:CounterEnv:src-")
+    env = spec.make(tokenizer=tool_tokenizer)
+    assert env.reset({"id": "t", "prompt": "Count to 7", "answer": "7"}, max_turns=4) is None
+    first = env.step(call(3))
+    assert first.observation == [{"role": "tool", "name": "increment", "content": "3"}]
+    assert (first.tool_call, first.tool_error, first.done, first.reward) == ("increment({'step': 3})", False, False, 0.0)
+    failed = env.step(call(500))
+    assert failed.tool_error and failed.observation[0]["content"] == "{'error': 'step too large'}"
+    assert env.step(call(4)).reward == 1.0
+    final = env.step("The counter is 7.<|im_end|>")  # no tool call: the episode ends
+    assert (final.done, final.reward, final.tool_call) == (True, 1.0, None)
+    env.reset({"id": "t", "answer": "3"}, max_turns=1)
+    last = env.step(call(3))  # the last turn allowed: its call is not run (TRL's last iteration)
+    assert (last.done, last.reward) == (True, 0.0)
+    with pytest.raises(ValueError, match="needs the policy's tokenizer"):
+        spec.make()

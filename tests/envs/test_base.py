@@ -1,0 +1,140 @@
+"""The environment registry: names, import paths, plug-ins, options, versions; the Step record."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from lit_rlvr.envs import ENVIRONMENTS, EnvironmentBase, Step, register_environment, resolve_environment
+from lit_rlvr.envs.base import declared_version
+from lit_rlvr.plugins import load_plugins
+
+
+@pytest.fixture
+def scratch_env():
+    """Registers ``_test_counter`` for one test."""
+
+    def positive(limit):
+        if not limit > 0:
+            raise ValueError(f"limit must be > 0, got {limit}")
+
+    @register_environment("_test_counter", check=positive)
+    class Counter(EnvironmentBase):
+        version = "7"
+
+        def __init__(self, *, limit: int = 3, tokenizer=None):
+            self.limit, self.tokenizer, self.n = limit, tokenizer, 0
+
+        def step(self, action):
+            self.n += 1
+            return Step(str(self.n), reward=float(self.n), done=self.n >= self.limit)
+
+    yield Counter
+    ENVIRONMENTS.pop("_test_counter")
+
+
+def test_registered_names_options_and_versions(scratch_env):
+    spec = resolve_environment("_test_counter", {"limit": 2})
+    assert (spec.name, spec.version, spec.identity, dict(spec.options)) == ("_test_counter", "7", "_test_counter@7", {"limit": 2})
+    env = spec.make(tokenizer="TOK")
+    assert env.tokenizer == "TOK"  # injected to a factory that takes it
+    assert [env.step("x").done for _ in range(2)] == [False, True]
+    with pytest.raises(ValueError, match="already registered"):
+        register_environment("_test_counter")(scratch_env)
+    with pytest.raises(ValueError, match=r"env: unknown environment 'nope'; valid names: \[.*'sql'.*\]"):
+        resolve_environment("nope", key="env")
+    with pytest.raises(ValueError, match=r"env_options: unknown option\(s\) \['limt'\] of environment '_test_counter'; accepted: \['limit'\]"):
+        resolve_environment("_test_counter", {"limt": 2}, key="env")
+    with pytest.raises(ValueError, match="env_options: limit must be > 0, got 0"):
+        resolve_environment("_test_counter", {"limit": 0}, key="env")
+    with pytest.raises(ValueError, match="env_options: unknown option"):
+        resolve_environment("_test_counter", {"tokenizer": "x"}, key="env")  # injected, never an option
+    with pytest.raises(TypeError, match="has no step method"):
+        register_environment("_test_broken")(type("Broken", (), {"reset": lambda self, row, max_turns: None}))
+
+
+def test_builtins_are_registered_with_their_options():
+    assert {"sql", "calculator", "skyrl", "trl"} <= set(ENVIRONMENTS)
+    assert ENVIRONMENTS.options("sql") == ["answer_tag", "format_reward", "max_chars", "max_rows", "mode", "sql_tag", "timeout_s"]
+    with pytest.raises(ValueError, match="environment_options: mode must be one of \\('spider', 'bird'\\); got 'postgres'"):
+        resolve_environment("sql", {"mode": "postgres"})
+    with pytest.raises(ValueError, match="sql_tag and answer_tag must differ"):
+        resolve_environment("sql", {"sql_tag": "x", "answer_tag": "x"})
+    assert resolve_environment("sql", {"sql_tag": "query"}).make().stop == ("</query>", "</solution>")
+
+
+USER_ENVS = textwrap.dedent('''
+    from lit_rlvr.envs import Step
+
+    class Native:
+        """A lit_rlvr environment written in a user's file."""
+        stop = ("!",)
+
+        def __init__(self, *, greeting: str = "hi"):
+            self.greeting = greeting
+
+        def reset(self, row, max_turns):
+            return None
+
+        def step(self, action):
+            return Step(self.greeting, done=True, reward=1.0)
+
+    class TRLStyle:
+        """A TRL environment_factory class: reset and tools, no step."""
+
+        def reset(self, **row):
+            self.total = 0
+            return None
+
+        def add(self, x: int) -> int:
+            """Add x to the total.
+
+            Args:
+                x: the amount.
+            """
+            self.total += x
+            return self.total
+''')
+
+
+def test_import_paths_native_trl_and_skyrl_classes(tmp_path, monkeypatch):
+    path = tmp_path / "my_envs.py"
+    path.write_text(USER_ENVS)
+    spec = resolve_environment(f"{path}:Native", {"greeting": "hello"})
+    assert spec.make().step("x").observation == "hello"
+    assert spec.version.startswith("src-")  # no declared version: a digest of its source
+    with pytest.raises(ValueError, match=r"environment_options: unknown option\(s\) \['colour'\]"):
+        resolve_environment(f"{path}:Native", {"colour": 1})
+    trl_spec = resolve_environment(f"{path}:TRLStyle")
+    assert trl_spec.name == "trl" and dict(trl_spec.options) == {"factory": f"{path}:TRLStyle"}
+    sky = resolve_environment("skyrl_gym.envs.sql.env:SQLEnv", {"db_path": "/data"})
+    assert sky.name == "skyrl" and dict(sky.options) == {"env": "skyrl_gym.envs.sql.env:SQLEnv", "env_config": {"db_path": "/data"}}
+    assert sky.version.startswith("skyrl_gym-0.4")
+    with pytest.raises(ImportError, match="environment 'no_such_module:Env'"):
+        resolve_environment("no_such_module:Env")
+
+
+def test_a_plugin_module_registers_an_environment(tmp_path, monkeypatch):
+    package = tmp_path / "agentproj"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "envs.py").write_text(USER_ENVS + "\nfrom lit_rlvr.envs import register_environment\nregister_environment('_test_plugin_env')(Native)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        load_plugins(["agentproj.envs"], entry_point_group=None)
+        assert resolve_environment("_test_plugin_env").make().step("x").reward == 1.0
+    finally:
+        ENVIRONMENTS.pop("_test_plugin_env", None)
+        sys.modules.pop("agentproj.envs", None)
+
+
+def test_step_checks_its_fields():
+    assert Step([{"role": "tool", "content": "4"}]).observation == [{"role": "tool", "content": "4"}]
+    for bad in (True, float("inf"), "1"):
+        with pytest.raises(ValueError, match="Step.reward must be a finite number or None"):
+            Step(reward=bad)
+    with pytest.raises(TypeError, match="Step.observation must be text or a list of chat messages"):
+        Step([{"role": "tool"}])
+    assert declared_version(type("V", (), {"version": "3"})) == "3"

@@ -1,0 +1,249 @@
+"""The multi-turn loop: token continuity, masks, single-turn equivalence, budgets, failing environments."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from lit_rlvr.envs import EnvironmentBase, EnvSpec, Step, resolve_environment
+from lit_rlvr.rollout.turns import TurnLoop, TurnOptions
+from lit_rlvr.rollout.types import SamplingParams
+
+
+ENGINE_KINDS = [
+    "hf",
+    pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")]),
+]
+
+
+@pytest.fixture(scope="module", params=ENGINE_KINDS)
+def real_engine(request, tiny_model_dir):
+    """The same engines the engine tests run (the transformers fallback, and vLLM where installed)."""
+    from lit_rlvr.rollout import HFEngine, VLLMEngine, vllm_available
+
+    if request.param == "hf":
+        engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir))
+    else:
+        if not vllm_available():
+            pytest.skip("vllm is installed but `import vllm` fails")
+        engine = VLLMEngine(tiny_model_dir, dtype="float32", max_model_len=256, kv_cache_memory_bytes=32 * 2**20, enforce_eager=True)
+    yield engine
+    engine.close()
+
+
+def spec(factory, name="test") -> EnvSpec:
+    return EnvSpec(name, {}, factory, "1")
+
+
+class Scripted(EnvironmentBase):
+    """Answers turn k with ``observations[k]``; done after ``len(observations)`` turns with reward 1."""
+
+    def __init__(self, observations, reset_text=None, stop=()):
+        self.observations, self.reset_text, self.stop, self.k = list(observations), reset_text, stop, 0
+
+    def reset(self, row, max_turns):
+        self.k = 0
+        return self.reset_text
+
+    def step(self, action):
+        self.k += 1
+        if self.k > len(self.observations):
+            return Step(reward=1.0, done=True, tool_call=None)
+        return Step(self.observations[self.k - 1], reward=0.0, tool_call=f"call{self.k}:{action}")
+
+
+def split_runs(ids, mask):
+    """The completion as runs of (is_model, ids)."""
+    runs = []
+    for token, m in zip(ids, mask):
+        if runs and runs[-1][0] == m:
+            runs[-1][1].append(token)
+        else:
+            runs.append((m, [token]))
+    return runs
+
+
+def char_ids(tok, text):
+    """``text`` tokenized one character at a time: a valid but non-canonical tokenization for a BPE tokenizer."""
+    return [i for ch in text for i in tok(ch, add_special_tokens=False).input_ids]
+
+
+def test_trained_ids_are_the_engines_plus_the_environments_even_where_retokenizing_would_change_them(chat_model_dir, scripted):
+    tok = AutoTokenizer.from_pretrained(chat_model_dir)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "How many singers?"}], add_generation_prompt=True, tokenize=True, return_dict=False)
+    turns = [[char_ids(tok, "<sql>SELECT count(*) FROM singer</sql>"), char_ids(tok, "<solution>SELECT 6</solution>") + [tok.eos_token_id]],
+             [char_ids(tok, "<solution>SELECT 5</solution>") + [tok.eos_token_id]]]  # fmt: skip
+    for text_turns in turns:
+        assert text_turns[0] != tok(tok.decode(text_turns[0]), add_special_tokens=False).input_ids  # re-encoding would change them
+    engine = scripted(tok, {tuple(prompt): turns})
+    obs = "\n<observation>6</observation>\n"
+    loop = TurnLoop(tok, TurnOptions(max_turns=4))
+    out = loop.generate(engine, [prompt], [{"id": "q"}], SamplingParams(n=2, max_new_tokens=64, seed=0),
+                        spec(lambda: Scripted([obs], stop=("</sql>", "</solution>"))))  # fmt: skip
+    obs_ids = tok(obs, add_special_tokens=False).input_ids
+    assert out.completion_ids[0] == turns[0][0] + obs_ids + turns[0][1]
+    assert out.loss_mask[0] == [1] * len(turns[0][0]) + [0] * len(obs_ids) + [1] * len(turns[0][1])
+    engine_lp = [-0.5 - 0.01 * j for j in range(len(turns[0][0]))]
+    assert out.sampler_logprobs[0][: len(turns[0][0]) + len(obs_ids)] == engine_lp + [0.0] * len(obs_ids)
+    assert out.completion_ids[1] == turns[1][0] + obs_ids + []  # the second script has one turn: the env's answer, then an empty turn
+    assert [e.status for e in out.episodes] == ["done", "done"] and out.episodes[0].turns == 2
+    assert out.episodes[0].tool_calls == (f"call1:{tok.decode(turns[0][0], skip_special_tokens=True)}",)
+    assert engine.calls[0][1].stop == ("</sql>", "</solution>") and engine.calls[0][1].n == 2  # the first turn: one grouped call
+    assert [len(c[0]) for c in engine.calls] == [1, 2] and {c[1].n for c in engine.calls[1:]} == {1}
+
+
+def test_chat_observations_close_the_models_turn_and_open_the_next(chat_model_dir, scripted):
+    tok = AutoTokenizer.from_pretrained(chat_model_dir)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Copy the number."}], add_generation_prompt=True, tokenize=True, return_dict=False)
+    ended = tok("<sql>SELECT 1</sql>", add_special_tokens=False).input_ids  # ended at a stop string, not at <|im_end|>
+    closed = tok("Number: 7", add_special_tokens=False).input_ids + [tok.eos_token_id]
+    engine = scripted(tok, {tuple(prompt): [[ended, closed], [closed, ended]]})
+    out = TurnLoop(tok, TurnOptions(max_turns=2)).generate(engine, [prompt], [{"id": "q"}], SamplingParams(n=2, max_new_tokens=32),
+                                                          spec(lambda: Scripted([[{"role": "user", "content": "1 row"}]])))  # fmt: skip
+    env_a = [t for m, t in split_runs(out.completion_ids[0], out.loss_mask[0]) if not m][0]
+    env_b = [t for m, t in split_runs(out.completion_ids[1], out.loss_mask[1]) if not m][0]
+    assert tok.decode(env_a) == "<|im_end|>\n<|im_start|>user\n1 row<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.decode(env_b) == "\n<|im_start|>user\n1 row<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.timeout(300)
+def test_max_turns_one_without_environment_text_is_the_single_turn_rollout_bit_for_bit(real_engine, tiny_model_dir):
+    engine = real_engine
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompts = [tok("C375=026:").input_ids, tok("C12=3:").input_ids]
+    params = SamplingParams(n=3, max_new_tokens=7, temperature=1.0, seed=11)
+    single = engine.generate(prompts, params)
+    multi = TurnLoop(tok, TurnOptions(max_turns=1)).generate(engine, prompts, [{"id": "a"}, {"id": "b"}], params, spec(lambda: Scripted(["x"])))
+    assert multi.completion_ids == single.completion_ids and multi.sampler_logprobs == single.sampler_logprobs
+    assert multi.finish_reasons == single.finish_reasons and multi.texts == single.texts
+    a, b = single.to_padded(tok.pad_token_id), multi.to_padded(tok.pad_token_id)
+    assert all(torch.equal(a[k], b[k]) for k in a) and torch.equal(b["loss_mask"], b["response_mask"])
+    assert {e.status for e in multi.episodes} == {"max_turns"}
+
+
+def test_a_hung_or_crashing_environment_costs_only_its_trajectory(tiny_model_dir, scripted):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    release = threading.Event()
+
+    class Hangs(Scripted):
+        def step(self, action):
+            release.wait(60)
+            return super().step(action)
+
+    class Crashes(Scripted):
+        def step(self, action):
+            raise RuntimeError("the database is gone")
+
+    class BadReset(Scripted):
+        def reset(self, row, max_turns):
+            raise KeyError("db_id")
+
+    prompts = [tok(p).input_ids for p in ("A1:", "B2:", "C3:", "D4:")]
+    engine = scripted(tok, {tuple(p): [[tok("12?").input_ids, tok("3;").input_ids]] for p in prompts})
+    specs = [spec(lambda: Hangs(["ok"])), spec(lambda: Crashes(["ok"])), spec(lambda: Scripted(["ok"])), spec(lambda: BadReset(["ok"]))]
+    t0 = time.perf_counter()
+    try:
+        out = TurnLoop(tok, TurnOptions(max_turns=3, step_timeout_s=0.5)).generate(
+            engine, prompts, [{"id": str(i)} for i in range(4)], SamplingParams(n=1, max_new_tokens=8), specs)
+    finally:
+        release.set()
+    assert time.perf_counter() - t0 < 10
+    statuses = [(e.status, e.reward) for e in out.episodes]
+    assert statuses == [("env_timeout", 0.0), ("env_error", 0.0), ("done", 1.0), ("env_error", 0.0)]
+    assert "did not return within 0.5 s (turns.step_timeout_s)" in out.episodes[0].reason
+    assert out.episodes[1].reason == "RuntimeError: the database is gone" and out.episodes[3].reason == "KeyError: 'db_id'"
+    assert set(out.loss_mask[0]) == set(out.loss_mask[1]) == {0} and out.completion_ids[3] == [] and 1 in out.loss_mask[2]
+    assert out.completion_ids[2] == tok("12?").input_ids + tok("ok").input_ids + tok("3;").input_ids
+
+
+def test_budgets_turn_caps_observation_cuts_and_the_context(tiny_model_dir, scripted):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = tok("P:").input_ids
+    long_turn = tok("1234567890").input_ids
+    engine = scripted(tok, {tuple(prompt): [[long_turn, long_turn, long_turn]]})
+    env = spec(lambda: Scripted(["=" * 50, "=" * 50]))
+    params = SamplingParams(n=1, max_new_tokens=4)
+
+    def run(context=None, **options):
+        return TurnLoop(tok, TurnOptions(**options), context=context).generate(engine, [prompt], [{"id": "p"}], params, env)
+
+    capped = run(max_turns=2, max_observation_chars=20, max_total_tokens=100)
+    runs = split_runs(capped.completion_ids[0], capped.loss_mask[0])
+    assert [len(r[1]) for r in runs] == [4, len(tok("=" * 20 + "…(30 more characters)").input_ids), 4]  # turn cap: sampling.max_new_tokens
+    assert capped.episodes[0].status == "max_turns" and capped.finish_reasons[0] == "length"
+    per_turn = run(max_turns=3, max_turn_tokens=6, max_total_tokens=200)
+    assert [len(r[1]) for r in split_runs(per_turn.completion_ids[0], per_turn.loss_mask[0]) if r[0]] == [6, 6, 6]
+    dropped = run(max_turns=3, max_total_tokens=40)  # 4 + 50 would not fit: the observation is dropped
+    assert dropped.completion_ids[0] == long_turn[:4] and dropped.episodes[0].status == "length"
+    cut = run(max_turns=3, max_total_tokens=58)  # 4 + 50 + 4 = 58 leaves no room for the third turn
+    assert len(cut.completion_ids[0]) == 58 and cut.episodes[0].status == "length"
+    context = run(max_turns=3, max_total_tokens=500, context=len(prompt) + 30)  # the context binds before the budget
+    assert context.completion_ids[0] == long_turn[:4] and context.episodes[0].status == "length"
+
+
+@pytest.mark.timeout(300)
+def test_countdown_trajectories_are_engine_and_environment_tokens_turn_by_turn(real_engine, tiny_model_dir):
+    """A real engine and the demo's countdown checker: each model run is exactly what one engine call
+    returned for that trajectory, each environment run exactly its observation tokenized once."""
+    import lit_rlvr.demo  # noqa: F401
+
+    engine = real_engine
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    returned: list[list[int]] = []
+    generate = engine.generate
+
+    def spy(prompt_ids, params):
+        out = generate(prompt_ids, params)
+        returned.extend(out.completion_ids)
+        return out
+
+    engine.generate = spy
+    try:
+        out = countdown_rollouts(engine, tok)
+    finally:
+        del engine.generate  # the engine is shared by the module's tests
+    assert len(returned) == sum(e.turns for e in out.episodes)
+    check_countdown(out, tok, returned)
+
+
+def countdown_rollouts(engine, tok):
+    rows = [{"id": "c1", "digits": "375", "answer": "26"}, {"id": "c2", "digits": "129", "answer": "11"}]
+    prompts = [tok("C375=026:").input_ids, tok("C129=011:").input_ids]
+    return TurnLoop(tok, TurnOptions(max_turns=3)).generate(engine, prompts, rows, SamplingParams(n=4, max_new_tokens=6, seed=1),
+                                                            resolve_environment("countdown"))  # fmt: skip
+
+
+def check_countdown(out, tok, returned):
+    model_runs = [ids for c, m in zip(out.completion_ids, out.loss_mask) for is_model, ids in split_runs(c, m) if is_model]
+    assert sorted(map(tuple, model_runs)) == sorted(tuple(r) for r in returned if r)
+    for c, m, e in zip(out.completion_ids, out.loss_mask, out.episodes):
+        runs = split_runs(c, m)
+        env_runs = [ids for is_model, ids in runs if not is_model]
+        assert all(tok.decode(ids).startswith("=") and tok.decode(ids).endswith("\n") for ids in env_runs)
+        assert all(ids == tok(tok.decode(ids), add_special_tokens=False).input_ids for ids in env_runs)
+        assert e.turns == len(runs) - len(env_runs) and e.status in ("done", "max_turns", "length")
+
+
+def test_rollouts_check_the_mask_and_pad_it_and_options_check_themselves():
+    from lit_rlvr.rollout.types import Episode, Rollouts
+
+    r = Rollouts([[5, 6]], [[1, 2, 3], [4]], [[-1.0, 0.0, -2.0], [-1.0]], ["stop", "stop"], n=2, loss_mask=[[1, 0, 1], [1]],
+                 episodes=[Episode(1.0, "done"), Episode(None, "max_turns")])  # fmt: skip
+    padded = r.to_padded(0)
+    assert padded["loss_mask"].tolist() == [[1, 0, 1], [1, 0, 0]] and padded["response_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert "loss_mask" not in Rollouts([[5]], [[1]], [[0.0]], ["stop"], n=1).to_padded(0)  # single-turn: unchanged
+    with pytest.raises(ValueError, match="Rollouts.loss_mask: expected one 0/1 per completion token"):
+        Rollouts([[5]], [[1, 2]], [[0.0, 0.0]], ["stop"], n=1, loss_mask=[[1]])
+    with pytest.raises(ValueError, match="Rollouts.episodes: expected 1 episodes, got 0"):
+        Rollouts([[5]], [[1]], [[0.0]], ["stop"], n=1, episodes=[])
+    with pytest.raises(ValueError, match="Episode.status must be one of"):
+        Episode(0.0, "finished")
+    for bad, message in (({"max_turns": 0}, "turns.max_turns must be >= 1, got 0"), ({"max_total_tokens": 0}, "turns.max_total_tokens"),
+                         ({"step_timeout_s": 0}, "turns.step_timeout_s must be > 0"), ({"max_observation_chars": 3}, "max_observation_chars")):
+        with pytest.raises(ValueError, match=message):
+            TurnOptions(**bad)
