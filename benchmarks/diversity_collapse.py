@@ -9,6 +9,8 @@ whose choice is made on a selection split, the pass@1–pass@16 Pareto, equal wa
     python benchmarks/diversity_collapse.py --preset regime           # study 2: GRPO's regime candidates on the selection split
     python benchmarks/diversity_collapse.py --preset regime_confirm   # study 2: the chosen regime on 2 bases x 3 fresh seeds, held out
     python benchmarks/diversity_collapse.py --preset study3   # study 3: every method in study 2's regime (3-5 h on 2 cores)
+    python benchmarks/diversity_collapse.py --preset study4   # study 4: MaxRL beside GRPO, DPH-F, Pass@k (~1 h on 2 cores)
+    python benchmarks/diversity_collapse.py --preset study4 --smoke --work /tmp/study4_smoke   # its smoke check (minutes)
     python benchmarks/diversity_collapse.py --report-only     # summarise an existing --work folder
 
 Every run goes through the ``lit-rlvr`` CLI and ``configs/demo/``: ``warmstart`` (one base per
@@ -46,12 +48,21 @@ every method in that regime (200-step warm starts, lr 1e-4, 160 steps): DPH's co
 ``STUDY3_METHODS`` at its config on 2 bases × 3 seeds (B), each knob of :data:`KNOBS` at two more
 values on base 0 × seed 0 (C), and the methods slower per step than GRPO at GRPO's wall-clock (D).
 Work folder ``artifacts/study3``; report ``benchmarks/results/study3.md`` and ``study3_pareto.png``.
+
+Study 4 (``--preset study4``; ``benchmarks/results/study4_plan.md``, written before its runs) runs GRPO,
+DPH-F (study 3's chosen coverage), Pass@k and MaxRL in the same regime on 2 bases × 3 seeds made on
+the machine it runs on (:data:`STUDY4`), and judges :data:`STUDY4_HYPOTHESES` by study 3's rule. Work
+folder ``artifacts/study4`` (it refuses to continue on another machine kind); report
+``benchmarks/results/study4.md`` and ``study4_pareto.png``. ``--smoke`` runs the same pipeline on
+:data:`STUDY4_SMOKE` and reports into its work folder.
 ``--pause-file PATH`` holds new jobs while PATH exists.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -113,7 +124,9 @@ class Job:
 # Warm-start recipes of the bases (flags on top of configs/demo/warmstart.yaml, whose steps moved from
 # 450 to 200 with study 2's choice); each base lives in <work>/base[_<name>]/s<seed> and is validated as
 # base[_<name>]/b<seed>/s<rl seed>. "" is study 1's 450 steps, so its runs stay reproducible.
-WARMSTARTS: dict[str, list[str]] = {"": ["--steps", "450"], "ws200": ["--steps", "200"]}
+# "smoke" is study 4's smoke check (a base that only proves the pipeline runs, never a result).
+WARMSTARTS: dict[str, list[str]] = {"": ["--steps", "450"], "ws200": ["--steps", "200"],
+                                    "smoke": ["--steps", "5", "--warmup_steps", "1", "--eval_samples", "0"]}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -157,8 +170,10 @@ def _labelled(task, label: str):
 class Study:
     """Runs jobs two at a time through the CLI and keeps every record in ``work``."""
 
-    def __init__(self, work: Path, slots: int = 2, pause: Path | None = None, poll: float = 30.0, deadline: datetime | None = None):
+    def __init__(self, work: Path, slots: int = 2, pause: Path | None = None, poll: float = 30.0, deadline: datetime | None = None,
+                 validate_flags: tuple[str, ...] = ()):  # fmt: skip
         self.work, self.slots = work, slots
+        self.validate_flags = validate_flags  # added to every `lit-rlvr validate` (study 4's smoke check: fewer prompts)
         self.pause, self.poll = pause, poll  # while the file ``pause`` exists, no new job starts (those running finish)
         self.deadline = deadline  # no job starts after it (those running finish); a plan's amendment sets it before the runs
         self.skipped: list[str] = []  # what the deadline kept from starting, in order
@@ -255,7 +270,7 @@ class Study:
         self.lit("validate", "--config", "configs/demo/base.yaml", "--config", "configs/demo/record.yaml", *self.configs(domain)[2:],
                  f"--trainer.callbacks.init_args.path={self.metrics}", f"--trainer.callbacks.init_args.label={label}",
                  f"--model.policy.path={model}", f"--model.sampling.seed={1000 + seed}", "--trainer.enable_progress_bar=false",
-                 *extra, log=label.replace("/", "_"))  # fmt: skip
+                 *extra, *self.validate_flags, log=label.replace("/", "_"))  # fmt: skip
 
     @staticmethod
     def configs(domain: str, method: str | None = None) -> list[str]:
@@ -500,21 +515,37 @@ def methods_jobs(bases=(0, 1), seeds=(0, 1, 2), sweep_seeds=(0, 1)) -> list[Job]
     return jobs
 
 
+def sign_seen(diffs: list[float]) -> str:
+    """Study 3's rule: ``+`` when the 95% t-interval of the mean lies above 0, ``-`` below, ``=`` when it contains 0
+    (or when one value gives no interval).
+
+    Example:
+        >>> sign_seen([0.05, 0.06, 0.07]), sign_seen([-0.05, 0.06, 0.07]), sign_seen([-0.05, -0.06, -0.07]), sign_seen([0.1])
+        ('+', '=', '-', '=')
+    """
+    m, h = mean(diffs), ci(diffs)
+    return "=" if math.isnan(h) or m - h <= 0 <= m + h else ("+" if m > 0 else "-")
+
+
+def direction_check(by: dict, variant: str, k: int, want: str | None, label: str, against: str = "grpo") -> str:
+    """The held-out pass@k difference ``variant`` − ``against`` over the pairs on the same base × seed, the sign
+    :func:`sign_seen` gives and, when ``want`` (the allowed signs, e.g. ``"+="``) is given, MET or MISS."""
+    diffs = paired(by, variant, f"val/{HELD_OUT}/pass@{k}", against)
+    if not diffs:
+        return f"- {label} pass@{k}: not run"
+    seen = sign_seen(diffs)
+    line = (f"- {label} pass@{k} − {NAMES.get(against, against)}: {fmt(diffs)} over {len(diffs)} paired runs "
+            f"(worst {min(diffs):+.3f}); ")  # fmt: skip
+    if want is None:
+        return line + f"seen {seen} (no direction pre-registered)"
+    return line + f"expected {' or '.join(want)}, seen {seen}: {'MET' if seen in want else 'MISS'}"
+
+
 def expectation_check(by: dict, method: str, k: int, variant: str | None = None) -> str:
     """One pre-registered expectation against the paired differences to GRPO: MET or a miss, with the numbers
     (``variant``: the runs read, when not the method's own, e.g. DPH-F at part A's coverage)."""
-    key = f"val/{HELD_OUT}/pass@{k}"
-    grpo = {tuple(r["label"].split("/")[1:]): r for r in by.get("grpo", [])}
-    runs = by.get(variant or method, [])
-    diffs = [r[key] - grpo[tuple(r["label"].split("/")[1:])][key] for r in runs if tuple(r["label"].split("/")[1:]) in grpo]
     label = f"{method} ({variant})" if variant else method
-    if not diffs:
-        return f"- {label} pass@{k}: not run"
-    m, h = mean(diffs), ci(diffs)
-    seen = "=" if math.isnan(h) or m - h <= 0 <= m + h else ("+" if m > 0 else "-")
-    want = EXPECTED[method][f"pass@{k}"]
-    return (f"- {label} pass@{k} − GRPO: {fmt(diffs)} over {len(diffs)} paired runs (worst {min(diffs):+.3f}); "
-            f"expected {want}, seen {seen}: {'MET' if seen == want else 'MISS'}")  # fmt: skip
+    return direction_check(by, variant or method, k, EXPECTED[method][f"pass@{k}"], label)
 
 
 def methods_section(by: dict, study: Study, preset: str) -> list[str]:
@@ -871,10 +902,12 @@ def equal_compute_table(by: dict, variants: list[str]) -> list[str]:
     return lines
 
 
-def paired_table(by: dict, variants: list[str]) -> list[str]:
-    lines = ["| method − GRPO | pairs | " + " | ".join(f"Δ {name}" for _, name, _ in STUDY3_COLUMNS) + " |", "|---|---|" + "---|" * len(STUDY3_COLUMNS)]
+def paired_table(by: dict, variants: list[str], against: str = "grpo") -> list[str]:
+    """Each variant − ``against`` on the same base × seed: mean ± 95% CI (worst pair) of the five numbers."""
+    lines = [f"| method − {NAMES.get(against, against)} | pairs | " + " | ".join(f"Δ {name}" for _, name, _ in STUDY3_COLUMNS) + " |",
+             "|---|---|" + "---|" * len(STUDY3_COLUMNS)]  # fmt: skip
     for v in variants:
-        ds = [paired(by, v, key) for key, _, _ in STUDY3_COLUMNS]
+        ds = [paired(by, v, key, against) for key, _, _ in STUDY3_COLUMNS]
         if ds[0]:
             lines.append(f"| {NAMES.get(v, v)} | {len(ds[0])} | " + " | ".join(cell(d, digits, signed=True) for d, (_, _, digits) in zip(ds, STUDY3_COLUMNS)) + " |")
     return lines
@@ -1142,6 +1175,284 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
     print(body)
 
 
+# ---------------------------------------------------------------------------- study 4: MaxRL beside GRPO, DPH-F and Pass@k
+
+
+@dataclass(frozen=True)
+class Study4Setting:
+    """What a study-4 work folder runs: the plan's (``STUDY4``, benchmarks/results/study4_plan.md) or the smoke
+    check's (``STUDY4_SMOKE``: proves the pipeline runs end to end; its numbers are never results)."""
+
+    warm: str  # a WARMSTARTS key: the bases' warm-start recipe
+    bases: tuple[int, ...]
+    seeds: tuple[int, ...]
+    steps: int
+    validate_flags: tuple[str, ...] = ()  # added to every validation
+    base0_sha256: str = ""  # the start of base 0's expected weights hash ("" = not checked)
+
+
+STUDY4 = Study4Setting(STUDY3_WARM, STUDY3_BASES, STUDY3_SEEDS, STUDY3_STEPS, base0_sha256="8c3e23c9")
+STUDY4_SMOKE = Study4Setting("smoke", (0,), (0,), 2, ("--trainer.limit_val_batches=1", "--data.val_batch_size=8"))
+STUDY4_METHODS = ("grpo", "dph_f", "passk", "max_rl")  # the order inside a block
+STUDY4_DPH = COVERAGE["cov_thr4_exp_all"]  # study 3's chosen coverage, pinned (configs/demo/dph_f.yaml ships it too)
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A direction written before the runs: ``variant`` − ``against`` paired on base × seed, judged by
+    :func:`sign_seen` on held-out pass@k; ``allowed`` maps k to the signs that count as MET."""
+
+    name: str
+    variant: str
+    against: str
+    allowed: dict[int, str]
+    source: str
+
+
+# study4_plan.md's table, written before any run
+STUDY4_HYPOTHESES = (
+    Hypothesis("H1", "max_rl", "grpo", {1: "+=", 16: "+"}, "the MaxRL paper (arXiv 2602.02710): it Pareto-dominates GRPO, "
+               "similar or better pass@1 and higher pass@k"),
+    Hypothesis("H2", "max_rl", "grpo", {1: "=", 16: "="}, "the community audit issue 36 cites: MaxRL ≈ GRPO"),
+    Hypothesis("H3a", "dph_f", "grpo", {1: "-", 16: "+"}, "study 3 replicated on this machine (study3.md, DPH-F at threshold 4: "
+               "−0.052 ± 0.016, +0.081 ± 0.039)"),
+    Hypothesis("H3b", "passk", "grpo", {1: "-", 16: "="}, "study 3 replicated on this machine (study3.md: −0.022 ± 0.011, "
+               "+0.027 ± 0.050)"),
+)  # fmt: skip
+STUDY4_UNJUDGED = (("max_rl", "dph_f"), ("max_rl", "passk"))  # no source predicts a direction: reported, not judged
+
+
+def study4_jobs(setting: Study4Setting = STUDY4) -> list[Job]:
+    """Every arm on every base × seed, in study 3's block order (base, seed), the arms in ``STUDY4_METHODS`` order inside a block."""
+    blocks = [(b, s) for b, s in STUDY3_BLOCKS if b in setting.bases and s in setting.seeds]
+    return [Job(m, m, b, s, list(STUDY4_DPH) if m == "dph_f" else [], steps=setting.steps, warm=setting.warm)
+            for b, s in blocks for m in STUDY4_METHODS]  # fmt: skip
+
+
+def machine_record(slots: int) -> dict:
+    """This machine's kind (CPU model and flags, torch), the code's commit and the run's threads, for ``machine.jsonl``."""
+    import platform
+
+    import torch
+
+    info = Path("/proc/cpuinfo")  # Linux; elsewhere only platform.processor() is known
+    first = info.read_text().split("\n\n")[0] if info.exists() else ""  # the first processor's block
+    cpu = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
+    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    return {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": git("rev-parse", "HEAD"),
+            "changed": bool(git("status", "--porcelain", "--untracked-files=no")), "cpu": cpu.get("model name", platform.processor()),
+            "flags": sorted(cpu.get("flags", "").split()), "capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__, "python": platform.python_version(), "slots": slots, "threads_per_job": 1,
+            "argv": " ".join(sys.argv[1:])}  # fmt: skip
+
+
+MACHINE_KIND = ("cpu", "flags", "torch")  # what must not change within a work folder: each changes every sample
+
+
+def claim_work(work: Path, setting: Study4Setting, record: dict | None) -> None:
+    """Refuse a work folder begun with another setting or on another machine kind; then note this invocation.
+
+    ``record``: this invocation's :func:`machine_record` (None: only check the setting, for ``--report-only``).
+    """
+    path, wanted = work / "setting.json", json.loads(json.dumps(dataclasses.asdict(setting)))
+    if path.exists() and json.loads(path.read_text()) != wanted:
+        raise SystemExit(f"{work} holds a study-4 run with the setting {path.read_text().strip()}, not {json.dumps(wanted)} "
+                         "(the smoke check and the study must not share a work folder): use another --work")  # fmt: skip
+    if record is None:
+        return
+    machines = work / "machine.jsonl"
+    first = json.loads(machines.read_text().splitlines()[0]) if machines.exists() else record
+    changed = [k for k in MACHINE_KIND if first[k] != record[k]]
+    if changed:
+        raise SystemExit(f"{work} was begun on another machine kind ({', '.join(changed)} differ: "
+                         f"{', '.join(f'{first[k]!s:.80} here {record[k]!s:.80}' for k in changed)}); its runs cannot be paired with "
+                         "this machine's. Resume it on the machine kind it was begun on, or start a new --work.")  # fmt: skip
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(wanted) + "\n")
+    with machines.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def run_study4(study: Study, setting: Study4Setting = STUDY4) -> None:
+    """study4_plan.md: the data, the bases and their caches, the bases' validations, then every job; a rerun
+    skips what is recorded (bases, caches, runs)."""
+    claim_work(study.work, setting, machine_record(study.slots))
+    study.prepare(base_seeds=list(setting.bases), sql_seeds=[], warms=(setting.warm,))
+    study.run(study4_jobs(setting))
+
+
+def weights_sha256(base: Path) -> str | None:
+    """sha256 of a base's ``model.safetensors`` (None when it is not there)."""
+    path = base / "model.safetensors"
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def study4_machine_lines(study: Study, setting: Study4Setting) -> list[str]:
+    """Every invocation's machine line (machine.jsonl) and each base's weights hash."""
+    path = study.work / "machine.jsonl"
+    lines = ["| invoked (UTC) | commit | CPU | torch (CPU capability) | sha256 of the CPU flags | jobs at a time × threads | arguments |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for m in (json.loads(line) for line in (path.read_text().splitlines() if path.exists() else []) if line.strip()):
+        flags = hashlib.sha256(" ".join(m["flags"]).encode()).hexdigest()[:12]
+        lines.append(f"| {m['time']} | `{m['commit'][:10]}`{' + uncommitted changes' if m['changed'] else ''} | {m['cpu']} | "
+                     f"{m['torch']} ({m['capability']}) | `{flags}` ({len(m['flags'])} flags) | {m['slots']} × {m['threads_per_job']} | "
+                     f"`{m['argv'] or '(none)'}` |")  # fmt: skip
+    lines.append("")
+    for b in setting.bases:
+        sha = weights_sha256(study.base_dir(b, warm=setting.warm))
+        note = ""
+        if sha and b == 0 and setting.base0_sha256:
+            note = (f" — as expected (`{setting.base0_sha256}…`, this machine's warm start before the plan)" if sha.startswith(setting.base0_sha256)
+                    else f" — **not** the `{setting.base0_sha256}…` the plan expected from this machine's warm start")  # fmt: skip
+        lines.append(f"- base {b}: weights sha256 `{sha[:16] + '…' if sha else 'not made'}`{note}")
+    return lines
+
+
+def study4_seconds_table(study: Study, methods: tuple[str, ...]) -> list[str]:
+    """Training seconds per step of each arm over all its runs, and its fastest run against GRPO's fastest."""
+    times = study.times()
+    grpo = step_seconds(times, "grpo", STUDY3_BASE_LABELS)
+    lines = ["| method | runs | s/step (mean ± 95% CI) | fastest run | fastest / GRPO's fastest |", "|---|---|---|---|---|"]
+    for m in methods:
+        if every := step_seconds(times, m, STUDY3_BASE_LABELS):
+            ratio = f"{min(every) / min(grpo):.2f}" if grpo else "–"
+            lines.append(f"| {NAMES[m]} | {len(every)} | {fmt(every, 3)} | {min(every):.3f} | {ratio} |")
+    return lines
+
+
+def study4_runs_table(by: dict, base: str, blocks: list[tuple[str, str]]) -> list[str]:
+    """One row per base × seed: held-out pass@1 / pass@16 of the base and of every arm."""
+    lines = ["| base × seed | base | " + " | ".join(NAMES[m] for m in STUDY4_METHODS) + " |", "|---|---|" + "---|" * len(STUDY4_METHODS)]
+    for b, s in blocks:
+        cells = []
+        for v in (base, *STUDY4_METHODS):
+            r = next((r for r in by.get(v, []) if block_of(r) == (b, s)), None)
+            cells.append(f"{r[f'val/{HELD_OUT}/pass@1']:.3f} / {r[f'val/{HELD_OUT}/pass@16']:.3f}" if r else "–")
+        lines.append(f"| {b}, {s} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def study4_verdicts(by: dict) -> list[str]:
+    """Each hypothesis HELD or MISSED (naming the parts that missed), its parts MET or MISS with their numbers."""
+    lines = []
+    for h in STUDY4_HYPOTHESES:
+        parts = [direction_check(by, h.variant, k, want, NAMES[h.variant], h.against) for k, want in h.allowed.items()]
+        missed = [f"pass@{k}" for k, p in zip(h.allowed, parts) if p.endswith("MISS")]
+        verdict = "not run" if any(p.endswith("not run") for p in parts) else f"MISSED ({', '.join(missed)} missed)" if missed else "HELD"
+        lines += [f"\n**{h.name}: {verdict}** — {NAMES[h.variant]} − {NAMES[h.against]}; source: {h.source}.\n", *parts]
+    compared = dict.fromkeys([(h.variant, h.against) for h in STUDY4_HYPOTHESES] + list(STUDY4_UNJUDGED))
+    lines += ["\nNot judged (no direction from a source; pass@32 is reported beside pass@16 for every comparison):\n"]
+    lines += [direction_check(by, v, 32, None, NAMES[v], a) for v, a in compared]
+    lines += [direction_check(by, v, k, None, NAMES[v], a) for v, a in STUDY4_UNJUDGED for k in (1, 16)]
+    return lines
+
+
+def study4_pareto_plot(by: dict, out: Path, base: str, title: str) -> None:
+    """Left: held-out pass@1 vs pass@16 per arm (mean ± 95% CI, its runs as dots); right: the paired differences
+    against GRPO with their CIs, the quadrant where an arm Pareto-dominates GRPO shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p1, p16 = f"val/{HELD_OUT}/pass@1", f"val/{HELD_OUT}/pass@16"
+    colours = {"base": "black", **{m: plt.cm.tab10(i) for i, m in enumerate(STUDY4_METHODS)}}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5))
+    for v, name in ((base, "base"), *((m, NAMES[m]) for m in STUDY4_METHODS)):
+        rs, colour = by.get(v, []), colours["base" if v == base else v]
+        if (point := pareto_point(rs, HELD_OUT)) is None:
+            continue
+        left.scatter([r[p1] for r in rs], [r[p16] for r in rs], s=12, alpha=0.35, color=colour)
+        left.errorbar(point[0], point[1], xerr=point[2], yerr=point[3], capsize=3, color=colour, label=name,
+                      marker="*" if v == base else "o", markersize=11 if v == base else 7)  # fmt: skip
+        if v in (base, "grpo"):
+            continue
+        d1, d16 = paired(by, v, p1), paired(by, v, p16)
+        if d1:
+            ci1, ci16 = (0 if math.isnan(ci(d)) else ci(d) for d in (d1, d16))
+            right.errorbar(mean(d1), mean(d16), xerr=ci1, yerr=ci16, capsize=3, color=colour, marker="o", label=f"{name} − GRPO")
+            right.scatter(d1, d16, s=12, alpha=0.35, color=colour)
+    left.set(xlabel="held-out pass@1", ylabel="held-out pass@16", title="each arm: mean ± 95% CI over its runs (dots: the runs)")
+    right.axhline(0, color="grey", lw=0.8)
+    right.axvline(0, color="grey", lw=0.8)
+    x0, x1 = right.get_xlim()
+    y0, y1 = right.get_ylim()
+    right.fill_between([0, max(x1, 0.01)], 0, max(y1, 0.01), color="green", alpha=0.07, label="Pareto-dominates GRPO")
+    right.set(xlim=(min(x0, -0.01), max(x1, 0.01)), ylim=(min(y0, -0.01), max(y1, 0.01)), xlabel="Δ held-out pass@1 vs GRPO",
+              ylabel="Δ held-out pass@16 vs GRPO", title="paired on base × seed: mean ± 95% CI (dots: the pairs)")  # fmt: skip
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def write_study4_report(study: Study, setting: Study4Setting = STUDY4, out: Path = RESULTS / "study4.md",
+                        figure: Path = RESULTS / "study4_pareto.png") -> None:  # fmt: skip
+    """benchmarks/results/study4.md (+ its figure), the content study4_plan.md declares, from the work folder alone.
+
+    Reads only the base × seed blocks in which every arm finished; the others' runs are listed by label.
+    """
+    base = f"base_{setting.warm}"
+    by = group(study.records())
+    blocks = complete_blocks(by, STUDY4_METHODS)
+    planned = study4_jobs(setting)
+    missing = [j.label for j in planned if j.label not in study.done_labels()]
+    cut = sorted(r["label"] for v in (*STUDY4_METHODS, base) for r in by.get(v, []) if block_of(r) not in blocks)
+    by = in_blocks(by, blocks, (*STUDY4_METHODS, base))
+    shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
+    smoke = setting != STUDY4
+    seconds = study.work / "seconds.txt"
+    sections = ["# Study 4: MaxRL beside GRPO, DPH-F and Pass@k in the demo's regime\n",
+                *(["**SMOKE CHECK (`--smoke`): a 5-step base, 2 RL steps, a few validation prompts. It shows the pipeline runs; "
+                   "its numbers are not results.**\n"] if smoke else []),
+                "Plan, hypotheses and rule committed before these runs: [`study4_plan.md`](study4_plan.md). Command: "
+                f"`python benchmarks/diversity_collapse.py --preset study4{' --smoke' if smoke else ''} --slots 2`; every record in `"
+                + _shown(study.metrics) + "`, each run's `lit-rlvr` commands in `" + _shown(study.work / "logs") + "`"
+                + (" (wall time of each invocation, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")" if seconds.exists() else "")
+                + f". Bases: warm start `{setting.warm}` with seeds {', '.join(map(str, setting.bases))}, made on this machine; RL seeds "
+                f"{', '.join(map(str, setting.seeds))}; every run {setting.steps} steps of 16 prompts × 16 samples at lr 1e-4, validated at 32 "
+                "samples per prompt with rollout seed 1000 + its RL seed. Mean ± 95% t-interval over runs, the worst (lowest) run "
+                "in brackets. Study 3's numbers are not compared with these: its bases were made on another machine kind "
+                "(study4_plan.md).\n",
+                "## Machine and bases\n", *study4_machine_lines(study, setting),
+                f"\nComplete base × seed blocks (all {len(STUDY4_METHODS)} arms recorded): {shown} ({len(blocks)} of "
+                f"{len(planned) // len(STUDY4_METHODS)}); runs of incomplete blocks, left out of every table: "
+                f"{', '.join(f'`{c}`' for c in cut) or 'none'}; planned runs not recorded: {', '.join(f'`{m}`' for m in missing) or 'none'}.\n"]  # fmt: skip
+    if blocks:
+        study4_pareto_plot(by, figure, base, f"study 4: held-out countdown, {setting.steps} steps, blocks {shown}")
+        power = (f"With {len(blocks)} pairs the interval's t is {T95[len(blocks) - 1]}: a `=` can be a lack of power, not evidence "
+                 "of no difference." if 2 <= len(blocks) <= 10 else "With fewer than 2 pairs there is no interval: every sign reads `=`.")  # fmt: skip
+        g = {v: [deltas(by.get(v, []), {block_of(r): r for r in by.get(base, [])}, f"val/{HELD_OUT}/pass@{k}") for k in (1, 16)]
+             for v in ("grpo", "max_rl")}  # fmt: skip
+        sections += [f"## The pass@1–pass@16 picture\n\n![study 4]({figure.name})\n",
+                     "## Equal training steps: every arm at its shipped setting\n", *equal_compute_table(by, [base, *STUDY4_METHODS]),
+                     "\n### Paired differences (same base × seed)\n", *paired_table(by, list(STUDY4_METHODS[1:])), "",
+                     *paired_table(by, ["max_rl"], "dph_f"), "", *paired_table(by, ["max_rl"], "passk"),
+                     "\n## The hypotheses (pre-registered: study4_plan.md, `STUDY4_HYPOTHESES`) and what was seen\n",
+                     "`+`/`−`: the 95% CI of the paired difference lies above/below 0; `=`: it contains 0. A part is MET when the "
+                     "sign seen is one the hypothesis allows, else a MISS; a hypothesis HELD when every part is MET. " + power,
+                     *study4_verdicts(by),
+                     "\n## Every run (held-out pass@1 / pass@16)\n", *study4_runs_table(by, base, blocks),
+                     "\n### Training seconds per step (the training loop's time over its optimizer steps)\n",
+                     "Measured on a 2-core machine that other sessions may share; two jobs ran at a time. Not a criterion.\n",
+                     *study4_seconds_table(study, STUDY4_METHODS), *load_notes(study),
+                     "\nSupplementary, not a criterion: held-out Δ over each run's own base, GRPO: pass@1 "
+                     f"{cell(g['grpo'][0], signed=True)}, pass@16 {cell(g['grpo'][1], signed=True)}; MaxRL: pass@1 "
+                     f"{cell(g['max_rl'][0], signed=True)}, pass@16 {cell(g['max_rl'][1], signed=True)}."]  # fmt: skip
+    firsts = {}
+    for r in study.records():
+        firsts.setdefault(r["label"].split("/")[0], r["label"])
+    sections += ["\n## Commands\n", "Each arm's first run (the others differ only in `--model.policy.path`, the seeds and the output "
+                 "paths); every run's `lit-rlvr fit` and `validate` lines are in its log:\n",
+                 *fit_commands(study, [label for v, label in firsts.items() if v in STUDY4_METHODS])]  # fmt: skip
+    body = "\n".join(sections) + "\n"
+    out.write_text(body)
+    print(body)
+
+
 # ---------------------------------------------------------------------------- statistics
 
 
@@ -1299,9 +1610,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="study",
                         choices=["study", "budget", "quick", "ablation", "robust", "pareto", "wallclock", "sql", "methods", "regime",
-                                 "regime_confirm", "study3"])  # fmt: skip
+                                 "regime_confirm", "study3", "study4"])  # fmt: skip
     parser.add_argument("--work", type=Path, default=None,
-                        help="work folder (default artifacts/study; artifacts/study2 for the regime presets, artifacts/study3 for study3)")  # fmt: skip
+                        help="work folder (default artifacts/study; artifacts/study2 for the regime presets, artifacts/study3 for "
+                             "study3, artifacts/study4 for study4, artifacts/study4_smoke with --smoke)")  # fmt: skip
     parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
     parser.add_argument("--pause-file", type=Path, default=None, help="while this file exists no new job starts (running ones finish)")
     parser.add_argument("--report-only", action="store_true")
@@ -1311,15 +1623,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--deadline", type=lambda v: datetime.fromisoformat(v).replace(tzinfo=timezone.utc), default=None,
                         help="study3: amendment 1 of study3_plan.md — no job starts after this UTC time (e.g. 2026-12-03T13:25); "
                              "no part A, part B block by block, no parts C and D")  # fmt: skip
-    return parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true",
+                        help="study4: the smoke check — base 0 from a 5-step warm start, RL seed 0, 2 steps, 8 prompts per "
+                             "validation set; its report goes to the work folder, never to benchmarks/results")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.smoke and args.preset != "study4":
+        parser.error(f"--smoke is study4's smoke check; got --preset {args.preset}")
+    return args
 
 
 def main() -> None:
     args = parse_args()
     regime = args.preset.startswith("regime")
-    folder = "study2" if regime else "study3" if args.preset == "study3" else "study"
-    study = Study(args.work or ROOT / "artifacts" / folder, args.slots, pause=args.pause_file, deadline=args.deadline)
+    folder = {"study3": "study3", "study4": "study4_smoke" if args.smoke else "study4"}.get(args.preset, "study2" if regime else "study")
+    setting = STUDY4_SMOKE if args.smoke else STUDY4
+    study = Study(args.work or ROOT / "artifacts" / folder, args.slots, pause=args.pause_file, deadline=args.deadline,
+                  validate_flags=setting.validate_flags if args.preset == "study4" else ())  # fmt: skip
     t0 = time.perf_counter()
+    if args.preset == "study4":
+        if args.report_only:
+            claim_work(study.work, setting, None)
+        else:
+            run_study4(study, setting)
+            with (study.work / "seconds.txt").open("a") as f:
+                f.write(f"{args.preset}{' --smoke' if args.smoke else ''} {time.perf_counter() - t0:.0f}\n")
+        where = study.work if args.smoke else RESULTS
+        write_study4_report(study, setting, where / "study4.md", where / "study4_pareto.png")
+        return
     if args.preset == "study3":
         if not args.report_only:
             amended = {1: run_study3_amended, 2: run_study3_amendment2, 3: run_study3_amendment3}[args.amendment]

@@ -385,7 +385,7 @@ def test_the_documented_study_commands_parse():
     assert any("--amendment 2" in c for c in commands) and any("--amendment 3" in c for c in commands), commands
     for command in commands:
         args = dc.parse_args(shlex.split(command))
-        assert args.preset in ("study3", "regime", "regime_confirm", "methods", "study", "budget") and (args.deadline is None or args.preset == "study3")
+        assert args.preset in ("study3", "study4", "regime", "regime_confirm", "methods", "study", "budget") and (args.deadline is None or args.preset == "study3")
 
 
 def test_amendment_3_runs_part_a_then_the_last_sweeps_part_d_by_fastest_runs_then_dph_at_the_chosen_coverage(tmp_path, monkeypatch):
@@ -441,3 +441,120 @@ def test_the_shipped_coverage_candidate_is_checked_against_part_bs_dph_f_digit_f
                    full(f"{dc.STUDY3_SHIPPED_COVERAGE}/b0/s0", 0.25, 0.75), full(f"{dc.STUDY3_SHIPPED_COVERAGE}/b0/s1", 0.25, 0.76)])
     (line,) = dc.reproduced(by)
     assert "1 of its 2 runs equal part B's DPH-F run on the same base × seed on every number above (b0/s0)" in line
+
+
+# ---------------------------------------------------------------------------- study 4: MaxRL beside GRPO, DPH-F and Pass@k
+
+
+def test_study4_runs_the_four_arms_on_both_ws200_bases_for_160_steps_in_study3s_block_order():
+    jobs = dc.study4_jobs()
+    assert len({j.label for j in jobs}) == len(jobs) == 4 * 2 * 3
+    assert all(j.warm == "ws200" and j.steps == 160 for j in jobs) and set(dc.STUDY4_METHODS) <= {p.stem for p in CONFIGS.glob("*.yaml")}
+    assert [j.label for j in jobs[:5]] == ["grpo/b0/s0", "dph_f/b0/s0", "passk/b0/s0", "max_rl/b0/s0", "grpo/b1/s0"]
+    assert [(j.base_seed, j.seed) for j in jobs[::4]] == list(dc.STUDY3_BLOCKS)
+    flags = {j.method: j.overrides for j in jobs}
+    assert flags["dph_f"] == CHOSEN and flags["grpo"] == flags["passk"] == flags["max_rl"] == []  # study 3's chosen coverage, pinned
+    smoke = dc.study4_jobs(dc.STUDY4_SMOKE)
+    assert [j.label for j in smoke] == ["grpo/b0/s0", "dph_f/b0/s0", "passk/b0/s0", "max_rl/b0/s0"] and {j.warm for j in smoke} == {"smoke"}
+
+
+def test_the_study4_arms_reach_their_estimators_through_the_study_command(print_config, tmp_path):
+    study = dc.Study(tmp_path)
+    configs = {j.method: print_config(*study.fit_args(j)) for j in dc.study4_jobs()[:4]}
+    losses = {m: c["model"]["init_args"]["loss"] for m, c in configs.items()}
+    assert {m: loss["advantage"] for m, loss in losses.items()} == {"grpo": "grpo", "dph_f": "grpo", "passk": "passk", "max_rl": "max_rl"}
+    assert losses["passk"]["advantage_options"] == {"k": 4}
+    cache = configs["dph_f"]["data"]["init_args"]["cache"]
+    assert (cache["perfect_threshold"], cache["train_split"], cache["anchor_samples"]) == (4, "exp", "all")
+    assert all(c["trainer"]["max_steps"] == 160 and c["model"]["init_args"]["optimizer"]["init_args"]["lr"] == 1e-4 for c in configs.values())
+
+
+def study4_records(maxrl_p16: float = 0.05, blocks=dc.STUDY3_BLOCKS) -> list[dict]:
+    """Hand-made runs: MaxRL = GRPO in pass@1, above in pass@16; DPH-F below in pass@1 and above in pass@16; Pass@k = GRPO."""
+    records = []
+    for b, s in blocks:
+        wobble = 0.002 * s  # pairs that differ a little, so the intervals are not 0
+        records += [full(f"base_ws200/b{b}/s{s}", 0.15, 0.80), full(f"grpo/b{b}/s{s}", 0.25, 0.70)]
+        records += [full(f"dph_f/b{b}/s{s}", 0.20 + wobble, 0.78 + wobble), full(f"passk/b{b}/s{s}", 0.25 + wobble - 0.002, 0.70)]
+        records += [full(f"max_rl/b{b}/s{s}", 0.25, 0.70 + maxrl_p16 + wobble)]
+    return records
+
+
+def test_study4_report_judges_each_hypothesis_by_study3s_rule_and_names_its_misses(tmp_path):
+    study = study_with(tmp_path / "work", study4_records())
+    timings(study, {r["label"]: 100.0 + 20 * r["label"].startswith("dph_f") for r in study.records() if not r["label"].startswith("base")})
+    record = {"time": "2026-12-04T16:00:00+00:00", "commit": "0123456789abcdef", "changed": False, "cpu": "Intel(R) Xeon(R) Processor",
+              "flags": ["avx2", "avx512f"], "capability": "AVX512", "torch": "2.13.0+cpu", "python": "3.11.7", "slots": 2,
+              "threads_per_job": 1, "argv": "--preset study4 --slots 2"}  # fmt: skip
+    dc.claim_work(study.work, dc.STUDY4, record)
+    (study.base_dir(0, warm="ws200")).mkdir(parents=True)
+    (study.base_dir(0, warm="ws200") / "model.safetensors").write_bytes(b"not the weights")
+    dc.write_study4_report(study, dc.STUDY4, tmp_path / "study4.md", tmp_path / "study4.png")
+    text = (tmp_path / "study4.md").read_text()
+    assert (tmp_path / "study4.png").stat().st_size > 0 and "SMOKE" not in text
+    assert "(b0, s0), (b1, s0), (b0, s1), (b1, s1), (b0, s2), (b1, s2) (6 of 6)" in text and "planned runs not recorded: none" in text
+    assert "| 2026-12-04T16:00:00+00:00 | `0123456789` | Intel(R) Xeon(R) Processor | 2.13.0+cpu (AVX512) |" in text
+    assert "- base 0: weights sha256 `" in text and "**not** the `8c3e23c9…` the plan expected" in text and "- base 1: weights sha256 `not made`" in text
+    assert "| MaxRL | 6 | 0.250 ± 0.000 (0.250) | 0.752 ± 0.002 (0.750) |" in text
+    assert "| MaxRL | 6 | +0.000 ± 0.000 (+0.000) | +0.052 ± 0.002 (+0.050) |" in text  # − GRPO
+    assert "| method − DPH-F | pairs |" in text and "| method − Pass@k | pairs |" in text
+    assert "**H1: HELD** — MaxRL − GRPO" in text and "**H2: MISSED (pass@16 missed)** — MaxRL − GRPO" in text
+    assert "- MaxRL pass@1 − GRPO: 0.000 ± 0.000 over 6 paired runs (worst +0.000); expected + or =, seen =: MET" in text
+    assert "- MaxRL pass@16 − GRPO: 0.052 ± 0.002 over 6 paired runs (worst +0.050); expected =, seen +: MISS" in text
+    assert "**H3a: HELD**" in text and "**H3b: MISSED (pass@1 missed)**" in text  # a miss is reported as a miss
+    assert "- Pass@k pass@1 − GRPO: 0.000 ± 0.002 over 6 paired runs (worst -0.002); expected -, seen =: MISS" in text
+    assert "- MaxRL pass@16 − DPH-F: -0.030 ± 0.000 over 6 paired runs (worst -0.030); seen - (no direction pre-registered)" in text
+    assert "- MaxRL pass@32 − GRPO: " in text and "With 6 pairs the interval's t is 2.571" in text
+    assert "| b1, s2 | 0.150 / 0.800 | 0.250 / 0.700 | 0.204 / 0.784 | 0.252 / 0.700 | 0.250 / 0.754 |" in text
+    assert "| DPH-F | 6 | 0.750 ± 0.000 | 0.750 | 1.20 |" in text
+
+
+def test_study4_report_reads_complete_blocks_only_and_names_the_rest(tmp_path):
+    records = [r for r in study4_records() if r["label"] not in ("max_rl/b1/s2", "passk/b1/s2")]
+    study = study_with(tmp_path / "work", records)
+    dc.write_study4_report(study, dc.STUDY4, tmp_path / "study4.md", tmp_path / "study4.png")
+    text = (tmp_path / "study4.md").read_text()
+    assert "(b0, s2) (5 of 6)" in text and "`base_ws200/b1/s2`, `dph_f/b1/s2`, `grpo/b1/s2`" in text
+    assert "planned runs not recorded: `passk/b1/s2`, `max_rl/b1/s2`" in text
+    assert "| GRPO | 5 |" in text and "over 5 paired runs" in text and "t is 2.776" in text
+
+
+def machine(**changes) -> dict:
+    return {"cpu": "Intel(R) Xeon(R) Processor", "flags": ["avx2", "avx512f"], "torch": "2.13.0+cpu", "commit": "abc", **changes}
+
+
+def test_a_study4_work_folder_refuses_another_setting_and_another_machine_kind(tmp_path):
+    dc.claim_work(tmp_path, dc.STUDY4, machine())
+    dc.claim_work(tmp_path, dc.STUDY4, machine(commit="def"))  # a resume at a later commit is noted, not refused
+    assert [json.loads(line)["commit"] for line in (tmp_path / "machine.jsonl").read_text().splitlines()] == ["abc", "def"]
+    with pytest.raises(SystemExit, match="flags differ"):
+        dc.claim_work(tmp_path, dc.STUDY4, machine(flags=["avx2"]))
+    with pytest.raises(SystemExit, match="torch differ: 2.13.0\\+cpu here 2.14.0"):
+        dc.claim_work(tmp_path, dc.STUDY4, machine(torch="2.14.0"))
+    with pytest.raises(SystemExit, match="the smoke check and the study must not share a work folder"):
+        dc.claim_work(tmp_path, dc.STUDY4_SMOKE, None)  # --report-only checks the setting too
+    assert len((tmp_path / "machine.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_rerun_of_study4_skips_the_recorded_runs(tmp_path, monkeypatch):
+    study = study_with(tmp_path / "work", [full("base_ws200/b0/s0", 0.15, 0.8), full("grpo/b0/s0", 0.25, 0.7), full("dph_f/b0/s0", 0.2, 0.8)])
+    prepared, ran = [], []
+    monkeypatch.setattr(dc, "machine_record", lambda slots: machine())
+    monkeypatch.setattr(study, "prepare", lambda **kw: prepared.append(kw))
+    monkeypatch.setattr(study, "validate", lambda label, *a: ran.append(label))  # the bases' validations
+    monkeypatch.setattr(study, "run_job", lambda job: ran.append(job.label))
+    dc.run_study4(study)
+    assert prepared == [{"base_seeds": [0, 1], "sql_seeds": [], "warms": ("ws200",)}]
+    assert ran[:5] == ["base_ws200/b0/s1", "base_ws200/b0/s2", "base_ws200/b1/s0", "base_ws200/b1/s1", "base_ws200/b1/s2"]
+    assert ran[5:] == [j.label for j in dc.study4_jobs()[2:]] and len(ran[5:]) == 22
+
+
+def test_smoke_is_study4s_and_its_validations_are_smaller(tmp_path):
+    with pytest.raises(SystemExit):
+        dc.parse_args(["--preset", "study3", "--smoke"])
+    assert dc.parse_args(["--preset", "study4", "--smoke"]).smoke
+    study = dc.Study(tmp_path, validate_flags=dc.STUDY4_SMOKE.validate_flags)
+    seen = []
+    study.lit = lambda *args, log: seen.append(args)
+    study.validate("grpo/b0/s0", tmp_path / "hf", 0, "countdown", None, tmp_path / "counts.json")
+    assert seen[0][-2:] == ("--trainer.limit_val_batches=1", "--data.val_batch_size=8")
