@@ -32,3 +32,9 @@ if python3 -c "import vllm, torch, sys; sys.exit(torch.cuda.device_count() < 2)"
 else
   echo "async.py --gpu skipped: needs vLLM and 2 GPUs" | tee -a "$out/gpu_check.txt"
 fi
+# Weight sync of a LoRA policy (merged vs adapter-only, buckets): needs vLLM and a GPU.
+if python3 -c "import vllm, torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  (out_abs="$(cd "$out" && pwd)"; cd benchmarks && timeout 300 python3 weight_sync.py --gpu --out "$out_abs/weight_sync_gpu.md") 2>&1 | tail -8 | tee -a "$out/gpu_check.txt"
+else
+  echo "weight_sync.py --gpu skipped: needs vLLM and a GPU" | tee -a "$out/gpu_check.txt"
+fi

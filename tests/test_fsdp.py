@@ -55,8 +55,9 @@ def test_fsdp2_fit_with_live_rollouts_on_two_processes(tiny_model_dir, toy_promp
 @pytest.mark.timeout(200)
 def test_fsdp2_weight_stream_gathers_one_parameter_at_a_time(tmp_path):
     """What a vLLM engine receives from a sharded policy: full tensors equal to the unsharded model's
-    (LoRA merged), plain ``torch.Tensor``s (not DTensors), never more than one alive at a time, and the
-    shards restored afterwards (LoRA: merge, stream, unmerge)."""
+    (LoRA merged; or, for adapter-only sync, the base weights and the adapter), plain ``torch.Tensor``s
+    (not DTensors), never more than one alive at a time, and the shards restored afterwards (LoRA:
+    merge, stream, unmerge)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     out = tmp_path / "weights"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
@@ -64,7 +65,9 @@ def test_fsdp2_weight_stream_gathers_one_parameter_at_a_time(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for rank in range(2):
-        for kind, r in json.loads(Path(f"{out}.rank{rank}").read_text()).items():
+        results = json.loads(Path(f"{out}.rank{rank}").read_text())
+        assert sorted(results) == ["lora", "lora_adapter", "lora_base", "plain"]
+        for kind, r in results.items():
             assert r["tensors"] == r["expected"] and r["err"] == 0.0 and r["plain"], (rank, kind, r)
             assert r["max_alive"] == 0, (rank, kind, r)  # the stream keeps no gathered tensor
             assert r["shard_moved"] < 1e-6, (rank, kind, r)  # float32 rounding of merge/unmerge at most

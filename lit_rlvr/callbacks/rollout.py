@@ -39,7 +39,7 @@ their staleness, queue and waits too (:meth:`~lit_rlvr.callbacks.rollout_produce
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
@@ -48,7 +48,15 @@ from lit_rlvr.callbacks.rollout_producer import AsyncRollouts
 from lit_rlvr.contracts import PromptData, RolloutHost, TrainBatch, ValBatch, require
 from lit_rlvr.policy import gathered_parameters
 from lit_rlvr.ranks import RankGroup
-from lit_rlvr.rollout.engine import RolloutEngine, build_engine, context_length, fingerprint_error, policy_drift, probe_sequence
+from lit_rlvr.rollout.engine import (
+    SYNC_BUCKET_MB,
+    RolloutEngine,
+    build_engine,
+    context_length,
+    fingerprint_error,
+    policy_drift,
+    probe_sequence,
+)
 from lit_rlvr.rollout.options import AsyncOptions, RolloutOptions
 from lit_rlvr.rollout.seeds import step_sampling, validation_sampling
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
@@ -86,6 +94,12 @@ class RolloutCallback(Callback):
             run bit for bit, generated while the loop loads the next batch).
         on_stale: ``wait`` (the generator waits so no batch is older than k) or ``drop`` (it
             runs one batch further; a batch older than k is dropped, counted and generated again).
+        adapter_sync: how a LoRA policy reaches a vLLM engine (``vllm``, ``vllm_server``): ``auto``
+            (the adapter alone after the base weights once, when vLLM can serve it; else merged
+            weights, saying why), ``true`` (the adapter alone, or an error at start-up), ``false``
+            (merged weights); docs/generation.md, "Which sync runs when".
+        sync_bucket_mb: the most weights a full sync moves at once, in MB (a ``file`` chunk, an
+            NCCL buffer, a multi-process engine's file): the sender's extra memory during a sync.
     """
 
     def __init__(
@@ -101,12 +115,14 @@ class RolloutCallback(Callback):
         sync_timeout_s: float | None = None,
         max_staleness: int | None = None,
         on_stale: str = "wait",
+        adapter_sync: bool | Literal["auto"] = "auto",
+        sync_bucket_mb: int = SYNC_BUCKET_MB,
     ):
         super().__init__()
         self.options = RolloutOptions(
             engine, dict(engine_options or {}), model_path, sync_every_n_steps, fingerprint, fingerprint_atol,
             drift_every_n_steps, generate_timeout_s, sync_timeout_s,
-            None if max_staleness is None else AsyncOptions(max_staleness, on_stale),
+            None if max_staleness is None else AsyncOptions(max_staleness, on_stale), adapter_sync, sync_bucket_mb,
         )  # fmt: skip
         self.engine: RolloutEngine | None = None if isinstance(engine, str) else engine
         self._owns_engine = isinstance(engine, str)
@@ -137,7 +153,7 @@ class RolloutCallback(Callback):
     def build_engine(self, pl_module: LightningModule) -> RolloutEngine:
         """Create the engine for ``pl_module.policy`` (override to customise construction)."""
         o = self.options
-        kwargs = {"generate_timeout_s": o.generate_timeout_s, "sync_timeout_s": o.sync_timeout_s, **o.engine_options}
+        kwargs = {"generate_timeout_s": o.generate_timeout_s, "sync_timeout_s": o.sync_timeout_s, **o.sync_kwargs(), **o.engine_options}
         return build_engine(o.engine_kind, model=pl_module.policy, tokenizer=pl_module.tokenizer, model_path=o.model_path, **kwargs)
 
     @override

@@ -68,6 +68,7 @@ class EngineStats:
     generate_calls: int = 0
     syncs: int = 0
     sync_seconds: float = 0.0
+    sync_bytes: int = 0  # what the syncs moved into the engine: merged weights, base weights, adapters
 
     @property
     def tokens_per_second(self) -> float:
@@ -484,14 +485,23 @@ def policy_drift(
 # --------------------------------------------------------------------------- factory
 
 
-ENGINE_INJECTED = ("model", "tokenizer", "model_path", "generate_timeout_s", "sync_timeout_s")
+SYNC_BUCKET_MB = 256
+"""Default of ``rollout.sync_bucket_mb``: the most weights a full sync copies at once (TRL's
+buckets are 256 MB, slime's and miles' 512 MB)."""
+
+ENGINE_INJECTED = (
+    "model", "tokenizer", "model_path", "generate_timeout_s", "sync_timeout_s", "adapter_sync", "adapter", "sync_bucket_mb",
+)  # fmt: skip
 ENGINES = Registry("rollout engine", injected=ENGINE_INJECTED)
 """Name → builder ``(*, model, tokenizer, model_path, **options) -> RolloutEngine``; filled by
 :mod:`lit_rlvr.rollout.hf` (``"hf"``) and :mod:`lit_rlvr.rollout.vllm` (``"vllm"``), plus
 ``"auto"`` here. A builder registers with ``signature=`` its engine class, whose keyword-only
 parameters are the options ``rollout.engine_options`` may set (less the injected
-:data:`ENGINE_INJECTED`: the policy, its tokenizer and path, the callback's timeouts). A user's
-engine registers the same way and is chosen by name from config."""
+:data:`ENGINE_INJECTED`: the policy, its tokenizer and path, the callback's timeouts and weight-sync
+settings). An engine class that takes ``adapter`` serves a LoRA policy's adapter itself (its builder
+takes the callback's ``adapter_sync`` and turns it into ``adapter``,
+:func:`~lit_rlvr.rollout.adapters.adapter_serving`); one that takes ``sync_bucket_mb`` copies full
+syncs in buckets of that size. A user's engine registers the same way and is chosen by name from config."""
 
 
 def vllm_available() -> bool:

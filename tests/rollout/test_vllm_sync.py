@@ -11,7 +11,8 @@ from contextlib import contextmanager
 import pytest
 from torch import nn
 
-import lit_rlvr.rollout.vllm as vllm_engine
+import lit_rlvr.rollout.weights as weights_module
+from lit_rlvr.rollout.engine import EngineStats
 from lit_rlvr.rollout.vllm import VLLMEngine
 
 
@@ -30,7 +31,7 @@ def test_weight_stream_is_finished_when_the_engine_fails_midway(monkeypatch):
     produced = []
 
     @contextmanager
-    def counting_weights(m):
+    def counting_weights(m, merged=True):
         def stream():
             for name, tensor in m.state_dict().items():
                 produced.append(name)  # stands for one all-gather
@@ -38,9 +39,10 @@ def test_weight_stream_is_finished_when_the_engine_fails_midway(monkeypatch):
 
         yield stream()
 
-    monkeypatch.setattr(vllm_engine, "sync_weights", counting_weights)
+    monkeypatch.setattr(weights_module, "sync_weights", counting_weights)
     engine = object.__new__(VLLMEngine)  # no vllm.LLM: only the sync logic runs
     engine.llm, engine._asleep, engine._weights_awake = _EngineDiesAfterTwoTensors(), False, True
+    engine.adapter, engine._base_synced, engine._stats = None, False, EngineStats()
     monkeypatch.setattr(VLLMEngine, "_in_process", lambda self: True)
     with pytest.raises(RuntimeError, match="engine died while loading"):
         engine._update_weights(model)

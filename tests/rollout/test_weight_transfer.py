@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("vllm")
 
 
-def test_chunks_go_into_a_private_folder_that_is_removed_after_the_sync(tmp_path):
+def test_chunks_of_at_most_chunk_bytes_go_into_a_private_folder_that_is_removed_after_the_sync(tmp_path):
     from safetensors.torch import load_file
 
     from lit_rlvr.rollout.weight_transfer import FileTrainerInitInfo, FileTrainerWeightTransferEngine
@@ -36,7 +36,7 @@ def test_chunks_go_into_a_private_folder_that_is_removed_after_the_sync(tmp_path
 
     weights = {"a": torch.ones(4), "b": torch.zeros(2, 2), "c": torch.arange(3.0)}
     client = Client()
-    init = FileTrainerInitInfo(rank=0, directory=str(tmp_path), chunk_bytes=20)  # a chunk per two tensors
+    init = FileTrainerInitInfo(rank=0, directory=str(tmp_path), chunk_bytes=32)  # a and b (16 + 16 bytes) fill a chunk
     sender = FileTrainerWeightTransferEngine.trainer_init(init, client=client, source=list(weights.items()))
     sender.send_weights()
     start, (folder, mode, names, posted), (folder2, _, names2, _), finish = client.calls[1:]
