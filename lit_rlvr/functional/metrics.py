@@ -390,3 +390,82 @@ def mean_token_entropy(entropy: Tensor, response_mask: Tensor) -> Tensor:
     """
     total, count = masked_entropy_sum(entropy, response_mask)
     return total / count
+
+
+# ------------------------------------------------------------------ multi-turn behaviour (docs/agents.md)
+BEHAVIOUR_SUMS = ("trajectories", "turns", "tool_calls", "tool_errors", "env_failed")
+"""The leading entries of :func:`behaviour_sums`; the counts of trajectories with t = 1 … max_turns turns follow."""
+
+
+def behaviour_sums(turns: Tensor, tool_calls: Tensor, tool_errors: Tensor, env_failed: Tensor, max_turns: int) -> Tensor:
+    """What B multi-turn trajectories did, as sums (the states of :class:`~lit_rlvr.metrics.TurnBehaviour`).
+
+    The behaviour whose collapse agents show under RL ("collapses to single-turn answers": VerlTool,
+    arXiv 2509.01055): how many turns a trajectory takes, how many tools it calls, how many fail.
+
+    Args:
+        turns: ``(B,)`` the model's turns of each trajectory (0: its environment failed at reset).
+        tool_calls: ``(B,)`` tool calls of each.
+        tool_errors: ``(B,)`` failed tool calls of each.
+        env_failed: ``(B,)`` bool, its environment raised or hung (the trajectory is not trained on).
+        max_turns: the loop's turn limit (the histogram's last bin).
+
+    Returns:
+        ``(5 + max_turns,)`` float64: :data:`BEHAVIOUR_SUMS` (B, Σ turns, Σ tool calls, Σ tool
+        errors, environment failures), then the trajectories with exactly t turns, t = 1 … max_turns.
+
+    Example:
+        >>> behaviour_sums(torch.tensor([1, 3, 2]), torch.tensor([0, 2, 1]), torch.tensor([0, 1, 0]),
+        ...                torch.tensor([False, False, True]), max_turns=3)
+        tensor([3., 6., 3., 1., 1., 1., 1., 1.], dtype=torch.float64)
+    """
+    if not turns.shape == tool_calls.shape == tool_errors.shape == env_failed.shape or turns.dim() != 1:
+        raise ValueError(f"behaviour_sums: turns, tool_calls, tool_errors and env_failed must all be (B,); got "
+                         f"{[tuple(t.shape) for t in (turns, tool_calls, tool_errors, env_failed)]}")  # fmt: skip
+    if max_turns < 1 or (turns.numel() and int(turns.max()) > max_turns):
+        raise ValueError(f"behaviour_sums: max_turns={max_turns} must be >= 1 and >= every trajectory's turns")
+    head = torch.stack([torch.tensor(float(turns.numel()), dtype=torch.float64), turns.double().sum(), tool_calls.double().sum(),
+                        tool_errors.double().sum(), env_failed.double().sum()])  # fmt: skip
+    histogram = torch.bincount(turns.long().cpu(), minlength=max_turns + 1)[1:].double()  # (max_turns,)
+    return torch.cat([head.cpu(), histogram])
+
+
+def behaviour_means(sums: Tensor) -> dict[str, Tensor]:
+    """The logged behaviour from :func:`behaviour_sums` (of one batch, or summed over batches and ranks).
+
+    Returns:
+        ``turns`` (mean turns per trajectory), ``tool_calls`` and ``tool_errors`` (means per
+        trajectory), ``env_failed`` (share whose environment failed), ``single_turn`` (share with
+        exactly one turn), and ``turns_<t>`` (share with exactly t turns: the histogram). NaN with no
+        trajectory.
+
+    Example:
+        >>> means = behaviour_means(torch.tensor([4., 6., 2., 1., 0., 2., 1., 1.], dtype=torch.float64))
+        >>> {k: float(v) for k, v in means.items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'turns': 1.5, 'tool_calls': 0.5, 'tool_errors': 0.25, 'env_failed': 0.0, 'single_turn': 0.5,
+         'turns_1': 0.5, 'turns_2': 0.25, 'turns_3': 0.25}
+    """
+    B = sums[0]
+    means = {name: sums[i] / B for i, name in enumerate(BEHAVIOUR_SUMS) if i}
+    means["single_turn"] = sums[len(BEHAVIOUR_SUMS)] / B
+    means.update({f"turns_{t}": sums[len(BEHAVIOUR_SUMS) + t - 1] / B for t in range(1, len(sums) - len(BEHAVIOUR_SUMS) + 1)})
+    return means
+
+
+def distinct_tool_sequences(sequences: Sequence[Sequence[Sequence[str]]]) -> Tensor:
+    """Distinct tool-call sequences in each group: how many behaviours a prompt's trajectories show.
+
+    A trajectory's sequence is its tool calls in order (the empty sequence, no call, counts as one
+    behaviour): a group that collapsed onto one way of using the tools has 1.
+
+    Args:
+        sequences: P groups, each of its trajectories' tool-call sequences.
+
+    Returns:
+        ``(P,)`` long.
+
+    Example:
+        >>> distinct_tool_sequences([[("a",), ("a",), ()], [("b", "c"), ("c", "b")]])
+        tensor([2, 2])
+    """
+    return torch.tensor([len({tuple(s) for s in group}) for group in sequences], dtype=torch.long)

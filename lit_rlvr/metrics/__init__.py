@@ -4,6 +4,7 @@ Every state is a sum (``dist_reduce_fx="sum"``), so a multi-process result equal
 single-process one over the union of the data.
 """
 
+from lit_rlvr.metrics.behaviour import DistinctToolSequences, TurnBehaviour
 from lit_rlvr.metrics.diversity import (
     DistinctAnswers,
     DistinctCompletions,
@@ -19,9 +20,11 @@ __all__ = [
     "DistinctAnswers",
     "DistinctCompletions",
     "DistinctCorrectAnswers",
+    "DistinctToolSequences",
     "MajorityAtK",
     "MeanTokenEntropy",
     "PassAtK",
+    "TurnBehaviour",
     "ValidationPanel",
     "ValidationPanels",
     "ZeroVarianceShare",

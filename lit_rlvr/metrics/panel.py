@@ -3,7 +3,9 @@
 For each named validation set lit_rlvr reports the pass@k ladder (Chen et al. 2021), maj@k
 (self-consistency, Wang et al. 2023), retention (pass@k over the prompts the base policy solved:
 DPH-RL's keep rate), distinct final answers, distinct correct answers and distinct completions
-per prompt, and the share of zero-variance groups. :class:`ValidationPanel` holds those
+per prompt, and the share of zero-variance groups; for multi-turn rollouts also the trajectories'
+behaviour (turns, tool calls, tool errors, single-turn share, distinct tool-call sequences per prompt:
+:mod:`lit_rlvr.metrics.behaviour`). :class:`ValidationPanel` holds those
 torchmetrics ``Metric``s (sum states, so multi-process results equal one process over the union
 of the prompts), updates them from one batch of scored samples and returns their values under
 the names the loggers show (``pass@k``, ``maj@k``, ``retention/pass@k``, ``distinct_answers``, …).
@@ -17,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_rlvr.functional.metrics import Answers, pass_k_ladder
+from lit_rlvr.metrics.behaviour import DistinctToolSequences, TurnBehaviour
 from lit_rlvr.metrics.diversity import DistinctAnswers, DistinctCompletions, DistinctCorrectAnswers, ZeroVarianceShare
 from lit_rlvr.metrics.majority import MajorityAtK
 from lit_rlvr.metrics.passk import PassAtK
@@ -28,6 +31,8 @@ class ValidationPanel(nn.Module):
     Args:
         n: samples per prompt.
         ks: pass@k / maj@k budgets (those above ``n`` are dropped); None = 1, 2, 4, …, n.
+        max_turns: multi-turn rollouts' turn limit: the panel also reports their behaviour
+            (None: single-turn rollouts, no behaviour metrics).
 
     Example:
         >>> panel = ValidationPanel(n=2)
@@ -40,12 +45,12 @@ class ValidationPanel(nn.Module):
          'distinct_completions': 2.0, 'zero_variance_groups': 0.5}
     """
 
-    def __init__(self, n: int, ks: Sequence[int] | None = None):
+    def __init__(self, n: int, ks: Sequence[int] | None = None, max_turns: int | None = None):
         super().__init__()
         ks = [k for k in (ks or pass_k_ladder(n)) if k <= n]
         if not ks:
             raise ValueError(f"ValidationPanel: no pass@k budget <= n={n} (got ks={list(ks or [])})")
-        self.n = n
+        self.n, self.max_turns = n, max_turns
         self.metrics = nn.ModuleDict(
             {
                 "pass": PassAtK(k=ks),
@@ -57,6 +62,9 @@ class ValidationPanel(nn.Module):
                 "zero_variance_groups": ZeroVarianceShare(),
             }
         )
+        if max_turns is not None:
+            self.metrics["behaviour"] = TurnBehaviour(max_turns)
+            self.metrics["distinct_tool_sequences"] = DistinctToolSequences()
 
     def update(
         self,
@@ -65,6 +73,8 @@ class ValidationPanel(nn.Module):
         texts: Sequence[Sequence[str]],
         rewards: Tensor,
         base_solved: Tensor | None = None,
+        behaviour: Sequence[Tensor] | None = None,
+        tool_sequences: Sequence[Sequence[Sequence[str]]] | None = None,
     ) -> None:
         """Add P prompts.
 
@@ -74,6 +84,9 @@ class ValidationPanel(nn.Module):
             texts: P lists of n completion texts.
             rewards: ``(P·n,)`` rewards, prompt-major.
             base_solved: ``(P,)`` bool, prompts the base policy solved (None: retention unknown).
+            behaviour: multi-turn rollouts: ``(turns, tool_calls, tool_errors, env_failed)``, each
+                ``(P·n,)`` (:class:`~lit_rlvr.metrics.TurnBehaviour`).
+            tool_sequences: multi-turn rollouts: P lists of n tool-call sequences.
         """
         m = self.metrics
         P = correct.shape[0]
@@ -85,6 +98,11 @@ class ValidationPanel(nn.Module):
         m["zero_variance_groups"].update(rewards, torch.arange(P).repeat_interleave(self.n))
         solved = base_solved.to(correct.device) if base_solved is not None else torch.zeros(P, dtype=torch.bool)
         m["retention"].update(correct[solved])  # possibly no prompt: every metric is updated on every rank
+        if self.max_turns is not None:
+            if behaviour is None or tool_sequences is None:
+                raise ValueError("ValidationPanel(max_turns=...) reports multi-turn behaviour: update it with behaviour and tool_sequences")
+            m["behaviour"].update(*behaviour)
+            m["distinct_tool_sequences"].update(tool_sequences)
 
     def compute(self) -> dict[str, Tensor]:
         """Every metric's value by logged name (``pass@k``, ``maj@k``, ``retention/pass@k``, …).
@@ -99,7 +117,7 @@ class ValidationPanel(nn.Module):
             if not metric.update_called:
                 continue
             values = metric.compute()
-            values = values if isinstance(values, dict) else {key: values}
+            values = values if isinstance(values, dict) else {key: values}  # a dict: its own names (pass@k, turns, …)
             for k, v in values.items():
                 if not torch.isnan(v):
                     out[f"{key}/{k}" if key == "retention" else k] = v.float()
@@ -115,6 +133,7 @@ class ValidationPanels(nn.ModuleDict):
 
     Args:
         ks: the pass@k / maj@k budgets of every panel (None: each set's ladder up to its n).
+        max_turns: multi-turn rollouts' turn limit (every panel reports their behaviour; None: single-turn).
 
     Example:
         >>> panels = ValidationPanels()
@@ -126,14 +145,14 @@ class ValidationPanels(nn.ModuleDict):
         {}
     """
 
-    def __init__(self, ks: Sequence[int] | None = None):
+    def __init__(self, ks: Sequence[int] | None = None, max_turns: int | None = None):
         super().__init__()
-        self.ks = ks
+        self.ks, self.max_turns = ks, max_turns
 
     def panel(self, name: str, n: int) -> ValidationPanel:
         """The panel of set ``name`` (``n`` samples per prompt), added on first use."""
         if name not in self:
-            self[name] = ValidationPanel(n, self.ks)
+            self[name] = ValidationPanel(n, self.ks, self.max_turns)
         return self[name]
 
     def take(self, name: str) -> dict[str, Tensor]:

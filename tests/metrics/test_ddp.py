@@ -8,7 +8,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from lit_rlvr.functional.metrics import majority_at_k, pass_at_k_curve
-from lit_rlvr.metrics import MajorityAtK, MeanTokenEntropy, PassAtK, ZeroVarianceShare
+from lit_rlvr.metrics import DistinctToolSequences, MajorityAtK, MeanTokenEntropy, PassAtK, TurnBehaviour, ZeroVarianceShare
 
 KS = (1, 2, 4, 8)
 
@@ -25,12 +25,19 @@ def shard_data(rank: int) -> dict:
     group_ids = [torch.arange(c.shape[0]).repeat_interleave(c.shape[1]) for c in correct]
     entropy = torch.rand(4, 6, generator=gen)
     mask = (torch.rand(4, 6, generator=gen) < 0.7).long()
-    return dict(correct=correct, answers=answers, rewards=rewards, group_ids=group_ids, entropy=entropy, mask=mask)
+    B = 6 + 4 * rank  # multi-turn trajectories: turns in 0..3, their calls and failures
+    turns = torch.randint(0, 4, (B,), generator=gen)
+    calls = torch.minimum(turns, torch.randint(0, 3, (B,), generator=gen))
+    behaviour = (turns, calls, torch.minimum(calls, torch.randint(0, 2, (B,), generator=gen)), turns == 0)
+    sequences = [[tuple("ab"[int(x)] for x in torch.randint(0, 2, (int(c),), generator=gen)) for c in calls[g::2]] for g in range(2)]
+    return dict(correct=correct, answers=answers, rewards=rewards, group_ids=group_ids, entropy=entropy, mask=mask,
+                behaviour=behaviour, sequences=sequences)  # fmt: skip
 
 
 def compute_all(data_by_rank: list[dict]) -> dict:
     metrics = dict(
-        passk=PassAtK(k=KS), pass4=PassAtK(k=4), maj=MajorityAtK(k=KS), zv=ZeroVarianceShare(), ent=MeanTokenEntropy()
+        passk=PassAtK(k=KS), pass4=PassAtK(k=4), maj=MajorityAtK(k=KS), zv=ZeroVarianceShare(), ent=MeanTokenEntropy(),
+        turns=TurnBehaviour(max_turns=3), tools=DistinctToolSequences(),
     )
     for data in data_by_rank:
         for c, a, r, g in zip(data["correct"], data["answers"], data["rewards"], data["group_ids"]):
@@ -39,6 +46,8 @@ def compute_all(data_by_rank: list[dict]) -> dict:
             metrics["maj"].update(a, c)
             metrics["zv"].update(r, g)
         metrics["ent"].update(data["entropy"], data["mask"])
+        metrics["turns"].update(*data["behaviour"])
+        metrics["tools"].update(data["sequences"])
     return {name: m.compute() for name, m in metrics.items()}
 
 
@@ -77,9 +86,9 @@ def test_two_process_gloo_equals_single_process(tmp_path):
         assert single["maj"][key].item() == pytest.approx(want, rel=1e-13)
     for rank in range(2):
         synced = torch.load(tmp_path / f"rank{rank}.pt")
-        for name in ("passk", "maj"):
+        for name in ("passk", "maj", "turns"):
             assert synced[name].keys() == single[name].keys()
             for key in single[name]:
                 assert synced[name][key].item() == pytest.approx(single[name][key].item(), rel=1e-13), (rank, key)
-        for name in ("pass4", "zv", "ent"):
+        for name in ("pass4", "zv", "ent", "tools"):
             assert synced[name].item() == pytest.approx(single[name].item(), rel=1e-13), (rank, name)
