@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from lit_rlvr.functional.batching import crop_padding
 from lit_rlvr.policy.logprobs import MicroBatching
+from lit_rlvr.rollout.turns import EnvironmentOptions
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 R = TypeVar("R", bound="RowTensors")
@@ -147,6 +148,8 @@ class AnchorBatch(RowTensors):
         response_mask: ``(A, T)`` real completion tokens.
         ref_logprobs: ``(A, T)`` the stored log π_ref of each completion token (temperature 1).
         rewards: ``(A,)`` the cached rewards.
+        loss_mask: ``(A, T)`` a multi-turn cache's model tokens (1; the environment's 0); None = every
+            completion token.
     """
 
     input_ids: Tensor
@@ -154,11 +157,12 @@ class AnchorBatch(RowTensors):
     response_mask: Tensor
     ref_logprobs: Tensor
     rewards: Tensor
+    loss_mask: Tensor | None = None
 
     @property
     def loss_tokens(self) -> Tensor:
-        """``(A, T)`` the tokens the divergence acts on: every cached completion token."""
-        return self.response_mask
+        """``(A, T)`` the tokens the divergence acts on: every cached completion token the model sampled."""
+        return self.response_mask if self.loss_mask is None else self.response_mask * self.loss_mask
 
     def tensors(self) -> dict[str, Tensor]:
         """The fields by name."""
@@ -228,7 +232,8 @@ class RolloutHost(Protocol):
     """What :class:`~lit_rlvr.callbacks.RolloutCallback` needs from the module.
 
     ``sampling`` is the training rollouts' (its ``n`` is the group size G), ``val_sampling`` the
-    validation rollouts' (``n`` comes from each set); ``micro_batching`` bounds the drift pass,
+    validation rollouts' (``n`` comes from each set), ``environment`` the multi-turn environment
+    (:class:`~lit_rlvr.rollout.turns.EnvironmentOptions`; None: single-turn rollouts); ``micro_batching`` bounds the drift pass,
     and ``lockstep.most(passes)`` is the number of forward passes every data-parallel rank runs
     when this one has ``passes`` (FSDP's forwards are collectives).
     """
@@ -237,6 +242,7 @@ class RolloutHost(Protocol):
     tokenizer: Any
     sampling: SamplingParams
     val_sampling: SamplingParams
+    environment: EnvironmentOptions | None
     micro_batching: Any
     lockstep: Ranks
 
@@ -274,13 +280,16 @@ class PromptData(Protocol):
 
 @runtime_checkable
 class PromptSource(Protocol):
-    """What asynchronous rollouts need from the DataModule: the batches ahead of the train loader.
+    """What asynchronous rollouts need from the DataModule: the batches ahead of the train loader
+    (their prompt ids, and their rows, which multi-turn rollouts reset the environments with).
 
     :class:`~lit_rlvr.data.PromptDataModule` provides it; its batches carry their ``position``
     ``(epoch, step)``, the same as the arguments here.
     """
 
     def train_prompt_ids_at(self, epoch: int, step: int) -> list[list[int]]: ...
+
+    def train_rows_at(self, epoch: int, step: int) -> list[dict]: ...
 
 
 @runtime_checkable

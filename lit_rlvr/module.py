@@ -55,6 +55,7 @@ from lit_rlvr.functional.correction import correction_weights
 from lit_rlvr.functional.divergences import f_divergence
 from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, EntropyState, entropy_bonus, initial_state
 from lit_rlvr.functional.losses import aggregate, kl_estimate, masked_row_mean, nonfinite_count, policy_loss, token_mean
+from lit_rlvr.functional.metrics import behaviour_means, behaviour_sums, distinct_tool_sequences
 from lit_rlvr.lockstep import Lockstep
 from lit_rlvr.metrics.panel import ValidationPanels, solved_prompts
 from lit_rlvr.options import (
@@ -63,6 +64,7 @@ from lit_rlvr.options import (
     BatchingOptions,
     DynamicSampling,
     EntropyOptions,
+    EnvironmentOptions,
     EvalOptions,
     KLOptions,
     LossOptions,
@@ -120,6 +122,11 @@ class RLVRModule(LightningModule):
         rollout_correction: importance weights between the sampler and the trainer's π_old
             (:class:`~lit_rlvr.options.RolloutCorrection`; None = off: π_old is the sampler's
             log-probs, unless ``recompute_old_logprobs``).
+        environment: multi-turn rollouts (:class:`~lit_rlvr.options.EnvironmentOptions`; None = single-turn):
+            the environment and turn limits the rollout callback samples with, in training and
+            validation. A trajectory's reward is its environment's when it gives one, else the
+            reward functions' on its final turn (docs/agents.md); Dr. GRPO's normaliser is then the
+            whole trajectory's token budget (``environment.max_total_tokens``).
         dynamic_sampling: drop groups whose rewards are all equal (DAPO;
             :class:`~lit_rlvr.options.DynamicSampling`: ``true`` = its defaults, None/``false`` = off),
             stopping after ``max_batches_per_step`` batches in a row without an optimizer step.
@@ -148,6 +155,7 @@ class RLVRModule(LightningModule):
         evaluation: EvalOptions = EvalOptions(),
         rollout_correction: RolloutCorrection | None = None,
         dynamic_sampling: DynamicSampling | bool | None = None,
+        environment: EnvironmentOptions | None = None,
         recompute_old_logprobs: bool = False,
         max_grad_norm: float | None = 1.0,
         optimizer: OptimizerCallable = default_optimizer,
@@ -158,11 +166,11 @@ class RLVRModule(LightningModule):
         policy, sampling, loss = as_group(PolicyOptions, policy), as_group(SamplingParams, sampling), as_group(LossOptions, loss)
         anchor, kl, entropy = as_group(AnchorOptions, anchor), as_group(KLOptions, kl), as_group(EntropyOptions, entropy)
         batching, scoring, evaluation = as_group(BatchingOptions, batching), as_group(ScoringOptions, scoring), as_group(EvalOptions, evaluation)
-        rollout_correction = as_group(RolloutCorrection, rollout_correction)
+        rollout_correction, environment = as_group(RolloutCorrection, rollout_correction), as_group(EnvironmentOptions, environment)
         dynamic_sampling = DynamicSampling() if dynamic_sampling is True else as_group(DynamicSampling, dynamic_sampling or None)
         groups = dict(policy=policy, sampling=sampling, loss=loss, anchor=anchor, kl=kl, entropy=entropy, batching=batching,
                       scoring=scoring, evaluation=evaluation, rollout_correction=rollout_correction,
-                      dynamic_sampling=dynamic_sampling)  # fmt: skip
+                      dynamic_sampling=dynamic_sampling, environment=environment)  # fmt: skip
         self.save_hyperparameters({**{k: plain(v) for k, v in groups.items()}, "recompute_old_logprobs": recompute_old_logprobs,
                                    "max_grad_norm": max_grad_norm, "seed": seed})  # fmt: skip
         self.automatic_optimization = False
@@ -174,7 +182,7 @@ class RLVRModule(LightningModule):
         self.entropy = entropy
         self.entropy_state = initial_state(entropy.control, entropy.options) if entropy is not None else None
         self.rollout_correction = rollout_correction
-        self.dynamic_sampling = dynamic_sampling
+        self.dynamic_sampling, self.environment = dynamic_sampling, environment
         self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
         self.reward_mix = scoring.mix()  # the rewards, their weights and the correctness term (before the advantage's check)
         self.set_advantage(loss.advantage, loss.advantage_options, loss)
@@ -188,7 +196,7 @@ class RLVRModule(LightningModule):
         self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
         self.reward_report = RewardReport(self.reward_mix.names if self.reward_mix.terms else [], scoring.max_failed_steps)
         self.scorer = None
-        self.val_panels = ValidationPanels(evaluation.pass_k)  # one ValidationPanel per validation set
+        self.val_panels = ValidationPanels(evaluation.pass_k, environment and environment.turns.max_turns)  # one per validation set
         self.reference_pass_counts = _read_json(evaluation.retention_reference, "model.evaluation.retention_reference")
 
     # ------------------------------------------------------------------ configuration
@@ -245,6 +253,8 @@ class RLVRModule(LightningModule):
             require(datamodule, PromptData, "RLVRModule", "DataModule")
             _check_tokenizer(datamodule.tokenizer, self.tokenizer)
             self.reward_mix.check_rows(datamodule.all_rows(), "data")  # every row can be scored, before any generation
+            if self.environment is not None:
+                self.environment.specs(datamodule.all_rows())  # every row has an environment
             if ADVANTAGES.trait(self.loss.advantage, "binary_rewards", default=False):  # each row's own reward, now known
                 self.reward_mix.require_binary(f"model.loss.advantage={self.loss.advantage!r}", datamodule.all_rows())
             for name, n in datamodule.val_samples_per_prompt.items():
@@ -254,6 +264,7 @@ class RLVRModule(LightningModule):
         self.reference.setup()  # before a checkpoint is restored: π_ref is the initial policy
         if datamodule is not None and datamodule.reference_cache is not None:
             self.reference.check_cache(datamodule.reference_cache)  # the anchors' log π_ref must be this policy's
+            datamodule.reference_cache.check(environment=self.environment and self.environment.identity(datamodule.train_rows))
         elif self.anchor is not None and datamodule is not None:
             raise ValueError("model.anchor (DPH-RL) needs data.cache: build it with `lit-rlvr cache` first")
 
@@ -273,7 +284,8 @@ class RLVRModule(LightningModule):
         """Rollouts → rewards → advantages → token selections → optimizer steps on L_exp (+ η L_pef) (docs/methods.md §5)."""
         rollouts = _require_rollouts(batch)
         rows = [row for row in batch.rows for _ in range(rollouts.n)]  # (B,) prompt-major
-        scores = self.score(rollouts.texts, rows, prefix="train", completion_ids=rollouts.completion_ids)
+        texts, completion_ids = rollouts.final_turns()  # multi-turn: each trajectory's last turn, unless its environment scored it
+        scores = self.score(texts, rows, prefix="train", completion_ids=completion_ids, given=rollouts.environment_rewards())
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (B,) Σ_k w_k r_k
         data = StepData.from_rollouts(rollouts, self.tokenizer.pad_token_id, rewards).to(self.device)
         data = self.start_of_step(data)
@@ -295,6 +307,7 @@ class RLVRModule(LightningModule):
             for i in range(steps):
                 losses.append(self.optimizer_step_on(data.select(minis[i]) if i < len(minis) else None, anchor, filler))
         self.log_step(data, keep, losses)
+        self.log_behaviour(rollouts)
         if self.entropy is not None and losses:  # every rank has the same optimizer steps: the reduction is in step
             self.update_entropy_control(losses)
         return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
@@ -318,11 +331,12 @@ class RLVRModule(LightningModule):
         return data
 
     def score(self, texts: list[str], rows: list[dict], prefix: str, with_answers: bool = False,
-              completion_ids: list[list[int]] | None = None) -> list[MixedScore]:  # fmt: skip
+              completion_ids: list[list[int]] | None = None, given: list[float | None] | None = None) -> list[MixedScore]:  # fmt: skip
         """Every reward of :attr:`reward_mix` on every completion, in the reward workers (with the
-        correctness term's canonical answers for validation), logged by :class:`~lit_rlvr.rewards.report.RewardReport`."""
+        correctness term's canonical answers for validation), logged by :class:`~lit_rlvr.rewards.report.RewardReport`;
+        ``given``: rewards an environment gave (those completions are not scored again)."""
         scores = self.reward_mix.score(self.scorer, texts, rows, with_answers=with_answers, completion_ids=completion_ids,
-                                       trainer_state=TrainerState.of(self._trainer)) if rows else []  # fmt: skip
+                                       trainer_state=TrainerState.of(self._trainer), given=given) if rows else []  # fmt: skip
         self.reward_report(self, scores, rows, prefix, self.lockstep.reduce_tensor)
         return scores
 
@@ -453,7 +467,7 @@ class RLVRModule(LightningModule):
         The training forward's token entropies are logged every step (``entropy``, their token
         mean); they carry a gradient only for the bonus.
         """
-        loss_options, max_len, mask = self.loss, self.sampling.max_new_tokens, part.loss_tokens
+        loss_options, max_len, mask = self.loss, self.completion_tokens, part.loss_tokens
         bonus = self.entropy_state is not None and self.entropy_state.applied != 0.0
         logprobs, entropy = self.forward_logprobs(part, with_entropy=True, entropy_grad=bonus)
         loss, stats = policy_loss(logprobs, part.old_logprobs, part.need("advantages"), mask, clip_low=loss_options.clip_low,
@@ -494,6 +508,22 @@ class RLVRModule(LightningModule):
         update = ENTROPY_CONTROLS[self.entropy.control]
         self.entropy_state = update(self.entropy_state, entropy, **self.entropy.options)
 
+    @property
+    def completion_tokens(self) -> int:
+        """The completion's token budget, Dr. GRPO's normaliser: ``max_new_tokens``, or a multi-turn trajectory's total."""
+        return self.sampling.max_new_tokens if self.environment is None else self.environment.turns.total_tokens(self.sampling)
+
+    def log_behaviour(self, rollouts) -> None:
+        """Multi-turn rollouts: their behaviour (``train/turns``, ``train/turns_<t>``, ``train/tool_calls``, …,
+        ``train/distinct_tool_sequences``; :mod:`lit_rlvr.metrics.behaviour`), as validation reports it."""
+        behaviour = rollouts.behaviour()
+        if behaviour is None:
+            return
+        B = len(rollouts.completion_ids)
+        values = behaviour_means(behaviour_sums(*behaviour, self.environment.turns.max_turns))
+        values["distinct_tool_sequences"] = distinct_tool_sequences(rollouts.tool_sequences()).double().mean()
+        self.log_dict({f"train/{k}": v.float() for k, v in values.items()}, batch_size=B)
+
     def log_step(self, data: StepData, keep: Tensor, losses: list[dict[str, Tensor]]) -> None:
         """Log every loss component of the step and what it trained on (the rollouts' own statistics
         are the rollout callback's: ``rollout/mean_len``, ``rollout/truncated``)."""
@@ -523,16 +553,17 @@ class RLVRModule(LightningModule):
         panel = self.val_panels.panel(name, n).to(self.device)
         # padding prompts only keep the ranks in step (EvalShardSampler): generated, never counted
         real = [p for p, pad in enumerate(batch.padding) if not pad]
-        prompts = [batch.rows[p] for p in real]
-        texts = [rollouts.texts[p * n : (p + 1) * n] for p in real]  # (P, n)
-        completion_ids = [c for p in real for c in rollouts.completion_ids[p * n : (p + 1) * n]]  # (P·n,) for TRL's rewards
-        scores = self.score([t for group in texts for t in group], [row for row in prompts for _ in range(n)],
-                            prefix=f"val/{name}", with_answers=True, completion_ids=completion_ids)  # fmt: skip
+        prompts, rollouts = [batch.rows[p] for p in real], rollouts.of_prompts(real)
+        texts = [rollouts.texts[p * n : (p + 1) * n] for p in range(len(real))]  # (P, n)
+        final, final_ids = rollouts.final_turns()  # (P·n,) what the rewards score; the ids for TRL's rewards
+        scores = self.score(final, [row for row in prompts for _ in range(n)], prefix=f"val/{name}", with_answers=True,
+                            completion_ids=final_ids, given=rollouts.environment_rewards())  # fmt: skip
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (P·n,)
         correct = (torch.tensor([s.correct for s in scores], dtype=torch.float32) > 0.5).view(-1, n)  # (P, n) by the correctness reward
         ids = [row["id"] for row in prompts]
         panel.update(correct, answers=[[s.answer for s in scores[p * n : (p + 1) * n]] for p in range(len(prompts))],
-                     texts=texts, rewards=rewards, base_solved=solved_prompts(self.base_pass_counts(name), ids))  # fmt: skip
+                     texts=texts, rewards=rewards, base_solved=solved_prompts(self.base_pass_counts(name), ids),
+                     behaviour=rollouts.behaviour(), tool_sequences=rollouts.tool_sequences())  # fmt: skip
         if batch_idx + 1 == self._num_val_batches(dataloader_idx):
             self.log_panel(name)  # logged inside its dataloader: listed under it, not under every set
         return {"set": name, "ids": ids, "num_correct": correct.sum(-1).tolist()}

@@ -20,6 +20,7 @@ group                   key                what it sets
 :class:`EvalOptions`    ``model.evaluation`` pass@k budgets, retention reference, validation sampling
 :class:`RolloutCorrection` ``model.rollout_correction`` importance weights sampler → trainer π_old (None = off)
 :class:`DynamicSampling` ``model.dynamic_sampling`` DAPO's filter of groups with equal rewards (``true`` = defaults)
+:class:`EnvironmentOptions` ``model.environment`` multi-turn rollouts: the environment, turn limits (None = single-turn)
 ======================  =================  ============================================================
 
 The sampling group is shared: the rollout callback reads the module's (a Python user who builds
@@ -49,6 +50,7 @@ from lit_rlvr.policy.logprobs import MicroBatching, check_padding_free
 from lit_rlvr.rewards.combine import RewardMix
 from lit_rlvr.rewards.conventions import reward_reference
 from lit_rlvr.rewards.scorer import BatchScorer
+from lit_rlvr.rollout.turns import EnvironmentOptions, TurnOptions
 from lit_rlvr.rollout.types import DEFAULT_SAMPLING, SamplingParams  # noqa: F401  (DEFAULT_SAMPLING: re-exported)
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "BatchingOptions",
     "DynamicSampling",
     "EntropyOptions",
+    "EnvironmentOptions",
     "EvalOptions",
     "KLOptions",
     "LoraOptions",
@@ -64,6 +67,7 @@ __all__ = [
     "RolloutCorrection",
     "SamplingParams",
     "ScoringOptions",
+    "TurnOptions",
 ]
 
 
@@ -528,7 +532,7 @@ def _plain_value(value: Any) -> Any:
 
 
 GROUPS = (PolicyOptions, LoraOptions, SamplingParams, LossOptions, EntropyOptions, AnchorOptions, KLOptions, BatchingOptions,
-          ScoringOptions, EvalOptions, RolloutCorrection, DynamicSampling)
+          ScoringOptions, EvalOptions, RolloutCorrection, DynamicSampling, EnvironmentOptions, TurnOptions)
 # checkpoints hold the module's option groups as its hyper-parameters: plain data, safe to unpickle with
 # torch.load(weights_only=True), which Lightning uses to resume
 torch.serialization.add_safe_globals([*GROUPS, (LoraOptions, "lit_rlvr.policy.LoraOptions")])  # the latter: 0.1's path

@@ -24,7 +24,7 @@ def test_require_names_every_missing_member():
     class Half:
         policy, tokenizer = object(), object()
 
-    with pytest.raises(TypeError, match="RolloutHost: Half has no sampling, val_sampling, micro_batching, lockstep"):
+    with pytest.raises(TypeError, match="RolloutHost: Half has no sampling, val_sampling, environment, micro_batching, lockstep"):
         require(Half(), RolloutHost, "RolloutCallback")
     with pytest.raises(TypeError, match="AdvantageHost: Half has no advantage_name, advantage_options, set_advantage"):
         require(Half(), AdvantageHost, "AdvantageSchedule")

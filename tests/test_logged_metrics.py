@@ -2,8 +2,9 @@
 
 One tiny fit (two validation sets, KL, recomputed log-probs, drift every step) and one
 ``trainer.validate``, recorded by a logger that keeps every name; plus one DPH-RL step on a batch
-with anchors (``train/pef``) and one step with the entropy and diversity methods that log their own
-values (Clip-Cov, a forking-token mask, an adaptive entropy bonus). The metric table of
+with anchors (``train/pef``), one step with the entropy and diversity methods that log their own
+values (Clip-Cov, a forking-token mask, an adaptive entropy bonus), and a multi-turn fit in the
+countdown environment with a validation (the behaviour metrics). The metric table of
 docs/operations.md must match those names both ways.
 """
 
@@ -39,7 +40,7 @@ from lit_rlvr.rewards.base import STATUSES
 from lit_rlvr.rollout.types import Rollouts
 
 METRICS_DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
-PLACEHOLDERS = {"<set>": r"[^/]+", "<k>": r"\d+", "<status>": f"({'|'.join(STATUSES)})", "<name>": r"[^/]+"}
+PLACEHOLDERS = {"<set>": r"[^/]+", "<k>": r"\d+", "<t>": r"\d+", "<status>": f"({'|'.join(STATUSES)})", "<name>": r"[^/]+"}
 LIGHTNING_KEYS = {"epoch"}
 
 
@@ -107,6 +108,27 @@ def dph_step_names(model_dir: Path, reward: str, **methods) -> set[str]:
     return logger.names
 
 
+def multiturn_fit_names(model_dir: Path, tmp: Path) -> set[str]:
+    """One training step and one validation of multi-turn rollouts in the countdown environment: the names logged."""
+    import lit_rlvr.demo  # noqa: F401  (the countdown environment)
+    from lit_rlvr.demo.data import countdown_rows
+    from lit_rlvr.options import EnvironmentOptions
+
+    path = tmp / "countdown.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in countdown_rows([("357", 26), ("129", 11)])))
+    spec = {"files": str(path), "options": {"extra_fields": ["digits"]}}
+    dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(**spec, name="cd"), val=[ValSet(**spec, name="cd_val", n_samples=2)],
+                          batch_size=2, val_batch_size=2, seed=0)  # fmt: skip
+    module = RLVRModule(PolicyOptions(str(model_dir)), sampling=SamplingParams(n=2, max_new_tokens=4, seed=0), scoring=ScoringOptions(workers=0),
+                        environment=EnvironmentOptions("countdown", max_turns=2))  # fmt: skip
+    logger = Names()
+    trainer = Trainer(max_steps=1, accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, num_sanity_val_steps=0, val_check_interval=1, log_every_n_steps=1,
+                      callbacks=[RolloutCallback(engine="hf")], default_root_dir=str(tmp))  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    return logger.names
+
+
 def documented_metric_patterns() -> dict[str, re.Pattern]:
     """``{documented name: regex}`` from docs/operations.md's metric table (first column, back-quoted names)."""
     text = METRICS_DOC.read_text().split("<!-- metrics-table -->", 1)[1].strip()
@@ -135,10 +157,12 @@ def test_progress_bar_shows_reward_response_length_and_rollout_speed(fit_then_va
     assert {"train/loss", "train/reward", "rollout/mean_len", "rollout/tokens_per_s", "rollout/seconds"} <= progress_bar
 
 
-def test_the_documented_metric_table_lists_exactly_the_logged_names(fit_then_validate, tiny_model_dir, seven_reward):
+def test_the_documented_metric_table_lists_exactly_the_logged_names(fit_then_validate, tiny_model_dir, seven_reward, tmp_path):
     names, _, _ = fit_then_validate
     methods = {"loss": LossOptions(policy_loss="clip_cov", token_mask="top_entropy"), "entropy": EntropyOptions("adaptive")}
-    names = names | dph_step_names(tiny_model_dir, seven_reward) | dph_step_names(tiny_model_dir, seven_reward, **methods)
+    multiturn = multiturn_fit_names(tiny_model_dir, tmp_path)
+    assert {"train/turns", "train/turns_2", "val/cd_val/single_turn", "val/cd_val/distinct_tool_sequences"} <= multiturn
+    names = names | dph_step_names(tiny_model_dir, seven_reward) | dph_step_names(tiny_model_dir, seven_reward, **methods) | multiturn
     logged = {re.sub(r"/dataloader_idx_\d+$", "", n) for n in names} - LIGHTNING_KEYS
     patterns = documented_metric_patterns()
     assert len(patterns) > 30

@@ -2,7 +2,7 @@
 
 The environment's tokens are in the forward (the model's later turns attend to them) but in no loss:
 policy loss, KL, entropy bonus, token selections and rollout-correction weights all act on
-``StepData.loss_tokens``. Perturbing the logits that predict environment tokens (by an amount that
+``StepData.loss_tokens``, and DPH-RL's divergence on a multi-turn cache's anchors on ``AnchorBatch.loss_tokens``. Perturbing the logits that predict environment tokens (by an amount that
 depends on the parameters) must leave the update bit for bit unchanged; without the mask it changes.
 """
 
@@ -15,9 +15,9 @@ import torch
 from lightning import Trainer
 from torch.utils.data import DataLoader
 
-from lit_rlvr.contracts import TrainBatch
+from lit_rlvr.contracts import AnchorBatch, TrainBatch
 from lit_rlvr.module import RLVRModule
-from lit_rlvr.options import BatchingOptions, EntropyOptions, KLOptions, LossOptions, PolicyOptions, RolloutCorrection, SamplingParams, ScoringOptions
+from lit_rlvr.options import AnchorOptions, BatchingOptions, EntropyOptions, KLOptions, LossOptions, PolicyOptions, RolloutCorrection, SamplingParams, ScoringOptions
 
 pytestmark = pytest.mark.usefixtures("seven_reward")
 
@@ -48,7 +48,10 @@ def multiturn_batch(tokenizer, seed: int = 0, masked: bool = True) -> TrainBatch
     prompt_ids = [tokenizer(p).input_ids for p in prompts]
     rollouts = Rollouts(prompt_ids, completions, sampler, ["stop"] * 8, n=4, texts=texts, loss_mask=masks if masked else None)
     rows = [{"id": f"p{i}", "prompt": p, "answer": "", "reward": "test_contains_seven"} for i, p in enumerate(prompts)]
-    return TrainBatch(rows, prompt_ids, rollouts=rollouts)
+    cached = rollouts.to_padded(tokenizer.pad_token_id)  # the same trajectories as a multi-turn reference cache's anchors
+    anchor = AnchorBatch(cached["input_ids"], cached["attention_mask"], cached["response_mask"], cached["old_logprobs"] - 0.5,
+                         torch.ones(8), loss_mask=cached.get("loss_mask"))  # fmt: skip
+    return TrainBatch(rows, prompt_ids, anchor=anchor, rollouts=rollouts)
 
 
 def perturb_environment_logits(policy, env_ids: torch.Tensor):
@@ -75,6 +78,7 @@ METHODS = {
     "clip_cov": {"loss": LossOptions(policy_loss="clip_cov", policy_loss_options={"clip_cov_ratio": 0.3, "clip_cov_lb": 0.0, "clip_cov_ub": 1e3})},
     "forking_tokens": {"loss": LossOptions(token_mask="top_entropy", token_mask_options={"top_entropy_quantile": 0.3})},
     "rollout_correction+recompute": {"rollout_correction": RolloutCorrection("token_truncate", clip_max=1.5, clip_min=0.5)},
+    "dph_f on multi-turn anchors": {"anchor": AnchorOptions(divergence="forward_kl", coef=1.0)},
     "passk+dr_grpo_aggregation": {"loss": LossOptions(advantage="passk", advantage_options={"k": 2}, aggregation="seq_mean_token_sum_norm")},
 }
 

@@ -14,6 +14,10 @@ by the verifiable reward, with per-token log π_ref stored. Departures from the 
   (``shard-XXXXX.safetensors.entry.json``), before the manifest lists it. A build that is
   killed at any point and started again skips finished shards and ends byte-identical to an
   uninterrupted one.
+- Multi-turn (``environment``): each sample is a trajectory of the initial policy with the
+  environment (:class:`~lit_rlvr.rollout.turns.RolloutSampler`, the rollout callback's), scored as
+  training scores one (the environment's reward when it gives one, else the reward on the final
+  turn); the shard stores its loss mask and the manifest the environments' ``name@version``.
 - Several ranks (``rank``/``world_size``) build disjoint shards (shard ``s`` on rank
   ``s mod world_size``) with the same per-call seeds, so an N-rank build is byte-identical to a
   1-rank build; rank 0 assembles the final manifest from the entries once every rank finished
@@ -26,7 +30,7 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +53,8 @@ from lit_rlvr.cache.format import (
     write_json_atomic,
 )
 from lit_rlvr.policy import MicroBatching, batched_completion_logprobs
+from lit_rlvr.rollout.engine import context_length
+from lit_rlvr.rollout.turns import EnvironmentOptions, RolloutSampler
 from lit_rlvr.rollout.types import DEFAULT_SAMPLING, Rollouts, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -108,7 +114,8 @@ def _flat(lists: list, dtype) -> tuple[np.ndarray, np.ndarray]:
     return offsets, values.astype(dtype, copy=False)
 
 
-def write_shard(path: Path, ids: list[str], prompt_ids, completions, logprobs, rewards, finished, n, correct_threshold, statuses=None) -> dict:
+def write_shard(path: Path, ids: list[str], prompt_ids, completions, logprobs, rewards, finished, n, correct_threshold, statuses=None,
+                loss_masks=None) -> dict:  # fmt: skip
     """Write one shard atomically and return its manifest entry (file, bytes, sha256, counts).
 
     Args:
@@ -122,6 +129,7 @@ def write_shard(path: Path, ids: list[str], prompt_ids, completions, logprobs, r
         n: samples per prompt.
         correct_threshold: a sample counts as passed when its reward is >= this.
         statuses: optional P·n scorer statuses, counted into the shard metadata.
+        loss_masks: a multi-turn cache's P·n per-token masks (1: the model's token), else None.
     """
     rewards = np.asarray(rewards, dtype=np.float32)
     prompt_offsets, prompt_tokens = _flat(prompt_ids, np.int32)
@@ -137,6 +145,8 @@ def write_shard(path: Path, ids: list[str], prompt_ids, completions, logprobs, r
         "finished": np.asarray(finished, dtype=np.uint8),
         "pass_counts": (rewards >= correct_threshold).reshape(len(ids), n).sum(1).astype(np.int32),
     }
+    if loss_masks is not None:
+        arrays["loss_mask"] = _flat(loss_masks, np.uint8)[1]
     # one metadata key: safetensors writes metadata from a hash map, in no fixed order
     info = {"ids": ids, "status_counts": dict(sorted(Counter(statuses or []).items()))}
     metadata = {"lit_rlvr": json.dumps(info, sort_keys=True)}
@@ -176,6 +186,7 @@ def build_reference_cache(
     rank: int = 0,
     world_size: int = 1,
     reward_names: list[str] | None = None,
+    environment: EnvironmentOptions | None = None,
 ) -> Path:
     """Sample, score and store π_ref completions for every prompt; resume a partial build in place.
 
@@ -205,6 +216,8 @@ def build_reference_cache(
         reward_names: what judges the samples, recorded in the manifest (part of the cache's
             identity; default: the rows' ``reward`` names). With several rewards, the
             correctness reward's (:meth:`~lit_rlvr.rewards.RewardMix.correctness_sources`).
+        environment: sample multi-turn trajectories in this environment (None: single-turn
+            completions); recorded in the manifest (:meth:`~lit_rlvr.rollout.turns.EnvironmentOptions.identity`).
 
     Returns:
         The cache directory.
@@ -237,6 +250,7 @@ def build_reference_cache(
         "prompts_per_shard": prompts_per_shard,
         "prompts_per_call": prompts_per_call,
         "correct_threshold": correct_threshold,
+        "environment": None if environment is None else environment.identity(rows),
         "logprob_temperature": 1.0,
         "complete": False,
         "shards": [],
@@ -246,6 +260,8 @@ def build_reference_cache(
         manifest["shards"] = sorted(done.values(), key=lambda e: e["file"])
         write_json_atomic(out / MANIFEST, manifest)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    found = context_length(engine, model)
+    sampler = RolloutSampler(tokenizer, environment, found[0] if found else None)
     num_shards = -(-len(rows) // prompts_per_shard)
     mine = [s for s in range(num_shards) if s % world_size == rank]
     finished_prompts = sum(e["num_prompts"] for e in done.values() if int(e["file"][6:11]) % world_size == rank)
@@ -256,10 +272,10 @@ def build_reference_cache(
         if shard_name(s) in done:
             continue
         lo, hi = s * prompts_per_shard, min((s + 1) * prompts_per_shard, len(rows))
-        shard = {"completions": [], "logprobs": [], "rewards": [], "finished": [], "statuses": []}
+        shard = {"completions": [], "logprobs": [], "rewards": [], "finished": [], "statuses": [], "loss_masks": []}
         for c in range(lo, hi, prompts_per_call):
             chunk = range(c, min(c + prompts_per_call, hi))
-            _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, params, pad_id, batching, shard)
+            _sample_chunk(chunk, rows, prompt_ids, sampler, engine, scorer, model, tokenizer, params, pad_id, batching, shard)
             bar.update(len(chunk))
         entry = write_shard(
             out / shard_name(s),
@@ -272,6 +288,7 @@ def build_reference_cache(
             n,
             correct_threshold,
             shard["statuses"],
+            shard["loss_masks"] if environment is not None else None,
         )
         write_json_atomic(out / _entry_name(entry["file"]), entry)  # the shard's own record of itself
         done[entry["file"]] = entry
@@ -314,22 +331,35 @@ def _entry_name(shard_file: str) -> str:
     return shard_file + ".entry.json"
 
 
-def _sample_chunk(chunk, rows, prompt_ids, engine, scorer, model, tokenizer, params, pad_id, batching, shard) -> None:
-    """Generate, score and compute log π_ref for the prompts in ``chunk``; append to ``shard``."""
+def _sample_chunk(chunk, rows, prompt_ids, sampler, engine, scorer, model, tokenizer, params, pad_id, batching, shard) -> None:
+    """Generate (or run trajectories), score and compute log π_ref for the prompts in ``chunk``; append to ``shard``."""
     n = params.n
     ids = [rows[i]["id"] for i in chunk]
-    rollouts = engine.generate([prompt_ids[i] for i in chunk], replace(params, seed=call_seed(params.seed, ids)))
+    rollouts = sampler(engine, [prompt_ids[i] for i in chunk], [rows[i] for i in chunk], replace(params, seed=call_seed(params.seed, ids)))
     if len(rollouts.completion_ids) != n * len(chunk):
         raise RuntimeError(f"engine returned {len(rollouts.completion_ids)} completions for {len(chunk)} prompts × n={n}")
-    texts = rollouts.texts or tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
+    texts, _ = rollouts.final_turns()  # multi-turn: each trajectory's last turn, unless its environment scored it
+    texts = texts or tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
     sample_rows = [rows[i] for i in chunk for _ in range(n)]
-    results = scorer.score(list(texts), sample_rows)
+    given = rollouts.environment_rewards() or [None] * len(texts)
+    todo = [b for b, g in enumerate(given) if g is None]
+    scored = iter(scorer.score([texts[b] for b in todo], [sample_rows[b] for b in todo]) if todo else [])
+    results = [next(scored) if g is None else _Given(float(g)) for g in given]
     sample_prompts = [prompt_ids[i] for i in chunk for _ in range(n)]
     shard["logprobs"] += reference_logprobs(model, sample_prompts, rollouts.completion_ids, pad_id, batching)
     shard["completions"] += [list(c) for c in rollouts.completion_ids]
     shard["rewards"] += [float(r.reward) for r in results]
     shard["statuses"] += [str(r.status).split(":")[0] for r in results]
     shard["finished"] += [f != "length" for f in rollouts.finish_reasons]
+    shard["loss_masks"] += rollouts.loss_mask or []
+
+
+@dataclass(frozen=True)
+class _Given:
+    """A trajectory's reward given by its environment (status ``ok``), in the place of a scorer's result."""
+
+    reward: float
+    status: str = "ok"
 
 
 def _resume_shards(out: Path, manifest: dict) -> dict[str, dict]:

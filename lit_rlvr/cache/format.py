@@ -14,6 +14,10 @@ row ``i·n + j``), as flat arrays with offsets so nothing is padded:
   float32`` — completion tokens and their log π_ref at temperature 1.0 over the full vocabulary;
 - ``rewards (P·n,) float32``, ``finished (P·n,) uint8`` (1 = stopped, 0 = hit the length cap),
   ``pass_counts (P,) int32``;
+- a multi-turn cache (sampled with an environment) also ``loss_mask (ΣT,) uint8``: 1 on the model's
+  tokens, 0 on the environment's (the anchors' divergence acts on the model's only), and its manifest
+  records the environments (``name@version``) and turn limits (``environment``, None for single-turn):
+  a run with another environment, or another version of it, refuses it;
 - safetensors metadata ``lit_rlvr``: JSON with ``ids`` (the P prompt row ids) and the scorer's
   ``status_counts``.
 
@@ -61,6 +65,7 @@ IDENTITY_KEYS = (
     "prompts_per_shard",
     "prompts_per_call",
     "correct_threshold",
+    "environment",
 )
 _DTYPES = {"I32": np.int32, "I64": np.int64, "F32": np.float32, "U8": np.uint8}
 

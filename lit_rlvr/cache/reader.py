@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,6 +44,8 @@ class CachedSample:
         ref_logprobs: ``(T,)`` float32 log π_ref of each completion token (temperature 1.0).
         reward: its reward.
         finished: True if it stopped (EOS/stop string), False if cut at the length cap.
+        loss_mask: ``(T,)`` uint8 of a multi-turn cache's trajectory: 1 on the model's tokens, 0 on the
+            environment's (None in a single-turn cache).
     """
 
     prompt_id: str
@@ -51,6 +54,7 @@ class CachedSample:
     ref_logprobs: np.ndarray
     reward: float
     finished: bool
+    loss_mask: np.ndarray | None = None
 
 
 class _Shard:
@@ -122,8 +126,13 @@ class ReferenceCache:
         self.rewards: np.ndarray = np.concatenate([s.rewards for s in self._shards])  # (num_prompts · n,)
         self.index: dict[str, int] = {pid: i for i, pid in enumerate(self.ids)}
 
+    @property
+    def multi_turn(self) -> bool:
+        """Whether the samples are multi-turn trajectories (sampled with an environment)."""
+        return self.manifest.get("environment") is not None
+
     # ----------------------------------------------------------------------------- identity
-    def check(self, *, tokenizer=None, dataset_fingerprint: str | None = None, model=None) -> None:
+    def check(self, *, tokenizer=None, dataset_fingerprint: str | None = None, model=None, environment: Any = ...) -> None:
         """Raise :class:`CacheMismatchError` naming every way the run differs from the cache.
 
         Args:
@@ -131,6 +140,10 @@ class ReferenceCache:
             dataset_fingerprint: :func:`lit_rlvr.cache.format.dataset_fingerprint` of the run's
                 training rows and prompt ids.
             model: the run's initial policy (its weight hash must match; costs one pass over the weights).
+            environment: the run's environments and turn limits
+                (:meth:`~lit_rlvr.rollout.turns.EnvironmentOptions.identity`; None: single-turn
+                rollouts; not given: not checked). A cache sampled in another environment, another
+                version of it, or without one (or a multi-turn cache for a single-turn run) is refused.
         """
         m, diffs = self.manifest, []
         if tokenizer is not None and (t := tokenizer_fingerprint(tokenizer)) != m["tokenizer_sha256"]:
@@ -147,6 +160,9 @@ class ReferenceCache:
                     f"model: cache built with {m['model']['name_or_path']!r} (weights sha256 "
                     f"{m['model']['weights_sha256'][:12]}…), got {got['name_or_path']!r} (weights sha256 {got['weights_sha256'][:12]}…)"
                 )
+        if environment is not ... and environment != (found := m.get("environment")):
+            diffs.append(f"environment: cache sampled {_environment(found)}, this run samples {_environment(environment)} "
+                         "(build the cache with the run's model.environment as its environment)")  # fmt: skip
         if diffs:
             raise CacheMismatchError(f"reference cache {self.path} does not match this run:\n  " + "\n  ".join(diffs))
 
@@ -188,6 +204,7 @@ class ReferenceCache:
             ref_logprobs=s.read("ref_logprobs", t0, t1),
             reward=float(s.rewards[row]),
             finished=bool(s.finished[row]),
+            loss_mask=s.read("loss_mask", t0, t1) if "loss_mask" in s.header else None,
         )
 
     def iter_samples(self) -> Iterator[CachedSample]:
@@ -224,6 +241,7 @@ class ReferenceCache:
             sampler_logprobs=[s.ref_logprobs.tolist() for s in samples],
             finish_reasons=["stop" if s.finished else "length" for s in samples],
             n=1,
+            loss_mask=[s.loss_mask.tolist() for s in samples] if self.multi_turn else None,
         ).to_padded(pad_id)
         return AnchorBatch(
             input_ids=padded["input_ids"],
@@ -231,6 +249,7 @@ class ReferenceCache:
             response_mask=padded["response_mask"],
             ref_logprobs=padded["old_logprobs"],
             rewards=torch.tensor([s.reward for s in samples], dtype=torch.float32),
+            loss_mask=padded.get("loss_mask"),
         )
 
     def close(self) -> None:
@@ -247,3 +266,10 @@ class ReferenceCache:
     def __del__(self):
         if getattr(self, "_shards", None):
             self.close()
+
+
+def _environment(identity: dict | None) -> str:
+    """A cache's or a run's environment record, in words."""
+    if identity is None:
+        return "single-turn completions (no environment)"
+    return f"trajectories in {', '.join(identity['environments'])} with turns {identity['turns']}"

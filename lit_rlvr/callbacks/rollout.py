@@ -29,9 +29,14 @@ Asynchronous rollouts (``max_staleness: k``, an engine that generates apart from
 weight versions behind (:mod:`lit_rlvr.callbacks.rollout_producer`); k = 0 is the synchronous
 loop, bit for bit.
 
+Multi-turn rollouts (``model.environment``, the module's too: what to sample): every batch, training
+and validation, runs its rows' environments turn by turn on the engine
+(:class:`~lit_rlvr.rollout.turns.RolloutSampler`); the rows travel with the prompts, ahead of the loop
+too (:meth:`~lit_rlvr.contracts.PromptSource.train_rows_at`).
+
 Logged (:func:`rollout_metrics`): ``rollout/seconds`` and ``rollout/tokens_per_s`` (progress bar),
 ``rollout/mean_len``, ``rollout/truncated`` (share of completions cut at ``max_new_tokens``),
-``rollout/drift`` (mean |sampler − trainer log-prob|, :func:`~lit_rlvr.rollout.engine.logprob_drift`),
+``rollout/drift`` (mean |sampler − trainer log-prob| over the model's tokens, :func:`~lit_rlvr.rollout.engine.logprob_drift`),
 and on syncs ``rollout/sync_seconds`` and ``rollout/fingerprint_err``; asynchronous rollouts log
 their staleness, queue and waits too (:meth:`~lit_rlvr.callbacks.rollout_producer.AsyncRollouts.take`).
 """
@@ -59,6 +64,7 @@ from lit_rlvr.rollout.engine import (
 )
 from lit_rlvr.rollout.options import AsyncOptions, RolloutOptions
 from lit_rlvr.rollout.seeds import step_sampling, validation_sampling
+from lit_rlvr.rollout.turns import RolloutSampler
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 
@@ -137,9 +143,10 @@ class RolloutCallback(Callback):
         self._step_at_batch_start = 0
         self._probe: tuple[list[int], list[int]] | None = None
         self._rank = 0
+        self.sampler: RolloutSampler | None = None  # single- or multi-turn, the module's environment: made at setup
         self.asynchronous: AsyncRollouts | None = None if max_staleness is None else AsyncRollouts(
             self.options.asynchronous,
-            lambda prompt_ids, params: self.engine.generate(prompt_ids, params),  # the engine is built at setup
+            lambda prompt_ids, rows, params: self.sampler(self.engine, prompt_ids, rows, params),  # the engine is built at setup
             lambda global_step, lane: self.train_params(global_step, self._rank, lane),
         )
 
@@ -167,11 +174,13 @@ class RolloutCallback(Callback):
         if self.ranks.group is None:
             self.ranks = RankGroup.join(trainer.world_size)  # a collective: every rank calls setup
         self._probe = probe_sequence(len(pl_module.tokenizer))
+        found = context_length(self.engine, pl_module.policy)
+        self.sampler = RolloutSampler(pl_module.tokenizer, pl_module.environment, found[0] if found else None)
         self.fit_context(trainer, pl_module)
 
     def fit_context(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Have the DataModule skip (as bad rows, file:line) the prompts that cannot be generated
-        from: prompt tokens + ``max_new_tokens`` beyond the engine's context
+        from: prompt tokens + ``max_new_tokens`` (multi-turn: one turn's cap) beyond the engine's context
         (:func:`~lit_rlvr.rollout.engine.context_length`), which vLLM refuses mid-run and a model
         past its positions samples from without a word."""
         datamodule = trainer.datamodule  # None: plain dataloaders, nothing to fit
@@ -180,7 +189,8 @@ class RolloutCallback(Callback):
         require(datamodule, PromptData, "RolloutCallback", "DataModule")
         found = context_length(self.engine, pl_module.policy)
         if found is not None:
-            datamodule.fit_context(found[0], self.train_sampling.max_new_tokens, self.val_sampling.max_new_tokens, found[1])
+            first = self.sampler.turn_tokens  # a multi-turn trajectory's later turns are bounded by the context itself
+            datamodule.fit_context(found[0], first(self.train_sampling), first(self.val_sampling), found[1])
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -206,7 +216,7 @@ class RolloutCallback(Callback):
         batch = _checked(batch, TrainBatch)
         with gathered_parameters(trainer):  # FSDP1 only: the live HF engine samples the full policy
             if self.asynchronous is None:
-                batch.rollouts, generated = self._generate(batch.prompt_ids, params, "rollout")
+                batch.rollouts, generated = self._generate(batch.prompt_ids, batch.rows, params, "rollout")
             else:
                 batch.rollouts, generated = self._take(trainer, batch)
             metrics.update(generated)
@@ -239,7 +249,7 @@ class RolloutCallback(Callback):
         batch = _checked(batch, ValBatch)
         params = validation_sampling(self.val_sampling, int(batch.n_samples), batch_idx, dataloader_idx, self._rank)
         with gathered_parameters(trainer):
-            batch.rollouts, metrics = self._generate(batch.prompt_ids, params, "val_rollout")
+            batch.rollouts, metrics = self._generate(batch.prompt_ids, batch.rows, params, "val_rollout")
         self._log(pl_module, metrics, len(batch.prompt_ids), sync_dist=True)  # epoch means across ranks
 
     @override
@@ -328,10 +338,12 @@ class RolloutCallback(Callback):
 
     # ------------------------------------------------------------------ rollouts
 
-    def _generate(self, prompt_ids: list[list[int]], params: SamplingParams, prefix: str) -> tuple[Rollouts, dict[str, float]]:
+    def _generate(self, prompt_ids: list[list[int]], rows: list[dict], params: SamplingParams,
+                  prefix: str) -> tuple[Rollouts, dict[str, float]]:  # fmt: skip
         t0 = time.perf_counter()
         what = f"{self.engine.name} generate of {len(prompt_ids)} prompts x {params.n} samples"
-        rollouts = self.ranks.run_on_all(what, lambda: self.engine.generate(prompt_ids, params), self.options.generate_timeout_s)
+        sample = lambda: self.sampler(self.engine, prompt_ids, rows, params)  # noqa: E731
+        rollouts = self.ranks.run_on_all(what, sample, self.options.generate_timeout_s)
         seconds = time.perf_counter() - t0
         self.total_rollout_tokens += rollouts.num_tokens()
         return rollouts, rollout_metrics(rollouts, seconds, seconds, prefix)

@@ -4,7 +4,8 @@ Generation and training alternate in the synchronous loop; with a rollout server
 overlap (verl's fully-async trainer, AReaL, PipelineRL, TRL and NeMo-RL bound the lag the same
 way). :class:`RolloutProducer` is a background thread of :class:`~lit_rlvr.callbacks.RolloutCallback`
 that generates the rollouts of the training batches the loop has not reached yet, taking them from
-the DataModule in the loop's own order (:class:`~lit_rlvr.contracts.PromptSource`); batch m is
+the DataModule in the loop's own order (:class:`~lit_rlvr.contracts.PromptSource`: their prompt ids
+and rows, which a multi-turn rollout's environments are reset with); batch m is
 step m mod E of epoch m // E, E the loop's batches per epoch (``trainer.num_training_batches``).
 
 Versions and staleness, counted in training batches (one rollout batch feeds its optimizer steps):
@@ -49,10 +50,11 @@ T = TypeVar("T")
 
 @dataclass
 class Produced:
-    """One generated batch: its number, its prompts, its rollouts, and the weight version it was made at."""
+    """One generated batch: its number, its prompts and their rows, its rollouts, and the weight version it was made at."""
 
     number: int
     prompt_ids: list[list[int]]
+    rows: list[dict]
     rollouts: Rollouts
     version: int
     seconds: float
@@ -62,7 +64,7 @@ class RolloutProducer:
     """Generate the rollouts of batch ``m`` ahead of the loop, within ``options.max_staleness`` of the weights.
 
     Args:
-        generate: ``(prompt_ids, params) -> Rollouts`` (the engine's generate).
+        generate: ``(prompt_ids, rows, params) -> Rollouts`` (the rollout callback's sampler on its engine).
         params_at: ``(global_step, lane) -> SamplingParams`` of a batch starting then.
         global_step: the trainer's current optimizer step (read when a batch starts).
         source: the DataModule's batches ahead of the loader.
@@ -76,7 +78,7 @@ class RolloutProducer:
 
     def __init__(
         self,
-        generate: Callable[[list[list[int]], SamplingParams], Rollouts],
+        generate: Callable[[list[list[int]], list[dict], SamplingParams], Rollouts],
         params_at: Callable[[int, int], SamplingParams],
         global_step: Callable[[], int],
         source: PromptSource,
@@ -136,8 +138,8 @@ class RolloutProducer:
             self.dropped += 1
             with self._generating:
                 t1 = time.perf_counter()
-                rollouts = self.generate(produced.prompt_ids, self.params_at(self.global_step(), 0))
-                produced = Produced(number, produced.prompt_ids, rollouts, self.version, time.perf_counter() - t1)
+                rollouts = self.generate(produced.prompt_ids, produced.rows, self.params_at(self.global_step(), 0))
+                produced = Produced(number, produced.prompt_ids, produced.rows, rollouts, self.version, time.perf_counter() - t1)
             self.generated += 1
             staleness = number - produced.version
         self.trained += 1
@@ -198,14 +200,14 @@ class RolloutProducer:
                     self.next += 1
                 self.generator_idle_s += time.perf_counter() - t0
                 epoch, step = divmod(m, self.batches_per_epoch)
-                prompt_ids = self.source.train_prompt_ids_at(epoch, step)
+                prompt_ids, rows = self.source.train_prompt_ids_at(epoch, step), self.source.train_rows_at(epoch, step)
                 with self._generating:
                     version = self.version  # stable: a sync waits for this lock
                     t1 = time.perf_counter()
-                    rollouts = self.generate(prompt_ids, self.params_at(self.global_step(), m - version))
+                    rollouts = self.generate(prompt_ids, rows, self.params_at(self.global_step(), m - version))
                     seconds = time.perf_counter() - t1
                 with self._cond:
-                    self._queue[m] = Produced(m, prompt_ids, rollouts, version, seconds)
+                    self._queue[m] = Produced(m, prompt_ids, rows, rollouts, version, seconds)
                     self.generated += 1
                     self._cond.notify_all()
         except BaseException as err:  # surfaced to the loop by take()
@@ -220,14 +222,14 @@ class AsyncRollouts:
 
     Args:
         options: k and the stale policy.
-        generate: the engine's ``(prompt_ids, params) -> Rollouts``.
+        generate: ``(prompt_ids, rows, params) -> Rollouts`` (the rollout callback's sampler on its engine).
         params_at: ``(global_step, lane) -> SamplingParams`` of a batch starting then.
     """
 
     def __init__(
         self,
         options: AsyncOptions,
-        generate: Callable[[list[list[int]], SamplingParams], Rollouts],
+        generate: Callable[[list[list[int]], list[dict], SamplingParams], Rollouts],
         params_at: Callable[[int, int], SamplingParams],
     ):
         self.options, self.generate, self.params_at = options, generate, params_at

@@ -534,6 +534,12 @@ class PromptDataModule(pl.LightningDataModule):
         key = self._sampler.key_at(epoch, step)
         return [list(self.train_prompt_ids[self._train_index[i]]) for i in key.indices]
 
+    def train_rows_at(self, epoch: int, step: int) -> list[dict]:
+        """The rows of the batch :meth:`train_prompt_ids_at` names (multi-turn rollouts reset their environments with them)."""
+        if self._sampler is None:
+            raise RuntimeError("train_rows_at before train_dataloader()")
+        return [dict(self.train_rows[self._train_index[i]]) for i in self._sampler.key_at(epoch, step).indices]
+
     @override
     def state_dict(self) -> dict[str, Any]:
         if self._consumed is None:

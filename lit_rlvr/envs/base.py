@@ -228,7 +228,8 @@ class EnvSpec:
         return env
 
 
-def resolve_environment(name: str, options: Mapping[str, Any] | None = None, key: str = "environment") -> EnvSpec:
+def resolve_environment(name: str, options: Mapping[str, Any] | None = None, key: str = "environment",
+                        options_key: str | None = None) -> EnvSpec:  # fmt: skip
     """The :class:`EnvSpec` a config names, its options checked at start-up.
 
     Args:
@@ -239,6 +240,7 @@ def resolve_environment(name: str, options: Mapping[str, Any] | None = None, key
             run through :class:`~lit_rlvr.envs.trl.TRLEnvironment`).
         options: the environment's options (None: none).
         key: the config key, for errors.
+        options_key: the options' config key, for errors (default ``<key>_options``).
 
     Raises:
         ValueError: an unknown name (listing the registered ones), an option the environment
@@ -246,16 +248,17 @@ def resolve_environment(name: str, options: Mapping[str, Any] | None = None, key
         ImportError: an import path that cannot be imported.
     """
     options = dict(options or {})
+    options_key = options_key or f"{key}_options"
     if name in ENVIRONMENTS or not is_import_path(name):
-        cls = ENVIRONMENTS.get_checked(name, key, options, f"{key}_options")
+        cls = ENVIRONMENTS.get_checked(name, key, options, options_key)
         return EnvSpec(name, options, cls, ENVIRONMENTS.trait(name, "version", options) or declared_version(cls))
     cls = load_function(name, "environment")
     adapter = _adapter_for(cls)
     if adapter is not None:
-        return resolve_environment(adapter[0], {adapter[1]: name, **adapter[2](options)}, key)
+        return resolve_environment(adapter[0], {adapter[1]: name, **adapter[2](options)}, key, options_key)
     single = Registry("environment", injected=ENVIRONMENTS.injected)
     single.register(name)(cls)
-    single.get_checked(name, key, options, f"{key}_options")
+    single.get_checked(name, key, options, options_key)
     return EnvSpec(name, options, cls, declared_version(cls))
 
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lit_rlvr.rewards.base import STATUS_NOT_APPLICABLE, Reward, ScoreResult, in_range
+from lit_rlvr.rewards.base import STATUS_NOT_APPLICABLE, STATUS_OK, Reward, ScoreResult, in_range
 from lit_rlvr.rewards.conventions import (
     PYTHON_ONLY,
     RewardFunc,
@@ -116,12 +116,16 @@ class MixedScore:
         results: per term, its :class:`~lit_rlvr.rewards.base.ScoreResult` (status, reason, the
             canonical answer when asked for).
         correctness: the index of the correctness term in ``results``.
+        given: the reward was given by a multi-turn environment, not computed by the rewards
+            (:meth:`RewardMix.score`'s ``given``): its correctness term holds it, the other terms are
+            not applicable, and the reward logs leave it out.
     """
 
     reward: float
     correct: float
     results: tuple[ScoreResult, ...]
     correctness: int = 0
+    given: bool = False
 
     @property
     def parts(self) -> tuple[float | None, ...]:
@@ -354,8 +358,13 @@ class RewardMix:
         return out
 
     def score(self, scorer, completions: Sequence[str], rows: Sequence[dict], *, with_answers: bool = False,
-              completion_ids: Sequence[Sequence[int]] | None = None, trainer_state: TrainerState | None = None) -> list[MixedScore]:  # fmt: skip
+              completion_ids: Sequence[Sequence[int]] | None = None, trainer_state: TrainerState | None = None,
+              given: Sequence[float | None] | None = None) -> list[MixedScore]:  # fmt: skip
         """Score every completion with every term in ``scorer``'s workers and combine them.
+
+        A completion whose reward is ``given`` (a multi-turn environment's, docs/agents.md) is not
+        scored: that reward is its reward and its correctness (correct when > 0.5, as a correctness
+        reward's), and its answer (maj@k, distinct answers) is its text, stripped.
 
         Args:
             scorer: a :class:`~lit_rlvr.rewards.BatchScorer` built with ``rewards=self.records``
@@ -365,10 +374,18 @@ class RewardMix:
             with_answers: also compute the correctness term's canonical answers (maj@k).
             completion_ids: B completion token-id lists (TRL's ``completion_ids``), when known.
             trainer_state: progress for TRL's ``trainer_state``.
+            given: B rewards given by the environments (None where the rewards score the completion).
 
         Returns:
             B :class:`MixedScore`.
         """
+        if given is not None and any(g is not None for g in given):
+            todo = [i for i, g in enumerate(given) if g is None]
+            pick = (lambda values: None if values is None else [values[i] for i in todo])  # noqa: E731
+            scored = iter(self.score(scorer, pick(completions), pick(rows), with_answers=with_answers, completion_ids=pick(completion_ids),
+                                     trainer_state=trainer_state) if todo else [])  # fmt: skip
+            return [next(scored) if g is None else self.given_score(g, completions[i] if with_answers else None)
+                    for i, g in enumerate(given)]  # fmt: skip
         per_term = self.item_rows(rows, completion_ids, trainer_state)  # (K, B)
         c = self._correctness_index
         B, K = len(completions), len(per_term)
@@ -389,6 +406,20 @@ class RewardMix:
             results = tuple(by_term[k][i] for k in range(K))
             out.append(MixedScore(weighted_sum(_parts(results), weights), results[c].reward, results, c))
         return out
+
+    def given_score(self, reward: float, text: str | None = None) -> MixedScore:
+        """The score of a completion whose reward a multi-turn environment gave (:meth:`score`'s ``given``).
+
+        Example:
+            >>> s = RewardMix.from_config(["math"]).given_score(1.0, " 3*7+5; ")
+            >>> s.reward, s.correct, s.answer, s.given
+            (1.0, 1.0, '3*7+5;', True)
+        """
+        c, K = self._correctness_index, max(len(self.terms), 1)
+        answer = text.strip() or None if text is not None else None
+        results = tuple(ScoreResult(reward, STATUS_OK, answer=answer) if k == c else ScoreResult(0.0, STATUS_NOT_APPLICABLE)
+                        for k in range(K))  # fmt: skip
+        return MixedScore(float(reward), float(reward), results, c, given=True)
 
     def correctness_scorer(self, scorer) -> CorrectnessScorer:
         """``scorer`` seen through the correctness term only (the reference cache's rewards and pass counts)."""

@@ -82,7 +82,11 @@ class RewardReport:
 
         Raises:
             RuntimeError: a reward failed on every item for ``max_failed_steps`` training batches in a row.
+
+        Completions whose reward an environment gave (:attr:`MixedScore.given`) are left out: no reward scored them.
         """
+        kept = [i for i, s in enumerate(scores) if not s.given]
+        scores, rows = [scores[i] for i in kept], [rows[i] for i in kept]
         summary = summarize([r for s in scores for r in s.results])
         size = max(summary.total, 1)
         for status in STATUSES:  # every status, every batch: the same keys on every rank (synced means)

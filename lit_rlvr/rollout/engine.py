@@ -440,7 +440,8 @@ def policy_drift(
     batching: MicroBatching = MicroBatching(),
     lockstep: Callable[[int], int] | None = None,
 ) -> float:
-    """:func:`logprob_drift` of ``rollouts``: their sampler log-probs against ``policy``'s of the same tokens.
+    """:func:`logprob_drift` of ``rollouts``: their sampler log-probs against ``policy``'s of the same tokens
+    (the model's tokens: a multi-turn rollout's environment tokens have no sampler log-prob).
 
     The policy's come from no-grad passes in ``batching``'s micro-batches (length-sorted, under
     its row cap and token budget, each cropped to its longest row), in eval mode.
@@ -479,7 +480,8 @@ def policy_drift(
         )
     finally:
         policy.train(was_training)
-    return logprob_drift(padded["old_logprobs"], lp.float().cpu(), padded["response_mask"]).item()
+    model_tokens = padded.get("loss_mask", padded["response_mask"])  # 0 on padding too; environment tokens have no sampler log-prob
+    return logprob_drift(padded["old_logprobs"], lp.float().cpu(), model_tokens).item()
 
 
 # --------------------------------------------------------------------------- factory

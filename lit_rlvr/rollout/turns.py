@@ -42,10 +42,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from lit_rlvr.envs.base import EnvSpec, Observation, Step, check_observation
+from lit_rlvr.envs.base import EnvSpec, Observation, Step, check_observation, resolve_environment
 from lit_rlvr.rollout.engine import chat_turn_end_ids
 from lit_rlvr.rollout.types import Episode, Rollouts, SamplingParams
 
@@ -54,7 +54,8 @@ TURN_SEED_STRIDE = 1_000_003  # turn t samples with seed + t · stride
 
 @dataclass(frozen=True)
 class TurnOptions:
-    """The multi-turn rollout loop's limits (SkyRL ``generator.max_turns``, verl ``multi_turn.*``).
+    """The multi-turn rollout loop's limits (SkyRL ``generator.max_turns``, verl ``multi_turn.*``), set as
+    :class:`EnvironmentOptions`' keys (``model.environment.max_turns``, …).
 
     Args:
         max_turns: model turns per trajectory (TRL's ``max_tool_calling_iterations`` + 1).
@@ -73,21 +74,118 @@ class TurnOptions:
 
     def __post_init__(self):
         if self.max_turns < 1:
-            raise ValueError(f"turns.max_turns must be >= 1, got {self.max_turns}")
+            raise ValueError(f"model.environment.max_turns must be >= 1, got {self.max_turns}")
         for name in ("max_turn_tokens", "max_total_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"turns.{name} must be >= 1 or None, got {value}")
+                raise ValueError(f"model.environment.{name} must be >= 1 or None, got {value}")
         if self.max_observation_chars < 16:
-            raise ValueError(f"turns.max_observation_chars must be >= 16, got {self.max_observation_chars}")
+            raise ValueError(f"model.environment.max_observation_chars must be >= 16, got {self.max_observation_chars}")
         if self.step_timeout_s is not None and not self.step_timeout_s > 0:
-            raise ValueError(f"turns.step_timeout_s must be > 0 seconds or None, got {self.step_timeout_s}")
+            raise ValueError(f"model.environment.step_timeout_s must be > 0 seconds or None, got {self.step_timeout_s}")
 
     def turn_tokens(self, sampling: SamplingParams) -> int:
         return self.max_turn_tokens or sampling.max_new_tokens
 
     def total_tokens(self, sampling: SamplingParams) -> int:
         return self.max_total_tokens or self.max_turns * self.turn_tokens(sampling)
+
+
+ROW_ENVIRONMENT = "environment"  # the row field naming a row's own environment
+
+
+@dataclass(frozen=True)
+class EnvironmentOptions:
+    """Multi-turn rollouts: the environment each trajectory runs in and the turn loop's limits.
+
+    The ``environment`` group of training (``model.environment``, read by the rollout callback for
+    training and validation alike) and of ``lit-rlvr cache`` (a multi-turn reference cache); absent
+    (None), rollouts are single-turn.
+
+    Args:
+        name: the environment (:data:`~lit_rlvr.envs.ENVIRONMENTS`: ``sql``, ``calculator``,
+            ``countdown``, ``skyrl``, ``trl``, a plug-in's, or an import path of a lit_rlvr, skyrl-gym
+            or TRL class). A row's own ``environment`` field, when it has one, names its environment
+            instead; None: every row must name its own.
+        options: ``{environment name: {option: value}}``, as ``model.scoring.options`` (e.g.
+            ``{sql: {max_rows: 20}}``); checked at start-up.
+        max_turns: model turns per trajectory (SkyRL's ``generator.max_turns``, verl's
+            ``multi_turn.max_assistant_turns``, TRL's ``max_tool_calling_iterations`` + 1).
+        max_turn_tokens: tokens one model turn may generate (None: ``sampling.max_new_tokens``).
+        max_total_tokens: tokens of the whole trajectory after the prompt, the model's and the
+            environment's (None: ``max_turns × max_turn_tokens``); Dr. GRPO's normaliser.
+        max_observation_chars: characters of one observation's text (longer text is cut, saying so;
+            verl's ``max_tool_response_length``).
+        step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``); None:
+            no limit. A hung or failing environment costs only its trajectory (reward 0, not trained on).
+
+    The limits are checked as the loop's :class:`TurnOptions` (:attr:`turns`).
+
+    Example:
+        >>> import lit_rlvr.demo  # registers the countdown environment
+        >>> env = EnvironmentOptions("countdown", max_turns=3)
+        >>> [s.identity for s in env.specs([{"id": "a"}, {"id": "b", "environment": "calculator"}])], env.turns.max_turns
+        (['countdown@1', 'calculator@1'], 3)
+        >>> EnvironmentOptions("countdown", options={"countdown": {"level": 2}})
+        Traceback (most recent call last):
+        ...
+        ValueError: model.environment.options: unknown option(s) ['level'] of environment 'countdown'; accepted: []
+    """
+
+    name: str | None = None
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    max_turns: int = TurnOptions.max_turns
+    max_turn_tokens: int | None = TurnOptions.max_turn_tokens
+    max_total_tokens: int | None = TurnOptions.max_total_tokens
+    max_observation_chars: int = TurnOptions.max_observation_chars
+    step_timeout_s: float | None = TurnOptions.step_timeout_s
+
+    def __post_init__(self):
+        limits = {f.name: getattr(self, f.name) for f in fields(TurnOptions)}
+        object.__setattr__(self, "turns", TurnOptions(**limits))  # checked now
+        object.__setattr__(self, "_specs", {})
+        for name in dict.fromkeys([*([self.name] if self.name is not None else []), *self.options]):
+            self.spec(name)  # every configured environment and its options checked now
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling: the fields (the resolved environments are made again)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
+    def spec(self, name: str) -> EnvSpec:
+        """The :class:`~lit_rlvr.envs.EnvSpec` of environment ``name`` with its options (resolved once)."""
+        specs = self._specs  # type: ignore[attr-defined]
+        if name not in specs:
+            specs[name] = resolve_environment(name, self.options.get(name), "model.environment.name", "model.environment.options")
+        return specs[name]
+
+    def specs(self, rows: Sequence[Mapping[str, Any]]) -> list[EnvSpec]:
+        """Each row's environment: its own ``environment`` field, else :attr:`name`.
+
+        Raises:
+            ValueError: a row names none and no default is configured, or names an unknown one.
+        """
+        out = []
+        for row in rows:
+            name = row.get(ROW_ENVIRONMENT) or self.name
+            if name is None:
+                raise ValueError(f"row {row.get('id')!r} has no {ROW_ENVIRONMENT!r} field and model.environment.name is null: "
+                                 "name an environment for every row, or configure one")  # fmt: skip
+            out.append(self.spec(str(name)))
+        return out
+
+    def identity(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """What a multi-turn reference cache of ``rows`` records and a run compares: the environments'
+        ``name@version`` (:attr:`EnvSpec.identity <lit_rlvr.envs.EnvSpec.identity>`) and the turn limits."""
+        turns = {k: v for k, v in asdict(self.turns).items() if k != "step_timeout_s"}  # a deadline does not change what is sampled
+        return {"environments": sorted({s.identity for s in self.specs(rows)}), "turns": turns}
+
+    def loop(self, tokenizer: Any, context: int | None = None) -> TurnLoop:
+        """A :class:`TurnLoop` with these limits."""
+        return TurnLoop(tokenizer, self.turns, context)
 
 
 _TOOL_CALL_NAME = "name"
@@ -382,7 +480,7 @@ class TurnLoop:
         deadline = None if timeout is None else time.monotonic() + timeout
         for i, event in enumerate(done):
             if not event.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
-                results[i] = TimeoutError(f"the environment's {what} did not return within {timeout:g} s (turns.step_timeout_s)")
+                results[i] = TimeoutError(f"the environment's {what} did not return within {timeout:g} s (model.environment.step_timeout_s)")
         self.stats.environment_s += time.perf_counter() - t0
         return results
 
@@ -401,3 +499,29 @@ class TurnLoop:
         if isinstance(observation, str):
             return self.renderer.cut(observation)
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+class RolloutSampler:
+    """A batch's rollouts on an engine: single-turn (``engine.generate``), or multi-turn in each row's
+    environment (:class:`TurnLoop`): what the rollout callback and the reference cache sample with.
+
+    Args:
+        tokenizer: the policy's tokenizer.
+        environment: the multi-turn environment and limits (None: single-turn).
+        context: the longest prompt + completion the engine takes (None: unbounded).
+    """
+
+    def __init__(self, tokenizer: Any, environment: EnvironmentOptions | None = None, context: int | None = None):
+        self.environment = environment
+        self.loop = None if environment is None else environment.loop(tokenizer, context)
+
+    def __call__(self, engine: Any, prompt_ids: Sequence[Sequence[int]], rows: Sequence[Mapping[str, Any]],
+                 params: SamplingParams) -> Rollouts:  # fmt: skip
+        """``params.n`` rollouts of each of the P prompts (their ``rows`` reset the environments), prompt-major."""
+        if self.loop is None:
+            return engine.generate(prompt_ids, params)
+        return self.loop.generate(engine, prompt_ids, rows, params, self.environment.specs(rows))
+
+    def turn_tokens(self, params: SamplingParams) -> int:
+        """The most tokens one engine call may generate: ``max_new_tokens``, or one turn's cap."""
+        return params.max_new_tokens if self.environment is None else self.environment.turns.turn_tokens(params)

@@ -137,6 +137,67 @@ class Rollouts:
         """``(B,)`` long: the prompt index of each row."""
         return torch.arange(len(self.prompt_ids)).repeat_interleave(self.n)
 
+    def of_prompts(self, prompts: list[int]) -> Rollouts:
+        """The rollouts of the given prompts only (indices into ``prompt_ids``), in that order.
+
+        Example:
+            >>> r = Rollouts([[1], [2]], [[5], [6], [7], [8]], [[0.0]] * 4, ["stop"] * 4, n=2, texts=list("abcd"))
+            >>> r.of_prompts([1]).texts
+            ['c', 'd']
+        """
+        rows = [p * self.n + j for p in prompts for j in range(self.n)]
+
+        def pick(values):
+            return None if values is None else [values[b] for b in rows]
+
+        return Rollouts([self.prompt_ids[p] for p in prompts], pick(self.completion_ids), pick(self.sampler_logprobs),
+                        pick(self.finish_reasons), self.n, pick(self.texts) if self.texts else [], pick(self.loss_mask),
+                        pick(self.episodes))  # fmt: skip
+
+    def behaviour(self) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+        """Multi-turn rollouts: each trajectory's turns, tool calls, failed tool calls and whether its
+        environment failed, each ``(B,)`` (:func:`~lit_rlvr.functional.metrics.behaviour_sums`); None for single-turn.
+        """
+        if self.episodes is None:
+            return None
+        e = self.episodes
+        return (torch.tensor([x.turns for x in e], dtype=torch.long), torch.tensor([len(x.tool_calls) for x in e], dtype=torch.long),
+                torch.tensor([x.tool_errors for x in e], dtype=torch.long),
+                torch.tensor([x.status in ("env_error", "env_timeout") for x in e], dtype=torch.bool))  # fmt: skip
+
+    def tool_sequences(self) -> list[list[tuple[str, ...]]] | None:
+        """Multi-turn rollouts: P groups of n tool-call sequences (each trajectory's calls in order); None for single-turn."""
+        if self.episodes is None:
+            return None
+        return [[self.episodes[b].tool_calls for b in range(p * self.n, (p + 1) * self.n)] for p in range(len(self.prompt_ids))]
+
+    def final_turns(self) -> tuple[list[str], list[list[int]]]:
+        """What the reward functions score: B texts and their token ids.
+
+        Single-turn: the completions. Multi-turn: the model's last turn of each trajectory (its
+        final answer; the tokens after the last environment token), so a reward written for
+        single-turn answers scores a trajectory's answer as it scores a completion.
+
+        Example:
+            >>> r = Rollouts([[1]], [[5, 6, 7, 8]], [[-1.0, 0.0, -1.0, -1.0]], ["stop"], n=1, texts=["a=1b;"],
+            ...              loss_mask=[[1, 0, 1, 1]], episodes=[Episode(None, "done", turns=2, final_text="b;")])
+            >>> r.final_turns()
+            (['b;'], [[7, 8]])
+        """
+        texts = list(self.texts)
+        if self.episodes is None or self.loss_mask is None:
+            return texts, [list(c) for c in self.completion_ids]
+        ids = []
+        for completion, mask in zip(self.completion_ids, self.loss_mask):
+            start = len(mask) - next((i for i, m in enumerate(reversed(mask)) if not m), len(mask))
+            ids.append(list(completion[start:]) if any(mask) else [])
+        return [e.final_text for e in self.episodes], ids
+
+    def environment_rewards(self) -> list[float | None] | None:
+        """B rewards the environments gave (None where one gave none: the reward functions score that
+        row); None for single-turn rollouts."""
+        return None if self.episodes is None else [e.reward for e in self.episodes]
+
     def num_tokens(self) -> int:
         """Total completion tokens (for throughput)."""
         return sum(len(c) for c in self.completion_ids)

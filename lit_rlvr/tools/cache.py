@@ -15,8 +15,9 @@ Example config (``lit-rlvr cache --config cache.yaml``)::
     batching: {micro_batch_tokens: 16384}         # the log π_ref passes, as the run's model.batching
     engine: vllm                                  # or hf; default auto, as in training
     scoring: {workers: 4, timeout_s: 10.0}
+    # environment: {name: sql, turns: {max_turns: 5}}   # a multi-turn cache: the run's model.environment
 
-The option groups are the training run's (``policy``, ``sampling``, ``batching``, ``scoring``,
+The option groups are the training run's (``policy``, ``sampling``, ``batching``, ``scoring``, ``environment``,
 :mod:`lit_rlvr.options`) with the same defaults, as is the engine's (``auto``), and ``data`` is its
 DataModule section: training reads the same ``data.cache`` that was built, and a cache built with
 the defaults samples as a run with the defaults does (group size, temperature, length cap) and
@@ -42,7 +43,7 @@ from typing import Any
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lit_rlvr.data.datamodule import PromptDataModule
-from lit_rlvr.options import DEFAULT_SAMPLING, BatchingOptions, PolicyOptions, SamplingParams, ScoringOptions
+from lit_rlvr.options import DEFAULT_SAMPLING, BatchingOptions, EnvironmentOptions, PolicyOptions, SamplingParams, ScoringOptions
 from lit_rlvr.plugins import load_plugins
 
 
@@ -55,6 +56,7 @@ def build_cache(
     engine_options: dict[str, Any] | None = None,
     device: str = "auto",
     scoring: ScoringOptions = ScoringOptions(),
+    environment: EnvironmentOptions | None = None,
     prompts_per_shard: int = 256,
     prompts_per_call: int = 1,
     correct_threshold: float = 1.0,
@@ -83,6 +85,9 @@ def build_cache(
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ...
         scoring: the rewards and their scorer (:class:`~lit_rlvr.options.ScoringOptions`), as in
             training; the cache stores the correctness reward (``scoring.correctness``).
+        environment: multi-turn trajectories (:class:`~lit_rlvr.options.EnvironmentOptions`, the
+            run's ``model.environment``: a run refuses a cache sampled in another environment);
+            None: single-turn completions.
         prompts_per_shard: prompts per shard (unit of resumption).
         prompts_per_call: prompts per engine call.
         correct_threshold: reward counted as a pass.
@@ -114,6 +119,8 @@ def build_cache(
         raise ValueError("data.train is required: the cache covers the training prompts")
     mix = scoring.mix()  # the cache's rewards and pass counts are the correctness reward's, as validation's
     mix.check_rows(data.train_rows, "data.train")
+    if environment is not None:
+        environment.specs(data.train_rows)  # every row has an environment, before any loading
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(policy.path, dtype=DTYPES[policy.dtype]).to(device).eval()
@@ -126,6 +133,7 @@ def build_cache(
                 tokenizer=data.tokenizer, params=sampling, prompts_per_shard=prompts_per_shard,
                 prompts_per_call=prompts_per_call, batching=batching.micro_batching,
                 correct_threshold=correct_threshold, progress=progress, rank=rank, world_size=world_size,
+                environment=environment,
             )  # fmt: skip
     finally:
         if hasattr(rollout_engine, "close"):

@@ -111,11 +111,12 @@ def sections() -> list[tuple[str, str, list[Key]]]:
     from lit_rlvr.tools.cache import build_cache
 
     groups = ("policy", "sampling", "loss", "entropy", "anchor", "kl", "batching", "scoring", "evaluation", "rollout_correction",
-              "dynamic_sampling")  # fmt: skip
+              "dynamic_sampling", "environment")  # fmt: skip
     classes = {"policy": options.PolicyOptions, "sampling": options.SamplingParams, "loss": options.LossOptions,
                "entropy": options.EntropyOptions, "anchor": options.AnchorOptions, "kl": options.KLOptions, "batching": options.BatchingOptions,
                "scoring": options.ScoringOptions, "evaluation": options.EvalOptions,
-               "rollout_correction": options.RolloutCorrection, "dynamic_sampling": options.DynamicSampling}  # fmt: skip
+               "rollout_correction": options.RolloutCorrection, "dynamic_sampling": options.DynamicSampling,
+               "environment": options.EnvironmentOptions}  # fmt: skip
     out = [("`model:` (RLVRModule)", "the recipe: one option group per concept, then the module's own switches",
             keys("model", RLVRModule, skip=groups))]  # fmt: skip
     owner = inspect.signature(RLVRModule.__init__).parameters
@@ -144,9 +145,10 @@ def sections() -> list[tuple[str, str, list[Key]]]:
     out.append(("`export:` (HFExport) and `pass_counts:` (PassCountsWriter)", "what a run writes besides its checkpoints",
                 keys("export", HFExport) + keys("pass_counts", PassCountsWriter)))  # fmt: skip
     out.append(("`lit-rlvr cache`", "the reference cache tool: its own keys beside `data:` (the training run's DataModule), "
-                "`policy:`, `sampling:`, `batching:` and `scoring:` (the same groups as `model.policy`, `model.sampling`, "
-                "`model.batching`, `model.scoring`, with the same defaults; `batching` sets the log π_ref passes)",
-                keys("", build_cache, skip=("data", "policy", "sampling", "batching", "scoring", "rank", "world_size"))))  # fmt: skip
+                "`policy:`, `sampling:`, `batching:`, `scoring:` and `environment:` (the same groups as `model.policy`, "
+                "`model.sampling`, `model.batching`, `model.scoring`, `model.environment`, with the same defaults; `batching` sets "
+                "the log π_ref passes)",
+                keys("", build_cache, skip=("data", "policy", "sampling", "batching", "scoring", "environment", "rank", "world_size"))))  # fmt: skip
     return out
 
 

@@ -35,6 +35,7 @@ class TinyRL(L.LightningModule):
         self.sampling = sampling
         self.val_sampling = SamplingParams(n=1, temperature=val_temperature or sampling.temperature,
                                            max_new_tokens=sampling.max_new_tokens, seed=sampling.seed)  # fmt: skip
+        self.environment = None  # single-turn rollouts
         self.micro_batching = MicroBatching()
         self.lockstep = Lockstep()  # one process
         self.train_seen: list[dict] = []

@@ -20,6 +20,9 @@ class _Source:
     def train_prompt_ids_at(self, epoch: int, step: int) -> list[list[int]]:
         return [[epoch, step]]
 
+    def train_rows_at(self, epoch: int, step: int) -> list[dict]:
+        return [{"id": f"{epoch}/{step}"}]
+
 
 class _Loop:
     """The weights' version and global step as a training loop moves them; a fake engine that
@@ -29,7 +32,8 @@ class _Loop:
         self.step, self.gen_s, self.calls, self.lock = 0, gen_s, [], threading.Lock()
         self.weights = 0  # the version the engine holds
 
-    def generate(self, prompt_ids, params: SamplingParams) -> Rollouts:
+    def generate(self, prompt_ids, rows, params: SamplingParams) -> Rollouts:
+        assert [r["id"] for r in rows] == [f"{p[0]}/{p[1]}" for p in prompt_ids]  # the batch's rows travel with its prompts
         with self.lock:
             self.calls.append((tuple(map(tuple, prompt_ids)), params.seed, self.weights))
         time.sleep(self.gen_s)
@@ -98,7 +102,7 @@ def test_drop_regenerates_what_is_too_old_and_counts_it():
 
 
 def test_a_failed_generation_reaches_the_loop():
-    def boom(prompt_ids, params):
+    def boom(prompt_ids, rows, params):
         raise OSError("server gone")
 
     producer = RolloutProducer(boom, lambda g, lane: SamplingParams(n=1), lambda: 0, _Source(), 3, AsyncOptions(1))

@@ -65,6 +65,39 @@ def test_mixed_scores_are_the_weighted_sum_and_correctness_is_one_term(halves_re
     assert [s.reward for s in with_answers] == [s.reward for s in scores]
 
 
+def test_rewards_an_environment_gave_are_not_scored_again(halves_reward):
+    """Multi-turn trajectories: the environment's reward where it gave one (correct when > 0.5, its text
+    stripped the answer), the rewards on the text elsewhere; the reward logs leave the given ones out."""
+    from lit_rlvr.rewards.report import RewardReport
+
+    mix = RewardMix.from_config(["math", halves_reward], [1.0, 0.2], correctness="math")
+    rows = [{"id": "a", "prompt": "p", "answer": "7"}] * 3
+    completions = ["\\boxed{7} 7", " 3*7+5; ", "\\boxed{77}"]
+    with BatchScorer(workers=0, rewards=mix.records, options=mix.scorer_options) as scorer:
+        sent = []
+        score = scorer.score
+        scorer.score = lambda texts, *a, **kw: sent.append(list(texts)) or score(texts, *a, **kw)
+        scores = mix.score(scorer, completions, rows, with_answers=True, given=[None, 1.0, None])
+        alone = mix.score(scorer, [completions[0], completions[2]], [rows[0], rows[2]], with_answers=True)
+    assert all("3*7+5" not in t for texts in sent for t in texts)  # the given one never reached the rewards
+    assert [scores[0], scores[2]] == alone
+    given = scores[1]
+    assert (given.reward, given.correct, given.answer, given.given, given.parts) == (1.0, 1.0, "3*7+5;", True, (1.0, None))
+    assert not any(s.given for s in alone)
+
+    class Logged:
+        global_step, global_rank, values = 0, 0, {}
+
+        def log(self, name, value, **kwargs):
+            self.values[name] = float(value)
+
+    logged, without = Logged(), Logged()
+    logged.values, without.values = {}, {}
+    RewardReport(mix.names)(logged, scores, rows, "train", lambda t: t)
+    RewardReport(mix.names)(without, alone, [rows[0], rows[2]], "train", lambda t: t)
+    assert logged.values == without.values
+
+
 def test_without_reward_funcs_each_row_keeps_its_own_reward(halves_reward):
     mix = ScoringOptions(workers=0).mix()
     rows = [{"id": "a", "prompt": "p", "reward": "math", "answer": "7"}, {"id": "b", "prompt": "p", "reward": halves_reward, "answer": "x"}]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -155,7 +156,7 @@ def test_a_hung_or_crashing_environment_costs_only_its_trajectory(tiny_model_dir
     assert time.perf_counter() - t0 < 10
     statuses = [(e.status, e.reward) for e in out.episodes]
     assert statuses == [("env_timeout", 0.0), ("env_error", 0.0), ("done", 1.0), ("env_error", 0.0)]
-    assert "did not return within 0.5 s (turns.step_timeout_s)" in out.episodes[0].reason
+    assert "did not return within 0.5 s (model.environment.step_timeout_s)" in out.episodes[0].reason
     assert out.episodes[1].reason == "RuntimeError: the database is gone" and out.episodes[3].reason == "KeyError: 'db_id'"
     assert set(out.loss_mask[0]) == set(out.loss_mask[1]) == {0} and out.completion_ids[3] == [] and 1 in out.loss_mask[2]
     assert out.completion_ids[2] == tok("12?").input_ids + tok("ok").input_ids + tok("3;").input_ids
@@ -243,7 +244,64 @@ def test_rollouts_check_the_mask_and_pad_it_and_options_check_themselves():
         Rollouts([[5]], [[1]], [[0.0]], ["stop"], n=1, episodes=[])
     with pytest.raises(ValueError, match="Episode.status must be one of"):
         Episode(0.0, "finished")
-    for bad, message in (({"max_turns": 0}, "turns.max_turns must be >= 1, got 0"), ({"max_total_tokens": 0}, "turns.max_total_tokens"),
-                         ({"step_timeout_s": 0}, "turns.step_timeout_s must be > 0"), ({"max_observation_chars": 3}, "max_observation_chars")):
+    for bad, message in (({"max_turns": 0}, "model.environment.max_turns must be >= 1, got 0"), ({"max_total_tokens": 0}, "model.environment.max_total_tokens"),
+                         ({"step_timeout_s": 0}, "model.environment.step_timeout_s must be > 0"), ({"max_observation_chars": 3}, "max_observation_chars")):
         with pytest.raises(ValueError, match=message):
             TurnOptions(**bad)
+
+
+def test_the_environment_group_resolves_each_rows_environment_and_checks_itself():
+    import pickle
+
+    import lit_rlvr.demo  # noqa: F401  (the countdown environment)
+    from lit_rlvr.rollout.turns import EnvironmentOptions
+
+    env = EnvironmentOptions("countdown", options={"calculator": {"reward": "math"}}, max_turns=2)
+    specs = env.specs([{"id": "a"}, {"id": "b", "environment": "calculator"}, {"id": "c"}])
+    assert [s.identity for s in specs] == ["countdown@1", "calculator@1", "countdown@1"] and specs[0] is specs[2]  # resolved once
+    assert specs[1].options == {"reward": "math"}
+    assert env.identity([{"id": "a"}, {"id": "b", "environment": "calculator"}]) == {
+        "environments": ["calculator@1", "countdown@1"],
+        "turns": {"max_turns": 2, "max_turn_tokens": None, "max_total_tokens": None, "max_observation_chars": 4000}}  # fmt: skip
+    again = pickle.loads(pickle.dumps(env))  # a checkpoint's hyper-parameters, a spawned rank
+    assert again == env and again.specs([{"id": "a"}])[0].identity == "countdown@1"
+    assert EnvironmentOptions(**{"name": "countdown", "max_turns": 4}).turns == TurnOptions(max_turns=4)  # plain data
+    with pytest.raises(ValueError, match=r"model.environment.name: unknown environment 'countdwn'; valid names: \[.*'countdown'"):
+        EnvironmentOptions("countdwn")
+    with pytest.raises(ValueError, match=r"model.environment.options: unknown option\(s\) \['rows'\] of environment 'sql'"):
+        EnvironmentOptions(None, options={"sql": {"rows": 3}})
+    with pytest.raises(ValueError, match="row 'x' has no 'environment' field and model.environment.name is null"):
+        EnvironmentOptions(None).specs([{"id": "x"}])
+
+
+def test_the_sampler_is_the_engines_generate_single_turn_and_the_turn_loop_multi_turn(tiny_model_dir, scripted):
+    from lit_rlvr.rollout.turns import EnvironmentOptions, RolloutSampler
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompts = [tok("A1:").input_ids, tok("B2:").input_ids]
+    engine = scripted(tok, {tuple(p): [[tok("12?").input_ids, tok("3;").input_ids]] for p in prompts})
+    params = SamplingParams(n=1, max_new_tokens=8)
+    rows = [{"id": "a", "digits": "375", "answer": "26"}, {"id": "b", "digits": "129", "answer": "11"}]
+    single = RolloutSampler(tok)(engine, prompts, rows, params)
+    assert single.episodes is None and single.completion_ids == [tok("12?").input_ids] * 2
+    import lit_rlvr.demo  # noqa: F401
+
+    sampler = RolloutSampler(tok, EnvironmentOptions("countdown", max_turns=3, max_turn_tokens=5))
+    multi = sampler(engine, prompts, rows, params)
+    assert [e.turns for e in multi.episodes] == [2, 2] and multi.final_turns()[0] == ["3;", "3;"]
+    assert (RolloutSampler(tok).turn_tokens(params), sampler.turn_tokens(params)) == (8, 5)
+
+
+def test_drift_is_measured_on_the_models_tokens(real_engine, tiny_model_dir):
+    """Environment tokens carry sampler log-prob 0.0: the drift leaves them out, so trajectories sampled from
+    the policy itself drift 0, while counting them would report the environment's log-likelihood."""
+    from transformers import AutoModelForCausalLM
+
+    from lit_rlvr.rollout.engine import policy_drift
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    out = countdown_rollouts(real_engine, tok)
+    assert any(0 in m for m in out.loss_mask)
+    assert policy_drift(policy, out, tok.pad_token_id, temperature=1.0) < 1e-4
+    assert policy_drift(policy, replace(out, loss_mask=None), tok.pad_token_id, temperature=1.0) > 0.1  # counting them
