@@ -19,7 +19,9 @@ drawn instead, and the table is the MetricsWriter files'.
 ``--curves`` draws, per validation set, pass@1 and pass@k over steps, the gap pass@k − pass@1
 (what the diversity collapse closes), distinct correct answers and the zero-variance share, and
 the training reward, the training forward's mean token entropy (logged every step) and the
-rollouts' mean response length: one PNG. The x axis is the step the loggers record (Lightning's:
+rollouts' mean response length; for multi-turn runs also their behaviour (docs/agents.md), per
+validation set and in training: turns per trajectory, the single-turn share, tool calls per
+trajectory and distinct tool-call sequences per prompt (the collapse to single-turn answers). One PNG. The x axis is the step the loggers record (Lightning's:
 training batches that stepped the optimizer; MetricsWriter writes ``trainer.global_step``, the
 same unless a batch takes several optimizer steps). ``--base`` names the base policy's
 validation (a log of ``lit-rlvr validate`` with the fit's validation sets, so with its samples per
@@ -364,6 +366,12 @@ _TRAIN_PANELS = (
      "with model.recompute_old_logprobs or an entropy-using advantage"),
     ("rollout/mean_len", "response length (tokens)", "not logged"),
 )  # fmt: skip
+_BEHAVIOUR_PANELS = (
+    ("turns", "turns per trajectory"),
+    ("single_turn", "single-turn share"),
+    ("tool_calls", "tool calls per trajectory"),
+    ("distinct_tool_sequences", "distinct tool-call sequences"),
+)  # the multi-turn runs' behaviour (lit_rlvr.metrics.behaviour)
 
 
 def curve_panels(runs: dict[str, Series]) -> list[list[Panel]]:
@@ -371,7 +379,9 @@ def curve_panels(runs: dict[str, Series]) -> list[list[Panel]]:
 
     One row per validation set (pass@1 and pass@k, their gap, distinct correct answers,
     zero-variance share; k is the largest budget every run logged for the set), then one row of
-    training curves (reward, token entropy, response length) when any run logged ``train/``.
+    training curves (reward, token entropy, response length) when any run logged ``train/``, and
+    one row of multi-turn behaviour per validation set and for training where a run logged it
+    (``val/<set>/turns``, ``train/turns``, …).
 
     Example:
         >>> runs = {"grpo": {"val/a/pass@1": {10: 0.4, 20: 0.5}, "val/a/pass@4": {10: 0.6, 20: 0.6}}}
@@ -401,6 +411,10 @@ def curve_panels(runs: dict[str, Series]) -> list[list[Panel]]:
     if any(key.startswith("train/") for series in runs.values() for key in series):
         rows.append([Panel(title, {name: [(key, series[key])] for name, series in runs.items() if series.get(key)}, absent)
                      for key, title, absent in _TRAIN_PANELS])  # fmt: skip
+    for prefix, label in [*((f"val/{s}/", f"{s}: ") for s in sets), ("train/", "training ")]:
+        if any(series.get(f"{prefix}turns") for series in runs.values()):
+            rows.append([Panel(label + title, {name: [(key, series[prefix + key])] for name, series in runs.items()
+                                               if series.get(prefix + key)}) for key, title in _BEHAVIOUR_PANELS])  # fmt: skip
     return rows
 
 

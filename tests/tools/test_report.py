@@ -109,6 +109,23 @@ def test_curve_panels_per_set_and_for_training():
     assert not training["mean token entropy"].lines and "per-step entropy logging" in training["mean token entropy"].absent
 
 
+def test_multi_turn_runs_get_their_behaviour_per_set_and_in_training():
+    runs = {
+        "grpo": {"val/a/pass@1": {10: 0.5}, "val/a/turns": {10: 1.5, 20: 1.1}, "val/a/single_turn": {10: 0.5, 20: 0.9},
+                 "train/turns": {1: 2.0, 2: 1.5}, "train/distinct_tool_sequences": {1: 3.0, 2: 1.0}},
+        "dph_f": {"val/a/pass@1": {10: 0.5}, "val/a/turns": {10: 2.0}, "val/a/tool_calls": {10: 1.0}},
+        "single": {"val/a/pass@1": {10: 0.25}},
+    }  # fmt: skip
+    rows = curve_panels(runs)
+    titles = [[panel.title for panel in row] for row in rows]
+    assert titles[2] == ["a: turns per trajectory", "a: single-turn share", "a: tool calls per trajectory", "a: distinct tool-call sequences"]
+    assert titles[3][0] == "training turns per trajectory" and len(rows) == 4
+    assert rows[2][0].lines == {"grpo": [("turns", {10: 1.5, 20: 1.1})], "dph_f": [("turns", {10: 2.0})]}
+    assert rows[2][1].lines == {"grpo": [("single_turn", {10: 0.5, 20: 0.9})]} and list(rows[2][2].lines) == ["dph_f"]
+    assert rows[3][3].lines == {"grpo": [("distinct_tool_sequences", {1: 3.0, 2: 1.0})]}
+    assert len(curve_panels({"single": runs["single"]})) == 1  # a single-turn run draws no behaviour
+
+
 def test_curves_cli_writes_one_png_and_says_what_is_not_logged(tmp_path):
     csv_run(tmp_path / "logs", "grpo", {9: {"train/reward": 0.5, "rollout/mean_len": 6.0},
                                         19: {"val/a/pass@1": 0.25, "val/a/pass@4": 0.5}})  # fmt: skip
