@@ -245,3 +245,30 @@ def test_dph_f_on_a_multi_turn_cache_anchors_on_the_models_tokens(tiny_model_dir
     with pytest.raises(CacheMismatchError, match=r"environment: cache sampled trajectories in _test_row_echo@1 .* this run samples "
                                                  r"trajectories in countdown@1"):  # fmt: skip
         run(replace(environment, name="countdown"))
+
+
+def test_lit_rlvr_validate_runs_the_configured_environment(tiny_model_dir, tmp_path, seven_reward, capsys):
+    """`lit-rlvr validate` with model.environment evaluates trajectories in it: pass@k on their final
+    answers and their behaviour, in the printed table."""
+    import yaml
+
+    from lit_rlvr.cli import main
+
+    path = tmp_path / "countdown.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in countdown_rows([("357", 26), ("129", 11)])))
+    val = {"files": str(path), "name": "cd_val", "n_samples": 2, "options": {"extra_fields": ["digits"]}}
+    config = {
+        "imports": ["lit_rlvr.demo"],
+        "trainer": {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
+                    "default_root_dir": str(tmp_path)},
+        "model": {"policy": {"path": str(tiny_model_dir)}, "sampling": {"n": 2, "max_new_tokens": 4, "seed": 0},
+                  "scoring": {"workers": 0}, "environment": {"name": "countdown", "max_turns": 3}},
+        "rollout": {"init_args": {"engine": "hf"}},
+        "data": {"val": [val]},
+    }  # fmt: skip
+    (tmp_path / "v.yaml").write_text(yaml.safe_dump(config))
+    main(["validate", "--config", str(tmp_path / "v.yaml")])
+    lines = capsys.readouterr().out.splitlines()
+    table = {line.split()[0]: line.split()[1:] for line in lines if len(line.split()) == 2}
+    assert {"pass@1", "pass@2", "turns", "turns_3", "single_turn", "tool_calls", "distinct_tool_sequences"} <= set(table)
+    assert 1.0 <= float(table["turns"][0]) <= 3.0
