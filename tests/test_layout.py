@@ -32,7 +32,7 @@ ALLOWED = {
     "lockstep": {"functional"},
     "upgrade": {"options", "checkpoint"},  # the 0.1 layout, read into the option groups; checkpoints read safely
     "cache": {"atomic", "policy", "rollout", "contracts"},
-    "data": {"registry", "rewards", "cache", "contracts"},
+    "data": {"registry", "rewards", "cache", "contracts", "envs"},  # a TRL environment's tools are listed in its prompts
     "ranks": set(),  # rank-fault detection: an operation fails on every rank or on none (torch.distributed only)
     "callbacks": {"atomic", "policy", "rollout", "contracts", "ranks"},
     "module": {"checkpoint", "functional", "metrics", "policy", "rewards", "contracts", "lockstep", "options", "upgrade"},

@@ -15,11 +15,20 @@ TRL templates conversational prompts only: a *standard* (text) prompt goes to th
 is. Rows of the ``trl`` adapter follow TRL (``raw_text``): unless ``use_chat_template`` is set,
 their text prompts are the instruction-formatted text alone, tokenized with the tokenizer's
 special tokens, as ``tokenizer(text=prompt)`` in TRL's ``GRPOTrainer``.
+
+A multi-turn run with a TRL environment (``model.environment``, docs/agents.md) lists its tools in
+the prompt as TRL's ``GRPOTrainer(environment_factory=...)`` does: ``tools`` names the class, whose
+public methods (but ``reset`` and ``get_reward``) go to the chat template as ``tools=``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from lit_rlvr.envs.trl import tool_methods
+from lit_rlvr.rewards.conventions import load_function
 
 
 @dataclass(frozen=True)
@@ -36,12 +45,20 @@ class PromptFormat:
             prompts only).
         plain_template: used without a chat template; ``{system}`` is the system prompt plus a
             blank line (or empty) and ``{user}`` the formatted instruction.
+        tools: the import path of a TRL environment class (``pkg.mod:Class``, ``file.py:Class``;
+            the one ``model.environment`` runs) whose tools the chat template lists, as TRL renders
+            its prompts (``apply_chat_template(..., tools=...)``); None: no tools. Needs the chat template.
     """
 
     instruction: str = "{prompt}"
     system_prompt: str | None = None
     use_chat_template: bool | None = None
     plain_template: str = "{system}{user}\n"
+    tools: str | None = None
+
+    def __post_init__(self):
+        if self.tools is not None:
+            environment_tools(self.tools)  # importable, and has tools: checked now
 
     def text(self, row: dict, tokenizer, raw_text: bool = False) -> tuple[str, bool]:
         """The prompt string and whether it came from the chat template (then it holds BOS itself).
@@ -63,7 +80,11 @@ class PromptFormat:
         if self.use_chat_template and not has_template:
             raise ValueError("use_chat_template=True but the tokenizer has no chat template")
         if self.use_chat_template if self.use_chat_template is not None else has_template:
-            return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), True
+            tools = {"tools": environment_tools(self.tools)} if self.tools is not None else {}
+            return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **tools), True
+        if self.tools is not None:
+            raise ValueError(f"data.prompt.tools lists {self.tools!r}'s tools in the chat template, but row {row.get('id')!r} is not "
+                             "rendered with one (a tokenizer without a chat template, or use_chat_template: false)")  # fmt: skip
         system = [m["content"] for m in messages if m["role"] == "system"]
         turns = [m for m in messages if m["role"] != "system"]
         if len(system) > 1 or len(turns) != 1 or turns[0]["role"] != "user":
@@ -118,3 +139,18 @@ def encode_prompt(row: dict, tokenizer, fmt: PromptFormat = PromptFormat(), raw_
     """
     text, templated = fmt.text(row, tokenizer, raw_text)
     return list(tokenizer(text, add_special_tokens=not templated).input_ids)
+
+
+@lru_cache(maxsize=16)
+def environment_tools(path: str) -> list[Any]:
+    """The tools of the TRL environment class at ``path`` as TRL passes them to the chat template: the
+    bound public methods (but ``reset`` and ``get_reward``) of one instance.
+
+    Raises:
+        ValueError: the class has no tool.
+    """
+    cls = load_function(path, "data.prompt.tools")
+    tools = list(tool_methods(cls()).values())
+    if not tools:
+        raise ValueError(f"data.prompt.tools: {path!r} has no public method besides reset and get_reward, so no tool to list")
+    return tools

@@ -266,3 +266,45 @@ def test_an_unreadable_json_file_is_an_error_naming_it_and_a_non_utf8_jsonl_line
     records = list(read_records(lines))
     assert [(i, r) for i, r in records if isinstance(r, dict)] == [(1, {"prompt": "a"}), (3, {"prompt": "b"})]
     assert str(records[1][1]).startswith(f"{lines}:2: not UTF-8 text: 'utf-8' codec can't decode byte 0xff")
+
+
+COUNTER_ENV = '''
+class Counter:
+    """A TRL environment as TRL's docs write one."""
+
+    def reset(self, **row):
+        self.count = 0
+
+    def increment(self, step: int) -> int:
+        """Add to the counter.
+
+        Args:
+            step: how much to add.
+        """
+        self.count += step
+        return self.count
+
+    def get_reward(self) -> float:
+        return float(self.count == 7)
+'''
+
+
+def test_a_trl_environments_tools_are_listed_in_its_prompts_as_trl_lists_them(tool_tokenizer, tmp_path):
+    """TRL's GRPOTrainer(environment_factory=...) renders prompts with the environment's bound tools;
+    `data.prompt.tools` does the same, and refuses a prompt without a chat template."""
+    path = tmp_path / "counter_env.py"
+    path.write_text(COUNTER_ENV)
+    from lit_rlvr.rewards.conventions import load_function
+
+    cls = load_function(f"{path}:Counter", "environment")
+    row = {"id": "c", "prompt": "Count to 7."}
+    ids = encode_prompt(row, tool_tokenizer, PromptFormat(tools=f"{path}:Counter"))
+    trl = tool_tokenizer.apply_chat_template([{"role": "user", "content": "Count to 7."}], tools=[cls().increment],
+                                             add_generation_prompt=True, tokenize=False)  # fmt: skip
+    assert ids == tool_tokenizer(trl, add_special_tokens=False).input_ids
+    assert '"name": "increment"' in trl and ids != encode_prompt(row, tool_tokenizer, PromptFormat())
+    with pytest.raises(ValueError, match="data.prompt.tools lists .* tools in the chat template, but row 'c' is not rendered with one"):
+        encode_prompt(row, tool_tokenizer, PromptFormat(tools=f"{path}:Counter", use_chat_template=False))
+    (tmp_path / "empty_env.py").write_text("class Empty:\n    def reset(self, **row):\n        pass\n")
+    with pytest.raises(ValueError, match="has no public method besides reset and get_reward"):
+        PromptFormat(tools=f"{tmp_path / 'empty_env.py'}:Empty")
