@@ -13,7 +13,8 @@ from lit_rlvr.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 METHOD_FILES = sorted(
-    p for domain in ("math", "sql") for p in (CONFIGS / domain).glob("*.yaml") if p.stem not in ("base", "cache")
+    p for domain in ("math", "sql") for p in (CONFIGS / domain).glob("*.yaml")
+    if p.stem not in ("base", "cache") and not p.stem.startswith("multiturn")
 )
 
 
@@ -58,6 +59,27 @@ def test_cache_config_parses(domain):
     config = yaml.safe_load(out.getvalue())
     assert config["sampling"]["n"] == 8 and config["data"]["cache"]["path"] == f"runs/{domain}/ref_cache"
     assert "tokenizer" not in config["data"]  # linked to policy.path
+
+
+@pytest.mark.parametrize("method", ["grpo.yaml", "passk.yaml", "multiturn_dph_f.yaml"])
+def test_the_multi_turn_sql_configs_parse_and_the_cache_samples_as_the_run(method, print_config):
+    """configs/sql/multiturn*.yaml: an overlay on base.yaml with any method, DPH-F on the multi-turn
+    cache, and the cache tool's config, whose environment, prompts and data are the run's."""
+    config = print_config("fit", "--config", str(CONFIGS / "sql" / "base.yaml"), "--config", str(CONFIGS / "sql" / "multiturn.yaml"),
+                          "--config", str(CONFIGS / "sql" / method))  # fmt: skip
+    model, data = config["model"]["init_args"], config["data"]["init_args"]
+    assert model["environment"]["name"] == "sql" and model["environment"]["max_turns"] == 5
+    assert model["policy"]["path"] == "Qwen/Qwen2.5-Coder-7B-Instruct" and config["trainer"]["devices"] == 1
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
+        main(["cache", "--config", str(CONFIGS / "sql" / "multiturn_cache.yaml"), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    cache = yaml.safe_load(out.getvalue())
+    assert cache["environment"] == model["environment"] and cache["data"]["prompt"] == data["prompt"]
+    assert cache["data"]["train"] == data["train"] and cache["policy"]["path"] == model["policy"]["path"]
+    assert {k: v for k, v in cache["batching"].items() if k.startswith("micro")} == {k: v for k, v in model["batching"].items() if k.startswith("micro")}
+    if model.get("anchor"):
+        assert data["cache"]["path"] == cache["data"]["cache"]["path"] == "runs/sql_multiturn/ref_cache"
 
 
 def test_wrong_type_is_reported_with_the_key():
