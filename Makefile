@@ -59,3 +59,26 @@ demo: install
 	done
 	$(LIT) report $(DEMO)/metrics.jsonl --out $(DEMO)/passk.png
 	$(LIT) report --curves $(DEMO)/curves.png --base $(DEMO)/runs/logs/base $(addprefix $(DEMO)/runs/logs/,$(DEMO_METHODS))
+
+# ---------------------------------------------------------------------------- the multi-turn CPU demo
+# The countdown checker environment (docs/agents.md): warm start on synthetic tool-using trajectories
+# → the base's multi-turn reference cache → validate the base → for each method: fit, validate the
+# export → a table with pass@1, pass@k, turns per trajectory and the single-turn share. ≤ 10 min on 2 cores.
+AGENTS := artifacts/demo_agents
+AGENTS_METHODS ?= grpo dph_f
+AGENTS_RECORD := --config configs/demo/agents/record.yaml --trainer.callbacks.init_args.path=$(AGENTS)/metrics.jsonl
+
+.PHONY: demo-agents
+demo-agents: export OMP_NUM_THREADS := 2
+demo-agents: install
+	$(LIT) warmstart --config configs/demo/agents/warmstart.yaml
+	$(LIT) demo-data --out_dir $(DEMO)/data
+	$(LIT) cache --config configs/demo/agents/cache.yaml
+	rm -f $(AGENTS)/metrics.jsonl
+	$(LIT) validate --config configs/demo/agents/base.yaml $(AGENTS_RECORD) --trainer.callbacks.init_args.label=base
+	for method in $(AGENTS_METHODS); do \
+		$(LIT) fit --config configs/demo/agents/base.yaml --config configs/demo/agents/$$method.yaml || exit 1; \
+		$(LIT) validate --config configs/demo/agents/base.yaml $(AGENTS_RECORD) --trainer.callbacks.init_args.label=$$method \
+			--model.policy.path=$(AGENTS)/runs/$$method/hf || exit 1; \
+	done
+	$(LIT) report $(AGENTS)/metrics.jsonl

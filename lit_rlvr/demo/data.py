@@ -8,6 +8,7 @@ and ``db_path`` for SQL; a relative ``db_path`` is resolved against the data fil
 |---|---|---|---|
 | ``countdown_train.jsonl`` | the training (digits, target) pairs RL trains on | ``countdown`` | ``digits``, ``n_solutions`` |
 | ``countdown_select.jsonl`` | every 10th training pair, left out of RL: the split on which settings are chosen | ``countdown`` | ``digits``, ``n_solutions`` |
+| ``agents_train.jsonl`` | every 6th row of ``countdown_train.jsonl``: the multi-turn demo's training prompts, few enough for its reference cache on 2 cores | ``countdown`` | ``digits``, ``n_solutions`` |
 | ``countdown_val.jsonl`` | the held-out pairs (~10 %, never trained on, not used to choose anything) | ``countdown`` | ``digits``, ``n_solutions`` |
 | ``addition_val.jsonl`` | 200 two-digit additions, out of domain, never in RL nor warm start | ``math`` | ``a``, ``b`` |
 | ``sql_train.jsonl`` / ``sql_val.jsonl`` | SQL toy questions (80/20) | ``sql`` | ``db_path`` |
@@ -116,6 +117,7 @@ def write_demo_data(
     addition_width: int = ADDITION_WIDTH,
     sql_holdout: float = 0.2,
     select_every: int = 10,
+    agents_every: int = 6,
 ) -> dict[str, Path]:
     """Write the demo's data files into ``out_dir`` (module docstring); idempotent.
 
@@ -128,16 +130,18 @@ def write_demo_data(
         sql_holdout: share of SQL toy questions in ``sql_val``.
         select_every: every this-many-th training pair goes to ``countdown_select`` (left out of RL,
             seen by the warm start like every training pair) instead of ``countdown_train``.
+        agents_every: every this-many-th row of ``countdown_train`` is also in ``agents_train``
+            (the multi-turn demo's training prompts, docs/agents.md).
 
     Returns:
-        ``{"countdown_train", "countdown_select", "countdown_val", "addition_val", "sql_train",
-        "sql_val", "sql_db"}`` → the paths written.
+        ``{"countdown_train", "countdown_select", "agents_train", "countdown_val", "addition_val",
+        "sql_train", "sql_val", "sql_db"}`` → the paths written.
 
     Example:
         >>> import tempfile
         >>> paths = write_demo_data(tempfile.mkdtemp())
         >>> sorted(paths), sum(1 for _ in open(paths["countdown_val"]))
-        (['addition_val', 'countdown_select', 'countdown_train', 'countdown_val', 'sql_db', 'sql_train', 'sql_val'], 142)
+        (['addition_val', 'agents_train', 'countdown_select', 'countdown_train', 'countdown_val', 'sql_db', 'sql_train', 'sql_val'], 142)
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -148,8 +152,10 @@ def write_demo_data(
         paths = {"sql_db": _write_if_changed(out / db_name, db.read_bytes())}
     sql_train, sql_val = sql_toy.split_questions(seed, sql_holdout)
     select = set(train[::select_every])
+    rl_train = [p for p in train if p not in select]
     paths |= {
-        "countdown_train": _write_jsonl(out / "countdown_train.jsonl", countdown_rows([p for p in train if p not in select], seed)),
+        "countdown_train": _write_jsonl(out / "countdown_train.jsonl", countdown_rows(rl_train, seed)),
+        "agents_train": _write_jsonl(out / "agents_train.jsonl", countdown_rows(rl_train[::agents_every], seed)),
         "countdown_select": _write_jsonl(out / "countdown_select.jsonl", countdown_rows(train[::select_every], seed)),
         "countdown_val": _write_jsonl(out / "countdown_val.jsonl", countdown_rows(val, seed)),
         "addition_val": _write_jsonl(

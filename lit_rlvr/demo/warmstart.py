@@ -9,7 +9,9 @@ expressions, right only part of the time) and has partly learned an out-of-domai
   them countdown-3 on the *training* pairs only, with a uniformly random valid expression as the
   target (so no single answer is preferred), the rest ``width``-digit addition answered as
   ``\\boxed{082}`` (two-digit by default, see :mod:`lit_rlvr.demo.data`), never drawing the
-  held-out addition pairs. Prompts are built by
+  held-out addition pairs; with ``checker_share``, multi-turn trajectories with the countdown
+  checker (:func:`lit_rlvr.demo.agents.checker_trajectory`), trained on the model's turns only
+  (the checker's ``?`` joins the vocabulary). Prompts are built by
   :func:`lit_rlvr.data.prompts.encode_prompt`, exactly as the RL DataModule builds them; each
   completion ends with EOS.
 - Model: a char-level tokenizer over :data:`lit_rlvr.demo.data.DEMO_CHARS` and a Llama
@@ -42,6 +44,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lit_rlvr.callbacks import StepProgressBar
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
 from lit_rlvr.demo import sql_toy
+from lit_rlvr.demo.agents import CHECK, checker_trajectory
 from lit_rlvr.demo.countdown import addition_completion, countdown_prompt, solutions, split_countdown
 from lit_rlvr.demo.data import ADDITION_WIDTH, DEMO_CHARS, addition_rows, addition_val_pairs, countdown_rows
 from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama, save_tiny_model
@@ -92,25 +95,28 @@ def sql_example(rng: random.Random, questions: list[dict]) -> tuple[dict, str]:
     return {"prompt": question["prompt"], "answer": question["answer"]}, rng.choice(sql_toy.equivalent_queries(question["answer"]))
 
 
-def collate_examples(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, Tensor]:
-    """Right-pad ``(prompt_ids, completion_ids)`` pairs; labels are the completion tokens only.
+def collate_examples(examples: list[tuple[list[int], ...]], pad_id: int) -> dict[str, Tensor]:
+    """Right-pad ``(prompt_ids, completion_ids[, loss_mask])`` examples; labels are the completion
+    tokens only, and of a multi-turn completion only the model's (``loss_mask`` 1).
 
     Returns:
-        ``input_ids (B, L)``, ``attention_mask (B, L)`` and ``labels (B, L)`` (``-100`` on prompt
-        and padding positions, so the loss covers completion tokens only).
+        ``input_ids (B, L)``, ``attention_mask (B, L)`` and ``labels (B, L)`` (``-100`` on prompt,
+        environment and padding positions, so the loss covers the model's completion tokens only).
 
     Example:
         >>> out = collate_examples([([5, 6], [7, 2]), ([5], [2])], pad_id=0)
         >>> out["input_ids"].tolist(), out["labels"].tolist()
         ([[5, 6, 7, 2], [5, 2, 0, 0]], [[-100, -100, 7, 2], [-100, 2, -100, -100]])
+        >>> collate_examples([([5], [7, 8, 9], [1, 0, 1])], pad_id=0)["labels"].tolist()
+        [[-100, 7, -100, 9]]
     """
-    L = max(len(p) + len(c) for p, c in examples)
+    L = max(len(p) + len(c) for p, c, *_ in examples)
     input_ids = torch.full((len(examples), L), pad_id, dtype=torch.long)  # (B, L)
     labels = torch.full((len(examples), L), IGNORE_INDEX, dtype=torch.long)  # (B, L)
     attention_mask = torch.zeros((len(examples), L), dtype=torch.long)  # (B, L)
-    for b, (p, c) in enumerate(examples):
+    for b, (p, c, *mask) in enumerate(examples):
         input_ids[b, : len(p) + len(c)] = torch.tensor(p + c)
-        labels[b, len(p) : len(p) + len(c)] = torch.tensor(c)
+        labels[b, len(p) : len(p) + len(c)] = torch.tensor([t if m else IGNORE_INDEX for t, m in zip(c, mask[0] if mask else [1] * len(c))])
         attention_mask[b, : len(p) + len(c)] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
@@ -130,6 +136,10 @@ class _ExampleStream(IterableDataset):
                 draw = rng.random()  # one draw per example whatever the mix, so sql_share=0 keeps the old stream
                 if draw < d.countdown_share:
                     row, completion = countdown_example(rng, d.train_pairs)
+                elif draw >= 1.0 - d.checker_share:  # the last share: a stream without trajectories keeps its draws
+                    row, parts = checker_trajectory(rng, d.train_pairs, d.checker_turns)
+                    examples.append((d.encode(row), *d.encode_turns(parts)))
+                    continue
                 elif draw < d.countdown_share + d.sql_share:
                     row, completion = sql_example(rng, d.sql_train)
                 else:
@@ -147,7 +157,10 @@ class WarmStartData(pl.LightningDataModule):
         batch_size: examples per batch.
         countdown_share: probability that an example is countdown.
         sql_share: probability that it is an SQL toy question (training split) answered by a
-            random query with the gold's result; the rest is addition.
+            random query with the gold's result.
+        checker_share: probability that it is a multi-turn countdown trajectory with the checker
+            (:func:`~lit_rlvr.demo.agents.checker_trajectory`); the rest is addition.
+        checker_turns: the turn limit of those trajectories (the RL run's ``max_turns``).
         holdout: share of countdown pairs held out (never drawn), as in :func:`split_countdown`.
         addition_width: digits per addition operand.
         addition_val_size: number of held-out addition pairs (never drawn).
@@ -169,16 +182,20 @@ class WarmStartData(pl.LightningDataModule):
         seed: int = 0,
         sql_share: float = 0.0,
         data_seed: int = 0,
+        checker_share: float = 0.0,
+        checker_turns: int = 3,
     ):
         super().__init__()
-        if not (0.0 <= countdown_share <= 1.0 and 0.0 <= sql_share <= 1.0 - countdown_share):
-            raise ValueError(f"countdown_share and sql_share must be in [0, 1] with sum <= 1, got {countdown_share} and {sql_share}")
+        shares = (countdown_share, sql_share, checker_share)
+        if not (all(0.0 <= x <= 1.0 for x in shares) and sum(shares) <= 1.0 + 1e-9):
+            raise ValueError(f"countdown_share, sql_share and checker_share must be in [0, 1] with sum <= 1, got {shares}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.tokenizer = tokenizer
         self.prompt_format = prompt_format
         self.batch_size = batch_size
         self.countdown_share, self.sql_share = countdown_share, sql_share
+        self.checker_share, self.checker_turns = checker_share, checker_turns
         self.sql_train, self.sql_val = sql_toy.split_questions(data_seed)
         self.addition_width = addition_width
         self.seed, self.data_seed = seed, data_seed
@@ -190,6 +207,14 @@ class WarmStartData(pl.LightningDataModule):
 
     def encode_completion(self, completion: str) -> list[int]:
         return list(self.tokenizer(completion, add_special_tokens=False).input_ids) + [self.tokenizer.eos_token_id]
+
+    def encode_turns(self, parts: list[tuple[str, bool]]) -> tuple[list[int], list[int]]:
+        """A trajectory's completion ids (each turn tokenized once, EOS after the last) and its loss mask."""
+        ids, mask = [], []
+        for text, model in parts:
+            part = self.tokenizer(text, add_special_tokens=False).input_ids
+            ids, mask = ids + part, mask + [int(model)] * len(part)
+        return ids + [self.tokenizer.eos_token_id], mask + [1]
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(_ExampleStream(self), batch_size=None, num_workers=0)
@@ -304,6 +329,8 @@ def warmstart(
     intermediate_size: int = 512,
     countdown_share: float = 0.5,
     sql_share: float = 0.0,
+    checker_share: float = 0.0,
+    checker_turns: int = 3,
     holdout: float = 0.1,
     addition_width: int = ADDITION_WIDTH,
     addition_val_size: int = 200,
@@ -323,7 +350,8 @@ def warmstart(
             the data files' ``lit-rlvr demo-data --seed`` so that the held-out prompts stay out.
         lr / batch_size / warmup_steps: optimisation.
         hidden_size / num_layers / num_heads / head_dim / intermediate_size: the Llama's size.
-        countdown_share / sql_share / holdout / addition_width / addition_val_size: see :class:`WarmStartData`.
+        countdown_share / sql_share / checker_share / checker_turns / holdout / addition_width /
+            addition_val_size: see :class:`WarmStartData`.
         prompt_format: prompt construction, must match the RL run's ``PromptFormat``.
         threads: torch CPU threads.
         eval_samples: samples per prompt when measuring the base (0 skips measuring).
@@ -336,10 +364,13 @@ def warmstart(
     settings = {k: v for k, v in locals().items() if k not in ("out_dir", "out", "progress_bar")}
     if not sql_share:
         del settings["sql_share"]  # bases warm-started before the SQL mix existed stay reusable
+    if not checker_share:
+        del settings["checker_share"], settings["checker_turns"]  # ... and before the checker's trajectories
     if data_seed == seed:
         del settings["data_seed"]  # the same training as before data_seed existed: such a base stays reusable
     settings["prompt_format"] = asdict(prompt_format)
-    settings["chars"] = DEMO_CHARS
+    chars = DEMO_CHARS + (CHECK if checker_share and CHECK not in DEMO_CHARS else "")
+    settings["chars"] = chars
     info_path = out / INFO_FILE
     if info_path.is_file():
         previous = json.loads(info_path.read_text())
@@ -349,10 +380,10 @@ def warmstart(
         info_path.unlink()
     torch.set_num_threads(threads)
     pl.seed_everything(seed, verbose=False)
-    tokenizer = build_char_tokenizer(DEMO_CHARS)
+    tokenizer = build_char_tokenizer(chars)
     model = build_tiny_llama(tokenizer, hidden_size, num_layers, num_heads, head_dim, intermediate_size, seed=seed)
     data = WarmStartData(tokenizer, prompt_format, batch_size, countdown_share, holdout, addition_width, addition_val_size, seed,
-                         sql_share, data_seed)  # fmt: skip
+                         sql_share, data_seed, checker_share, checker_turns)  # fmt: skip
     module = WarmStartModule(model.train(), lr=lr, warmup_steps=warmup_steps, total_steps=steps)
     trainer = pl.Trainer(
         accelerator="cpu",

@@ -111,18 +111,25 @@ def pass_curves(metrics: dict[str, float]) -> dict[str, dict[int, float]]:
 
 
 def markdown_table(runs: dict[str, dict[str, float]]) -> str:
-    """One row per (validation set, run), one column per k, plus distinct correct answers and retention.
+    """One row per (validation set, run), one column per k, plus distinct correct answers and retention,
+    and for multi-turn runs their turns per trajectory and single-turn share.
 
     Example:
         >>> print(markdown_table({"base": {"val/a/pass@1": 0.25, "val/a/pass@2": 0.5}}))
         | set | run | pass@1 | pass@2 | distinct correct | retention@max k |
         |---|---|---|---|---|---|
         | a | base | 0.250 | 0.500 | – | – |
+        >>> print(markdown_table({"grpo": {"val/a/pass@1": 0.5, "val/a/turns": 1.25, "val/a/single_turn": 0.75}}))
+        | set | run | pass@1 | distinct correct | retention@max k | turns | single-turn |
+        |---|---|---|---|---|---|---|
+        | a | grpo | 0.500 | – | – | 1.25 | 0.750 |
     """
     curves = {label: pass_curves(m) for label, m in runs.items()}
     ks = sorted({k for c in curves.values() for s in c.values() for k in s})
+    multi_turn = any(key.endswith("/turns") for m in runs.values() for key in m)
     head = "| set | run | " + " | ".join(f"pass@{k}" for k in ks) + " | distinct correct | retention@max k |"
-    lines = [head, "|" + "---|" * (len(ks) + 4)]
+    head += " turns | single-turn |" if multi_turn else ""
+    lines = [head, "|" + "---|" * (len(ks) + 4 + 2 * multi_turn)]
     sets = sorted({s for c in curves.values() for s in c})
     for s in sets:
         for label, c in curves.items():
@@ -133,6 +140,9 @@ def markdown_table(runs: dict[str, dict[str, float]]) -> str:
             distinct = m.get(f"val/{s}/distinct_correct_answers")
             retention = [v for key, v in m.items() if key.startswith(f"val/{s}/retention/pass@")]
             extra = [f"{distinct:.2f}" if distinct is not None else "–", f"{retention[-1]:.3f}" if retention else "–"]
+            if multi_turn:
+                turns, single = m.get(f"val/{s}/turns"), m.get(f"val/{s}/single_turn")
+                extra += [f"{turns:.2f}" if turns is not None else "–", f"{single:.3f}" if single is not None else "–"]
             lines.append(f"| {s} | {label} | " + " | ".join(cells + extra) + " |")
     return "\n".join(lines)
 

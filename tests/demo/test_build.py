@@ -65,6 +65,11 @@ def test_countdown_split_and_gold(rows):
         assert all(countdown_reward(f"{e};", r["answer"], **extras) == 1.0 for e in exprs)
 
 
+def test_the_multi_turn_demos_prompts_are_every_sixth_training_row(data, rows):
+    agents = read_rows(data["agents_train"])
+    assert agents == rows["countdown_train"][::6] and 150 < len(agents) < 250
+
+
 def test_addition_rows(rows):
     add = rows["addition_val"]
     assert len(add) == 200 == len({(r["a"], r["b"]) for r in add})

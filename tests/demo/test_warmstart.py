@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,36 @@ def test_shipped_config_parses():
     assert cfg.prompt_format == ws.PromptFormat()
     other = parser.parse_args(["--config", str(REPO / "configs/demo/warmstart.yaml"), "--seed", "1"])  # docs/demo.md: another base
     assert other.seed == 1 and other.data_seed == 0 and other.steps == 200  # the demo's regime (benchmarks/results/study2_plan.md)
+
+
+def test_checker_trajectories_train_the_models_turns_only_on_training_pairs():
+    """The warm start's multi-turn examples: the checker's answers are its own, in the prompt's context,
+    but not trained on; the model's turns are; the held-out pairs never appear; '?' joins the vocabulary."""
+    from lit_rlvr.demo.agents import CHECK, CountdownChecker, checker_trajectory
+
+    tok = build_char_tokenizer(DEMO_CHARS + CHECK)
+    data = ws.WarmStartData(tok, batch_size=64, seed=0, countdown_share=0.0, checker_share=1.0, checker_turns=3)
+    batch = next(iter(data.train_dataloader()))
+    ids, labels = batch["input_ids"], batch["labels"]
+    checks = 0
+    for b in range(64):
+        real = ids[b][batch["attention_mask"][b].bool()].tolist()
+        trained = [t for t, label in zip(real, labels[b].tolist()) if label != ws.IGNORE_INDEX]
+        text = tok.decode(real, skip_special_tokens=True)
+        prompt, completion = text.split("\n", 1)
+        env = CountdownChecker()
+        env.reset({"answer": str(int(prompt[5:8])), "digits": prompt[1:4]}, 3)
+        turns = [t + mark for t, mark in zip(re.split(r"[?;]", completion)[:-1], re.findall(r"[?;]", completion))]
+        model_text, replay = "", ""
+        for turn in turns:  # replay the model's turns through the checker: its answers are the trajectory's environment text
+            expression = turn.split("\n")[-1]
+            model_text, replay = model_text + expression, replay + expression
+            if turn.endswith(CHECK):
+                replay += env.step(expression).observation
+                checks += 1
+        assert replay == completion and tok.decode(trained, skip_special_tokens=True) == model_text
+        assert trained[-1] == tok.eos_token_id and countdown_reward(turns[-1].split("\n")[-1], str(int(prompt[5:8])), digits=prompt[1:4]) == 1.0
+        assert ("".join(sorted(prompt[1:4])), int(prompt[5:8])) not in set(data.val_pairs)
+    assert checks > 10
+    rng = random.Random(3)
+    assert {len([p for p in checker_trajectory(rng, data.train_pairs, max_turns=2)[1] if not p[1]]) for _ in range(200)} == {0, 1}
