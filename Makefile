@@ -63,7 +63,8 @@ demo: install
 # ---------------------------------------------------------------------------- the multi-turn CPU demo
 # The countdown checker environment (docs/agents.md): warm start on synthetic tool-using trajectories
 # → the base's multi-turn reference cache → validate the base → for each method: fit, validate the
-# export → a table with pass@1, pass@k, turns per trajectory and the single-turn share. ≤ 10 min on 2 cores.
+# export → a table with pass@1, pass@k, turns per trajectory and the single-turn share. Meant for ≤ 10 min on
+# 2 idle cores (the warm start stops after 5 min at most); 13 min measured on 2 cores shared at load 6.
 AGENTS := artifacts/demo_agents
 AGENTS_METHODS ?= grpo dph_f
 AGENTS_RECORD := --config configs/demo/agents/record.yaml --trainer.callbacks.init_args.path=$(AGENTS)/metrics.jsonl
