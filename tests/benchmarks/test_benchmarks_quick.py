@@ -201,3 +201,12 @@ def test_a_benchmarks_work_folder_is_removed_at_exit_unless_an_exception_ended_i
         assert work.exists() == fails and (not fails or (work / "log").read_text() == "x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_agents_quick_prints_the_turn_loops_overhead(tmp_path):
+    lines = run_quick("agents.py", tmp_path / "a.md")
+    assert re.fullmatch(r"turn_loop_overhead_t3=\d+\.\d{3} t5=\d+\.\d{3}", lines[-1])
+    table = (tmp_path / "a.md").read_text()
+    assert all(re.search(rf"^\| {t} \| [0-9.]+ \| \d+ \| [0-9.]+ \| \d+ \| [0-9.]+× \| [0-9.]+% \|$", table, re.MULTILINE) for t in (1, 3, 5))
