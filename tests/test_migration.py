@@ -20,8 +20,8 @@ DOC = ROOT / "docs" / "migration.md"
 SECTIONS = ("trainer.", "model.", "data.", "rollout.", "export.", "pass_counts.", "seed_everything", "ckpt_path")
 
 
-def table(marker: str) -> dict[str, tuple[list[str], str]]:
-    """``{their key: ([lit_rlvr keys], notes)}`` of the table after ``<!-- marker -->``."""
+def table(marker: str, min_rows: int = 40) -> dict[str, tuple[list[str], str]]:
+    """``{their key: ([lit_rlvr keys], notes)}`` of the table after ``<!-- marker -->`` (more than ``min_rows`` rows)."""
     text = DOC.read_text().split(f"<!-- {marker} -->\n", 1)[1]
     rows = {}
     for line in text.splitlines()[2:]:
@@ -34,7 +34,7 @@ def table(marker: str) -> dict[str, tuple[list[str], str]]:
         assert keys or ours == "none", f"{name}: the lit_rlvr column is keys in backticks or 'none', got {ours!r}"
         assert keys or notes, f"{name}: 'none' needs its reason"
         rows[name] = (keys, notes)
-    assert len(rows) > 40
+    assert len(rows) > min_rows
     return rows
 
 
@@ -65,13 +65,14 @@ def lookup(config: dict, key: str):
 # every option group switched on, so that each key of every group is printed
 ON = ["--model.kl.coef=0.1", "--model.anchor.coef=1.0", "--data.cache.path=x", "--model.policy.lora.r=16",
       "--model.rollout_correction.mode=token_truncate", "--data.train.files=null", "--data.train.hf.path=openai/gsm8k",
-      "--model.entropy.control=static", "--model.entropy.options={entropy_coef: 0.01}"]  # fmt: skip
+      "--model.entropy.control=static", "--model.entropy.options={entropy_coef: 0.01}", "--model.environment.name=countdown"]  # fmt: skip
 
 
 def test_every_lit_rlvr_key_of_the_tables_parses():
     """Each key is in the printed config, and set to that value on the command line it parses again."""
     config = print_config("fit", "--config", str(ROOT / "configs/demo/base.yaml"), *ON)
-    keys = sorted({k for marker in ("trl-table", "verl-table") for keys, _ in table(marker).values() for k in keys})
+    tables = [table("trl-table"), table("verl-table"), table("skyrl-table", min_rows=8)]
+    keys = sorted({k for rows in tables for keys, _ in rows.values() for k in keys})
     assert {"model.scoring.reward_funcs", "model.scoring.reward_weights", "data.val[i].n_samples"} <= set(keys)
     flags = []
     for key in keys:

@@ -142,3 +142,32 @@ def test_trl_environment_class_runs_its_tools_and_reward(tool_tokenizer):
     assert (last.done, last.reward) == (True, 0.0)
     with pytest.raises(ValueError, match="needs the policy's tokenizer"):
         spec.make()
+
+
+def test_the_docs_worked_examples_configure_the_adapters_they_say(tool_tokenizer, tmp_path, monkeypatch):
+    """docs/agents.md's skyrl-gym and TRL examples, as a user copies them: the configs resolve to the
+    adapters, the TRL class runs its tool, and its tools are listed in the prompt."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from lit_rlvr.data.prompts import PromptFormat, encode_prompt
+    from lit_rlvr.options import EnvironmentOptions
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
+    skyrl = yaml.safe_load(re.search(r"<!-- skyrl-example -->\n```yaml\n(.*?)```", doc, re.DOTALL).group(1))
+    spec = EnvironmentOptions(**skyrl["model"]["environment"]).specs([{"id": "q"}])[0]
+    assert spec.name == "skyrl" and spec.identity.startswith("skyrl@skyrl_gym-0.4") and spec.options["env_config"]["db_path"]
+    code, config = re.search(r"<!-- trl-example -->\n```python\n(.*?)```\n\n```yaml\n(.*?)```", doc, re.DOTALL).groups()
+    (tmp_path / "my_envs").mkdir()
+    (tmp_path / "my_envs" / "counter.py").write_text(code)
+    monkeypatch.chdir(tmp_path)  # the example's paths are relative to where lit-rlvr runs
+    config = yaml.safe_load(config)
+    environment = EnvironmentOptions(**config["model"]["environment"])
+    env = environment.specs([{"id": "t"}])[0].make(tokenizer=tool_tokenizer)
+    env.reset({"id": "t", "prompt": "Count to 7"}, max_turns=environment.max_turns)
+    first = env.step(call(7))
+    assert first.observation == [{"role": "tool", "name": "increment", "content": "7"}] and first.reward == 1.0
+    prompt = tool_tokenizer.decode(encode_prompt({"prompt": "Count to 7"}, tool_tokenizer, PromptFormat(**config["data"]["prompt"])))
+    assert '"name": "increment"' in prompt and "how much to add" in prompt
