@@ -1256,7 +1256,7 @@ def claim_work(work: Path, setting: Study4Setting, record: dict | None) -> None:
     """
     path, wanted = work / "setting.json", json.loads(json.dumps(dataclasses.asdict(setting)))
     if path.exists() and json.loads(path.read_text()) != wanted:
-        raise SystemExit(f"{work} holds a study-4 run with the setting {path.read_text().strip()}, not {json.dumps(wanted)} "
+        raise SystemExit(f"{work} holds a study run with the setting {path.read_text().strip()}, not {json.dumps(wanted)} "
                          "(the smoke check and the study must not share a work folder): use another --work")  # fmt: skip
     if record is None:
         return

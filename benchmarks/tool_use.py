@@ -1,0 +1,378 @@
+"""Study 5: does tool use collapse under RL, and which method keeps it (benchmarks/results/study_tools_plan.md).
+
+    python benchmarks/tool_use.py --slots 2                            # the study: 4 methods × 2 bases × 3 seeds
+    python benchmarks/tool_use.py --smoke --work /tmp/tools_smoke      # its smoke check (minutes; numbers are not results)
+    python benchmarks/tool_use.py --report-only                        # the report from the work folder alone
+
+The multi-turn CPU demo (``configs/demo/agents/``, docs/agents.md): the countdown checker
+environment, where the model may check expressions (``3+7*5?`` → ``=38``) before it answers
+(``3*7+5;``). Per base seed: ``lit-rlvr warmstart --config configs/demo/agents/warmstart.yaml``
+(a fixed number of steps, no time limit), the base's multi-turn reference cache
+(``configs/demo/agents/cache.yaml``); per job ``lit-rlvr fit --config configs/demo/agents/base.yaml
+--config configs/demo/agents/<method>.yaml`` (its CSV log holds the curves over training) and
+``lit-rlvr validate`` of the export with ``configs/demo/agents/record.yaml`` (64 held-out prompts ×
+8 trajectories). Every job runs through :class:`diversity_collapse.Study` (two at a time, one torch
+thread each; a rerun skips what is recorded), the hypotheses (:data:`HYPOTHESES`) are judged by study
+3's rule (:func:`diversity_collapse.sign_seen`) on the paired differences over base × seed.
+Report: ``benchmarks/results/study_tools.md`` with ``study_tools_curves.png`` and
+``study_tools_pareto.png`` (``--smoke``: in the work folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import diversity_collapse as dc
+
+ROOT, RESULTS = dc.ROOT, dc.RESULTS
+AGENTS = "configs/demo/agents"
+VAL = "countdown_val"  # 64 held-out (digits, target) pairs in record.yaml's validation
+METHODS = ("grpo", "dph_f", "passk", "max_rl")  # the order inside a block
+LADDER = (1, 2, 4, 8)  # pass@k of the final answers, 8 trajectories per prompt
+
+
+@dataclass(frozen=True)
+class ToolSetting:
+    """What a work folder runs: the plan's (:data:`TOOLS`) or the smoke check's (:data:`SMOKE`: never a result)."""
+
+    bases: tuple[int, ...]
+    seeds: tuple[int, ...]
+    steps: int  # RL steps of every job (8 prompts × 8 trajectories each)
+    warm_steps: int  # the bases' warm-start steps (no time limit: the base is the same on a busy machine)
+    val_every: int  # in-training validation (2 × 16 held-out prompts) every this many steps: the curves
+    validate_flags: tuple[str, ...] = ()  # added to every final validation
+
+
+TOOLS = ToolSetting(bases=(0, 1), seeds=(0, 1, 2), steps=120, warm_steps=150, val_every=20)
+SMOKE = ToolSetting(bases=(0,), seeds=(0,), steps=2, warm_steps=5, val_every=1, validate_flags=("--trainer.limit_val_batches=1",))
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """``variant`` − ``against`` (``"base"``: the run's own base, validated with the same rollout seed), paired on
+    base × seed; ``allowed`` maps a metric of the final validation to the signs that count as MET."""
+
+    name: str
+    variant: str
+    against: str
+    allowed: dict[str, str]
+    source: str
+
+
+# study_tools_plan.md's table, written before any run
+HYPOTHESES = (
+    Hypothesis("T1", "grpo", "base", {"tool_calls": "-", "single_turn": "+"},
+               "VerlTool (arXiv 2509.01055) and verl's text2sql tutorial: tool calls decrease after dozens of RL steps"),
+    Hypothesis("T2", "dph_f", "grpo", {"tool_calls": "+", "distinct_tool_sequences": "+"},
+               "DPH-RL (arXiv 2509.07430): a mass-covering divergence to the initial policy keeps its modes; here its tool use"),
+    Hypothesis("T3", "dph_f", "grpo", {"pass@1": "-=", "pass@8": "+"},
+               "study 4 (single turn, this machine): DPH-F − GRPO −0.048 ± 0.018 pass@1, +0.104 ± 0.036 pass@16"),
+    Hypothesis("T4", "max_rl", "grpo", {"pass@1": "+=", "pass@8": "+"},
+               "the MaxRL paper (arXiv 2602.02710): it Pareto-dominates GRPO"),
+    Hypothesis("T5", "passk", "grpo", {"pass@8": "+", "distinct_tool_sequences": "+"},
+               "Pass@k Training (arXiv 2508.10751): the Pass@k reward keeps exploring, raising pass@k"),
+)  # fmt: skip
+NOT_JUDGED = (("max_rl", "dph_f"), ("max_rl", "passk"), ("dph_f", "base"), ("passk", "base"), ("max_rl", "base"))
+BEHAVIOUR = ("turns", "single_turn", "tool_calls", "tool_errors", "distinct_tool_sequences")
+COLUMNS = [*(f"pass@{k}" for k in LADDER), *BEHAVIOUR]
+TITLES = {"turns": "turns", "single_turn": "single-turn share", "tool_calls": "tool calls", "tool_errors": "tool errors",
+          "distinct_tool_sequences": "distinct tool sequences", **{f"pass@{k}": f"pass@{k}" for k in LADDER}}  # fmt: skip
+CURVES = ("reward", "single_turn", "tool_calls", "distinct_tool_sequences")  # train/<name>, logged every 4 steps
+
+
+def jobs(setting: ToolSetting = TOOLS) -> list[dc.Job]:
+    """Every method on every base × seed, in study 3's block order, the methods in :data:`METHODS` order inside a block."""
+    blocks = [(b, s) for b, s in dc.STUDY3_BLOCKS if b in setting.bases and s in setting.seeds]
+    return [dc.Job(m, m, b, s, steps=setting.steps, domain="agents") for b, s in blocks for m in METHODS]
+
+
+class ToolStudy(dc.Study):
+    """:class:`diversity_collapse.Study` on the multi-turn demo's configs."""
+
+    def __init__(self, work: Path, setting: ToolSetting, slots: int = 2, deadline: datetime | None = None):
+        super().__init__(work, slots, deadline=deadline, validate_flags=setting.validate_flags)
+        self.setting = setting
+
+    def base_dir(self, seed: int, domain: str = "agents", warm: str = "") -> Path:
+        return self.work / "base" / f"s{seed}"
+
+    def base_label(self, base_seed: int, seed: int, domain: str, warm: str = "") -> str:
+        return f"base/b{base_seed}/s{seed}"
+
+    def prepare(self) -> None:  # type: ignore[override]
+        """The demo's data, then per base seed (two at a time) its warm start and its multi-turn reference cache."""
+        self.lit("demo-data", "--out_dir", str(dc.DATA), log="prepare")
+
+        def base(seed: int) -> None:
+            out = self.base_dir(seed)
+            if not (out / "model.safetensors").exists():
+                self.lit("warmstart", "--config", f"{AGENTS}/warmstart.yaml", "--out_dir", str(out), "--seed", str(seed),
+                         "--steps", str(self.setting.warm_steps), "--max_seconds", "null", "--threads", "1",
+                         "--progress_bar", "false", log=f"warmstart_s{seed}")  # fmt: skip
+            if not (out / "ref_cache" / "manifest.json").exists():
+                self.lit("cache", "--config", f"{AGENTS}/cache.yaml", f"--policy.path={out}", f"--data.cache.path={out / 'ref_cache'}",
+                         "--progress=false", log=f"cache_s{seed}")  # fmt: skip
+
+        self.parallel([lambda s=s: base(s) for s in self.setting.bases])
+
+    def validate(self, label: str, model: Path, seed: int, domain: str, counts, out_counts) -> None:
+        """The final validation: record.yaml's 64 held-out prompts × 8 trajectories, rollout seed 1000 + RL seed."""
+        self.lit("validate", "--config", f"{AGENTS}/base.yaml", "--config", f"{AGENTS}/record.yaml",
+                 f"--trainer.callbacks.init_args.path={self.metrics}", f"--trainer.callbacks.init_args.label={label}",
+                 f"--model.policy.path={model}", f"--model.sampling.seed={1000 + seed}", "--trainer.enable_progress_bar=false",
+                 *self.validate_flags, log=label.replace("/", "_"))  # fmt: skip
+
+    def fit_args(self, job: dc.Job) -> list[str]:
+        out, base = self.run_dir(job), self.base_dir(job.base_seed)
+        cache = [f"--data.cache.path={base / 'ref_cache'}"] if job.method.startswith("dph") else []
+        return ["fit", "--config", f"{AGENTS}/base.yaml", "--config", f"{AGENTS}/{job.method}.yaml", f"--model.policy.path={base}", *cache,
+                f"--seed_everything={job.seed}", f"--data.seed={job.seed}", f"--model.sampling.seed={job.seed}",
+                f"--trainer.max_steps={job.steps}", f"--trainer.val_check_interval={self.setting.val_every}",
+                f"--export.dirpath={out / 'hf'}", "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={out}",
+                f"--trainer.logger.init_args.save_dir={out}", "--trainer.logger.init_args.name=logs",
+                "--trainer.logger.init_args.version=curves", *job.overrides,
+                "--trainer.callbacks+=diversity_collapse.FitTimer", f"--trainer.callbacks.init_args.path={out / 'timer.json'}"]  # fmt: skip
+
+    def curves(self, label: str) -> list[dict]:
+        """A run's CSV log rows (``train/*`` every 4 steps, ``val/*`` every ``val_every``), floats."""
+        path = self.work / "runs" / label.replace("/", "_") / "logs" / "curves" / "metrics.csv"
+        if not path.exists():
+            return []
+        with path.open() as f:
+            return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+
+
+def run(study: ToolStudy) -> None:
+    """The plan: bases and caches, the bases' validations, then every job (a rerun skips what is recorded)."""
+    dc.claim_work(study.work, study.setting, dc.machine_record(study.slots))
+    study.prepare()
+    study.run(jobs(study.setting))
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def key(metric: str) -> str:
+    return f"val/{VAL}/{metric}"
+
+
+def judge(by: dict, variant: str, against: str, metric: str, want: str | None) -> str:
+    """One part of a hypothesis: the paired difference, the sign study 3's rule gives and, with ``want``, MET or MISS."""
+    diffs = dc.paired(by, variant, key(metric), against)
+    name = lambda v: "its base" if v == "base" else dc.NAMES[v]  # noqa: E731
+    if not diffs:
+        return f"- {dc.NAMES[variant]} − {name(against)}, {TITLES[metric]}: not run"
+    seen = dc.sign_seen(diffs)
+    line = f"- {dc.NAMES[variant]} − {name(against)}, {TITLES[metric]}: {dc.fmt(diffs)} over {len(diffs)} pairs (worst {min(diffs):+.3f}); "
+    if want is None:
+        return line + f"seen {seen} (no direction pre-registered)"
+    return line + f"expected {' or '.join(want)}, seen {seen}: {'MET' if seen in want else 'MISS'}"
+
+
+def verdicts(by: dict) -> list[str]:
+    lines = []
+    for h in HYPOTHESES:
+        parts = [judge(by, h.variant, h.against, m, want) for m, want in h.allowed.items()]
+        missed = [TITLES[m] for m, p in zip(h.allowed, parts) if p.endswith("MISS")]
+        verdict = "not run" if any(p.endswith("not run") for p in parts) else f"MISSED ({', '.join(missed)} missed)" if missed else "HELD"
+        against = "its base" if h.against == "base" else dc.NAMES[h.against]
+        lines += [f"\n**{h.name}: {verdict}** — {dc.NAMES[h.variant]} − {against}; source: {h.source}.\n", *parts]
+    lines += ["\nNot judged (reported with the sign the rule gives):\n"]
+    lines += [judge(by, v, a, m, None) for v, a in NOT_JUDGED for m in ("pass@1", "pass@8", "tool_calls", "single_turn")]
+    return lines
+
+
+def table(by: dict, variants: list[str]) -> list[str]:
+    """Mean ± 95% CI (worst = lowest run) of the final validation's numbers, one row per method."""
+    lines = ["| method | runs | " + " | ".join(TITLES[c] for c in COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
+    for v in variants:
+        if rs := by.get(v, []):
+            cells = [dc.cell([r[key(c)] for r in rs if key(c) in r], 2 if c in ("turns", "distinct_tool_sequences") else 3) for c in COLUMNS]
+            lines.append(f"| {dc.NAMES.get(v, v)} | {len(rs)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def paired_rows(by: dict, variants: list[str], against: str) -> list[str]:
+    head = "its base" if against == "base" else dc.NAMES[against]
+    lines = [f"| method − {head} | pairs | " + " | ".join(f"Δ {TITLES[c]}" for c in COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
+    for v in variants:
+        ds = [dc.paired(by, v, key(c), against) for c in COLUMNS]
+        if ds[0]:
+            lines.append(f"| {dc.NAMES[v]} | {len(ds[0])} | " + " | ".join(dc.cell(d, 3, signed=True) for d in ds) + " |")
+    return lines
+
+
+def runs_table(by: dict, blocks: list[tuple[str, str]]) -> list[str]:
+    lines = ["| base × seed | base | " + " | ".join(dc.NAMES[m] for m in METHODS) + " |", "|---|---|" + "---|" * len(METHODS)]
+    for b, s in blocks:
+        cells = []
+        for v in ("base", *METHODS):
+            r = next((r for r in by.get(v, []) if dc.block_of(r) == (b, s)), None)
+            cells.append(f"{r[key('pass@1')]:.3f} / {r[key('pass@8')]:.3f} / {r[key('tool_calls')]:.2f} / {r[key('single_turn')]:.2f}"
+                         if r else "–")  # fmt: skip
+        lines.append(f"| {b}, {s} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def mean_curve(study: ToolStudy, labels: list[str], column: str) -> tuple[list[float], list[float], list[float]]:
+    """Steps, mean and 95% CI half-width over ``labels`` of a logged column (steps where every run logged it)."""
+    per_step: dict[float, list[float]] = defaultdict(list)
+    for label in labels:
+        for row in study.curves(label):
+            if column in row:
+                per_step[row["step"]].append(row[column])
+    steps = sorted(s for s, vs in per_step.items() if len(vs) == len(labels))
+    return steps, [dc.mean(per_step[s]) for s in steps], [0 if math.isnan(h := dc.ci(per_step[s])) else h for s in steps]
+
+
+def curves_plot(study: ToolStudy, by: dict, out: Path, title: str) -> None:
+    """Top: the training rollouts' reward, single-turn share, tool calls, distinct tool sequences; bottom: the
+    in-training held-out validation's. Each method's mean over its runs ± 95% CI; the bases' final values dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 4, figsize=(18, 8))
+    colours = {m: plt.cm.tab10(i) for i, m in enumerate(METHODS)}
+    for m in METHODS:
+        labels = [r["label"] for r in by.get(m, [])]
+        if not labels:
+            continue
+        for row, prefix in ((0, "train/"), (1, f"val/{VAL}/")):
+            for ax, name in zip(axes[row], CURVES if row == 0 else ("pass@1", "single_turn", "tool_calls", "distinct_tool_sequences")):
+                steps, mu, h = mean_curve(study, labels, prefix + name)
+                if steps:
+                    ax.plot(steps, mu, color=colours[m], label=dc.NAMES[m])
+                    ax.fill_between(steps, [a - b for a, b in zip(mu, h)], [a + b for a, b in zip(mu, h)], color=colours[m], alpha=0.15)
+                ax.set_title(f"{'training rollouts' if row == 0 else 'held-out (in training)'}: {TITLES.get(name, name)}", fontsize=9)
+    for ax, name in zip(axes[1], ("pass@1", "single_turn", "tool_calls", "distinct_tool_sequences")):
+        if base := [r[key(name)] for r in by.get("base", []) if key(name) in r]:
+            ax.axhline(dc.mean(base), color="black", ls="--", lw=0.8, label="base (final validation)")
+    for ax in axes.flat:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    axes[1][0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def pareto_plot(by: dict, out: Path, title: str) -> None:
+    """Held-out pass@1 against pass@8 (left) and tool calls against pass@8 (right): each method's mean ± 95% CI, its runs as dots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    colours = {"base": "black", **{m: plt.cm.tab10(i) for i, m in enumerate(METHODS)}}
+    for ax, (x, y) in zip(axes, (("pass@1", "pass@8"), ("tool_calls", "pass@8"))):
+        for v in ("base", *METHODS):
+            rs = [r for r in by.get(v, []) if key(x) in r and key(y) in r]
+            if not rs:
+                continue
+            xs, ys = [r[key(x)] for r in rs], [r[key(y)] for r in rs]
+            ax.scatter(xs, ys, s=12, alpha=0.35, color=colours[v])
+            err = [0 if math.isnan(dc.ci(vs)) else dc.ci(vs) for vs in (xs, ys)]
+            ax.errorbar(dc.mean(xs), dc.mean(ys), xerr=err[0], yerr=err[1], capsize=3, color=colours[v], label=dc.NAMES.get(v, v),
+                        marker="*" if v == "base" else "o", markersize=11 if v == "base" else 7)  # fmt: skip
+        ax.set(xlabel=f"held-out {TITLES[x]}", ylabel=f"held-out {TITLES[y]}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> None:
+    """The report study_tools_plan.md declares, from the work folder alone; complete base × seed blocks only."""
+    setting, smoke = study.setting, study.setting != TOOLS
+    by = dc.group(study.records())
+    blocks = dc.complete_blocks(by, METHODS)
+    planned = jobs(setting)
+    missing = [j.label for j in planned if j.label not in study.done_labels()]
+    cut = sorted(r["label"] for v in (*METHODS, "base") for r in by.get(v, []) if dc.block_of(r) not in blocks)
+    by = dc.in_blocks(by, blocks, (*METHODS, "base"))
+    shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
+    seconds = study.work / "seconds.txt"
+    sections = ["# Study 5: does tool use collapse under RL, and which method keeps it\n",
+                *(["**SMOKE CHECK (`--smoke`): a 5-step base, 2 RL steps, 16 validation prompts. It shows the pipeline runs; "
+                   "its numbers are not results.**\n"] if smoke else []),
+                "Plan, hypotheses and rule committed before these runs: [`study_tools_plan.md`](study_tools_plan.md). Command: "
+                f"`python benchmarks/tool_use.py{' --smoke' if smoke else ''} --slots 2`; every record in `{dc._shown(study.metrics)}`, "
+                f"each run's `lit-rlvr` commands in `{dc._shown(study.work / 'logs')}`"
+                + (" (wall time of each invocation, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")" if seconds.exists() else "")
+                + f". The countdown checker environment (`configs/demo/agents/`): bases warm-started {setting.warm_steps} steps with seeds "
+                f"{', '.join(map(str, setting.bases))}; RL seeds {', '.join(map(str, setting.seeds))}; every run {setting.steps} steps of "
+                "8 prompts × 8 trajectories (up to 3 turns) at lr 1e-4; the final validation 64 held-out prompts × 8 trajectories, "
+                "rollout seed 1000 + RL seed, the base validated with the same seed. Mean ± 95% t-interval over runs, the worst "
+                "(lowest) run in brackets.\n",
+                "## Machine and bases\n", *dc.study4_machine_lines(study, dc.Study4Setting("", setting.bases, setting.seeds, setting.steps)),
+                f"\nComplete base × seed blocks (all {len(METHODS)} methods recorded): {shown} ({len(blocks)} of "
+                f"{len(planned) // len(METHODS)}); runs of incomplete blocks, left out of every table: "
+                f"{', '.join(f'`{c}`' for c in cut) or 'none'}; planned runs not recorded: {', '.join(f'`{m}`' for m in missing) or 'none'}.\n"]  # fmt: skip
+    if blocks:
+        title = f"study 5: countdown checker, held-out, {setting.steps} steps, blocks {shown}"
+        curves_plot(study, by, curves, title)
+        pareto_plot(by, pareto, title)
+        power = (f"With {len(blocks)} pairs the interval's t is {dc.T95[len(blocks) - 1]}: a `=` can be a lack of power, not evidence "
+                 "of no difference." if 2 <= len(blocks) <= 10 else "With fewer than 2 pairs there is no interval: every sign reads `=`.")  # fmt: skip
+        sections += ["## At the end: answers and tool use\n", *table(by, ["base", *METHODS]),
+                     "\n### Paired differences (same base × seed)\n", *paired_rows(by, list(METHODS), "base"), "",
+                     *paired_rows(by, list(METHODS[1:]), "grpo"),
+                     f"\n## Over training\n\n![curves]({curves.name})\n",
+                     f"## pass@1 against pass@8, and tool calls against pass@8\n\n![pareto]({pareto.name})\n",
+                     "## The hypotheses (pre-registered: study_tools_plan.md, `HYPOTHESES`) and what was seen\n",
+                     "`+`/`−`: the 95% CI of the paired difference lies above/below 0; `=`: it contains 0. A part is MET when the "
+                     "sign seen is one the hypothesis allows, else a MISS; a hypothesis HELD when every part is MET. " + power,
+                     *verdicts(by),
+                     "\n## Every run (held-out pass@1 / pass@8 / tool calls / single-turn share)\n", *runs_table(by, blocks),
+                     "\n### Training seconds per step (two jobs at a time on 2 cores; not a criterion)\n",
+                     *dc.study4_seconds_table(study, METHODS)]  # fmt: skip
+    firsts: dict[str, str] = {}
+    for r in study.records():
+        firsts.setdefault(r["label"].split("/")[0], r["label"])
+    sections += ["\n## Commands\n", "Each method's first run (the others differ in `--model.policy.path`, the seeds and the output "
+                 "paths); every run's `lit-rlvr fit` and `validate` lines are in its log:\n",
+                 *dc.fit_commands(study, [label for v, label in firsts.items() if v in METHODS])]  # fmt: skip
+    body = "\n".join(sections) + "\n"
+    out.write_text(body)
+    print(body)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, default=None, help="work folder (default artifacts/study_tools, artifacts/study_tools_smoke)")
+    parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
+    parser.add_argument("--smoke", action="store_true", help="base 0 from a 5-step warm start, RL seed 0, 2 steps; reports into --work")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--deadline", type=lambda v: datetime.fromisoformat(v).replace(tzinfo=timezone.utc), default=None,
+                        help="no job starts after this UTC time (e.g. 2026-12-04T19:05); those running finish, the report reads complete blocks")
+    args = parser.parse_args(argv)
+    setting = SMOKE if args.smoke else TOOLS
+    study = ToolStudy(args.work or ROOT / "artifacts" / ("study_tools_smoke" if args.smoke else "study_tools"), setting, args.slots,
+                      args.deadline)
+    if args.report_only:
+        dc.claim_work(study.work, setting, None)
+    else:
+        t0 = time.perf_counter()
+        run(study)
+        with (study.work / "seconds.txt").open("a") as f:
+            f.write(f"{' '.join(['tool_use', *(['--smoke'] if args.smoke else [])])} {time.perf_counter() - t0:.0f}\n")
+    where = study.work if args.smoke else RESULTS
+    write_report(study, where / "study_tools.md", where / "study_tools_curves.png", where / "study_tools_pareto.png")
+
+
+if __name__ == "__main__":
+    main()
