@@ -351,7 +351,7 @@ def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> Non
     print(body)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=None, help="work folder (default artifacts/study_tools, artifacts/study_tools_smoke)")
     parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
@@ -359,7 +359,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--deadline", type=lambda v: datetime.fromisoformat(v).replace(tzinfo=timezone.utc), default=None,
                         help="no job starts after this UTC time (e.g. 2026-12-04T19:05); those running finish, the report reads complete blocks")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     setting = SMOKE if args.smoke else TOOLS
     study = ToolStudy(args.work or ROOT / "artifacts" / ("study_tools_smoke" if args.smoke else "study_tools"), setting, args.slots,
                       args.deadline)
