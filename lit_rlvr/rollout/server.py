@@ -288,8 +288,10 @@ class VLLMServer:
                    "--host", host, "--port", str(self.port), "--logprobs-mode", "processed_logprobs",
                    "--middleware", KEY_MIDDLEWARE, *args]  # fmt: skip
         guard = Path(__file__).with_name("server_guard.py")
+        # unbuffered: vLLM logs to stdout, block-buffered into a file, so a line could reach the log long
+        # after the request it is about (the log's tail is what a failure quotes)
         env = dict(os.environ, **{k: str(v) for k, v in (env or {}).items()}, VLLM_SERVER_DEV_MODE="1",
-                   VLLM_API_KEY=self.api_key, VLLM_RPC_BASE_PATH=str(self.folder))  # fmt: skip
+                   VLLM_API_KEY=self.api_key, VLLM_RPC_BASE_PATH=str(self.folder), PYTHONUNBUFFERED="1")  # fmt: skip
         self.proc = subprocess.Popen([sys.executable, str(guard), "--", *command], stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
         self.processes = ServerProcesses(self.proc)
