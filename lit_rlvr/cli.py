@@ -19,8 +19,6 @@ import before anything is built (:mod:`lit_rlvr.plugins`).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import re
 import sys
@@ -28,7 +26,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch import Trainer
@@ -39,6 +37,7 @@ from typing_extensions import override
 from lit_rlvr.callbacks import HFExport, PassCountsWriter, RolloutCallback, SignalCheckpoint, StepProgressBar
 from lit_rlvr.checkpoint import SafeCheckpointIO
 from lit_rlvr.data import PromptDataModule
+from lit_rlvr.flags import merge_mapping_flags
 from lit_rlvr.module import RLVRModule
 from lit_rlvr.plugins import load_plugins
 from lit_rlvr.strategies import FSDP2Strategy  # noqa: F401  (registers --trainer.strategy=fsdp2)
@@ -130,7 +129,7 @@ class RLVRCLI(LightningCLI):
             return super().parse_arguments(parser, args)
         args = list(sys.argv[1:] if args is None else args)
         _refuse_linked_targets(args)
-        self.config = parser.parse_args(_merge_mapping_flags(parser, args))
+        self.config = parser.parse_args(merge_mapping_flags(parser, args, _SECTIONS))
 
     @override
     def instantiate_classes(self) -> None:
@@ -213,83 +212,6 @@ def _nulls_as_dicts(args: list[str]) -> list[str]:
         else:
             out.append(arg)
         i += 1
-    return out
-
-
-def _mapping_flags(args: list[str]) -> dict[int, tuple[str, dict]]:
-    """``{index: (key, mapping)}`` of the ``--<section>.key={...}`` flags whose value is a non-empty mapping."""
-    import yaml
-
-    found = {}
-    for i, arg in enumerate(args):
-        key, eq, value = arg.partition("=")
-        if eq and key.startswith(_SECTIONS):
-            with contextlib.suppress(yaml.YAMLError):
-                if isinstance(mapping := yaml.safe_load(value), dict) and mapping:
-                    found[i] = (key[2:], mapping)
-    return found
-
-
-def _lookup(config: Any, key: str) -> Any:
-    """The value at ``key`` (``model.loss.x`` or ``model.init_args.loss.x``) of a parsed config, through
-    namespaces and dicts; None if absent."""
-    first, _, rest = key.partition(".")
-    for path in (key, f"{first}.init_args.{rest}"):
-        node = config
-        for part in path.split("."):
-            node = node.get(part) if hasattr(node, "get") else None
-        if node is not None:
-            return node
-    return None
-
-
-def _merged(base: dict, update: dict) -> dict:
-    """``base`` updated with ``update``: nested mappings merged key by key, a ``None`` removes its key.
-
-    Example:
-        >>> _merged({"a": 1, "sleep": True, "env": {"X": "1"}}, {"b": 2, "sleep": None, "env": {"Y": "2"}})
-        {'a': 1, 'env': {'X': '1', 'Y': '2'}, 'b': 2}
-    """
-    out = dict(base)
-    for key, value in update.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merged(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
-    return out
-
-
-def _merge_mapping_flags(parser: LightningArgumentParser, args: list[str]) -> list[str]:
-    """``--K='{a: 1}'`` for a dict option ``K`` merges into K's value from the config files, as ``--K.a=1`` does.
-
-    jsonargparse replaces a dict given whole on the command line:
-    ``--rollout.init_args.engine_options='{kv_cache_memory_bytes: 1}'`` dropped the config's
-    ``gpu_memory_utilization`` without a word. Each such flag becomes the value
-    K has without it (the arguments parsed once without the mapping flags) updated with the flag's
-    keys (:func:`_merged`: ``a: null`` removes ``a``, so that the callee's default applies; the dotted
-    ``--K.a=null`` reaches here as ``--K={a: null}``, :func:`_nulls_as_dicts`). Option groups
-    (``--model.loss={dual_clip: null}``) merge in jsonargparse already; ``{}`` still empties a dict.
-    """
-    import yaml
-
-    flags = _mapping_flags(args)
-    if not flags:
-        return args
-    rest = [a for i, a in enumerate(args) if i not in flags and not a.startswith(("--print_config", "--help", "-h"))]
-    try:  # an error here is the final parse's to report
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            base = parser.parse_args(rest)
-    except (SystemExit, Exception):
-        return args
-    base = base.get(str(base.get("subcommand")), base)
-    out = list(args)
-    for i, (key, mapping) in flags.items():
-        value = _lookup(base, key)
-        if value is None and "." in key and isinstance(_lookup(base, key.rsplit(".", 1)[0]), dict):
-            value = {}  # a key inside a dict option that the config does not set (engine_options.server_env)
-        if isinstance(value, dict):
-            merged = yaml.safe_dump(_merged(value, mapping), default_flow_style=True, sort_keys=False, width=float("inf"))
-            out[i] = f"--{key}={merged.strip()}"
     return out
 
 

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlvr"
-CORE = {"registry", "plugins", "strategies", "atomic", "checkpoint", "functional", "policy", "rewards", "metrics", "envs",
+CORE = {"registry", "plugins", "strategies", "flags", "atomic", "checkpoint", "functional", "policy", "rewards", "metrics", "envs",
         "rollout", "contracts", "options", "lockstep", "upgrade", "cache", "data", "ranks", "callbacks", "module"}
 ALLOWED = {
     "registry": set(),
     "plugins": set(),
     "vllm_plugin": set(),  # run inside vLLM's processes: imports nothing of lit_rlvr
     "strategies": set(),
+    "flags": set(),  # command-line flags giving a mapping merge into the configured one (fit and cache)
     "atomic": set(),  # files written whole or not at all
     "checkpoint": {"atomic"},  # checkpoints carrying their checksum
     "functional": {"registry"},

@@ -43,6 +43,7 @@ from typing import Any
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lit_rlvr.data.datamodule import PromptDataModule
+from lit_rlvr.flags import merge_mapping_flags
 from lit_rlvr.options import DEFAULT_SAMPLING, BatchingOptions, EnvironmentOptions, PolicyOptions, SamplingParams, ScoringOptions
 from lit_rlvr.plugins import load_plugins
 
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> str:
     """Entry point of ``lit-rlvr cache``; returns the summary it printed (rank 0)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    cfg = parser.parse_args(argv)
+    cfg = parser.parse_args(merge_mapping_flags(parser, argv))  # --engine_options='{…}' merges, as in `lit-rlvr fit`
     rank, world_size, children = _launch(cfg.devices, argv)
     load_plugins(cfg.imports)
     init = parser.instantiate(cfg)

@@ -136,3 +136,17 @@ def test_each_shipped_cache_config_samples_and_runs_its_passes_as_its_training_c
     assert [cache["sampling"][k] for k in ("temperature", "max_new_tokens")] == [model["sampling"][k] for k in ("temperature", "max_new_tokens")]
     want = {"micro_batch_size": 16, "micro_batch_tokens": None, "padding_free": False} if domain == "demo" else model["batching"]
     assert {k: cache["batching"][k] for k in forward} == {k: want[k] for k in forward}
+
+
+def test_a_dict_on_the_cache_command_line_merges_into_the_configs_as_in_fit(print_config):
+    """``--engine_options='{…}'`` replaced the cache config's dict (dropping its ``gpu_memory_utilization``);
+    it merges now, as in ``lit-rlvr fit`` (tests/test_cli.py): ``KEY: null`` removes a key, ``{}`` empties."""
+
+    def engine_options(*flags: str) -> dict | None:
+        return print_config("cache", "--config", str(CONFIGS / "math" / "cache.yaml"), *flags)["engine_options"]
+
+    base = {"gpu_memory_utilization": 0.8, "max_model_len": 3072}
+    assert engine_options() == base
+    assert engine_options("--engine_options={kv_cache_memory_bytes: 5}") == {**base, "kv_cache_memory_bytes": 5}
+    assert engine_options("--engine_options={max_model_len: null, enforce_eager: true}") == {"gpu_memory_utilization": 0.8, "enforce_eager": True}
+    assert engine_options("--engine_options={}") == {}
