@@ -72,6 +72,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -533,12 +534,34 @@ def direction_check(by: dict, variant: str, k: int, want: str | None, label: str
     diffs = paired(by, variant, f"val/{HELD_OUT}/pass@{k}", against)
     if not diffs:
         return f"- {label} pass@{k}: not run"
+    return sign_line(diffs, f"{label} pass@{k} − {NAMES.get(against, against)}", want)
+
+
+def sign_line(diffs: list[float], subject: str, want: str | None, pairs: str = "paired runs") -> str:
+    """``- subject: mean ± CI over n pairs (worst …); `` then the sign :func:`sign_seen` gives and, when
+    ``want`` (the allowed signs) is given, MET or MISS.
+
+    Example:
+        >>> sign_line([0.05, 0.06, 0.07], "DPH-F pass@16 − GRPO", "+")
+        '- DPH-F pass@16 − GRPO: 0.060 ± 0.025 over 3 paired runs (worst +0.050); expected +, seen +: MET'
+    """
     seen = sign_seen(diffs)
-    line = (f"- {label} pass@{k} − {NAMES.get(against, against)}: {fmt(diffs)} over {len(diffs)} paired runs "
-            f"(worst {min(diffs):+.3f}); ")  # fmt: skip
+    line = f"- {subject}: {fmt(diffs)} over {len(diffs)} {pairs} (worst {min(diffs):+.3f}); "
     if want is None:
         return line + f"seen {seen} (no direction pre-registered)"
     return line + f"expected {' or '.join(want)}, seen {seen}: {'MET' if seen in want else 'MISS'}"
+
+
+def verdict(parts: list[str], names: list[str]) -> str:
+    """A hypothesis from its parts' lines (:func:`sign_line`; ``names``: each part's name): HELD, MISSED
+    naming the parts that missed, or not run.
+
+    Example:
+        >>> verdict(["- a: … expected +, seen +: MET", "- b: … expected +, seen =: MISS"], ["pass@1", "pass@16"])
+        'MISSED (pass@16 missed)'
+    """
+    missed = [n for n, p in zip(names, parts) if p.endswith("MISS")]
+    return "not run" if any(p.endswith("not run") for p in parts) else f"MISSED ({', '.join(missed)} missed)" if missed else "HELD"
 
 
 def expectation_check(by: dict, method: str, k: int, variant: str | None = None) -> str:
@@ -1164,15 +1187,8 @@ def write_study3_report(study: Study, out: Path = RESULTS / "study3.md", figure:
                      "training seconds (base 0 × RL seeds 0, 1, 2)\n", *wallclock_view(study, by)]  # fmt: skip
     if any(v in by for m in STUDY3_METHODS for v in sweep_variants(m) if v != m):
         sections += ["\n## C. Sweeps of each method's main knob (base 0)\n", *sweep_table(by), *inert_knobs(by)]
-    firsts = {}
-    for r in study.records():
-        firsts.setdefault(r["label"].split("/")[0], r["label"])
-    sections += ["\n## Commands\n", "Each variant's first run (the others differ only in `--model.policy.path`, the seeds and the output "
-                 "paths); every run's `lit-rlvr fit` and `validate` lines are in its log:\n",
-                 *fit_commands(study, [label for v, label in firsts.items() if not v.startswith("base")])]  # fmt: skip
-    body = "\n".join(sections) + "\n"
-    out.write_text(body)
-    print(body)
+    sections += commands_section(study, "variant", lambda v: not v.startswith("base"))
+    publish(sections, out)
 
 
 # ---------------------------------------------------------------------------- study 4: MaxRL beside GRPO, DPH-F and Pass@k
@@ -1200,12 +1216,13 @@ STUDY4_DPH = COVERAGE["cov_thr4_exp_all"]  # study 3's chosen coverage, pinned (
 @dataclass(frozen=True)
 class Hypothesis:
     """A direction written before the runs: ``variant`` − ``against`` paired on base × seed, judged by
-    :func:`sign_seen` on held-out pass@k; ``allowed`` maps k to the signs that count as MET."""
+    :func:`sign_seen`; ``allowed`` maps what is compared (study 4: k of held-out pass@k; study 5,
+    benchmarks/tool_use.py: a metric's name) to the signs that count as MET."""
 
     name: str
     variant: str
     against: str
-    allowed: dict[int, str]
+    allowed: dict[int, str] | dict[str, str]
     source: str
 
 
@@ -1337,9 +1354,8 @@ def study4_verdicts(by: dict) -> list[str]:
     lines = []
     for h in STUDY4_HYPOTHESES:
         parts = [direction_check(by, h.variant, k, want, NAMES[h.variant], h.against) for k, want in h.allowed.items()]
-        missed = [f"pass@{k}" for k, p in zip(h.allowed, parts) if p.endswith("MISS")]
-        verdict = "not run" if any(p.endswith("not run") for p in parts) else f"MISSED ({', '.join(missed)} missed)" if missed else "HELD"
-        lines += [f"\n**{h.name}: {verdict}** — {NAMES[h.variant]} − {NAMES[h.against]}; source: {h.source}.\n", *parts]
+        held = verdict(parts, [f"pass@{k}" for k in h.allowed])
+        lines += [f"\n**{h.name}: {held}** — {NAMES[h.variant]} − {NAMES[h.against]}; source: {h.source}.\n", *parts]
     compared = dict.fromkeys([(h.variant, h.against) for h in STUDY4_HYPOTHESES] + list(STUDY4_UNJUDGED))
     lines += ["\nNot judged (no direction from a source; pass@32 is reported beside pass@16 for every comparison):\n"]
     lines += [direction_check(by, v, 32, None, NAMES[v], a) for v, a in compared]
@@ -1442,15 +1458,8 @@ def write_study4_report(study: Study, setting: Study4Setting = STUDY4, out: Path
                      "\nSupplementary, not a criterion: held-out Δ over each run's own base, GRPO: pass@1 "
                      f"{cell(g['grpo'][0], signed=True)}, pass@16 {cell(g['grpo'][1], signed=True)}; MaxRL: pass@1 "
                      f"{cell(g['max_rl'][0], signed=True)}, pass@16 {cell(g['max_rl'][1], signed=True)}."]  # fmt: skip
-    firsts = {}
-    for r in study.records():
-        firsts.setdefault(r["label"].split("/")[0], r["label"])
-    sections += ["\n## Commands\n", "Each arm's first run (the others differ only in `--model.policy.path`, the seeds and the output "
-                 "paths); every run's `lit-rlvr fit` and `validate` lines are in its log:\n",
-                 *fit_commands(study, [label for v, label in firsts.items() if v in STUDY4_METHODS])]  # fmt: skip
-    body = "\n".join(sections) + "\n"
-    out.write_text(body)
-    print(body)
+    sections += commands_section(study, "arm", lambda v: v in STUDY4_METHODS)
+    publish(sections, out)
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -1706,6 +1715,24 @@ def run_regime(study: Study, preset: str) -> None:
         raise RuntimeError(f"the rule's choice `{name}` is not confirmed on held-out pairs: {why[0]}")
     study.prepare(base_seeds=list(CONFIRM_BASES), sql_seeds=[], warms=(REGIMES[name].warm,), cache=False)
     study.run(confirm_jobs(name))
+
+
+def commands_section(study: Study, noun: str, shown: Callable[[str], bool]) -> list[str]:
+    """A report's "Commands" section: the ``lit-rlvr fit`` line of the first recorded run of each variant
+    ``shown`` keeps (``noun``: what the report calls a variant)."""
+    firsts: dict[str, str] = {}
+    for r in study.records():
+        firsts.setdefault(r["label"].split("/")[0], r["label"])
+    return ["\n## Commands\n", f"Each {noun}'s first run (the others differ only in `--model.policy.path`, the seeds and the output "
+            "paths); every run's `lit-rlvr fit` and `validate` lines are in its log:\n",
+            *fit_commands(study, [label for v, label in firsts.items() if shown(v)])]  # fmt: skip
+
+
+def publish(sections: list[str], out: Path) -> None:
+    """Write a report's sections to ``out`` (one per line) and print it."""
+    body = "\n".join(sections) + "\n"
+    out.write_text(body)
+    print(body)
 
 
 def fit_commands(study: Study, labels: list[str]) -> list[str]:

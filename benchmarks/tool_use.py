@@ -54,29 +54,17 @@ TOOLS = ToolSetting(bases=(0, 1), seeds=(0, 1, 2), steps=120, warm_steps=150, va
 SMOKE = ToolSetting(bases=(0,), seeds=(0,), steps=2, warm_steps=5, val_every=1, validate_flags=("--trainer.limit_val_batches=1",))
 
 
-@dataclass(frozen=True)
-class Hypothesis:
-    """``variant`` − ``against`` (``"base"``: the run's own base, validated with the same rollout seed), paired on
-    base × seed; ``allowed`` maps a metric of the final validation to the signs that count as MET."""
-
-    name: str
-    variant: str
-    against: str
-    allowed: dict[str, str]
-    source: str
-
-
 # study_tools_plan.md's table, written before any run
 HYPOTHESES = (
-    Hypothesis("T1", "grpo", "base", {"tool_calls": "-", "single_turn": "+"},
+    dc.Hypothesis("T1", "grpo", "base", {"tool_calls": "-", "single_turn": "+"},
                "VerlTool (arXiv 2509.01055) and verl's text2sql tutorial: tool calls decrease after dozens of RL steps"),
-    Hypothesis("T2", "dph_f", "grpo", {"tool_calls": "+", "distinct_tool_sequences": "+"},
+    dc.Hypothesis("T2", "dph_f", "grpo", {"tool_calls": "+", "distinct_tool_sequences": "+"},
                "DPH-RL (arXiv 2509.07430): a mass-covering divergence to the initial policy keeps its modes; here its tool use"),
-    Hypothesis("T3", "dph_f", "grpo", {"pass@1": "-=", "pass@8": "+"},
+    dc.Hypothesis("T3", "dph_f", "grpo", {"pass@1": "-=", "pass@8": "+"},
                "study 4 (single turn, this machine): DPH-F − GRPO −0.048 ± 0.018 pass@1, +0.104 ± 0.036 pass@16"),
-    Hypothesis("T4", "max_rl", "grpo", {"pass@1": "+=", "pass@8": "+"},
+    dc.Hypothesis("T4", "max_rl", "grpo", {"pass@1": "+=", "pass@8": "+"},
                "the MaxRL paper (arXiv 2602.02710): it Pareto-dominates GRPO"),
-    Hypothesis("T5", "passk", "grpo", {"pass@8": "+", "distinct_tool_sequences": "+"},
+    dc.Hypothesis("T5", "passk", "grpo", {"pass@8": "+", "distinct_tool_sequences": "+"},
                "Pass@k Training (arXiv 2508.10751): the Pass@k reward keeps exploring, raising pass@k"),
 )  # fmt: skip
 NOT_JUDGED = (("max_rl", "dph_f"), ("max_rl", "passk"), ("dph_f", "base"), ("passk", "base"), ("max_rl", "base"))
@@ -169,21 +157,16 @@ def judge(by: dict, variant: str, against: str, metric: str, want: str | None) -
     name = lambda v: "its base" if v == "base" else dc.NAMES[v]  # noqa: E731
     if not diffs:
         return f"- {dc.NAMES[variant]} − {name(against)}, {TITLES[metric]}: not run"
-    seen = dc.sign_seen(diffs)
-    line = f"- {dc.NAMES[variant]} − {name(against)}, {TITLES[metric]}: {dc.fmt(diffs)} over {len(diffs)} pairs (worst {min(diffs):+.3f}); "
-    if want is None:
-        return line + f"seen {seen} (no direction pre-registered)"
-    return line + f"expected {' or '.join(want)}, seen {seen}: {'MET' if seen in want else 'MISS'}"
+    return dc.sign_line(diffs, f"{dc.NAMES[variant]} − {name(against)}, {TITLES[metric]}", want, pairs="pairs")
 
 
 def verdicts(by: dict) -> list[str]:
     lines = []
     for h in HYPOTHESES:
         parts = [judge(by, h.variant, h.against, m, want) for m, want in h.allowed.items()]
-        missed = [TITLES[m] for m, p in zip(h.allowed, parts) if p.endswith("MISS")]
-        verdict = "not run" if any(p.endswith("not run") for p in parts) else f"MISSED ({', '.join(missed)} missed)" if missed else "HELD"
+        held = dc.verdict(parts, [TITLES[m] for m in h.allowed])
         against = "its base" if h.against == "base" else dc.NAMES[h.against]
-        lines += [f"\n**{h.name}: {verdict}** — {dc.NAMES[h.variant]} − {against}; source: {h.source}.\n", *parts]
+        lines += [f"\n**{h.name}: {held}** — {dc.NAMES[h.variant]} − {against}; source: {h.source}.\n", *parts]
     lines += ["\nNot judged (reported with the sign the rule gives):\n"]
     lines += [judge(by, v, a, m, None) for v, a in NOT_JUDGED for m in ("pass@1", "pass@8", "tool_calls", "single_turn")]
     return lines
@@ -340,15 +323,8 @@ def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> Non
                      "\n## Every run (held-out pass@1 / pass@8 / tool calls / single-turn share)\n", *runs_table(by, blocks),
                      "\n### Training seconds per step (two jobs at a time on 2 cores; not a criterion)\n",
                      *dc.study4_seconds_table(study, METHODS)]  # fmt: skip
-    firsts: dict[str, str] = {}
-    for r in study.records():
-        firsts.setdefault(r["label"].split("/")[0], r["label"])
-    sections += ["\n## Commands\n", "Each method's first run (the others differ in `--model.policy.path`, the seeds and the output "
-                 "paths); every run's `lit-rlvr fit` and `validate` lines are in its log:\n",
-                 *dc.fit_commands(study, [label for v, label in firsts.items() if v in METHODS])]  # fmt: skip
-    body = "\n".join(sections) + "\n"
-    out.write_text(body)
-    print(body)
+    sections += dc.commands_section(study, "method", lambda v: v in METHODS)
+    dc.publish(sections, out)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
