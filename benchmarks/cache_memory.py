@@ -48,16 +48,34 @@ def write_cache(out: Path, num_samples: int, mean_tokens: int, seed: int = 0) ->
         rewards = (rng.random(P * N) < 0.6).astype(np.float32)
         shards.append(
             write_shard(
-                out / shard_name(s), [f"synthetic/{i}" for i in range(lo, hi)], [rng.integers(4, 32000, size=64) for _ in range(P)],
-                completions, logprobs, rewards, [True] * (P * N), N, 1.0,
-            )  # fmt: skip
+                out / shard_name(s),
+                [f"synthetic/{i}" for i in range(lo, hi)],
+                [rng.integers(4, 32000, size=64) for _ in range(P)],
+                completions,
+                logprobs,
+                rewards,
+                [True] * (P * N),
+                N,
+                1.0,
+            )
         )
     manifest = {
-        "format_version": FORMAT_VERSION, "model": {"name_or_path": "synthetic", "weights_sha256": "0"},
-        "tokenizer_sha256": "0", "sampling": {}, "rewards": ["math"], "dataset_fingerprint": "0",
-        "num_prompts": num_prompts, "n": N, "seed": seed, "prompts_per_shard": PROMPTS_PER_SHARD, "prompts_per_call": 1,
-        "correct_threshold": 1.0, "logprob_temperature": 1.0, "complete": True, "shards": shards,
-    }  # fmt: skip
+        "format_version": FORMAT_VERSION,
+        "model": {"name_or_path": "synthetic", "weights_sha256": "0"},
+        "tokenizer_sha256": "0",
+        "sampling": {},
+        "rewards": ["math"],
+        "dataset_fingerprint": "0",
+        "num_prompts": num_prompts,
+        "n": N,
+        "seed": seed,
+        "prompts_per_shard": PROMPTS_PER_SHARD,
+        "prompts_per_call": 1,
+        "correct_threshold": 1.0,
+        "logprob_temperature": 1.0,
+        "complete": True,
+        "shards": shards,
+    }
     write_json_atomic(out / MANIFEST, manifest)
     return sum(e["bytes"] for e in shards)
 
@@ -84,9 +102,14 @@ def measure(path: str, anchor_batches: int) -> dict:
     t_anchor = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
-        "samples": cache.num_samples, "tokens": tokens, "open_s": t_open, "stream_samples_per_s": cache.num_samples / t_stream,
-        "anchor_samples_per_s": anchor_batches * 16 / t_anchor, "rss_before_mb": rss0, "peak_rss_mb": peak,
-    }  # fmt: skip
+        "samples": cache.num_samples,
+        "tokens": tokens,
+        "open_s": t_open,
+        "stream_samples_per_s": cache.num_samples / t_stream,
+        "anchor_samples_per_s": anchor_batches * 16 / t_anchor,
+        "rss_before_mb": rss0,
+        "peak_rss_mb": peak,
+    }
 
 
 def main() -> None:
@@ -109,10 +132,18 @@ def main() -> None:
             write_s = time.perf_counter() - t0
             out = subprocess.run(
                 [sys.executable, __file__, "--child", str(path), "--anchor-batches", str(args.anchor_batches)],
-                check=True, capture_output=True, text=True,
-            )  # fmt: skip
-            results[num] = {**json.loads(out.stdout.strip().splitlines()[-1]), "size_mb": size / 2**20, "write_s": write_s}
-    print("| samples | cache MB | peak RSS MB | RSS growth while reading MB | stream samples/s | anchor samples/s | open+sha256 s |")
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            results[num] = {
+                **json.loads(out.stdout.strip().splitlines()[-1]),
+                "size_mb": size / 2**20,
+                "write_s": write_s,
+            }
+    print(
+        "| samples | cache MB | peak RSS MB | RSS growth while reading MB | stream samples/s | anchor samples/s | open+sha256 s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for num, r in results.items():
         print(

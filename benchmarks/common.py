@@ -36,7 +36,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 if str(ROOT) not in sys.path:
@@ -80,12 +79,36 @@ class Workload:
 
 
 WORKLOADS = {
-    "short": Workload("short", 4, 8, 32, ModelShape(4, 128, 4, 32), steps=6, warmup=1, rounds=3,
-                      quick={"prompts": 2, "samples": 4, "new_tokens": 16, "steps": 3, "rounds": 2}),
-    "ragged": Workload("ragged", 4, 8, 256, ModelShape(6, 320, 5, 64), steps=4, warmup=1, rounds=3,
-                       quick={"prompts": 2, "samples": 4, "new_tokens": 64, "model": ModelShape(2, 128, 2, 64),
-                              "steps": 2, "rounds": 2}),
-}  # fmt: skip
+    "short": Workload(
+        "short",
+        4,
+        8,
+        32,
+        ModelShape(4, 128, 4, 32),
+        steps=6,
+        warmup=1,
+        rounds=3,
+        quick={"prompts": 2, "samples": 4, "new_tokens": 16, "steps": 3, "rounds": 2},
+    ),
+    "ragged": Workload(
+        "ragged",
+        4,
+        8,
+        256,
+        ModelShape(6, 320, 5, 64),
+        steps=4,
+        warmup=1,
+        rounds=3,
+        quick={
+            "prompts": 2,
+            "samples": 4,
+            "new_tokens": 64,
+            "model": ModelShape(2, 128, 2, 64),
+            "steps": 2,
+            "rounds": 2,
+        },
+    ),
+}
 
 
 def step_parser(description: str, quick_help: str, default_workload: str = "ragged") -> argparse.ArgumentParser:
@@ -178,8 +201,14 @@ def build_model_dir(path: Path | None = None, shape: ModelShape = ModelShape(4, 
 
     path = Path(path or tempfile.mkdtemp(prefix="lit_rlvr_bench_model_"))
     tok = build_char_tokenizer()
-    model = build_tiny_llama(tok, hidden_size=shape.hidden_size, num_layers=shape.num_layers, num_heads=shape.num_heads,
-                             head_dim=shape.head_dim, intermediate_size=4 * shape.hidden_size)  # fmt: skip
+    model = build_tiny_llama(
+        tok,
+        hidden_size=shape.hidden_size,
+        num_layers=shape.num_layers,
+        num_heads=shape.num_heads,
+        head_dim=shape.head_dim,
+        intermediate_size=4 * shape.hidden_size,
+    )
     return save_tiny_model(path, model, tok)
 
 
@@ -193,8 +222,13 @@ def countdown_rows(num: int, seed: int = 0, easy_every: int = 0) -> list[dict]:
     random.Random(seed).shuffle(pairs)
     rows = []
     for i, (digits, target) in enumerate(pairs[:num]):
-        row = {"id": f"cd{i}", "prompt": countdown_prompt(digits, target), "answer": str(target),
-               "reward": BENCH_REWARD, "digits": digits}  # fmt: skip
+        row = {
+            "id": f"cd{i}",
+            "prompt": countdown_prompt(digits, target),
+            "answer": str(target),
+            "reward": BENCH_REWARD,
+            "digits": digits,
+        }
         if easy_every and i % easy_every == 0:
             row["answer"] = "easy"  # always rewarded: the reference solves it n of n times (D_pef)
         rows.append(row)
@@ -295,7 +329,10 @@ def report_shared(run: Callable[[], StepRun], shared: SharedCalls) -> Callable[[
     def reported() -> StepRun:
         before = dict(shared.by_call)
         out = run()
-        print("  shared calls: " + ", ".join(f"{k} {v - before.get(k, 0.0):.2f} s" for k, v in shared.by_call.items()), flush=True)
+        print(
+            "  shared calls: " + ", ".join(f"{k} {v - before.get(k, 0.0):.2f} s" for k, v in shared.by_call.items()),
+            flush=True,
+        )
         return out
 
     return reported
@@ -342,8 +379,11 @@ def alternate(runs: dict[str, Callable[[], StepRun]], rounds: int) -> dict[str, 
 
 
 def report_round(name: str, r: int, rounds: int, run: StepRun) -> StepRun:
-    print(f"  round {r + 1}/{rounds} {name}: median {statistics.median(run.times) * 1e3:.1f} ms "
-          f"over {len(run.times)} steps", flush=True)  # fmt: skip
+    print(
+        f"  round {r + 1}/{rounds} {name}: median {statistics.median(run.times) * 1e3:.1f} ms "
+        f"over {len(run.times)} steps",
+        flush=True,
+    )
     return run
 
 
@@ -424,8 +464,10 @@ def length_summary(lengths: Sequence[int]) -> str:
     """``mean ± sd [min–max], n`` of generated completion lengths (tokens)."""
     if not lengths:
         return "n/a"
-    return (f"{statistics.mean(lengths):.0f} ± {statistics.pstdev(lengths):.0f} [{min(lengths)}–{max(lengths)}], "
-            f"n={len(lengths)}")  # fmt: skip
+    return (
+        f"{statistics.mean(lengths):.0f} ± {statistics.pstdev(lengths):.0f} [{min(lengths)}–{max(lengths)}], "
+        f"n={len(lengths)}"
+    )
 
 
 def median_ms(values: Sequence[float]) -> float:
@@ -477,14 +519,31 @@ def lit_fit_times(
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             clock.tick([len(c) for c in batch.rollouts.completion_ids])
 
-    dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"),
-                          batch_size=prompts, seed=0, **(data_kwargs or {}))  # fmt: skip
-    module = RLVRModule(PolicyOptions(str(model_dir)), sampling=SamplingParams(n=samples, max_new_tokens=new_tokens, seed=0),
-                        scoring=ScoringOptions(workers=0), **(module_kwargs or {}))  # fmt: skip
+    dm = PromptDataModule(
+        tokenizer=str(model_dir),
+        train=DatasetSpec(files=prompts_file, name="bench"),
+        batch_size=prompts,
+        seed=0,
+        **(data_kwargs or {}),
+    )
+    module = RLVRModule(
+        PolicyOptions(str(model_dir)),
+        sampling=SamplingParams(n=samples, max_new_tokens=new_tokens, seed=0),
+        scoring=ScoringOptions(workers=0),
+        **(module_kwargs or {}),
+    )
     rollout = RolloutCallback(engine=engine, **(callback_kwargs or {}))
-    trainer = Trainer(max_steps=1 + warmup + steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                      limit_val_batches=0, callbacks=[rollout, Clock()])  # fmt: skip
+    trainer = Trainer(
+        max_steps=1 + warmup + steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[rollout, Clock()],
+    )
     trainer.fit(module, datamodule=dm)
     return clock.run(warmup)
 
@@ -497,14 +556,18 @@ def load_average() -> str:
 def machine_line(threads: int) -> str:
     import torch
 
-    return (f"{os.cpu_count()} CPUs (shared with other engineers' jobs), torch {torch.__version__} with "
-            f"{threads} intra-op thread(s), Python {platform.python_version()}")  # fmt: skip
+    return (
+        f"{os.cpu_count()} CPUs (shared with other engineers' jobs), torch {torch.__version__} with "
+        f"{threads} intra-op thread(s), Python {platform.python_version()}"
+    )
 
 
 def git_rev() -> str:
     try:
         # "-dirty": the working tree had uncommitted changes (the result is not that commit's alone)
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
     except OSError:
         return "unknown"
 

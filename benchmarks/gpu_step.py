@@ -19,7 +19,6 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import common  # benchmarks/common.py
 import torch
@@ -44,10 +43,23 @@ class Times(Callback):
 def qwen_like(tok, smoke: bool):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1) if smoke \
-        else dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2)  # fmt: skip
-    config = Qwen2Config(vocab_size=len(tok), tie_word_embeddings=True, max_position_embeddings=4096, rope_theta=1e6,
-                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **shape)  # fmt: skip
+    shape = (
+        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+        if smoke
+        else dict(
+            hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2
+        )
+    )
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+        rope_theta=1e6,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        **shape,
+    )
     torch.manual_seed(0)
     return Qwen2ForCausalLM(config)
 
@@ -80,16 +92,34 @@ def main() -> None:
     model_dir = save_tiny_model(work / "model", model, tok)
     rows = common.countdown_rows(cfg.prompts * (cfg.steps + 2))
     prompts = common.write_jsonl(work / "prompts.jsonl", rows)
-    dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts, name="bench"), batch_size=cfg.prompts,
-                          gold_check=None)  # fmt: skip
+    dm = PromptDataModule(
+        tokenizer=str(model_dir),
+        train=DatasetSpec(files=prompts, name="bench"),
+        batch_size=cfg.prompts,
+        gold_check=None,
+    )
     policy = PolicyOptions(str(model_dir), dtype="bfloat16" if on_gpu else "float32", attn_implementation="sdpa")
-    module = RLVRModule(policy, sampling=SamplingParams(n=cfg.samples, max_new_tokens=cfg.new_tokens, seed=0),
-                        scoring=ScoringOptions(workers=0), optimizer=lambda p: torch.optim.AdamW(p, lr=1e-6))  # fmt: skip
+    module = RLVRModule(
+        policy,
+        sampling=SamplingParams(n=cfg.samples, max_new_tokens=cfg.new_tokens, seed=0),
+        scoring=ScoringOptions(workers=0),
+        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-6),
+    )
     times = Times()
     rollout = RolloutCallback(engine="hf", drift_every_n_steps=0)
-    trainer = Trainer(accelerator="gpu" if on_gpu else "cpu", devices=1, strategy=cfg.strategy, max_steps=cfg.steps + 2,
-                      logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                      num_sanity_val_steps=0, limit_val_batches=0, callbacks=[rollout, times])  # fmt: skip
+    trainer = Trainer(
+        accelerator="gpu" if on_gpu else "cpu",
+        devices=1,
+        strategy=cfg.strategy,
+        max_steps=cfg.steps + 2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[rollout, times],
+    )
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
     trainer.fit(module, datamodule=dm)
@@ -99,12 +129,16 @@ def main() -> None:
     peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
     train_tokens = statistics.median(times.train_tokens[2:])
     result = {
-        "device": name, "strategy": cfg.strategy, "params_non_embedding": non_embedding, "work": f"{cfg.prompts}x{cfg.samples}x{cfg.new_tokens}",
-        "step_ms": round(step_s * 1e3, 1), "rollout_tokens_per_s": round(statistics.median(times.tokens[2:]) / step_s, 1),
+        "device": name,
+        "strategy": cfg.strategy,
+        "params_non_embedding": non_embedding,
+        "work": f"{cfg.prompts}x{cfg.samples}x{cfg.new_tokens}",
+        "step_ms": round(step_s * 1e3, 1),
+        "rollout_tokens_per_s": round(statistics.median(times.tokens[2:]) / step_s, 1),
         "mfu": round(6 * non_embedding * train_tokens / step_s / peak, 4) if peak else None,
         "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if on_gpu else None,
         "loss": float(trainer.callback_metrics["train/loss"]),
-    }  # fmt: skip
+    }
     print(json.dumps(result), flush=True)
 
 

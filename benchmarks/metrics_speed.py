@@ -93,8 +93,10 @@ def main() -> None:
     m = PassAtK(k=ladder)
     m.update(num_correct=counts[idx], n=n)
     got = m.compute()
-    worst = max(abs(float(got[f"pass@{k}"]) - statistics.fmean(reference_pass_at_k(n, int(counts[i]), k) for i in idx.tolist()))
-                for k in ladder)  # fmt: skip
+    worst = max(
+        abs(float(got[f"pass@{k}"]) - statistics.fmean(reference_pass_at_k(n, int(counts[i]), k) for i in idx.tolist()))
+        for k in ladder
+    )
 
     lines = [
         f"# PassAtK speed ({'quick' if cfg.quick else 'full'}; {time.strftime('%Y-%m-%d %H:%M')}; commit {common.git_rev()})",

@@ -33,7 +33,9 @@ def measure(model_dir: str, dtype: str, prompts: int, samples: int, seed: int) -
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     pairs = list(solutions())[:prompts]
     prompt_ids = [tok(countdown_prompt(digits, target)).input_ids for digits, target in pairs]
-    with VLLMEngine(model_dir, dtype=dtype, kv_cache_memory_bytes=64 * 2**20, enforce_eager=True, max_model_len=64) as engine:
+    with VLLMEngine(
+        model_dir, dtype=dtype, kv_cache_memory_bytes=64 * 2**20, enforce_eager=True, max_model_len=64
+    ) as engine:
         out = engine.generate(prompt_ids, SamplingParams(n=samples, max_new_tokens=8, seed=seed))
     pad = out.to_padded(tok.pad_token_id)
     mask = pad["response_mask"]
@@ -42,9 +44,14 @@ def measure(model_dir: str, dtype: str, prompts: int, samples: int, seed: int) -
     diff = (trainer - pad["old_logprobs"]).abs()[mask.bool()]
     _, token = correction_weights(trainer, pad["old_logprobs"], mask, "token_truncate", clip_max=3.0)
     _, sequence = correction_weights(trainer, pad["old_logprobs"], mask, "sequence_truncate", clip_max=3.0)
-    return {"tokens": int(mask.sum()), "mean_abs": float(diff.mean()), "max_abs": float(diff.max()),
-            "mismatch_kl": float(token["mismatch_kl"]), "token_ratio_max": float(token["is_weight_max"]),
-            "sequence_ratio_max": float(sequence["is_weight_max"])}  # fmt: skip
+    return {
+        "tokens": int(mask.sum()),
+        "mean_abs": float(diff.mean()),
+        "max_abs": float(diff.max()),
+        "mismatch_kl": float(token["mismatch_kl"]),
+        "token_ratio_max": float(token["is_weight_max"]),
+        "sequence_ratio_max": float(sequence["is_weight_max"]),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,7 +64,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="file name under benchmarks/results/ or an absolute path")
     cfg = parser.parse_args(argv)
     if not Path(cfg.model, "config.json").exists():
-        raise SystemExit(f"--model {cfg.model}: no model there (run `make demo` or `lit-rlvr warmstart` first, or pass --model)")
+        raise SystemExit(
+            f"--model {cfg.model}: no model there (run `make demo` or `lit-rlvr warmstart` first, or pass --model)"
+        )
     common.set_threads(cfg.threads)
     common.quiet_libraries()
     rows = {dtype: measure(cfg.model, dtype, cfg.prompts, cfg.samples, cfg.seed) for dtype in ("bfloat16", "float32")}
@@ -70,9 +79,12 @@ def main(argv: list[str] | None = None) -> None:
         "",
         "| vLLM dtype | tokens | mean \\|Δ log p\\| | max \\|Δ log p\\| | mismatch KL (k3) | max ratio per token | max ratio per sequence |",
         "|---|---:|---:|---:|---:|---:|---:|",
-        *(f"| {d} | {r['tokens']} | {r['mean_abs']:.2g} | {r['max_abs']:.2g} | {r['mismatch_kl']:.2g} | {r['token_ratio_max']:.3f} | "
-          f"{r['sequence_ratio_max']:.3f} |" for d, r in rows.items()),
-    ]  # fmt: skip
+        *(
+            f"| {d} | {r['tokens']} | {r['mean_abs']:.2g} | {r['max_abs']:.2g} | {r['mismatch_kl']:.2g} | {r['token_ratio_max']:.3f} | "
+            f"{r['sequence_ratio_max']:.3f} |"
+            for d, r in rows.items()
+        ),
+    ]
     print("\n".join(lines[-4:]))
     print(f"wrote {common.write_result(cfg.out or 'mismatch.md', lines)}")
 

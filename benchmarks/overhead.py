@@ -41,7 +41,9 @@ from pathlib import Path
 import common  # benchmarks/common.py (run as a script from any directory)
 
 
-def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload, shared: common.SharedCalls | None = None) -> common.StepRun:
+def raw_run(
+    model_dir: Path, prompts_file: str, cfg: common.Workload, shared: common.SharedCalls | None = None
+) -> common.StepRun:
     """The work of one GRPO step called directly (no Trainer, no callback, no logging).
 
     The same prompts in the same order (the same ``PromptDataModule``), the same sampling seeds
@@ -69,8 +71,9 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload, shared: co
     engine = HFEngine(policy, tok)
     scorer = BatchScorer(workers=0, timeout_s=10.0)
     optimizer = default_optimizer(policy.parameters())  # the library's: AdamW at lr 1e-6, fused
-    dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"),
-                          batch_size=cfg.prompts, seed=0)  # fmt: skip
+    dm = PromptDataModule(
+        tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"), batch_size=cfg.prompts, seed=0
+    )
     dm.setup("fit")
     batches = iter(dm.train_dataloader())
     batching = MicroBatching(padding_free="auto")
@@ -89,8 +92,12 @@ def raw_run(model_dir: Path, prompts_file: str, cfg: common.Workload, shared: co
         for rows_idx in batching.split(data["attention_mask"], data["response_mask"], packed):
             part = crop_padding({k: v[rows_idx] for k, v in data.items()})
             T = part["response_mask"].shape[1]
-            logprobs, _ = completion_logprobs(policy, part["input_ids"], part["attention_mask"], T, 1.0, padding_free=packed)
-            loss, _ = policy_loss(logprobs, part["old_logprobs"], part["advantages"], part["response_mask"], max_len=cfg.new_tokens)
+            logprobs, _ = completion_logprobs(
+                policy, part["input_ids"], part["attention_mask"], T, 1.0, padding_free=packed
+            )
+            loss, _ = policy_loss(
+                logprobs, part["old_logprobs"], part["advantages"], part["response_mask"], max_len=cfg.new_tokens
+            )
             (loss * aggregation_weight(part["response_mask"], data["response_mask"], "token_mean")).backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step()
@@ -109,7 +116,9 @@ def raw_setup(model_dir: Path, prompts_file: str, work: common.Workload):
 def lit_setup(model_dir: Path, prompts_file: str, shape: dict, options: dict):
     """A lit_rlvr contender: ``options`` are :func:`common.lit_fit_times` keyword arguments; shared calls timed."""
     shared = common.SharedCalls().__enter__()
-    return common.report_shared(lambda: common.lit_fit_times(model_dir, prompts_file, **shape, **options, shared=shared), shared)
+    return common.report_shared(
+        lambda: common.lit_fit_times(model_dir, prompts_file, **shape, **options, shared=shared), shared
+    )
 
 
 def accounted_overhead(raw: common.StepRun, lit: common.StepRun) -> tuple[float, float]:
@@ -130,10 +139,21 @@ def build_reference_cache(model_dir: Path, prompts_file: str, out: Path, cfg: co
     from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
     from lit_rlvr.tools.cache import build_cache
 
-    dm = PromptDataModule(tokenizer=str(model_dir), train=DatasetSpec(files=prompts_file, name="bench"), batch_size=cfg.prompts,
-                          cache=CacheOptions(str(out)))  # fmt: skip
-    build_cache(dm, PolicyOptions(str(model_dir)), SamplingParams(n=8, max_new_tokens=cfg.new_tokens, seed=0), engine="hf",
-                scoring=ScoringOptions(workers=0), progress=False, prompts_per_call=8)  # fmt: skip
+    dm = PromptDataModule(
+        tokenizer=str(model_dir),
+        train=DatasetSpec(files=prompts_file, name="bench"),
+        batch_size=cfg.prompts,
+        cache=CacheOptions(str(out)),
+    )
+    build_cache(
+        dm,
+        PolicyOptions(str(model_dir)),
+        SamplingParams(n=8, max_new_tokens=cfg.new_tokens, seed=0),
+        engine="hf",
+        scoring=ScoringOptions(workers=0),
+        progress=False,
+        prompts_per_call=8,
+    )
     cache = ReferenceCache(str(out))
     split = split_by_pass_count(cache.ids, cache.pass_counts, cache.n, None)
     return {"prompts": len(cache.ids), "pef": len(split.pef), "exp": len(split.exp)}
@@ -154,7 +174,13 @@ def main() -> None:
     prompts_file = common.write_jsonl(dirs / "prompts.jsonl", rows)
     plain = [r for r in rows if r["answer"] != "easy"]
     plain_file = common.write_jsonl(dirs / "plain.jsonl", plain)
-    shape = {"prompts": work.prompts, "samples": work.samples, "new_tokens": work.new_tokens, "steps": work.steps, "warmup": work.warmup}
+    shape = {
+        "prompts": work.prompts,
+        "samples": work.samples,
+        "new_tokens": work.new_tokens,
+        "steps": work.steps,
+        "warmup": work.warmup,
+    }
     no_drift = {"drift_every_n_steps": 0}
 
     runs = {
@@ -169,16 +195,30 @@ def main() -> None:
         split = build_reference_cache(model_dir, prompts_file, dirs / "cache", work)
         cache_seconds = time.perf_counter() - t0
         print(f"reference cache built in {cache_seconds:.1f} s: {split}", flush=True)
-        dph = {"callback_kwargs": no_drift, "data_kwargs": {"cache": CacheOptions(str(dirs / "cache"))},
-               "module_kwargs": {"anchor": AnchorOptions(divergence="forward_kl", coef=cfg.eta)}}  # fmt: skip
+        dph = {
+            "callback_kwargs": no_drift,
+            "data_kwargs": {"cache": CacheOptions(str(dirs / "cache"))},
+            "module_kwargs": {"anchor": AnchorOptions(divergence="forward_kl", coef=cfg.eta)},
+        }
         runs |= {
             "DPH-F (offline cache)": (lit_setup, (model_dir, prompts_file, shape, dph)),
-            "RKL (online reference)": (lit_setup, (model_dir, prompts_file, shape,
-                                                   {"callback_kwargs": no_drift, "module_kwargs": {"kl": KLOptions(coef=cfg.eta)}})),
+            "RKL (online reference)": (
+                lit_setup,
+                (
+                    model_dir,
+                    prompts_file,
+                    shape,
+                    {"callback_kwargs": no_drift, "module_kwargs": {"kl": KLOptions(coef=cfg.eta)}},
+                ),
+            ),
         }
     if cfg.only:  # in this process, for a profiler
-        keep = {"raw": "raw (direct calls)", "lit": "lit_rlvr (Trainer + callback)", "dph": "DPH-F (offline cache)",
-                "rkl": "RKL (online reference)"}[cfg.only]  # fmt: skip
+        keep = {
+            "raw": "raw (direct calls)",
+            "lit": "lit_rlvr (Trainer + callback)",
+            "dph": "DPH-F (offline cache)",
+            "rkl": "RKL (online reference)",
+        }[cfg.only]
         setup, args = runs[keep]
         pooled = common.alternate({keep: setup(*args)}, work.rounds)
     else:
@@ -201,8 +241,10 @@ def main() -> None:
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     headline = []
-    pairs = [("lit_rlvr (Trainer + callback)", "raw (direct calls)", "overhead_ratio"),
-             ("DPH-F (offline cache)", "RKL (online reference)", "dph_vs_rkl_step")]  # fmt: skip
+    pairs = [
+        ("lit_rlvr (Trainer + callback)", "raw (direct calls)", "overhead_ratio"),
+        ("DPH-F (offline cache)", "RKL (online reference)", "dph_vs_rkl_step"),
+    ]
     ratio_of = {}
     for a, b, key in pairs:
         if a in med and b in med:
@@ -210,21 +252,26 @@ def main() -> None:
             headline.append(f"{key}={med[a] / med[b]:.3f}")
     for name, run in pooled.items():
         own = f"{common.median_ms(run.own):.1f}" if run.own else "n/a"
-        lines.append(f"| {name} | {med[name]:.1f} | {common.iqr_ms(run.times)} | {len(run.times)} | "
-                     f"{ratio_of.get(name, '1.00x')} | {own} | {common.length_summary(run.lengths)} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {med[name]:.1f} | {common.iqr_ms(run.times)} | {len(run.times)} | "
+            f"{ratio_of.get(name, '1.00x')} | {own} | {common.length_summary(run.lengths)} |"
+        )
     raw, lit = pooled.get("raw (direct calls)"), pooled.get("lit_rlvr (Trainer + callback)")
     if raw is not None and lit is not None:
         same = "the same" if raw.lengths == lit.lengths else "**different**"
         accounted, shared = accounted_overhead(raw, lit)
         headline.insert(1, f"accounted_overhead={accounted:.3f}")  # after overhead_ratio
-        lines += ["", f"Completions: raw and lit_rlvr generated {same} completion lengths in every timed step "
-                      f"({len(lit.lengths)} completions), so both did the same work.",
-                  "",
-                  f"Accounted overhead: {accounted:.3f}x = (S + lit_rlvr's time outside the shared calls) / (S + raw's), "
-                  f"S = {shared * 1e3:.1f} ms, the median "
-                  "time inside the shared calls (generate, log-prob forwards, backward, AdamW step; `common.SHARED_CALLS`) "
-                  "over both contenders' steps. The step-time ratio above also carries the run-to-run noise of the shared "
-                  "work itself (±5–10% between processes doing identical work here)."]  # fmt: skip
+        lines += [
+            "",
+            f"Completions: raw and lit_rlvr generated {same} completion lengths in every timed step "
+            f"({len(lit.lengths)} completions), so both did the same work.",
+            "",
+            f"Accounted overhead: {accounted:.3f}x = (S + lit_rlvr's time outside the shared calls) / (S + raw's), "
+            f"S = {shared * 1e3:.1f} ms, the median "
+            "time inside the shared calls (generate, log-prob forwards, backward, AdamW step; `common.SHARED_CALLS`) "
+            "over both contenders' steps. The step-time ratio above also carries the run-to-run noise of the shared "
+            "work itself (±5–10% between processes doing identical work here).",
+        ]
     if "DPH-F (offline cache)" in med and "RKL (online reference)" in med:
         dph_steps, rkl_steps = math.ceil(split["exp"] / work.prompts), math.ceil(split["prompts"] / work.prompts)
         epoch = (dph_steps * med["DPH-F (offline cache)"]) / (rkl_steps * med["RKL (online reference)"])

@@ -46,7 +46,12 @@ def gsm8k_items(data: Path, limit: int | None) -> tuple[list[str], list[dict]]:
         gold = r["answer"].rsplit("####", 1)[1].strip()
         wrong = int(gold.replace(",", "")) + 1
         row = {"id": f"gsm8k-{i}", "prompt": r["question"], "answer": r["answer"], "reward": "math"}
-        for text in (f"... so she makes \\boxed{{{gold}}}.", f"Total: \\boxed{{{wrong}}}", f"9 * 2 = 18\n#### {gold}", "I am not sure."):
+        for text in (
+            f"... so she makes \\boxed{{{gold}}}.",
+            f"Total: \\boxed{{{wrong}}}",
+            f"9 * 2 = 18\n#### {gold}",
+            "I am not sure.",
+        ):
             completions.append(text)
             out.append(row)
     return completions, out
@@ -87,13 +92,21 @@ def math500_group_items(data: Path, limit: int | None) -> tuple[list[str], list[
 
 def spider_items(data: Path, limit: int | None) -> tuple[list[str], list[dict]]:
     base = data / "spider_dev"
-    rows = [r for r in json.load((base / "dev.json").open()) if (base / "database" / r["db_id"] / f"{r['db_id']}.sqlite").exists()]
+    rows = [
+        r
+        for r in json.load((base / "dev.json").open())
+        if (base / "database" / r["db_id"] / f"{r['db_id']}.sqlite").exists()
+    ]
     completions, out = [], []
     for i, r in enumerate(rows[:limit]):
         db = str(base / "database" / r["db_id"] / f"{r['db_id']}.sqlite")
         row = {"id": f"spider-{i}", "prompt": r["question"], "answer": r["query"], "reward": "sql", "db_path": db}
         gold = r["query"].strip().rstrip(";")
-        for text in (f"```sql\n{gold}\n```", f"```sql\nSELECT * FROM ({gold}) LIMIT 1\n```", "SELECT no_such_column FROM sqlite_master"):
+        for text in (
+            f"```sql\n{gold}\n```",
+            f"```sql\nSELECT * FROM ({gold}) LIMIT 1\n```",
+            "SELECT no_such_column FROM sqlite_master",
+        ):
             completions.append(text)
             out.append(row)
     return completions, out
@@ -161,7 +174,7 @@ def main() -> None:
         line = f"| {name} | {len(completions)} | {s_rate:,.0f} | {p_rate:,.0f} | {p_rate / s_rate:.2f}x | {statuses} |"
         print(line)
         lines.append(line)
-    headline = "headline: pool(x{}) items/s = ".format(args.workers) + ", ".join(
+    headline = f"headline: pool(x{args.workers}) items/s = " + ", ".join(
         f"{p:,.0f} {name}" for name, (_, p) in rates.items()
     )
     lines += ["", f"Load average after: {common.load_average()}.", "", headline, ""]

@@ -38,37 +38,73 @@ class StepTimer(Callback):
         rollouts = batch.rollouts
         seconds = float(trainer.callback_metrics.get("rollout/seconds", float("nan")))
         with open(f"{self.path}.rank{trainer.global_rank}", "a") as f:
-            f.write(json.dumps({"end": time.perf_counter(), "tokens": rollouts.num_tokens(), "rollout_s": seconds}) + "\n")
+            f.write(
+                json.dumps({"end": time.perf_counter(), "tokens": rollouts.num_tokens(), "rollout_s": seconds}) + "\n"
+            )
 
 
 def run(model_dir: Path, rows_file: str, work: Path, devices: int, strategy: str, engine: str, cfg) -> dict:
     out = work / f"{engine}-{strategy}-{devices}-{time.perf_counter_ns()}"
-    engine_kwargs = {"dtype": "float32", "max_model_len": 256, "kv_cache_memory_bytes": 64 * 2**20, "enforce_eager": True}
+    engine_kwargs = {
+        "dtype": "float32",
+        "max_model_len": 256,
+        "kv_cache_memory_bytes": 64 * 2**20,
+        "enforce_eager": True,
+    }
     config = {
         "imports": ["bench_reward"],
-        "trainer": {"accelerator": "cpu", "devices": devices, "strategy": strategy if devices > 1 else "auto",
-                    "max_steps": cfg.steps + 2, "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-                    "enable_model_summary": False, "num_sanity_val_steps": 0, "limit_val_batches": 0,
-                    "callbacks": [{"class_path": "scale_out.StepTimer", "init_args": {"path": str(out)}}]},
-        "model": {"policy": {"path": str(model_dir)}, "sampling": {"n": cfg.samples, "max_new_tokens": cfg.new_tokens, "seed": 0},
-                  "scoring": {"workers": 0}, "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-6}}},
-        "rollout": {"init_args": {"engine": engine, "drift_every_n_steps": 0,
-                                  "engine_options": engine_kwargs if engine == "vllm" else {}}},
+        "trainer": {
+            "accelerator": "cpu",
+            "devices": devices,
+            "strategy": strategy if devices > 1 else "auto",
+            "max_steps": cfg.steps + 2,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "limit_val_batches": 0,
+            "callbacks": [{"class_path": "scale_out.StepTimer", "init_args": {"path": str(out)}}],
+        },
+        "model": {
+            "policy": {"path": str(model_dir)},
+            "sampling": {"n": cfg.samples, "max_new_tokens": cfg.new_tokens, "seed": 0},
+            "scoring": {"workers": 0},
+            "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-6}},
+        },
+        "rollout": {
+            "init_args": {
+                "engine": engine,
+                "drift_every_n_steps": 0,
+                "engine_options": engine_kwargs if engine == "vllm" else {},
+            }
+        },
         "data": {"train": {"files": rows_file}, "batch_size": cfg.prompts // devices},
-    }  # fmt: skip
+    }
     import yaml
 
     path = out.with_suffix(".yaml")
     path.write_text(yaml.safe_dump(config))
     threads = str(max(1, cfg.threads // devices))
-    env = dict(os.environ, OMP_NUM_THREADS=threads, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), str(work), *sys.path]))
-    proc = subprocess.run([sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(path)], env=env, capture_output=True,
-                          text=True, cwd=work)  # fmt: skip
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=threads,
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), str(work), *sys.path]),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=work,
+    )
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
     ranks = [[json.loads(line) for line in Path(f"{out}.rank{r}").read_text().splitlines()] for r in range(devices)]
     steps = [b["end"] - a["end"] for a, b in zip(ranks[0], ranks[0][1:])][1:]  # drop the first 2 steps
-    tokens = [sum(r[i]["tokens"] for r in ranks) / max(r[i]["rollout_s"] for r in ranks) for i in range(2, len(ranks[0]))]
+    tokens = [
+        sum(r[i]["tokens"] for r in ranks) / max(r[i]["rollout_s"] for r in ranks) for i in range(2, len(ranks[0]))
+    ]
     return {"step_s": steps, "tokens_per_s": tokens}
 
 
@@ -103,7 +139,10 @@ def main() -> None:
                 slot = results.setdefault((engine, devices), {"step_s": [], "tokens_per_s": []})
                 slot["step_s"] += r["step_s"]
                 slot["tokens_per_s"] += r["tokens_per_s"]
-                print(f"  {engine} × {devices} process(es): median step {statistics.median(r['step_s']) * 1e3:.0f} ms", flush=True)
+                print(
+                    f"  {engine} × {devices} process(es): median step {statistics.median(r['step_s']) * 1e3:.0f} ms",
+                    flush=True,
+                )
     lines = [
         f"# Scale-out on CPU ({'quick' if cfg.quick else 'full'}; {time.strftime('%Y-%m-%d %H:%M')}; commit {common.git_rev()})",
         "",

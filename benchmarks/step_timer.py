@@ -32,8 +32,13 @@ class RolloutStepTimer(Callback):
 
         m = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("rollout/")}
         rollout = next(cb for cb in trainer.callbacks if isinstance(cb, RolloutCallback))
-        record = {"end": time.perf_counter(), "tokens": batch.rollouts.num_tokens(), "wait_s": m.get("rollout/seconds"),
-                  "tokens_per_s": m.get("rollout/tokens_per_s"), "staleness": m.get("rollout/staleness"),
-                  "trainer_idle_s": rollout.asynchronous.trainer_idle_s if rollout.asynchronous is not None else 0.0}  # fmt: skip
+        record = {
+            "end": time.perf_counter(),
+            "tokens": batch.rollouts.num_tokens(),
+            "wait_s": m.get("rollout/seconds"),
+            "tokens_per_s": m.get("rollout/tokens_per_s"),
+            "staleness": m.get("rollout/staleness"),
+            "trainer_idle_s": rollout.asynchronous.trainer_idle_s if rollout.asynchronous is not None else 0.0,
+        }
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")

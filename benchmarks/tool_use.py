@@ -26,7 +26,7 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import diversity_collapse as dc
@@ -51,27 +51,60 @@ class ToolSetting:
 
 
 TOOLS = ToolSetting(bases=(0, 1), seeds=(0, 1, 2), steps=120, warm_steps=150, val_every=20)
-SMOKE = ToolSetting(bases=(0,), seeds=(0,), steps=2, warm_steps=5, val_every=1, validate_flags=("--trainer.limit_val_batches=1",))
+SMOKE = ToolSetting(
+    bases=(0,), seeds=(0,), steps=2, warm_steps=5, val_every=1, validate_flags=("--trainer.limit_val_batches=1",)
+)
 
 
 # study_tools_plan.md's table, written before any run
 HYPOTHESES = (
-    dc.Hypothesis("T1", "grpo", "base", {"tool_calls": "-", "single_turn": "+"},
-               "VerlTool (arXiv 2509.01055) and verl's text2sql tutorial: tool calls decrease after dozens of RL steps"),
-    dc.Hypothesis("T2", "dph_f", "grpo", {"tool_calls": "+", "distinct_tool_sequences": "+"},
-               "DPH-RL (arXiv 2509.07430): a mass-covering divergence to the initial policy keeps its modes; here its tool use"),
-    dc.Hypothesis("T3", "dph_f", "grpo", {"pass@1": "-=", "pass@8": "+"},
-               "study 4 (single turn, this machine): DPH-F − GRPO −0.048 ± 0.018 pass@1, +0.104 ± 0.036 pass@16"),
-    dc.Hypothesis("T4", "max_rl", "grpo", {"pass@1": "+=", "pass@8": "+"},
-               "the MaxRL paper (arXiv 2602.02710): it Pareto-dominates GRPO"),
-    dc.Hypothesis("T5", "passk", "grpo", {"pass@8": "+", "distinct_tool_sequences": "+"},
-               "Pass@k Training (arXiv 2508.10751): the Pass@k reward keeps exploring, raising pass@k"),
-)  # fmt: skip
+    dc.Hypothesis(
+        "T1",
+        "grpo",
+        "base",
+        {"tool_calls": "-", "single_turn": "+"},
+        "VerlTool (arXiv 2509.01055) and verl's text2sql tutorial: tool calls decrease after dozens of RL steps",
+    ),
+    dc.Hypothesis(
+        "T2",
+        "dph_f",
+        "grpo",
+        {"tool_calls": "+", "distinct_tool_sequences": "+"},
+        "DPH-RL (arXiv 2509.07430): a mass-covering divergence to the initial policy keeps its modes; here its tool use",
+    ),
+    dc.Hypothesis(
+        "T3",
+        "dph_f",
+        "grpo",
+        {"pass@1": "-=", "pass@8": "+"},
+        "study 4 (single turn, this machine): DPH-F − GRPO −0.048 ± 0.018 pass@1, +0.104 ± 0.036 pass@16",
+    ),
+    dc.Hypothesis(
+        "T4",
+        "max_rl",
+        "grpo",
+        {"pass@1": "+=", "pass@8": "+"},
+        "the MaxRL paper (arXiv 2602.02710): it Pareto-dominates GRPO",
+    ),
+    dc.Hypothesis(
+        "T5",
+        "passk",
+        "grpo",
+        {"pass@8": "+", "distinct_tool_sequences": "+"},
+        "Pass@k Training (arXiv 2508.10751): the Pass@k reward keeps exploring, raising pass@k",
+    ),
+)
 NOT_JUDGED = (("max_rl", "dph_f"), ("max_rl", "passk"), ("dph_f", "base"), ("passk", "base"), ("max_rl", "base"))
 BEHAVIOUR = ("turns", "single_turn", "tool_calls", "tool_errors", "distinct_tool_sequences")
 COLUMNS = [*(f"pass@{k}" for k in LADDER), *BEHAVIOUR]
-TITLES = {"turns": "turns", "single_turn": "single-turn share", "tool_calls": "tool calls", "tool_errors": "tool errors",
-          "distinct_tool_sequences": "distinct tool sequences", **{f"pass@{k}": f"pass@{k}" for k in LADDER}}  # fmt: skip
+TITLES = {
+    "turns": "turns",
+    "single_turn": "single-turn share",
+    "tool_calls": "tool calls",
+    "tool_errors": "tool errors",
+    "distinct_tool_sequences": "distinct tool sequences",
+    **{f"pass@{k}": f"pass@{k}" for k in LADDER},
+}
 CURVES = ("reward", "single_turn", "tool_calls", "distinct_tool_sequences")  # train/<name>, logged every 4 steps
 
 
@@ -101,32 +134,80 @@ class ToolStudy(dc.Study):
         def base(seed: int) -> None:
             out = self.base_dir(seed)
             if not (out / "model.safetensors").exists():
-                self.lit("warmstart", "--config", f"{AGENTS}/warmstart.yaml", "--out_dir", str(out), "--seed", str(seed),
-                         "--steps", str(self.setting.warm_steps), "--max_seconds", "null", "--threads", "1",
-                         "--progress_bar", "false", log=f"warmstart_s{seed}")  # fmt: skip
+                self.lit(
+                    "warmstart",
+                    "--config",
+                    f"{AGENTS}/warmstart.yaml",
+                    "--out_dir",
+                    str(out),
+                    "--seed",
+                    str(seed),
+                    "--steps",
+                    str(self.setting.warm_steps),
+                    "--max_seconds",
+                    "null",
+                    "--threads",
+                    "1",
+                    "--progress_bar",
+                    "false",
+                    log=f"warmstart_s{seed}",
+                )
             if not (out / "ref_cache" / "manifest.json").exists():
-                self.lit("cache", "--config", f"{AGENTS}/cache.yaml", f"--policy.path={out}", f"--data.cache.path={out / 'ref_cache'}",
-                         "--progress=false", log=f"cache_s{seed}")  # fmt: skip
+                self.lit(
+                    "cache",
+                    "--config",
+                    f"{AGENTS}/cache.yaml",
+                    f"--policy.path={out}",
+                    f"--data.cache.path={out / 'ref_cache'}",
+                    "--progress=false",
+                    log=f"cache_s{seed}",
+                )
 
         self.parallel([lambda s=s: base(s) for s in self.setting.bases])
 
     def validate(self, label: str, model: Path, seed: int, domain: str, counts, out_counts) -> None:
         """The final validation: record.yaml's 64 held-out prompts × 8 trajectories, rollout seed 1000 + RL seed."""
-        self.lit("validate", "--config", f"{AGENTS}/base.yaml", "--config", f"{AGENTS}/record.yaml",
-                 f"--trainer.callbacks.init_args.path={self.metrics}", f"--trainer.callbacks.init_args.label={label}",
-                 f"--model.policy.path={model}", f"--model.sampling.seed={1000 + seed}", "--trainer.enable_progress_bar=false",
-                 *self.validate_flags, log=label.replace("/", "_"))  # fmt: skip
+        self.lit(
+            "validate",
+            "--config",
+            f"{AGENTS}/base.yaml",
+            "--config",
+            f"{AGENTS}/record.yaml",
+            f"--trainer.callbacks.init_args.path={self.metrics}",
+            f"--trainer.callbacks.init_args.label={label}",
+            f"--model.policy.path={model}",
+            f"--model.sampling.seed={1000 + seed}",
+            "--trainer.enable_progress_bar=false",
+            *self.validate_flags,
+            log=label.replace("/", "_"),
+        )
 
     def fit_args(self, job: dc.Job) -> list[str]:
         out, base = self.run_dir(job), self.base_dir(job.base_seed)
         cache = [f"--data.cache.path={base / 'ref_cache'}"] if job.method.startswith("dph") else []
-        return ["fit", "--config", f"{AGENTS}/base.yaml", "--config", f"{AGENTS}/{job.method}.yaml", f"--model.policy.path={base}", *cache,
-                f"--seed_everything={job.seed}", f"--data.seed={job.seed}", f"--model.sampling.seed={job.seed}",
-                f"--trainer.max_steps={job.steps}", f"--trainer.val_check_interval={self.setting.val_every}",
-                f"--export.dirpath={out / 'hf'}", "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={out}",
-                f"--trainer.logger.init_args.save_dir={out}", "--trainer.logger.init_args.name=logs",
-                "--trainer.logger.init_args.version=curves", *job.overrides,
-                "--trainer.callbacks+=diversity_collapse.FitTimer", f"--trainer.callbacks.init_args.path={out / 'timer.json'}"]  # fmt: skip
+        return [
+            "fit",
+            "--config",
+            f"{AGENTS}/base.yaml",
+            "--config",
+            f"{AGENTS}/{job.method}.yaml",
+            f"--model.policy.path={base}",
+            *cache,
+            f"--seed_everything={job.seed}",
+            f"--data.seed={job.seed}",
+            f"--model.sampling.seed={job.seed}",
+            f"--trainer.max_steps={job.steps}",
+            f"--trainer.val_check_interval={self.setting.val_every}",
+            f"--export.dirpath={out / 'hf'}",
+            "--trainer.enable_progress_bar=false",
+            f"--trainer.default_root_dir={out}",
+            f"--trainer.logger.init_args.save_dir={out}",
+            "--trainer.logger.init_args.name=logs",
+            "--trainer.logger.init_args.version=curves",
+            *job.overrides,
+            "--trainer.callbacks+=diversity_collapse.FitTimer",
+            f"--trainer.callbacks.init_args.path={out / 'timer.json'}",
+        ]
 
     def curves(self, label: str) -> list[dict]:
         """A run's CSV log rows (``train/*`` every 4 steps, ``val/*`` every ``val_every``), floats."""
@@ -168,7 +249,9 @@ def verdicts(by: dict) -> list[str]:
         against = "its base" if h.against == "base" else dc.NAMES[h.against]
         lines += [f"\n**{h.name}: {held}** — {dc.NAMES[h.variant]} − {against}; source: {h.source}.\n", *parts]
     lines += ["\nNot judged (reported with the sign the rule gives):\n"]
-    lines += [judge(by, v, a, m, None) for v, a in NOT_JUDGED for m in ("pass@1", "pass@8", "tool_calls", "single_turn")]
+    lines += [
+        judge(by, v, a, m, None) for v, a in NOT_JUDGED for m in ("pass@1", "pass@8", "tool_calls", "single_turn")
+    ]
     return lines
 
 
@@ -177,29 +260,43 @@ def table(by: dict, variants: list[str]) -> list[str]:
     lines = ["| method | runs | " + " | ".join(TITLES[c] for c in COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
     for v in variants:
         if rs := by.get(v, []):
-            cells = [dc.cell([r[key(c)] for r in rs if key(c) in r], 2 if c in ("turns", "distinct_tool_sequences") else 3) for c in COLUMNS]
+            cells = [
+                dc.cell([r[key(c)] for r in rs if key(c) in r], 2 if c in ("turns", "distinct_tool_sequences") else 3)
+                for c in COLUMNS
+            ]
             lines.append(f"| {dc.NAMES.get(v, v)} | {len(rs)} | " + " | ".join(cells) + " |")
     return lines
 
 
 def paired_rows(by: dict, variants: list[str], against: str) -> list[str]:
     head = "its base" if against == "base" else dc.NAMES[against]
-    lines = [f"| method − {head} | pairs | " + " | ".join(f"Δ {TITLES[c]}" for c in COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
+    lines = [
+        f"| method − {head} | pairs | " + " | ".join(f"Δ {TITLES[c]}" for c in COLUMNS) + " |",
+        "|---|---|" + "---|" * len(COLUMNS),
+    ]
     for v in variants:
         ds = [dc.paired(by, v, key(c), against) for c in COLUMNS]
         if ds[0]:
-            lines.append(f"| {dc.NAMES[v]} | {len(ds[0])} | " + " | ".join(dc.cell(d, 3, signed=True) for d in ds) + " |")
+            lines.append(
+                f"| {dc.NAMES[v]} | {len(ds[0])} | " + " | ".join(dc.cell(d, 3, signed=True) for d in ds) + " |"
+            )
     return lines
 
 
 def runs_table(by: dict, blocks: list[tuple[str, str]]) -> list[str]:
-    lines = ["| base × seed | base | " + " | ".join(dc.NAMES[m] for m in METHODS) + " |", "|---|---|" + "---|" * len(METHODS)]
+    lines = [
+        "| base × seed | base | " + " | ".join(dc.NAMES[m] for m in METHODS) + " |",
+        "|---|---|" + "---|" * len(METHODS),
+    ]
     for b, s in blocks:
         cells = []
         for v in ("base", *METHODS):
             r = next((r for r in by.get(v, []) if dc.block_of(r) == (b, s)), None)
-            cells.append(f"{r[key('pass@1')]:.3f} / {r[key('pass@8')]:.3f} / {r[key('tool_calls')]:.2f} / {r[key('single_turn')]:.2f}"
-                         if r else "–")  # fmt: skip
+            cells.append(
+                f"{r[key('pass@1')]:.3f} / {r[key('pass@8')]:.3f} / {r[key('tool_calls')]:.2f} / {r[key('single_turn')]:.2f}"
+                if r
+                else "–"
+            )
         lines.append(f"| {b}, {s} | " + " | ".join(cells) + " |")
     return lines
 
@@ -212,7 +309,11 @@ def mean_curve(study: ToolStudy, labels: list[str], column: str) -> tuple[list[f
             if column in row:
                 per_step[row["step"]].append(row[column])
     steps = sorted(s for s, vs in per_step.items() if len(vs) == len(labels))
-    return steps, [dc.mean(per_step[s]) for s in steps], [0 if math.isnan(h := dc.ci(per_step[s])) else h for s in steps]
+    return (
+        steps,
+        [dc.mean(per_step[s]) for s in steps],
+        [0 if math.isnan(h := dc.ci(per_step[s])) else h for s in steps],
+    )
 
 
 def curves_plot(study: ToolStudy, by: dict, out: Path, title: str) -> None:
@@ -230,12 +331,23 @@ def curves_plot(study: ToolStudy, by: dict, out: Path, title: str) -> None:
         if not labels:
             continue
         for row, prefix in ((0, "train/"), (1, f"val/{VAL}/")):
-            for ax, name in zip(axes[row], CURVES if row == 0 else ("pass@1", "single_turn", "tool_calls", "distinct_tool_sequences")):
+            for ax, name in zip(
+                axes[row], CURVES if row == 0 else ("pass@1", "single_turn", "tool_calls", "distinct_tool_sequences")
+            ):
                 steps, mu, h = mean_curve(study, labels, prefix + name)
                 if steps:
                     ax.plot(steps, mu, color=colours[m], label=dc.NAMES[m])
-                    ax.fill_between(steps, [a - b for a, b in zip(mu, h)], [a + b for a, b in zip(mu, h)], color=colours[m], alpha=0.15)
-                ax.set_title(f"{'training rollouts' if row == 0 else 'held-out (in training)'}: {TITLES.get(name, name)}", fontsize=9)
+                    ax.fill_between(
+                        steps,
+                        [a - b for a, b in zip(mu, h)],
+                        [a + b for a, b in zip(mu, h)],
+                        color=colours[m],
+                        alpha=0.15,
+                    )
+                ax.set_title(
+                    f"{'training rollouts' if row == 0 else 'held-out (in training)'}: {TITLES.get(name, name)}",
+                    fontsize=9,
+                )
     for ax, name in zip(axes[1], ("pass@1", "single_turn", "tool_calls", "distinct_tool_sequences")):
         if base := [r[key(name)] for r in by.get("base", []) if key(name) in r]:
             ax.axhline(dc.mean(base), color="black", ls="--", lw=0.8, label="base (final validation)")
@@ -267,8 +379,17 @@ def pareto_plot(by: dict, out: Path, title: str) -> None:
             xs, ys = [r[key(x)] for r in rs], [r[key(y)] for r in rs]
             ax.scatter(xs, ys, s=12, alpha=0.35, color=colours[v])
             err = [0 if math.isnan(dc.ci(vs)) else dc.ci(vs) for vs in (xs, ys)]
-            ax.errorbar(dc.mean(xs), dc.mean(ys), xerr=err[0], yerr=err[1], capsize=3, color=colours[v], label=dc.NAMES.get(v, v),
-                        marker="*" if v == "base" else "o", markersize=11 if v == "base" else 7)  # fmt: skip
+            ax.errorbar(
+                dc.mean(xs),
+                dc.mean(ys),
+                xerr=err[0],
+                yerr=err[1],
+                capsize=3,
+                color=colours[v],
+                label=dc.NAMES.get(v, v),
+                marker="*" if v == "base" else "o",
+                markersize=11 if v == "base" else 7,
+            )
         ax.set(xlabel=f"held-out {TITLES[x]}", ylabel=f"held-out {TITLES[y]}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -289,60 +410,98 @@ def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> Non
     by = dc.in_blocks(by, blocks, (*METHODS, "base"))
     shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
     seconds = study.work / "seconds.txt"
-    sections = ["# Study 5: does tool use collapse under RL, and which method keeps it\n",
-                *(["**SMOKE CHECK (`--smoke`): a 5-step base, 2 RL steps, 16 validation prompts. It shows the pipeline runs; "
-                   "its numbers are not results.**\n"] if smoke else []),
-                "Plan, hypotheses and rule committed before these runs: [`study_tools_plan.md`](study_tools_plan.md). Command: "
-                f"`python benchmarks/tool_use.py{' --smoke' if smoke else ''} --slots 2`; every record in `{dc._shown(study.metrics)}`, "
-                f"each run's `lit-rlvr` commands in `{dc._shown(study.work / 'logs')}`"
-                + (" (wall time of each invocation, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")" if seconds.exists() else "")
-                + f". The countdown checker environment (`configs/demo/agents/`): bases warm-started {setting.warm_steps} steps with seeds "
-                f"{', '.join(map(str, setting.bases))}; RL seeds {', '.join(map(str, setting.seeds))}; every run {setting.steps} steps of "
-                "8 prompts × 8 trajectories (up to 3 turns) at lr 1e-4; the final validation 64 held-out prompts × 8 trajectories, "
-                "rollout seed 1000 + RL seed, the base validated with the same seed. Mean ± 95% t-interval over runs, the worst "
-                "(lowest) run in brackets.\n",
-                "## Machine and bases\n", *dc.study4_machine_lines(study, dc.Study4Setting("", setting.bases, setting.seeds, setting.steps)),
-                f"\nComplete base × seed blocks (all {len(METHODS)} methods recorded): {shown} ({len(blocks)} of "
-                f"{len(planned) // len(METHODS)}); runs of incomplete blocks, left out of every table: "
-                f"{', '.join(f'`{c}`' for c in cut) or 'none'}; planned runs not recorded: {', '.join(f'`{m}`' for m in missing) or 'none'}.\n"]  # fmt: skip
+    sections = [
+        "# Study 5: does tool use collapse under RL, and which method keeps it\n",
+        *(
+            [
+                "**SMOKE CHECK (`--smoke`): a 5-step base, 2 RL steps, 16 validation prompts. It shows the pipeline runs; "
+                "its numbers are not results.**\n"
+            ]
+            if smoke
+            else []
+        ),
+        "Plan, hypotheses and rule committed before these runs: [`study_tools_plan.md`](study_tools_plan.md). Command: "
+        f"`python benchmarks/tool_use.py{' --smoke' if smoke else ''} --slots 2`; every record in `{dc._shown(study.metrics)}`, "
+        f"each run's `lit-rlvr` commands in `{dc._shown(study.work / 'logs')}`"
+        + (
+            " (wall time of each invocation, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")"
+            if seconds.exists()
+            else ""
+        )
+        + f". The countdown checker environment (`configs/demo/agents/`): bases warm-started {setting.warm_steps} steps with seeds "
+        f"{', '.join(map(str, setting.bases))}; RL seeds {', '.join(map(str, setting.seeds))}; every run {setting.steps} steps of "
+        "8 prompts × 8 trajectories (up to 3 turns) at lr 1e-4; the final validation 64 held-out prompts × 8 trajectories, "
+        "rollout seed 1000 + RL seed, the base validated with the same seed. Mean ± 95% t-interval over runs, the worst "
+        "(lowest) run in brackets.\n",
+        "## Machine and bases\n",
+        *dc.study4_machine_lines(study, dc.Study4Setting("", setting.bases, setting.seeds, setting.steps)),
+        f"\nComplete base × seed blocks (all {len(METHODS)} methods recorded): {shown} ({len(blocks)} of "
+        f"{len(planned) // len(METHODS)}); runs of incomplete blocks, left out of every table: "
+        f"{', '.join(f'`{c}`' for c in cut) or 'none'}; planned runs not recorded: {', '.join(f'`{m}`' for m in missing) or 'none'}.\n",
+    ]
     if blocks:
         title = f"study 5: countdown checker, held-out, {setting.steps} steps, blocks {shown}"
         curves_plot(study, by, curves, title)
         pareto_plot(by, pareto, title)
-        power = (f"With {len(blocks)} pairs the interval's t is {dc.T95[len(blocks) - 1]}: a `=` can be a lack of power, not evidence "
-                 "of no difference." if 2 <= len(blocks) <= 10 else "With fewer than 2 pairs there is no interval: every sign reads `=`.")  # fmt: skip
-        sections += ["## At the end: answers and tool use\n", *table(by, ["base", *METHODS]),
-                     "\n### Paired differences (same base × seed)\n", *paired_rows(by, list(METHODS), "base"), "",
-                     *paired_rows(by, list(METHODS[1:]), "grpo"),
-                     f"\n## Over training\n\n![curves]({curves.name})\n",
-                     f"## pass@1 against pass@8, and tool calls against pass@8\n\n![pareto]({pareto.name})\n",
-                     "## The hypotheses (pre-registered: study_tools_plan.md, `HYPOTHESES`) and what was seen\n",
-                     "`+`/`−`: the 95% CI of the paired difference lies above/below 0; `=`: it contains 0. A part is MET when the "
-                     "sign seen is one the hypothesis allows, else a MISS; a hypothesis HELD when every part is MET. " + power,
-                     *verdicts(by),
-                     "\n## Every run (held-out pass@1 / pass@8 / tool calls / single-turn share)\n", *runs_table(by, blocks),
-                     "\n### Training seconds per step (two jobs at a time on 2 cores; not a criterion)\n",
-                     *dc.study4_seconds_table(study, METHODS)]  # fmt: skip
+        power = (
+            f"With {len(blocks)} pairs the interval's t is {dc.T95[len(blocks) - 1]}: a `=` can be a lack of power, not evidence "
+            "of no difference."
+            if 2 <= len(blocks) <= 10
+            else "With fewer than 2 pairs there is no interval: every sign reads `=`."
+        )
+        sections += [
+            "## At the end: answers and tool use\n",
+            *table(by, ["base", *METHODS]),
+            "\n### Paired differences (same base × seed)\n",
+            *paired_rows(by, list(METHODS), "base"),
+            "",
+            *paired_rows(by, list(METHODS[1:]), "grpo"),
+            f"\n## Over training\n\n![curves]({curves.name})\n",
+            f"## pass@1 against pass@8, and tool calls against pass@8\n\n![pareto]({pareto.name})\n",
+            "## The hypotheses (pre-registered: study_tools_plan.md, `HYPOTHESES`) and what was seen\n",
+            "`+`/`−`: the 95% CI of the paired difference lies above/below 0; `=`: it contains 0. A part is MET when the "
+            "sign seen is one the hypothesis allows, else a MISS; a hypothesis HELD when every part is MET. " + power,
+            *verdicts(by),
+            "\n## Every run (held-out pass@1 / pass@8 / tool calls / single-turn share)\n",
+            *runs_table(by, blocks),
+            "\n### Training seconds per step (two jobs at a time on 2 cores; not a criterion)\n",
+            *dc.study4_seconds_table(study, METHODS),
+        ]
     sections += dc.commands_section(study, "method", lambda v: v in METHODS)
     dc.publish(sections, out)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", type=Path, default=None, help="work folder (default artifacts/study_tools, artifacts/study_tools_smoke)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="work folder (default artifacts/study_tools, artifacts/study_tools_smoke)",
+    )
     parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
-    parser.add_argument("--smoke", action="store_true", help="base 0 from a 5-step warm start, RL seed 0, 2 steps; reports into --work")
+    parser.add_argument(
+        "--smoke", action="store_true", help="base 0 from a 5-step warm start, RL seed 0, 2 steps; reports into --work"
+    )
     parser.add_argument("--report-only", action="store_true")
-    parser.add_argument("--deadline", type=lambda v: datetime.fromisoformat(v).replace(tzinfo=timezone.utc), default=None,
-                        help="no job starts after this UTC time (e.g. 2026-12-04T19:05); those running finish, the report reads complete blocks")
+    parser.add_argument(
+        "--deadline",
+        type=lambda v: datetime.fromisoformat(v).replace(tzinfo=UTC),
+        default=None,
+        help="no job starts after this UTC time (e.g. 2026-12-04T19:05); those running finish, the report reads complete blocks",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     setting = SMOKE if args.smoke else TOOLS
-    study = ToolStudy(args.work or ROOT / "artifacts" / ("study_tools_smoke" if args.smoke else "study_tools"), setting, args.slots,
-                      args.deadline)
+    study = ToolStudy(
+        args.work or ROOT / "artifacts" / ("study_tools_smoke" if args.smoke else "study_tools"),
+        setting,
+        args.slots,
+        args.deadline,
+    )
     if args.report_only:
         dc.claim_work(study.work, setting, None)
     else:

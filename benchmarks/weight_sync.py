@@ -108,11 +108,14 @@ def setup(model_dir: str, how: dict, rank: int, gpu: bool, syncs: int):
     tok = AutoTokenizer.from_pretrained(model_dir)
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16 if gpu else torch.float32).to(device)
     torch.manual_seed(0)
-    lora = get_peft_model(policy, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", init_lora_weights=False))
+    lora = get_peft_model(
+        policy, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", init_lora_weights=False)
+    )
     options = {"max_model_len": 64, "enforce_eager": not gpu}
     options.update({"gpu_memory_utilization": 0.3} if gpu else {"kv_cache_memory_bytes": 16 * 2**20})
-    engine = build_engine("vllm", model=lora, tokenizer=tok, adapter_sync=how["adapter_sync"], sync_bucket_mb=how["bucket_mb"],
-                          **options)  # fmt: skip
+    engine = build_engine(
+        "vllm", model=lora, tokenizer=tok, adapter_sync=how["adapter_sync"], sync_bucket_mb=how["bucket_mb"], **options
+    )
     if how["files"]:  # the multi-process executors' path (and the server's file transfer) on this in-process engine
         engine._in_process = lambda: False
     engine.update_weights(lora)  # the first sync (an adapter sync's base weights): not timed
@@ -157,7 +160,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_args(argv)
     plan = {**(GPU if cfg.gpu else QUICK if cfg.quick else FULL)}
-    plan.update({k: v for k, v in (("syncs", cfg.syncs), ("rounds", cfg.rounds), ("bucket_mb", cfg.bucket_mb)) if v is not None})
+    plan.update(
+        {k: v for k, v in (("syncs", cfg.syncs), ("rounds", cfg.rounds), ("bucket_mb", cfg.bucket_mb)) if v is not None}
+    )
     load_before, work, model_dir = common.start_bench(cfg, plan["shape"])
     how = contenders(plan["bucket_mb"])
     setups = {name: (setup, (str(model_dir), h, cfg.rank, cfg.gpu, plan["syncs"])) for name, h in how.items()}
@@ -165,8 +170,10 @@ def main(argv: list[str] | None = None) -> None:
     rows, medians = [], {}
     for name, r in runs.items():
         medians[name] = statistics.median(r.times)
-        rows.append(f"| {name} | {common.median_ms(r.times):.1f} | {common.iqr_ms(r.times)} | {statistics.median(r.lengths) / 2**20:.2f} | "
-                    f"{max(r.own):.0f} | {rss[name]['peak_mb']:.0f} |")  # fmt: skip
+        rows.append(
+            f"| {name} | {common.median_ms(r.times):.1f} | {common.iqr_ms(r.times)} | {statistics.median(r.lengths) / 2**20:.2f} | "
+            f"{max(r.own):.0f} | {rss[name]['peak_mb']:.0f} |"
+        )
     ratio = medians["adapter only"] / medians["merged, streamed"]
     n = plan["rounds"] * plan["syncs"]
     lines = [
@@ -187,7 +194,10 @@ def main(argv: list[str] | None = None) -> None:
         f"{statistics.median(runs['adapter only'].lengths) / statistics.median(runs['merged, streamed'].lengths):.4f}× its bytes.",
     ]
     print("\n".join(line for line in lines if line.startswith("|")))
-    path = common.write_result(cfg.out or ("weight_sync_quick.md" if cfg.quick else "weight_sync_gpu.md" if cfg.gpu else "weight_sync.md"), lines)
+    path = common.write_result(
+        cfg.out or ("weight_sync_quick.md" if cfg.quick else "weight_sync_gpu.md" if cfg.gpu else "weight_sync.md"),
+        lines,
+    )
     print(f"wrote {path}")
     print(f"adapter_vs_merged={ratio:.3f}")
 

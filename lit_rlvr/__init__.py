@@ -78,7 +78,14 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from lit_rlvr.callbacks import AdvantageSchedule, HFExport, MetricsWriter, PassCountsWriter, RolloutCallback, SignalCheckpoint
+    from lit_rlvr.callbacks import (
+        AdvantageSchedule,
+        HFExport,
+        MetricsWriter,
+        PassCountsWriter,
+        RolloutCallback,
+        SignalCheckpoint,
+    )
     from lit_rlvr.contracts import AnchorBatch, StepData, TrainBatch, ValBatch
     from lit_rlvr.data import CacheOptions, DatasetSpec, GoldCheck, PromptDataModule, PromptFormat, ValSet
     from lit_rlvr.functional import ADVANTAGES, DIVERGENCES, POLICY_LOSSES

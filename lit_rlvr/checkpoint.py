@@ -153,7 +153,9 @@ class SafeCheckpointIO(TorchCheckpointIO):
             return super().load_checkpoint(path, *args, **kwargs)  # Lightning's map_location and weights_only
         except RuntimeError as err:
             if "zip archive" in str(err) or "central directory" in str(err):
-                raise CheckpointCorruptError(f"checkpoint {path} is not a complete archive (truncated?): {err}") from err
+                raise CheckpointCorruptError(
+                    f"checkpoint {path} is not a complete archive (truncated?): {err}"
+                ) from err
             raise
 
 

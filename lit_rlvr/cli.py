@@ -56,7 +56,10 @@ QUIET_WARNINGS = (
 )  # (message regex, category, module regex), as warnings.filterwarnings takes them
 QUIET_LOGS = (
     # every Trainer without Lightning's cloud LitLogger advertises it (an INFO record no setting turns off)
-    ("lightning.pytorch.utilities.rank_zero", r"💡 Tip: For seamless cloud logging and experiment tracking, try installing \[litlogger\]"),
+    (
+        "lightning.pytorch.utilities.rank_zero",
+        r"💡 Tip: For seamless cloud logging and experiment tracking, try installing \[litlogger\]",
+    ),
 )  # (logger name, message regex)
 
 
@@ -107,14 +110,19 @@ class RLVRCLI(LightningCLI):
     @staticmethod
     @override
     def subcommands() -> dict[str, set[str]]:
-        return {"fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"}, "validate": {"model", "dataloaders", "datamodule"}}
+        return {
+            "fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
+            "validate": {"model", "dataloaders", "datamodule"},
+        }
 
     @override
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
-            "--imports", type=list[str], default=[],
+            "--imports",
+            type=list[str],
+            default=[],
             help="plug-in modules to import before building anything (a user's rewards, advantages, divergences, adapters)",
-        )  # fmt: skip
+        )
         # `rollout:` is its own config section; `class_path` swaps in a user's subclass.
         parser.add_lightning_class_args(RolloutCallback, "rollout", subclass_mode=True, required=False)
         parser.set_defaults({"rollout": {"class_path": "lit_rlvr.callbacks.RolloutCallback"}})
@@ -161,7 +169,9 @@ class RLVRCLI(LightningCLI):
         if self.subcommand == "fit" and isinstance(self.datamodule, PromptDataModule) and not self.datamodule.val_specs:
             kwargs["limit_val_batches"] = 0
         configured = self._get(self.config_init, "trainer", default={}).get("callbacks") or []
-        own_bar = any(isinstance(c, ProgressBar) for c in (configured if isinstance(configured, list) else [configured]))
+        own_bar = any(
+            isinstance(c, ProgressBar) for c in (configured if isinstance(configured, list) else [configured])
+        )
         trainer = super().instantiate_trainer(**kwargs)
         if not own_bar and type(trainer.progress_bar_callback) is RichProgressBar:  # Lightning's default bar
             trainer.callbacks[trainer.callbacks.index(trainer.progress_bar_callback)] = StepProgressBar()
@@ -245,7 +255,11 @@ def _raised_by(err: BaseException, package: str) -> bool:
 
 def _exit_with_config_error(prog: str, message: str) -> NoReturn:
     """Print ``message`` as the last lines of the output, with where the options are listed, and exit 2."""
-    print(f"{prog}: error: {message}\n(every option: {prog} --help, and docs/configuration.md)", file=sys.stderr, flush=True)
+    print(
+        f"{prog}: error: {message}\n(every option: {prog} --help, and docs/configuration.md)",
+        file=sys.stderr,
+        flush=True,
+    )
     sys.exit(2)
 
 
@@ -290,7 +304,13 @@ def _tools() -> dict[str, Callable[[list[str]], object]]:
     from lit_rlvr.tools.report import main as report_main
     from lit_rlvr.tools.upgrade import main as upgrade_main
 
-    return {"cache": cache_main, "demo-data": demo_data_main, "report": report_main, "upgrade": upgrade_main, "warmstart": warmstart_main}
+    return {
+        "cache": cache_main,
+        "demo-data": demo_data_main,
+        "report": report_main,
+        "upgrade": upgrade_main,
+        "warmstart": warmstart_main,
+    }
 
 
 HELP = (

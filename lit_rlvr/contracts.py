@@ -315,8 +315,7 @@ def require(module: object, protocol: type, who: str, role: str = "LightningModu
         return
     wanted = [name for name in _members(protocol) if not hasattr(module, name)]
     raise TypeError(
-        f"{who} needs the {role} to provide {protocol.__name__}: {type(module).__name__} has no "
-        f"{', '.join(wanted)}"
+        f"{who} needs the {role} to provide {protocol.__name__}: {type(module).__name__} has no {', '.join(wanted)}"
     )
 
 

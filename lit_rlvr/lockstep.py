@@ -75,8 +75,15 @@ class Lockstep:
         mini-batches gives (0 when no rank has a row to learn from)."""
         return self.most(len(split_indices(rows, mini_batch_size)) if rows else 0)
 
-    def plan(self, mini: Rows | None, parts: Sequence[Rows], aggregation: str, anchor: Rows | None = None,
-             anchors: Sequence[Rows] = (), anchor_level: str | None = None) -> StepPlan:  # fmt: skip
+    def plan(
+        self,
+        mini: Rows | None,
+        parts: Sequence[Rows],
+        aggregation: str,
+        anchor: Rows | None = None,
+        anchors: Sequence[Rows] = (),
+        anchor_level: str | None = None,
+    ) -> StepPlan:
         """Weights and filler passes of one optimizer step (collectives: every rank calls it, in step).
 
         Each batch is weighed by its ``loss_tokens`` ``(b, T)`` mask (the tokens its loss acts on:
@@ -100,7 +107,10 @@ class Lockstep:
         if anchor_level is not None:
             units = float(divergence_units(anchor.loss_tokens, anchor_level).sum()) if anchor is not None else 0.0
             units = self.reduce(units, "sum") / self.world
-            anchor_weights = [float(divergence_units(a.loss_tokens, anchor_level).sum()) / units if units > 0 else 0.0 for a in anchors]
+            anchor_weights = [
+                float(divergence_units(a.loss_tokens, anchor_level).sum()) / units if units > 0 else 0.0
+                for a in anchors
+            ]
         return StepPlan(loss_weights, anchor_weights, filler)
 
 

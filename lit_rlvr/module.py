@@ -76,12 +76,18 @@ from lit_rlvr.options import (
     group_outcomes,
     plain,
 )
-from lit_rlvr.policy import ReferencePolicy, batched_completion_logprobs, completion_logprobs, load_policy, packs_sequences, shard_fsdp2
+from lit_rlvr.policy import (
+    ReferencePolicy,
+    batched_completion_logprobs,
+    completion_logprobs,
+    load_policy,
+    packs_sequences,
+    shard_fsdp2,
+)
 from lit_rlvr.rewards.combine import MixedScore
 from lit_rlvr.rewards.conventions import TrainerState
 from lit_rlvr.rewards.report import RewardReport
 from lit_rlvr.upgrade import CHECKPOINT_FORMAT, read_checkpoint, upgrade_checkpoint
-
 
 _FUSED_ADAMW_DEVICES = ("cpu", "cuda", "xpu", "mps")  # where torch has a fused AdamW kernel
 
@@ -163,16 +169,50 @@ class RLVRModule(LightningModule):
         seed: int = 0,
     ):
         super().__init__()
-        policy, sampling, loss = as_group(PolicyOptions, policy), as_group(SamplingParams, sampling), as_group(LossOptions, loss)
-        anchor, kl, entropy = as_group(AnchorOptions, anchor), as_group(KLOptions, kl), as_group(EntropyOptions, entropy)
-        batching, scoring, evaluation = as_group(BatchingOptions, batching), as_group(ScoringOptions, scoring), as_group(EvalOptions, evaluation)
-        rollout_correction, environment = as_group(RolloutCorrection, rollout_correction), as_group(EnvironmentOptions, environment)
-        dynamic_sampling = DynamicSampling() if dynamic_sampling is True else as_group(DynamicSampling, dynamic_sampling or None)
-        groups = dict(policy=policy, sampling=sampling, loss=loss, anchor=anchor, kl=kl, entropy=entropy, batching=batching,
-                      scoring=scoring, evaluation=evaluation, rollout_correction=rollout_correction,
-                      dynamic_sampling=dynamic_sampling, environment=environment)  # fmt: skip
-        self.save_hyperparameters({**{k: plain(v) for k, v in groups.items()}, "recompute_old_logprobs": recompute_old_logprobs,
-                                   "max_grad_norm": max_grad_norm, "seed": seed})  # fmt: skip
+        policy, sampling, loss = (
+            as_group(PolicyOptions, policy),
+            as_group(SamplingParams, sampling),
+            as_group(LossOptions, loss),
+        )
+        anchor, kl, entropy = (
+            as_group(AnchorOptions, anchor),
+            as_group(KLOptions, kl),
+            as_group(EntropyOptions, entropy),
+        )
+        batching, scoring, evaluation = (
+            as_group(BatchingOptions, batching),
+            as_group(ScoringOptions, scoring),
+            as_group(EvalOptions, evaluation),
+        )
+        rollout_correction, environment = (
+            as_group(RolloutCorrection, rollout_correction),
+            as_group(EnvironmentOptions, environment),
+        )
+        dynamic_sampling = (
+            DynamicSampling() if dynamic_sampling is True else as_group(DynamicSampling, dynamic_sampling or None)
+        )
+        groups = dict(
+            policy=policy,
+            sampling=sampling,
+            loss=loss,
+            anchor=anchor,
+            kl=kl,
+            entropy=entropy,
+            batching=batching,
+            scoring=scoring,
+            evaluation=evaluation,
+            rollout_correction=rollout_correction,
+            dynamic_sampling=dynamic_sampling,
+            environment=environment,
+        )
+        self.save_hyperparameters(
+            {
+                **{k: plain(v) for k, v in groups.items()},
+                "recompute_old_logprobs": recompute_old_logprobs,
+                "max_grad_norm": max_grad_norm,
+                "seed": seed,
+            }
+        )
         self.automatic_optimization = False
         if sampling.temperature <= 0:
             raise ValueError(f"model.sampling.temperature must be > 0 (sampled rollouts), got {sampling.temperature}")
@@ -184,7 +224,9 @@ class RLVRModule(LightningModule):
         self.rollout_correction = rollout_correction
         self.dynamic_sampling, self.environment = dynamic_sampling, environment
         self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
-        self.reward_mix = scoring.mix()  # the rewards, their weights and the correctness term (before the advantage's check)
+        self.reward_mix = (
+            scoring.mix()
+        )  # the rewards, their weights and the correctness term (before the advantage's check)
         self.set_advantage(loss.advantage, loss.advantage_options, loss)
         self.configured_loss = self.loss  # self.loss may be switched by an AdvantageSchedule
         self.micro_batching = batching.micro_batching
@@ -194,9 +236,13 @@ class RLVRModule(LightningModule):
         self.lr_scheduler_factory = lr_scheduler
         self.generator = torch.Generator().manual_seed(seed)
         self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
-        self.reward_report = RewardReport(self.reward_mix.names if self.reward_mix.terms else [], scoring.max_failed_steps)
+        self.reward_report = RewardReport(
+            self.reward_mix.names if self.reward_mix.terms else [], scoring.max_failed_steps
+        )
         self.scorer = None
-        self.val_panels = ValidationPanels(evaluation.pass_k, environment and environment.turns.max_turns)  # one per validation set
+        self.val_panels = ValidationPanels(
+            evaluation.pass_k, environment and environment.turns.max_turns
+        )  # one per validation set
         self.reference_pass_counts = _read_json(evaluation.retention_reference, "model.evaluation.retention_reference")
 
     # ------------------------------------------------------------------ configuration
@@ -230,9 +276,11 @@ class RLVRModule(LightningModule):
         before Lightning checks the Trainer, whose message would not say where clipping is set here)."""
         clip = self.trainer.gradient_clip_val
         if clip:
-            raise ValueError(f"Trainer(gradient_clip_val={clip}): RLVRModule optimises manually and clips its gradients "
-                             f"itself: set model.max_grad_norm={clip} (RLVRModule(max_grad_norm=...)) and leave "
-                             "trainer.gradient_clip_val unset")  # fmt: skip
+            raise ValueError(
+                f"Trainer(gradient_clip_val={clip}): RLVRModule optimises manually and clips its gradients "
+                f"itself: set model.max_grad_norm={clip} (RLVRModule(max_grad_norm=...)) and leave "
+                "trainer.gradient_clip_val unset"
+            )
         return []
 
     @override
@@ -255,7 +303,9 @@ class RLVRModule(LightningModule):
             self.reward_mix.check_rows(datamodule.all_rows(), "data")  # every row can be scored, before any generation
             if self.environment is not None:
                 self.environment.specs(datamodule.all_rows())  # every row has an environment
-            if ADVANTAGES.trait(self.loss.advantage, "binary_rewards", default=False):  # each row's own reward, now known
+            if ADVANTAGES.trait(
+                self.loss.advantage, "binary_rewards", default=False
+            ):  # each row's own reward, now known
                 self.reward_mix.require_binary(f"model.loss.advantage={self.loss.advantage!r}", datamodule.all_rows())
             for name, n in datamodule.val_samples_per_prompt.items():
                 self.val_panels.panel(name, n)
@@ -264,7 +314,9 @@ class RLVRModule(LightningModule):
         self.reference.setup()  # before a checkpoint is restored: π_ref is the initial policy
         if datamodule is not None and datamodule.reference_cache is not None:
             self.reference.check_cache(datamodule.reference_cache)  # the anchors' log π_ref must be this policy's
-            datamodule.reference_cache.check(environment=self.environment and self.environment.identity(datamodule.train_rows))
+            datamodule.reference_cache.check(
+                environment=self.environment and self.environment.identity(datamodule.train_rows)
+            )
         elif self.anchor is not None and datamodule is not None:
             raise ValueError("model.anchor (DPH-RL) needs data.cache: build it with `lit-rlvr cache` first")
 
@@ -284,8 +336,12 @@ class RLVRModule(LightningModule):
         """Rollouts → rewards → advantages → token selections → optimizer steps on L_exp (+ η L_pef) (docs/methods.md §5)."""
         rollouts = _require_rollouts(batch)
         rows = [row for row in batch.rows for _ in range(rollouts.n)]  # (B,) prompt-major
-        texts, completion_ids = rollouts.final_turns()  # multi-turn: each trajectory's last turn, unless its environment scored it
-        scores = self.score(texts, rows, prefix="train", completion_ids=completion_ids, given=rollouts.environment_rewards())
+        texts, completion_ids = (
+            rollouts.final_turns()
+        )  # multi-turn: each trajectory's last turn, unless its environment scored it
+        scores = self.score(
+            texts, rows, prefix="train", completion_ids=completion_ids, given=rollouts.environment_rewards()
+        )
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (B,) Σ_k w_k r_k
         data = StepData.from_rollouts(rollouts, self.tokenizer.pad_token_id, rewards).to(self.device)
         data = self.start_of_step(data)
@@ -323,20 +379,40 @@ class RLVRModule(LightningModule):
         data.token_logprobs, data.token_entropy = old, entropy
         if self.rollout_correction is not None:  # π_old is the trainer's; the sampler's tokens are re-weighted
             c = self.rollout_correction
-            data.is_weights, stats = correction_weights(old, data.old_logprobs, data.loss_tokens, c.mode, c.clip_max, c.clip_min)
+            data.is_weights, stats = correction_weights(
+                old, data.old_logprobs, data.loss_tokens, c.mode, c.clip_max, c.clip_min
+            )
             self.log_dict({f"train/{k}": v for k, v in stats.items()}, batch_size=len(old))
         if trainer_old:
             data.old_logprobs = old
         data.entropies = masked_row_mean(entropy, data.loss_tokens)
         return data
 
-    def score(self, texts: list[str], rows: list[dict], prefix: str, with_answers: bool = False,
-              completion_ids: list[list[int]] | None = None, given: list[float | None] | None = None) -> list[MixedScore]:  # fmt: skip
+    def score(
+        self,
+        texts: list[str],
+        rows: list[dict],
+        prefix: str,
+        with_answers: bool = False,
+        completion_ids: list[list[int]] | None = None,
+        given: list[float | None] | None = None,
+    ) -> list[MixedScore]:
         """Every reward of :attr:`reward_mix` on every completion, in the reward workers (with the
         correctness term's canonical answers for validation), logged by :class:`~lit_rlvr.rewards.report.RewardReport`;
         ``given``: rewards an environment gave (those completions are not scored again)."""
-        scores = self.reward_mix.score(self.scorer, texts, rows, with_answers=with_answers, completion_ids=completion_ids,
-                                       trainer_state=TrainerState.of(self._trainer), given=given) if rows else []  # fmt: skip
+        scores = (
+            self.reward_mix.score(
+                self.scorer,
+                texts,
+                rows,
+                with_answers=with_answers,
+                completion_ids=completion_ids,
+                trainer_state=TrainerState.of(self._trainer),
+                given=given,
+            )
+            if rows
+            else []
+        )
         self.reward_report(self, scores, rows, prefix, self.lockstep.reduce_tensor)
         return scores
 
@@ -362,14 +438,24 @@ class RLVRModule(LightningModule):
         """
         loss, mask = self.loss, data.loss_tokens
         if loss.token_mask is not None:
-            data.token_mask = TOKEN_MASKS[loss.token_mask](data.need("token_entropy"), mask, **loss.token_mask_options).float()
+            data.token_mask = TOKEN_MASKS[loss.token_mask](
+                data.need("token_entropy"), mask, **loss.token_mask_options
+            ).float()
         if loss.entry.select is not None:
             adv = data.advantages
             adv = adv.unsqueeze(-1).expand_as(mask) if adv.dim() == 1 else adv
             old = torch.nan_to_num(data.old_logprobs, nan=float("-inf"))
-            data.selected = loss.entry.choose(data.need("token_logprobs"), old, adv, mask.bool(), clip_low=loss.clip_low,
-                                              clip_high=loss.clip_high, dual_clip=loss.dual_clip, generator=self.generator,
-                                              **loss.policy_loss_options)  # fmt: skip
+            data.selected = loss.entry.choose(
+                data.need("token_logprobs"),
+                old,
+                adv,
+                mask.bool(),
+                clip_low=loss.clip_low,
+                clip_high=loss.clip_high,
+                dual_clip=loss.dual_clip,
+                generator=self.generator,
+                **loss.policy_loss_options,
+            )
         data.token_logprobs = data.token_entropy = None
         return data
 
@@ -398,22 +484,44 @@ class RLVRModule(LightningModule):
         return batch.anchor.to(self.device)
 
     @torch.no_grad()
-    def logprobs(self, rows: StepData | AnchorBatch, with_entropy: bool = False, model=None,
-                 temperature: float | None = None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    def logprobs(
+        self, rows: StepData | AnchorBatch, with_entropy: bool = False, model=None, temperature: float | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """No-grad per-token log-probs ``(B, T)`` (and entropies) of a whole batch at the rollout
         temperature by default, in the module's micro-batches, so that rows pad only with rows of
         similar length; every data-parallel rank runs as many forwards (:attr:`lockstep`)."""
         temperature = self.sampling.temperature if temperature is None else temperature
-        return batched_completion_logprobs(model or self.policy, rows.input_ids, rows.attention_mask, rows.response_mask.shape[1],
-                                           temperature, with_entropy, self.micro_batching, self.lockstep.most)  # fmt: skip
+        return batched_completion_logprobs(
+            model or self.policy,
+            rows.input_ids,
+            rows.attention_mask,
+            rows.response_mask.shape[1],
+            temperature,
+            with_entropy,
+            self.micro_batching,
+            self.lockstep.most,
+        )
 
-    def forward_logprobs(self, part: StepData | AnchorBatch, with_entropy: bool = False, temperature: float | None = None,
-                         entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    def forward_logprobs(
+        self,
+        part: StepData | AnchorBatch,
+        with_entropy: bool = False,
+        temperature: float | None = None,
+        entropy_grad: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
         """Differentiable log-probs ``(b, T)`` (and entropies, differentiable with ``entropy_grad``) of
         one micro-batch (:meth:`~lit_rlvr.contracts.RowTensors.micro_batches`): one forward."""
         temperature = self.sampling.temperature if temperature is None else temperature
-        return completion_logprobs(self.policy, part.input_ids, part.attention_mask, part.response_mask.shape[1], temperature,
-                                   with_entropy, self.packs, entropy_grad)  # fmt: skip
+        return completion_logprobs(
+            self.policy,
+            part.input_ids,
+            part.attention_mask,
+            part.response_mask.shape[1],
+            temperature,
+            with_entropy,
+            self.packs,
+            entropy_grad,
+        )
 
     @property
     def packs(self) -> bool:
@@ -425,7 +533,9 @@ class RLVRModule(LightningModule):
         with self.reference.active() as reference:
             return self.logprobs(data, model=reference)[0]
 
-    def optimizer_step_on(self, mini: StepData | None, anchor: AnchorBatch | None, filler: StepData) -> dict[str, Tensor]:
+    def optimizer_step_on(
+        self, mini: StepData | None, anchor: AnchorBatch | None, filler: StepData
+    ) -> dict[str, Tensor]:
         """One optimizer step: accumulate micro-batch gradients of L_exp (+ η L_pef) (+ β KL).
 
         The micro-batch weights and the passes that keep data-parallel ranks in step come from
@@ -438,7 +548,9 @@ class RLVRModule(LightningModule):
         totals: Counter = Counter()
         parts = mini.micro_batches(self.micro_batching, self.packs) if mini is not None else []
         anchors = anchor.micro_batches(self.micro_batching, self.packs) if anchor is not None else []
-        plan = self.lockstep.plan(mini, parts, self.loss.aggregation, anchor, anchors, self.anchor.level if self.anchor else None)
+        plan = self.lockstep.plan(
+            mini, parts, self.loss.aggregation, anchor, anchors, self.anchor.level if self.anchor else None
+        )
         for part, weight in zip(parts, plan.loss_weights):
             losses = self.rl_loss(part)
             self.manual_backward(losses["loss"] * weight)
@@ -470,19 +582,36 @@ class RLVRModule(LightningModule):
         loss_options, max_len, mask = self.loss, self.completion_tokens, part.loss_tokens
         bonus = self.entropy_state is not None and self.entropy_state.applied != 0.0
         logprobs, entropy = self.forward_logprobs(part, with_entropy=True, entropy_grad=bonus)
-        loss, stats = policy_loss(logprobs, part.old_logprobs, part.need("advantages"), mask, clip_low=loss_options.clip_low,
-                                  clip_high=loss_options.clip_high, dual_clip=loss_options.dual_clip, agg=loss_options.aggregation,
-                                  max_len=max_len, token_weights=part.token_weights, loss=loss_options.entry,
-                                  options=loss_options.policy_loss_options, selected=part.selected)  # fmt: skip
+        loss, stats = policy_loss(
+            logprobs,
+            part.old_logprobs,
+            part.need("advantages"),
+            mask,
+            clip_low=loss_options.clip_low,
+            clip_high=loss_options.clip_high,
+            dual_clip=loss_options.dual_clip,
+            agg=loss_options.aggregation,
+            max_len=max_len,
+            token_weights=part.token_weights,
+            loss=loss_options.entry,
+            options=loss_options.policy_loss_options,
+            selected=part.selected,
+        )
         parts = {"policy": loss.detach(), **{k: torch.as_tensor(v).detach() for k, v in stats.items()}}
         parts["entropy"] = token_mean(entropy.detach(), mask)
         if part.token_mask is not None:
             parts["token_mask_kept"] = token_mean(part.token_mask, mask)
         if bonus:
-            loss = loss - self.entropy_state.applied * entropy_bonus(entropy, mask, loss_options.aggregation, max_len, part.token_mask)
+            loss = loss - self.entropy_state.applied * entropy_bonus(
+                entropy, mask, loss_options.aggregation, max_len, part.token_mask
+            )
         if self.kl is not None:
-            kl = aggregate(kl_estimate(logprobs, part.need("ref_logprobs"), self.kl.estimator, value_cap=self.kl.value_cap),
-                           mask, loss_options.aggregation, max_len=max_len)  # fmt: skip
+            kl = aggregate(
+                kl_estimate(logprobs, part.need("ref_logprobs"), self.kl.estimator, value_cap=self.kl.value_cap),
+                mask,
+                loss_options.aggregation,
+                max_len=max_len,
+            )
             parts["kl"] = kl.detach()
             loss = loss + self.kl.coef * kl
         parts["loss"] = loss
@@ -491,8 +620,15 @@ class RLVRModule(LightningModule):
     def anchor_loss(self, anchor: AnchorBatch) -> Tensor:
         """L_pef: f-divergence to π_ref estimated on cached π_ref samples only (DPH-RL, §2)."""
         logprobs, _ = self.forward_logprobs(anchor, temperature=1.0)
-        return f_divergence(logprobs, anchor.ref_logprobs, anchor.loss_tokens, self.anchor.divergence, level=self.anchor.level,
-                            value_cap=self.anchor.value_cap, **self.anchor.options)  # fmt: skip
+        return f_divergence(
+            logprobs,
+            anchor.ref_logprobs,
+            anchor.loss_tokens,
+            self.anchor.divergence,
+            level=self.anchor.level,
+            value_cap=self.anchor.value_cap,
+            **self.anchor.options,
+        )
 
     def update_entropy_control(self, losses: list[dict[str, Tensor]]) -> None:
         """Log the entropy bonus's coefficient of this step, then move it with the step's entropy (§8.3).
@@ -503,7 +639,9 @@ class RLVRModule(LightningModule):
         every rank gets the same coefficient.
         """
         ranks = self.lockstep
-        entropy = ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world
+        entropy = (
+            ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world
+        )
         self.log("train/entropy_coef", self.entropy_state.applied, batch_size=1)
         update = ENTROPY_CONTROLS[self.entropy.control]
         self.entropy_state = update(self.entropy_state, entropy, **self.entropy.options)
@@ -511,7 +649,11 @@ class RLVRModule(LightningModule):
     @property
     def completion_tokens(self) -> int:
         """The completion's token budget, Dr. GRPO's normaliser: ``max_new_tokens``, or a multi-turn trajectory's total."""
-        return self.sampling.max_new_tokens if self.environment is None else self.environment.turns.total_tokens(self.sampling)
+        return (
+            self.sampling.max_new_tokens
+            if self.environment is None
+            else self.environment.turns.total_tokens(self.sampling)
+        )
 
     def log_behaviour(self, rollouts) -> None:
         """Multi-turn rollouts: their behaviour (``train/turns``, ``train/turns_<t>``, ``train/tool_calls``, …,
@@ -556,14 +698,28 @@ class RLVRModule(LightningModule):
         prompts, rollouts = [batch.rows[p] for p in real], rollouts.of_prompts(real)
         texts = [rollouts.texts[p * n : (p + 1) * n] for p in range(len(real))]  # (P, n)
         final, final_ids = rollouts.final_turns()  # (P·n,) what the rewards score; the ids for TRL's rewards
-        scores = self.score(final, [row for row in prompts for _ in range(n)], prefix=f"val/{name}", with_answers=True,
-                            completion_ids=final_ids, given=rollouts.environment_rewards())  # fmt: skip
+        scores = self.score(
+            final,
+            [row for row in prompts for _ in range(n)],
+            prefix=f"val/{name}",
+            with_answers=True,
+            completion_ids=final_ids,
+            given=rollouts.environment_rewards(),
+        )
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (P·n,)
-        correct = (torch.tensor([s.correct for s in scores], dtype=torch.float32) > 0.5).view(-1, n)  # (P, n) by the correctness reward
+        correct = (torch.tensor([s.correct for s in scores], dtype=torch.float32) > 0.5).view(
+            -1, n
+        )  # (P, n) by the correctness reward
         ids = [row["id"] for row in prompts]
-        panel.update(correct, answers=[[s.answer for s in scores[p * n : (p + 1) * n]] for p in range(len(prompts))],
-                     texts=texts, rewards=rewards, base_solved=solved_prompts(self.base_pass_counts(name), ids),
-                     behaviour=rollouts.behaviour(), tool_sequences=rollouts.tool_sequences())  # fmt: skip
+        panel.update(
+            correct,
+            answers=[[s.answer for s in scores[p * n : (p + 1) * n]] for p in range(len(prompts))],
+            texts=texts,
+            rewards=rewards,
+            base_solved=solved_prompts(self.base_pass_counts(name), ids),
+            behaviour=rollouts.behaviour(),
+            tool_sequences=rollouts.tool_sequences(),
+        )
         if batch_idx + 1 == self._num_val_batches(dataloader_idx):
             self.log_panel(name)  # logged inside its dataloader: listed under it, not under every set
         return {"set": name, "ids": ids, "num_correct": correct.sum(-1).tolist()}

@@ -43,7 +43,13 @@ from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.correction import CORRECTIONS, _check_bounds
 from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES
 from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS
-from lit_rlvr.functional.losses import KL_ESTIMATORS, POLICY_LOSSES, PolicyLoss, checked_aggregation, checked_policy_loss
+from lit_rlvr.functional.losses import (
+    KL_ESTIMATORS,
+    POLICY_LOSSES,
+    PolicyLoss,
+    checked_aggregation,
+    checked_policy_loss,
+)
 from lit_rlvr.functional.metrics import mixed_reward_rows
 from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
 from lit_rlvr.policy.logprobs import MicroBatching, check_padding_free
@@ -116,7 +122,9 @@ class LossOptions:
     token_mask_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        ADVANTAGES.get_checked(self.advantage, "model.loss.advantage", self.advantage_options, "model.loss.advantage_options")
+        ADVANTAGES.get_checked(
+            self.advantage, "model.loss.advantage", self.advantage_options, "model.loss.advantage_options"
+        )
         checked_aggregation(self.aggregation, "model.loss.aggregation")
         if not 0.0 <= self.clip_low <= 1.0:
             raise ValueError(f"model.loss.clip_low must be in [0, 1], got {self.clip_low!r}")
@@ -125,10 +133,14 @@ class LossOptions:
             raise ValueError(f"model.loss.dual_clip must be > 1 or null (off), got {self.dual_clip!r}")
         checked_policy_loss(self.policy_loss, self.policy_loss_options, self.dual_clip, "model.loss.policy_loss")
         if self.token_mask is not None:
-            TOKEN_MASKS.get_checked(self.token_mask, "model.loss.token_mask", self.token_mask_options, "model.loss.token_mask_options")
+            TOKEN_MASKS.get_checked(
+                self.token_mask, "model.loss.token_mask", self.token_mask_options, "model.loss.token_mask_options"
+            )
         elif self.token_mask_options:
-            raise ValueError(f"model.loss.token_mask_options={self.token_mask_options} without a model.loss.token_mask; "
-                             f"set one of {sorted(TOKEN_MASKS)} or remove the options")  # fmt: skip
+            raise ValueError(
+                f"model.loss.token_mask_options={self.token_mask_options} without a model.loss.token_mask; "
+                f"set one of {sorted(TOKEN_MASKS)} or remove the options"
+            )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickling (a checkpoint's hyper-parameters): fields newer than the checkpoint get their defaults."""
@@ -137,7 +149,9 @@ class LossOptions:
                 state[f.name] = f.default_factory() if f.default_factory is not MISSING else f.default
         self.__dict__.update(state)
 
-    def with_advantage(self, advantage: str, options: dict[str, Any] | None = None, group_size: int | None = None) -> LossOptions:
+    def with_advantage(
+        self, advantage: str, options: dict[str, Any] | None = None, group_size: int | None = None
+    ) -> LossOptions:
         """The same loss with another estimator (checked), e.g. a phase of :class:`~lit_rlvr.callbacks.AdvantageSchedule`.
 
         With ``group_size`` (``model.sampling.n``) also checks that the estimator can work with it:
@@ -428,7 +442,10 @@ class ScoringOptions:
     def __getstate__(self) -> dict[str, Any]:
         """Pickling (``torch.load(weights_only=True)`` refuses a pickled function): a reward given as a
         Python function is kept as its import path, as :func:`plain` keeps it."""
-        return {f.name: _plain_value(getattr(self, f.name)) if f.name == "reward_funcs" else getattr(self, f.name) for f in fields(self)}
+        return {
+            f.name: _plain_value(getattr(self, f.name)) if f.name == "reward_funcs" else getattr(self, f.name)
+            for f in fields(self)
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickling (a checkpoint of an earlier version): fields newer than it get their defaults."""
@@ -439,12 +456,19 @@ class ScoringOptions:
 
     def mix(self) -> RewardMix:
         """The rewards, weights and correctness term (:class:`~lit_rlvr.rewards.combine.RewardMix`), checked."""
-        return RewardMix.from_config(self.reward_funcs, self.reward_weights, self.correctness, self.options, whole_batch=self.whole_batch)
+        return RewardMix.from_config(
+            self.reward_funcs, self.reward_weights, self.correctness, self.options, whole_batch=self.whole_batch
+        )
 
     def scorer(self, **kwargs) -> BatchScorer:
         """A :class:`~lit_rlvr.rewards.BatchScorer` for these rewards (``kwargs`` override, e.g. ``workers``)."""
         mix = self.mix()
-        settings = {"workers": self.workers, "timeout_s": self.timeout_s, "options": mix.scorer_options, "rewards": mix.records}
+        settings = {
+            "workers": self.workers,
+            "timeout_s": self.timeout_s,
+            "options": mix.scorer_options,
+            "rewards": mix.records,
+        }
         return BatchScorer(**{**settings, **kwargs})
 
 
@@ -500,7 +524,9 @@ def as_group(cls: type[G], value: G | Mapping[str, Any] | None) -> G | None:
     if value is None or isinstance(value, cls):
         return value
     if not isinstance(value, Mapping):
-        raise TypeError(f"{cls.__name__}: expected {cls.__name__} or a mapping of its fields, got {type(value).__name__}")
+        raise TypeError(
+            f"{cls.__name__}: expected {cls.__name__} or a mapping of its fields, got {type(value).__name__}"
+        )
     values = dict(value)
     for f in fields(cls):  # the one nested group: model.policy.lora
         if f.name == "lora" and isinstance(values.get("lora"), Mapping):
@@ -531,8 +557,22 @@ def _plain_value(value: Any) -> Any:
     return reward_reference(value) if callable(value) else value
 
 
-GROUPS = (PolicyOptions, LoraOptions, SamplingParams, LossOptions, EntropyOptions, AnchorOptions, KLOptions, BatchingOptions,
-          ScoringOptions, EvalOptions, RolloutCorrection, DynamicSampling, EnvironmentOptions, TurnOptions)
+GROUPS = (
+    PolicyOptions,
+    LoraOptions,
+    SamplingParams,
+    LossOptions,
+    EntropyOptions,
+    AnchorOptions,
+    KLOptions,
+    BatchingOptions,
+    ScoringOptions,
+    EvalOptions,
+    RolloutCorrection,
+    DynamicSampling,
+    EnvironmentOptions,
+    TurnOptions,
+)
 # checkpoints hold the module's option groups as its hyper-parameters: plain data, safe to unpickle with
 # torch.load(weights_only=True), which Lightning uses to resume
 torch.serialization.add_safe_globals([*GROUPS, (LoraOptions, "lit_rlvr.policy.LoraOptions")])  # the latter: 0.1's path

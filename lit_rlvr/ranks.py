@@ -52,7 +52,9 @@ class RankGroup:
         2
     """
 
-    def __init__(self, group: dist.ProcessGroup | None = None, peers: Sequence[tuple[str, int]] = (), skew_s: float = SKEW_S):
+    def __init__(
+        self, group: dist.ProcessGroup | None = None, peers: Sequence[tuple[str, int]] = (), skew_s: float = SKEW_S
+    ):
         self.group, self.peers, self.skew_s = group, list(peers), skew_s
 
     @classmethod

@@ -85,8 +85,9 @@ class Registry(dict):
         self.injected = frozenset(injected)
         self._meta: dict[str, _Meta] = {}
 
-    def register(self, name: str, *, check: Callable[..., None] | None = None, signature: Any = None,
-                 **traits: Any) -> Callable[[F], F]:  # fmt: skip
+    def register(
+        self, name: str, *, check: Callable[..., None] | None = None, signature: Any = None, **traits: Any
+    ) -> Callable[[F], F]:
         """Decorator that adds an entry under ``name``; raises ``ValueError`` if ``name`` is taken.
 
         Args:
@@ -144,7 +145,9 @@ class Registry(dict):
     def options(self, name: str) -> list[str]:
         """The options of entry ``name``: its keyword-only parameters, less the injected ones, sorted."""
         return sorted(
-            p.name for p in self._parameters(name) if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in self.injected
+            p.name
+            for p in self._parameters(name)
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in self.injected
         )
 
     def defaults(self, name: str) -> dict[str, Any]:
@@ -174,7 +177,9 @@ class Registry(dict):
         """Whether entry ``name`` takes ``argument`` (e.g. an injected ``entropies``)."""
         return any(p.name == argument for p in self._parameters(name))
 
-    def get_checked(self, name: str, key: str, options: Mapping[str, Any] | None = None, options_key: str | None = None):
+    def get_checked(
+        self, name: str, key: str, options: Mapping[str, Any] | None = None, options_key: str | None = None
+    ):
         """The entry ``name`` for config key ``key``, after checking its ``options`` (when given).
 
         Args:

@@ -33,4 +33,6 @@ class FSDP2Strategy(ModelParallelStrategy):
 
 
 if "fsdp2" not in StrategyRegistry:
-    StrategyRegistry.register("fsdp2", FSDP2Strategy, description="FSDP2 (fully_shard) data parallelism over every device")
+    StrategyRegistry.register(
+        "fsdp2", FSDP2Strategy, description="FSDP2 (fully_shard) data parallelism over every device"
+    )

@@ -110,11 +110,17 @@ GONE_WHY = {
 }
 # 0.1's cache tool defaults where today's (training's) differ: an upgraded cache config writes them out, so
 # it builds the cache 0.1 built (the same engine, length cap and log π_ref passes)
-CACHE_DEFAULTS_0_1: dict[str, Any] = {"engine": "hf", "sampling": {"max_new_tokens": 512},
-                                      "batching": {"micro_batch_size": 16, "padding_free": False}}  # fmt: skip
+CACHE_DEFAULTS_0_1: dict[str, Any] = {
+    "engine": "hf",
+    "sampling": {"max_new_tokens": 512},
+    "batching": {"micro_batch_size": 16, "padding_free": False},
+}
 # a group that exists only when its switch is on in 0.1: (group, 0.1 key that turned it on, test)
 _SWITCHES = {
-    "anchor": ("divergence_coef", lambda old: old.get("divergence") is not None and (old.get("divergence_coef") or 0) > 0),
+    "anchor": (
+        "divergence_coef",
+        lambda old: old.get("divergence") is not None and (old.get("divergence_coef") or 0) > 0,
+    ),
     "kl": ("kl_coef", lambda old: (old.get("kl_coef") or 0) > 0),
 }
 _LEGACY_STATE_KEY = re.compile(r"^RolloutCallback\{'samples_per_prompt': \d+, 'engine': ('[^']*')\}$")
@@ -141,13 +147,20 @@ def upgrade_module_options(old: Mapping[str, Any]) -> dict[str, Any]:
         if not on(old):
             nested.pop(group, None)
             nested[group] = None
-    if nested.get("policy", {}).get("lora") is not None and not isinstance(nested["policy"]["lora"], groups.LoraOptions):
+    if nested.get("policy", {}).get("lora") is not None and not isinstance(
+        nested["policy"]["lora"], groups.LoraOptions
+    ):
         nested["policy"]["lora"] = groups.LoraOptions(**dict(nested["policy"]["lora"]))
     classes = {
-        "policy": groups.PolicyOptions, "sampling": groups.SamplingParams, "loss": groups.LossOptions,
-        "anchor": groups.AnchorOptions, "kl": groups.KLOptions, "batching": groups.BatchingOptions,
-        "scoring": groups.ScoringOptions, "evaluation": groups.EvalOptions,
-    }  # fmt: skip
+        "policy": groups.PolicyOptions,
+        "sampling": groups.SamplingParams,
+        "loss": groups.LossOptions,
+        "anchor": groups.AnchorOptions,
+        "kl": groups.KLOptions,
+        "batching": groups.BatchingOptions,
+        "scoring": groups.ScoringOptions,
+        "evaluation": groups.EvalOptions,
+    }
     defaults = {"sampling": {"n": 8, "max_new_tokens": 512}}  # 0.1's module defaults
     for name, cls in classes.items():
         if name in nested and nested[name] is not None:
@@ -214,7 +227,9 @@ def upgrade_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
         wrapped = "init_args" in value
         moved = _moved(section, dict(value.get("init_args", {}) if wrapped else value), notes)
         _spill(moved, spilled)
-        out[section] = {**{k: v for k, v in value.items() if k != "init_args"}, "init_args": moved} if wrapped else moved
+        out[section] = (
+            {**{k: v for k, v in value.items() if k != "init_args"}, "init_args": moved} if wrapped else moved
+        )
     for target, values in spilled.items():
         section = out.setdefault(target, {})
         _deep_update(section["init_args"] if "init_args" in section else section, values)
@@ -236,7 +251,9 @@ def _drop_linked_tokenizer(data: dict | None, policy_path: str | None, source: s
         data.pop("tokenizer")
         notes.append(f"data.tokenizer: removed (it is linked to {source} now)")
     else:
-        notes.append(f"data.tokenizer: {data['tokenizer']!r} differs from {source} {policy_path!r}; the tokenizer is the policy's now")
+        notes.append(
+            f"data.tokenizer: {data['tokenizer']!r} differs from {source} {policy_path!r}; the tokenizer is the policy's now"
+        )
 
 
 def _fill_defaults(into: dict[str, Any], defaults: Mapping[str, Any], prefix: str = "") -> list[str]:

@@ -80,8 +80,13 @@ class KeyOnEveryRoute:
             await self.app(scope, receive, send)
         elif scope["type"] == "http":
             body = b'{"error": "Unauthorized: every route of this server needs its API key"}'
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
         else:  # a websocket closed before it is accepted: the client gets 403
             await send({"type": "websocket.close", "code": 1008})

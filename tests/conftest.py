@@ -60,7 +60,9 @@ def _working_tree_untouched(request):
     touched = sorted(p for p in after.keys() | before.keys() if after.get(p) != before.get(p) and not Path(p).is_dir())
     if touched:
         shown = ", ".join(str(Path(p).relative_to(REPO_ROOT)) for p in touched[:5])
-        pytest.fail(f"{request.node.nodeid} wrote into the working tree: {shown} (write under tmp_path instead)", pytrace=False)
+        pytest.fail(
+            f"{request.node.nodeid} wrote into the working tree: {shown} (write under tmp_path instead)", pytrace=False
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -144,19 +146,34 @@ def chat_model_dir(tmp_path_factory) -> Path:
         "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
         "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
     )
-    corpus = [f"What is {a} + {b}? {a} + {b} = {a + b}, so the answer is \\boxed{{{a + b}}}." for a in range(40) for b in range(0, 40, 3)]
-    corpus += ["You are a helpful assistant.", "Please reason step by step, and put your final answer within \\boxed{}.",
-               "system user assistant Copy the number. Number: SELECT name FROM singer WHERE age > 20;"]  # fmt: skip
+    corpus = [
+        f"What is {a} + {b}? {a} + {b} = {a + b}, so the answer is \\boxed{{{a + b}}}."
+        for a in range(40)
+        for b in range(0, 40, 3)
+    ]
+    corpus += [
+        "You are a helpful assistant.",
+        "Please reason step by step, and put your final answer within \\boxed{}.",
+        "system user assistant Copy the number. Number: SELECT name FROM singer WHERE age > 20;",
+    ]
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     backend.train_from_iterator(corpus, trainer)
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"], chat_template=template,
-    )  # fmt: skip
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+        chat_template=template,
+    )
     model = build_tiny_llama(tok, seed=0)
     return save_tiny_model(tmp_path_factory.mktemp("chat_llama"), model, tok)
 
@@ -226,15 +243,32 @@ def tool_tokenizer():
     from transformers import PreTrainedTokenizerFast
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+    specials = [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<tool_call>",
+        "</tool_call>",
+        "<tool_response>",
+        "</tool_response>",
+    ]
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     backend.train_from_iterator(TOOL_CORPUS * 4, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   additional_special_tokens=specials[1:], chat_template=qwen2_5_chat_template)  # fmt: skip
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=specials[1:],
+        chat_template=qwen2_5_chat_template,
+    )
 
 
 @pytest.fixture(scope="session")

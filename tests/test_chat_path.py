@@ -88,13 +88,16 @@ def chat_dirs(chat_model_dir, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def prompts_file(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("chat_data") / "copy.jsonl"
-    path.write_text("".join(json.dumps({"prompt": f"Number: {a}", "answer": str(a), "reward": "math"}) + "\n" for a in NUMBERS))
+    path.write_text(
+        "".join(json.dumps({"prompt": f"Number: {a}", "answer": str(a), "reward": "math"}) + "\n" for a in NUMBERS)
+    )
     return str(path)
 
 
 def prepared(model_dir, prompts_file) -> PromptDataModule:
-    dm = PromptDataModule(str(model_dir), train=DatasetSpec(prompts_file, "jsonl", name="copy"), prompt=FORMAT,
-                          batch_size=len(NUMBERS))  # fmt: skip
+    dm = PromptDataModule(
+        str(model_dir), train=DatasetSpec(prompts_file, "jsonl", name="copy"), prompt=FORMAT, batch_size=len(NUMBERS)
+    )
     dm.setup("fit")
     return dm
 
@@ -113,7 +116,9 @@ def check_turn_ends(rollouts, tok, min_share: float = 0.75) -> None:
             assert reason == "stop"
         assert text == tok.decode(ids, skip_special_tokens=True)
         assert "<|im_" not in text and "<|endoftext|>" not in text
-    assert ended >= min_share * len(rollouts.completion_ids), f"only {ended} of {len(rollouts.completion_ids)} rows ended their turn"
+    assert ended >= min_share * len(rollouts.completion_ids), (
+        f"only {ended} of {len(rollouts.completion_ids)} rows ended their turn"
+    )
 
 
 def check_rewards(rollouts, rows, tok) -> list[float]:
@@ -131,8 +136,10 @@ def test_chat_prompts_use_the_template_its_special_tokens_and_the_system_prompt(
     dm = prepared(chat_dirs["instruct"], prompts_file)
     tok = dm.tokenizer
     ids = dm.train_prompt_ids[0]
-    assert tok.decode(ids) == (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nNumber: {NUMBERS[0]}<|im_end|>\n"
-                               "<|im_start|>assistant\n")  # fmt: skip
+    assert tok.decode(ids) == (
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nNumber: {NUMBERS[0]}<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
     im_start, im_end = tok.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
     assert ids.count(im_start) == 3 and ids.count(im_end) == 2  # special tokens are single ids, not byte pieces
     assert len(ids) < len(tok.decode(ids).encode())  # BPE merges: fewer tokens than bytes
@@ -170,7 +177,9 @@ def vllm_engine(model_dir):
 
     if not vllm_available():
         pytest.skip("vllm is installed but `import vllm` fails")
-    engine = VLLMEngine(model_dir, dtype="float32", max_model_len=256, kv_cache_memory_bytes=32 * 2**20, enforce_eager=True)
+    engine = VLLMEngine(
+        model_dir, dtype="float32", max_model_len=256, kv_cache_memory_bytes=32 * 2**20, enforce_eager=True
+    )
     assert engine.turn_end_ids == [AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids("<|im_end|>")]
     return engine
 
@@ -200,8 +209,17 @@ def test_reference_cache_then_export_reloads_with_the_chat_template(chat_dirs, p
     policy, tok = load_policy(PolicyOptions(str(chat_dirs["base"])))  # what the module trains and exports
     dm = prepared(chat_dirs["base"], prompts_file)
     with BatchScorer(workers=0) as scorer:
-        out = build_reference_cache(tmp_path / "ref", dm.train_rows, dm.train_prompt_ids, engine=HFEngine(policy, tok),
-                                    scorer=scorer, model=policy, tokenizer=tok, params=PARAMS, progress=False)  # fmt: skip
+        out = build_reference_cache(
+            tmp_path / "ref",
+            dm.train_rows,
+            dm.train_prompt_ids,
+            engine=HFEngine(policy, tok),
+            scorer=scorer,
+            model=policy,
+            tokenizer=tok,
+            params=PARAMS,
+            progress=False,
+        )
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     with ReferenceCache(out) as cache:
         samples = list(cache.iter_samples())
@@ -212,8 +230,9 @@ def test_reference_cache_then_export_reloads_with_the_chat_template(chat_dirs, p
             assert s.completion_ids.tolist().index(im_end) == len(s.completion_ids) - 1 and s.finished
         answers = {r["id"]: r["answer"] for r in dm.train_rows}
         assert [s.reward for s in samples] == [
-            math_score(tok.decode(s.completion_ids.tolist(), skip_special_tokens=True), answers[s.prompt_id]).reward for s in samples
-        ]  # fmt: skip
+            math_score(tok.decode(s.completion_ids.tolist(), skip_special_tokens=True), answers[s.prompt_id]).reward
+            for s in samples
+        ]
 
         export = tmp_path / "hf_export"  # the module's export: policy and tokenizer save_pretrained
         policy.save_pretrained(export)
@@ -224,7 +243,9 @@ def test_reference_cache_then_export_reloads_with_the_chat_template(chat_dirs, p
         assert tokenizer_fingerprint(reloaded) == tokenizer_fingerprint(tok)
         again = prepared(export, prompts_file)  # the export formats and tokenizes the prompts identically
         assert again.train_prompt_ids == dm.train_prompt_ids
-        cache.check(tokenizer=reloaded, dataset_fingerprint=dataset_fingerprint(again.train_rows, again.train_prompt_ids))
+        cache.check(
+            tokenizer=reloaded, dataset_fingerprint=dataset_fingerprint(again.train_rows, again.train_prompt_ids)
+        )
     model = AutoModelForCausalLM.from_pretrained(export, dtype=torch.float32).eval()
     a = HFEngine(model, reloaded).generate(dm.train_prompt_ids, PARAMS)
     b = HFEngine(policy.eval(), tok).generate(dm.train_prompt_ids, PARAMS)

@@ -16,19 +16,36 @@ from lit_rlvr.cli import ConfigError, main
 def tiny_config(tmp_path: Path, model_dir: Path, reward: str) -> Path:
     """A demo-like config (train and a validation set, Lightning's default checkpointing) for the tiny model."""
     files = tmp_path / "prompts.jsonl"
-    files.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "x", "reward": reward}) + "\n"
-                             for i in range(4)))  # fmt: skip
+    files.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "x", "reward": reward}) + "\n"
+            for i in range(4)
+        )
+    )
     config = {
         "seed_everything": 0,
-        "trainer": {"accelerator": "cpu", "max_steps": 1, "logger": False, "enable_progress_bar": False,
-                    "enable_model_summary": False, "num_sanity_val_steps": 0, "limit_val_batches": 0,
-                    "default_root_dir": str(tmp_path / "run")},
-        "model": {"policy": {"path": str(model_dir)}, "sampling": {"n": 2, "max_new_tokens": 4, "seed": 0},
-                  "scoring": {"workers": 0}},
+        "trainer": {
+            "accelerator": "cpu",
+            "max_steps": 1,
+            "logger": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "limit_val_batches": 0,
+            "default_root_dir": str(tmp_path / "run"),
+        },
+        "model": {
+            "policy": {"path": str(model_dir)},
+            "sampling": {"n": 2, "max_new_tokens": 4, "seed": 0},
+            "scoring": {"workers": 0},
+        },
         "rollout": {"init_args": {"engine": "hf"}},
-        "data": {"train": {"files": str(files), "name": "toy"}, "val": [{"files": str(files), "name": "toy_val", "n_samples": 2}],
-                 "batch_size": 2},
-    }  # fmt: skip
+        "data": {
+            "train": {"files": str(files), "name": "toy"},
+            "val": [{"files": str(files), "name": "toy_val", "n_samples": 2}],
+            "batch_size": 2,
+        },
+    }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -51,27 +68,47 @@ def test_validate_a_checkpoint_that_fit_wrote(tiny_model_dir, seven_reward, tmp_
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ERRORS = {
-    "a value of the wrong type (the parser)": ("--model.sampling.n=abc", "model.sampling.n: Expected a <class 'int'>. Got value: abc"),
-    "an option group's check": ("--model.dynamic_sampling={max_batches_per_step: 0}",
-                                "model.dynamic_sampling.max_batches_per_step must be an integer > 0, got 0"),
-    "the module's check": ("--model.sampling.n=1", "model.sampling.n=1: advantage 'grpo' compares the samples of a prompt "
-                           "with each other and needs model.sampling.n >= 2 (with fewer, every advantage is 0 and the policy never learns)"),
-}  # fmt: skip
+    "a value of the wrong type (the parser)": (
+        "--model.sampling.n=abc",
+        "model.sampling.n: Expected a <class 'int'>. Got value: abc",
+    ),
+    "an option group's check": (
+        "--model.dynamic_sampling={max_batches_per_step: 0}",
+        "model.dynamic_sampling.max_batches_per_step must be an integer > 0, got 0",
+    ),
+    "the module's check": (
+        "--model.sampling.n=1",
+        "model.sampling.n=1: advantage 'grpo' compares the samples of a prompt "
+        "with each other and needs model.sampling.n >= 2 (with fewer, every advantage is 0 and the policy never learns)",
+    ),
+}
 
 
 @pytest.mark.parametrize("flag, message", ERRORS.values(), ids=ERRORS)
 def test_a_config_error_is_lit_rlvrs_own_message_once_at_the_end(flag, message, tiny_model_dir, monkeypatch, capsys):
     """On the command line: two lines, the message and where the options are, instead of jsonargparse's
     60-110 lines of usage or traceback ending in a dump of the whole namespace; exit status 2."""
-    args = ["fit", "--config", str(CONFIGS / "demo" / "base.yaml"), "--config", str(CONFIGS / "demo" / "grpo.yaml"),
-            f"--model.policy.path={tiny_model_dir}", flag]  # fmt: skip
+    args = [
+        "fit",
+        "--config",
+        str(CONFIGS / "demo" / "base.yaml"),
+        "--config",
+        str(CONFIGS / "demo" / "grpo.yaml"),
+        f"--model.policy.path={tiny_model_dir}",
+        flag,
+    ]
     monkeypatch.setattr(sys, "argv", ["lit-rlvr", *args])
     with pytest.raises(SystemExit) as exit_info:
         main()
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
-    assert err.splitlines()[-2:] == [f"lit-rlvr fit: error: {message}", "(every option: lit-rlvr fit --help, and docs/configuration.md)"]
-    assert err.count(message) == 1 and not any(s in err for s in ("Traceback", "Namespace(", "usage:", "Subtypes:")), err
+    assert err.splitlines()[-2:] == [
+        f"lit-rlvr fit: error: {message}",
+        "(every option: lit-rlvr fit --help, and docs/configuration.md)",
+    ]
+    assert err.count(message) == 1 and not any(s in err for s in ("Traceback", "Namespace(", "usage:", "Subtypes:")), (
+        err
+    )
     if "abc" not in flag:  # from Python (no parser error): the exception, with the same message
         with pytest.raises(ConfigError) as raised:
             main(args)
@@ -79,7 +116,9 @@ def test_a_config_error_is_lit_rlvrs_own_message_once_at_the_end(flag, message, 
 
 
 def engine_options(print_config, *flags: str) -> dict:
-    config = print_config("fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--config", str(CONFIGS / "math" / "grpo.yaml"), *flags)
+    config = print_config(
+        "fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--config", str(CONFIGS / "math" / "grpo.yaml"), *flags
+    )
     return config["rollout"]["init_args"]["engine_options"]
 
 
@@ -97,9 +136,26 @@ def test_a_dict_on_the_command_line_merges_into_the_configs_like_its_dotted_keys
     assert engine_options(print_config, "--rollout.init_args.engine_options.max_model_len=null") == without
     assert engine_options(print_config, "--rollout.init_args.engine_options", "null") is None
     nested = "--rollout.init_args.engine_options={server_env: {VLLM_LOGGING_LEVEL: DEBUG}, enable_sleep_mode: null}"
-    assert engine_options(print_config, nested) == {"gpu_memory_utilization": 0.35, "max_model_len": 3072, "server_env": {"VLLM_LOGGING_LEVEL": "DEBUG"}}
-    assert engine_options(print_config, "--rollout.init_args.engine_options.server_env.X=null") == {**base, "server_env": {}}
+    assert engine_options(print_config, nested) == {
+        "gpu_memory_utilization": 0.35,
+        "max_model_len": 3072,
+        "server_env": {"VLLM_LOGGING_LEVEL": "DEBUG"},
+    }
+    assert engine_options(print_config, "--rollout.init_args.engine_options.server_env.X=null") == {
+        **base,
+        "server_env": {},
+    }
     assert engine_options(print_config, "--rollout.init_args.engine_options={}") == {}
-    config = print_config("fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--config", str(CONFIGS / "math" / "passk.yaml"),
-                          "--model.loss.advantage_options={k: 8}", "--model.loss={dual_clip: 3.0}")  # fmt: skip
-    assert config["model"]["init_args"]["loss"]["advantage_options"] == {"k": 8} and config["model"]["init_args"]["loss"]["dual_clip"] == 3.0
+    config = print_config(
+        "fit",
+        "--config",
+        str(CONFIGS / "math" / "base.yaml"),
+        "--config",
+        str(CONFIGS / "math" / "passk.yaml"),
+        "--model.loss.advantage_options={k: 8}",
+        "--model.loss={dual_clip: 3.0}",
+    )
+    assert (
+        config["model"]["init_args"]["loss"]["advantage_options"] == {"k": 8}
+        and config["model"]["init_args"]["loss"]["dual_clip"] == 3.0
+    )

@@ -13,20 +13,43 @@ from lit_rlvr.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 METHOD_FILES = sorted(
-    p for domain in ("math", "sql") for p in (CONFIGS / domain).glob("*.yaml")
+    p
+    for domain in ("math", "sql")
+    for p in (CONFIGS / domain).glob("*.yaml")
     if p.stem not in ("base", "cache") and not p.stem.startswith("multiturn")
 )
 
 
 # the entropy and diversity methods (docs/methods.md §8) and the metric that shows each one ran
-DIVERSITY_METHODS = {"clip_cov": "train/selected", "kl_cov": "train/selected", "forking_tokens": "train/token_mask_kept",
-                     "entropy_bonus": "train/entropy_coef", "entropy_adaptive": "train/entropy_coef", "psr": "train/entropy",
-                     "nsr": "train/entropy", "w_reinforce": "train/entropy", "unlikeliness": "train/entropy"}  # fmt: skip
+DIVERSITY_METHODS = {
+    "clip_cov": "train/selected",
+    "kl_cov": "train/selected",
+    "forking_tokens": "train/token_mask_kept",
+    "entropy_bonus": "train/entropy_coef",
+    "entropy_adaptive": "train/entropy_coef",
+    "psr": "train/entropy",
+    "nsr": "train/entropy",
+    "w_reinforce": "train/entropy",
+    "unlikeliness": "train/entropy",
+}
 
 
 def test_every_method_has_a_config_in_both_domains():
-    names = {"grpo", "dapo", "dr_grpo", "rloo", "rkl", "dph_f", "dph_js", "dph_alpha", "passk", "passk_combined",
-             "passk_then_pass1", "max_rl", *DIVERSITY_METHODS}
+    names = {
+        "grpo",
+        "dapo",
+        "dr_grpo",
+        "rloo",
+        "rkl",
+        "dph_f",
+        "dph_js",
+        "dph_alpha",
+        "passk",
+        "passk_combined",
+        "passk_then_pass1",
+        "max_rl",
+        *DIVERSITY_METHODS,
+    }
     for domain in ("math", "sql", "demo"):
         want = names - {"dr_grpo", "rloo", "dph_alpha"} if domain == "demo" else names
         assert want <= {p.stem for p in (CONFIGS / domain).glob("*.yaml")}, domain
@@ -65,8 +88,15 @@ def test_cache_config_parses(domain):
 def test_the_multi_turn_sql_configs_parse_and_the_cache_samples_as_the_run(method, print_config):
     """configs/sql/multiturn*.yaml: an overlay on base.yaml with any method, DPH-F on the multi-turn
     cache, and the cache tool's config, whose environment, prompts and data are the run's."""
-    config = print_config("fit", "--config", str(CONFIGS / "sql" / "base.yaml"), "--config", str(CONFIGS / "sql" / "multiturn.yaml"),
-                          "--config", str(CONFIGS / "sql" / method))  # fmt: skip
+    config = print_config(
+        "fit",
+        "--config",
+        str(CONFIGS / "sql" / "base.yaml"),
+        "--config",
+        str(CONFIGS / "sql" / "multiturn.yaml"),
+        "--config",
+        str(CONFIGS / "sql" / method),
+    )
     model, data = config["model"]["init_args"], config["data"]["init_args"]
     assert model["environment"]["name"] == "sql" and model["environment"]["max_turns"] == 5
     assert model["policy"]["path"] == "Qwen/Qwen2.5-Coder-7B-Instruct" and config["trainer"]["devices"] == 1
@@ -77,7 +107,9 @@ def test_the_multi_turn_sql_configs_parse_and_the_cache_samples_as_the_run(metho
     cache = yaml.safe_load(out.getvalue())
     assert cache["environment"] == model["environment"] and cache["data"]["prompt"] == data["prompt"]
     assert cache["data"]["train"] == data["train"] and cache["policy"]["path"] == model["policy"]["path"]
-    assert {k: v for k, v in cache["batching"].items() if k.startswith("micro")} == {k: v for k, v in model["batching"].items() if k.startswith("micro")}
+    assert {k: v for k, v in cache["batching"].items() if k.startswith("micro")} == {
+        k: v for k, v in model["batching"].items() if k.startswith("micro")
+    }
     if model.get("anchor"):
         assert data["cache"]["path"] == cache["data"]["cache"]["path"] == "runs/sql_multiturn/ref_cache"
 
@@ -85,7 +117,9 @@ def test_the_multi_turn_sql_configs_parse_and_the_cache_samples_as_the_run(metho
 def test_wrong_type_is_reported_with_the_key():
     err = io.StringIO()
     with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--model.loss.clip_low", "wide", "--print_config"])
+        main(
+            ["fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--model.loss.clip_low", "wide", "--print_config"]
+        )
     assert exit_info.value.code != 0
     assert "clip_low" in err.getvalue()
 
@@ -93,10 +127,20 @@ def test_wrong_type_is_reported_with_the_key():
 def tiny_fit_args(tiny_model_dir, tmp_path) -> list[str]:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "C375=026:", "answer": "26", "reward": "countdown", "digits": "375"}\n')
-    return ["fit", "--imports=[lit_rlvr.demo]", f"--model.policy.path={tiny_model_dir}", f"--data.train.files={prompts}",
-            "--trainer.accelerator=cpu", "--trainer.max_steps=1", "--trainer.logger=false", "--rollout.init_args.engine=hf",
-            "--model.sampling.n=4", "--model.sampling.max_new_tokens=4", "--model.scoring.workers=0",
-            f"--trainer.default_root_dir={tmp_path}"]
+    return [
+        "fit",
+        "--imports=[lit_rlvr.demo]",
+        f"--model.policy.path={tiny_model_dir}",
+        f"--data.train.files={prompts}",
+        "--trainer.accelerator=cpu",
+        "--trainer.max_steps=1",
+        "--trainer.logger=false",
+        "--rollout.init_args.engine=hf",
+        "--model.sampling.n=4",
+        "--model.sampling.max_new_tokens=4",
+        "--model.scoring.workers=0",
+        f"--trainer.default_root_dir={tmp_path}",
+    ]
 
 
 def test_unknown_registry_name_fails_at_start_up(tiny_model_dir, tmp_path):
@@ -106,7 +150,13 @@ def test_unknown_registry_name_fails_at_start_up(tiny_model_dir, tmp_path):
 
 def test_k_above_samples_per_prompt_fails_at_start_up(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="model.loss.advantage_options.k=8 must be between 1 and model.sampling.n=4"):
-        main([*tiny_fit_args(tiny_model_dir, tmp_path), "--model.loss.advantage=passk", "--model.loss.advantage_options={k: 8}"])
+        main(
+            [
+                *tiny_fit_args(tiny_model_dir, tmp_path),
+                "--model.loss.advantage=passk",
+                "--model.loss.advantage_options={k: 8}",
+            ]
+        )
 
 
 def test_a_linked_value_given_twice_is_refused(tiny_model_dir, tmp_path):
@@ -116,7 +166,9 @@ def test_a_linked_value_given_twice_is_refused(tiny_model_dir, tmp_path):
 
 def test_missing_training_file_fails_at_start_up(tiny_model_dir, tmp_path):
     args = tiny_fit_args(tiny_model_dir, tmp_path)
-    args = [a for a in args if not a.startswith("--data.train.files=")] + [f"--data.train.files={tmp_path / 'missing.jsonl'}"]
+    args = [a for a in args if not a.startswith("--data.train.files=")] + [
+        f"--data.train.files={tmp_path / 'missing.jsonl'}"
+    ]
     with pytest.raises(Exception, match="missing.jsonl"):
         main(args)
 
@@ -129,13 +181,31 @@ def test_one_fit_step_through_each_shipped_demo_config(method, tiny_model_dir, t
     import csv
 
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text('{"id": "a", "prompt": "C375=026:", "answer": "26", "reward": "countdown", "digits": "375"}\n'
-                       '{"id": "b", "prompt": "C124=009:", "answer": "9", "reward": "countdown", "digits": "124"}\n')  # fmt: skip
-    main(["fit", "--config", str(CONFIGS / "demo" / "base.yaml"), "--config", str(CONFIGS / "demo" / f"{method}.yaml"),
-          f"--model.policy.path={tiny_model_dir}", f"--data.train.files={prompts}", "--data.val=[]", "--data.batch_size=2",
-          "--model.sampling.n=4", "--model.sampling.max_new_tokens=4", "--trainer.max_steps=1", "--trainer.log_every_n_steps=1",
-          f"--trainer.logger.init_args.save_dir={tmp_path}", f"--trainer.default_root_dir={tmp_path}",
-          f"--export.dirpath={tmp_path / 'hf'}", "--trainer.enable_progress_bar=false"])  # fmt: skip
+    prompts.write_text(
+        '{"id": "a", "prompt": "C375=026:", "answer": "26", "reward": "countdown", "digits": "375"}\n'
+        '{"id": "b", "prompt": "C124=009:", "answer": "9", "reward": "countdown", "digits": "124"}\n'
+    )
+    main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / "demo" / "base.yaml"),
+            "--config",
+            str(CONFIGS / "demo" / f"{method}.yaml"),
+            f"--model.policy.path={tiny_model_dir}",
+            f"--data.train.files={prompts}",
+            "--data.val=[]",
+            "--data.batch_size=2",
+            "--model.sampling.n=4",
+            "--model.sampling.max_new_tokens=4",
+            "--trainer.max_steps=1",
+            "--trainer.log_every_n_steps=1",
+            f"--trainer.logger.init_args.save_dir={tmp_path}",
+            f"--trainer.default_root_dir={tmp_path}",
+            f"--export.dirpath={tmp_path / 'hf'}",
+            "--trainer.enable_progress_bar=false",
+        ]
+    )
     rows = list(csv.DictReader((tmp_path / "logs" / method / "metrics.csv").open()))
     logged = {k for row in rows for k, v in row.items() if v}
     assert {DIVERSITY_METHODS[method], "train/entropy", "train/loss"} <= logged
@@ -144,7 +214,14 @@ def test_one_fit_step_through_each_shipped_demo_config(method, tiny_model_dir, t
 
 def test_conflicting_method_options_fail_at_start_up(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="policy loss 'kl_cov' does not clip, so dual_clip=3.0 would have no effect"):
-        main([*tiny_fit_args(tiny_model_dir, tmp_path), "--model.loss.policy_loss=kl_cov", "--model.loss.dual_clip=3.0"])
+        main(
+            [*tiny_fit_args(tiny_model_dir, tmp_path), "--model.loss.policy_loss=kl_cov", "--model.loss.dual_clip=3.0"]
+        )
     with pytest.raises(ValueError, match=r"model.entropy.options: .*entropy_coef_max \(0.1\)"):
-        main([*tiny_fit_args(tiny_model_dir, tmp_path), "--model.entropy.control=adaptive",
-              "--model.entropy.options={entropy_coef: 0.5, entropy_coef_max: 0.1}"])  # fmt: skip
+        main(
+            [
+                *tiny_fit_args(tiny_model_dir, tmp_path),
+                "--model.entropy.control=adaptive",
+                "--model.entropy.options={entropy_coef: 0.5, entropy_coef_max: 0.1}",
+            ]
+        )

@@ -10,8 +10,11 @@ def test_the_module_provides_what_every_callback_requires(tiny_model_dir):
     from lit_rlvr.module import RLVRModule
     from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
 
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8, seed=3),
-                        scoring=ScoringOptions(workers=0))  # fmt: skip
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8, seed=3),
+        scoring=ScoringOptions(workers=0),
+    )
     for protocol in (PolicyHost, RolloutHost, AdvantageHost):
         assert isinstance(module, protocol), protocol.__name__
     assert module.val_sampling.n == 1 and module.val_sampling.seed == 3 and module.val_sampling.max_new_tokens == 8
@@ -24,7 +27,9 @@ def test_require_names_every_missing_member():
     class Half:
         policy, tokenizer = object(), object()
 
-    with pytest.raises(TypeError, match="RolloutHost: Half has no sampling, val_sampling, environment, micro_batching, lockstep"):
+    with pytest.raises(
+        TypeError, match="RolloutHost: Half has no sampling, val_sampling, environment, micro_batching, lockstep"
+    ):
         require(Half(), RolloutHost, "RolloutCallback")
     with pytest.raises(TypeError, match="AdvantageHost: Half has no advantage_name, advantage_options, set_advantage"):
         require(Half(), AdvantageHost, "AdvantageSchedule")
@@ -62,8 +67,14 @@ def step(B: int = 4, T: int = 3, Lp: int = 2):
     from lit_rlvr.contracts import StepData
 
     mask = torch.ones(B, Lp + T, dtype=torch.long)
-    return StepData(torch.arange(B * (Lp + T)).view(B, -1), mask, mask[:, Lp:].clone(), torch.zeros(B, T),
-                    torch.arange(B) // 2, torch.arange(B, dtype=torch.float32))  # fmt: skip
+    return StepData(
+        torch.arange(B * (Lp + T)).view(B, -1),
+        mask,
+        mask[:, Lp:].clone(),
+        torch.zeros(B, T),
+        torch.arange(B) // 2,
+        torch.arange(B, dtype=torch.float32),
+    )
 
 
 def test_a_misspelled_or_missing_step_field_fails_loudly():
@@ -122,8 +133,16 @@ def test_a_user_datamodule_missing_a_piece_fails_at_set_up_with_its_name(tiny_mo
         def train_dataloader(self):
             return DataLoader([])
 
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=2, max_new_tokens=4),
-                        scoring=ScoringOptions(workers=0))  # fmt: skip
-    trainer = L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    with pytest.raises(TypeError, match="RLVRModule needs the DataModule to provide PromptData: Prompts has no reference_cache, fit_context"):
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=2, max_new_tokens=4),
+        scoring=ScoringOptions(workers=0),
+    )
+    trainer = L.Trainer(
+        max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False
+    )
+    with pytest.raises(
+        TypeError,
+        match="RLVRModule needs the DataModule to provide PromptData: Prompts has no reference_cache, fit_context",
+    ):
         trainer.fit(module, datamodule=Prompts())

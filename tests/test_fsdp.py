@@ -19,8 +19,14 @@ def run_step(model_dir, out: Path, devices: int, in_process=None) -> list[dict]:
         in_process(SCRIPT, "main", str(model_dir), str(out), devices)
     else:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        proc = subprocess.run([sys.executable, str(SCRIPT), str(model_dir), str(out), str(devices)],
-                              capture_output=True, text=True, timeout=240, env=env, cwd=out.parent)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPT), str(model_dir), str(out), str(devices)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+            cwd=out.parent,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(devices)]
 
@@ -42,8 +48,14 @@ def test_fsdp2_two_processes_match_single_process(tiny_model_dir, tmp_path, scri
 def test_fsdp2_fit_with_live_rollouts_on_two_processes(tiny_model_dir, toy_prompts, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     out = tmp_path / "fit"
-    proc = subprocess.run([sys.executable, str(SCRIPT.with_name("fsdp2_fit.py")), str(tiny_model_dir), toy_prompts(8), str(out)],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("fsdp2_fit.py")), str(tiny_model_dir), toy_prompts(8), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for rank in range(2):
         result = json.loads(Path(f"{out}.rank{rank}").read_text())
@@ -60,8 +72,16 @@ def test_fsdp2_weight_stream_gathers_one_parameter_at_a_time(tmp_path):
     merge, stream, unmerge)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     out = tmp_path / "weights"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(SCRIPT.with_name("fsdp2_weights.py")), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(SCRIPT.with_name("fsdp2_weights.py")),
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for rank in range(2):
@@ -83,10 +103,19 @@ def run_uneven(model_dir, out: Path, strategy: str, cases: tuple[str, ...], in_p
         in_process(UNEVEN, "main", str(model_dir), str(out), strategy, ",".join(cases))
     else:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        proc = subprocess.run([sys.executable, str(UNEVEN), str(model_dir), str(out), strategy, ",".join(cases)],
-                              capture_output=True, text=True, timeout=300, env=env, cwd=out.parent)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, str(UNEVEN), str(model_dir), str(out), strategy, ",".join(cases)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=out.parent,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {case: [json.loads(Path(f"{out}.{case}.rank{r}").read_text()) for r in range(1 if strategy == "single" else 2)] for case in cases}
+    return {
+        case: [json.loads(Path(f"{out}.{case}.rank{r}").read_text()) for r in range(1 if strategy == "single" else 2)]
+        for case in cases
+    }
 
 
 @pytest.mark.slow

@@ -20,13 +20,29 @@ def test_bf16_fit_trains_and_exports_on_one_gpu(tiny_model_dir, toy_prompts, tmp
     from lit_rlvr.module import RLVRModule
     from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
 
-    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=toy_prompts(8), name="toy"), batch_size=2)
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir), dtype="bfloat16"), sampling=SamplingParams(n=4, max_new_tokens=6, seed=0), scoring=ScoringOptions(workers=0), optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2))  # fmt: skip
+    dm = PromptDataModule(
+        tokenizer=str(tiny_model_dir), train=DatasetSpec(files=toy_prompts(8), name="toy"), batch_size=2
+    )
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir), dtype="bfloat16"),
+        sampling=SamplingParams(n=4, max_new_tokens=6, seed=0),
+        scoring=ScoringOptions(workers=0),
+        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2),
+    )
     before = {k: v.detach().float().cpu().clone() for k, v in module.policy.named_parameters()}
-    trainer = Trainer(accelerator="gpu", devices=1, strategy=strategy, max_steps=2, logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-                      callbacks=[RolloutCallback(engine="hf"),
-                                 HFExport(str(tmp_path / "hf"))])  # fmt: skip
+    trainer = Trainer(
+        accelerator="gpu",
+        devices=1,
+        strategy=strategy,
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[RolloutCallback(engine="hf"), HFExport(str(tmp_path / "hf"))],
+    )
     trainer.fit(module, datamodule=dm)
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")

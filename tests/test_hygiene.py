@@ -19,4 +19,3 @@ def test_the_tree_check_sees_new_changed_and_deleted_files(tmp_path):
     assert conftest._tree_state(tmp_path) == before
     (tmp_path / "config.yaml").write_text("saved by a CLI run")  # what a test must never do
     assert str(tmp_path / "config.yaml") in set(conftest._tree_state(tmp_path)) - set(before)
-

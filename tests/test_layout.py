@@ -12,8 +12,29 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlvr"
-CORE = {"registry", "plugins", "strategies", "flags", "atomic", "checkpoint", "functional", "policy", "rewards", "metrics", "envs",
-        "rollout", "contracts", "options", "lockstep", "upgrade", "cache", "data", "ranks", "callbacks", "module"}
+CORE = {
+    "registry",
+    "plugins",
+    "strategies",
+    "flags",
+    "atomic",
+    "checkpoint",
+    "functional",
+    "policy",
+    "rewards",
+    "metrics",
+    "envs",
+    "rollout",
+    "contracts",
+    "options",
+    "lockstep",
+    "upgrade",
+    "cache",
+    "data",
+    "ranks",
+    "callbacks",
+    "module",
+}
 ALLOWED = {
     "registry": set(),
     "plugins": set(),
@@ -26,17 +47,45 @@ ALLOWED = {
     "policy": {"functional"},
     "rewards": {"registry", "plugins"},
     "metrics": {"functional"},
-    "envs": {"registry", "rewards"},  # environments answer model turns; the SQL one runs the rewards' sandbox, final answers are scored by rewards
-    "rollout": {"policy", "registry", "vllm_plugin", "envs"},  # the server engine registers the weight-transfer backend trainer-side too; multi-turn rollouts step environments
-    "contracts": {"rollout", "functional", "policy"},  # the batches, the step tensors and their splitter, what callbacks require of the module
+    "envs": {
+        "registry",
+        "rewards",
+    },  # environments answer model turns; the SQL one runs the rewards' sandbox, final answers are scored by rewards
+    "rollout": {
+        "policy",
+        "registry",
+        "vllm_plugin",
+        "envs",
+    },  # the server engine registers the weight-transfer backend trainer-side too; multi-turn rollouts step environments
+    "contracts": {
+        "rollout",
+        "functional",
+        "policy",
+    },  # the batches, the step tensors and their splitter, what callbacks require of the module
     "options": {"functional", "policy", "rewards", "rollout"},  # the recipe's option groups
     "lockstep": {"functional"},
     "upgrade": {"options", "checkpoint"},  # the 0.1 layout, read into the option groups; checkpoints read safely
     "cache": {"atomic", "policy", "rollout", "contracts"},
-    "data": {"registry", "rewards", "cache", "contracts", "envs"},  # a TRL environment's tools are listed in its prompts
+    "data": {
+        "registry",
+        "rewards",
+        "cache",
+        "contracts",
+        "envs",
+    },  # a TRL environment's tools are listed in its prompts
     "ranks": set(),  # rank-fault detection: an operation fails on every rank or on none (torch.distributed only)
     "callbacks": {"atomic", "policy", "rollout", "contracts", "ranks"},
-    "module": {"checkpoint", "functional", "metrics", "policy", "rewards", "contracts", "lockstep", "options", "upgrade"},
+    "module": {
+        "checkpoint",
+        "functional",
+        "metrics",
+        "policy",
+        "rewards",
+        "contracts",
+        "lockstep",
+        "options",
+        "upgrade",
+    },
     "demo": CORE,  # the demo plugs into lit_rlvr like a user's package
     "tools": CORE | {"demo"},
     "cli": CORE | {"demo", "tools"},

@@ -30,12 +30,16 @@ def model_and_tok(tiny_model_dir):
 
 def record_shapes(model) -> list[tuple[int, int]]:
     shapes: list[tuple[int, int]] = []
-    handle = model.model.register_forward_pre_hook(lambda mod, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    handle = model.model.register_forward_pre_hook(
+        lambda mod, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
     return shapes, handle
 
 
-@pytest.mark.parametrize("module_batching", [MicroBatching(max_rows=3), MicroBatching(max_rows=3, max_tokens=64),
-                                             MicroBatching(max_rows=2, padding_free=True)])
+@pytest.mark.parametrize(
+    "module_batching",
+    [MicroBatching(max_rows=3), MicroBatching(max_rows=3, max_tokens=64), MicroBatching(max_rows=2, padding_free=True)],
+)
 def test_drift_in_micro_batches_equals_drift_of_one_padded_forward(model_and_tok, module_batching):
     model, tok = model_and_tok
     prompts = [tok("C375=026:").input_ids, tok("C1=2:").input_ids]

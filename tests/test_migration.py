@@ -63,9 +63,18 @@ def lookup(config: dict, key: str):
 
 
 # every option group switched on, so that each key of every group is printed
-ON = ["--model.kl.coef=0.1", "--model.anchor.coef=1.0", "--data.cache.path=x", "--model.policy.lora.r=16",
-      "--model.rollout_correction.mode=token_truncate", "--data.train.files=null", "--data.train.hf.path=openai/gsm8k",
-      "--model.entropy.control=static", "--model.entropy.options={entropy_coef: 0.01}", "--model.environment.name=countdown"]  # fmt: skip
+ON = [
+    "--model.kl.coef=0.1",
+    "--model.anchor.coef=1.0",
+    "--data.cache.path=x",
+    "--model.policy.lora.r=16",
+    "--model.rollout_correction.mode=token_truncate",
+    "--data.train.files=null",
+    "--data.train.hf.path=openai/gsm8k",
+    "--model.entropy.control=static",
+    "--model.entropy.options={entropy_coef: 0.01}",
+    "--model.environment.name=countdown",
+]
 
 
 def test_every_lit_rlvr_key_of_the_tables_parses():
@@ -81,9 +90,13 @@ def test_every_lit_rlvr_key_of_the_tables_parses():
             value = lookup(config, key)
         except KeyError:
             pytest.fail(f"docs/migration.md names {key}, which `lit-rlvr fit --print_config` does not have")
-        scalar = value is None or isinstance(value, (str, int, float, bool)) or (isinstance(value, list) and len(value) < 4)
+        scalar = (
+            value is None or isinstance(value, (str, int, float, bool)) or (isinstance(value, list) and len(value) < 4)
+        )
         if scalar and "[i]" not in key and "\n" not in str(value):
-            flags.append(f"--{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}")
+            flags.append(
+                f"--{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
+            )
     assert len(flags) > 40
     print_config("fit", "--config", str(ROOT / "configs/demo/base.yaml"), *ON, *flags)
 
@@ -95,7 +108,11 @@ def test_every_grpo_config_field_of_trl_is_in_the_table():
     from transformers import TrainingArguments
 
     inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
-    own = {f.name for f in dataclasses.fields(trl.GRPOConfig) if f.name not in inherited or f.name in trl.GRPOConfig.__annotations__}
+    own = {
+        f.name
+        for f in dataclasses.fields(trl.GRPOConfig)
+        if f.name not in inherited or f.name in trl.GRPOConfig.__annotations__
+    }
     missing = sorted(own - set(table("trl-table")))
     assert not missing, f"GRPOConfig fields missing from docs/migration.md: {missing}"
     assert {"reward_weights", "num_generations", "beta", "loss_type", "learning_rate"} <= own
@@ -111,8 +128,11 @@ def _value(node: ast.expr):
 
 def test_the_trl_script_sets_only_fields_of_the_table_and_the_config_agrees():
     tree = ast.parse((ROOT / "examples/trl_grpo/train_grpo.py").read_text())
-    calls = {node.func.id: {k.arg: _value(k.value) for k in node.keywords}
-             for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}  # fmt: skip
+    calls = {
+        node.func.id: {k.arg: _value(k.value) for k in node.keywords}
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
     args, trainer = calls["GRPOConfig"], calls["GRPOTrainer"]
     rows = table("trl-table")
     assert not sorted(set(args) - set(rows)), "a GRPOConfig field of the script is not in the table"
@@ -120,17 +140,25 @@ def test_the_trl_script_sets_only_fields_of_the_table_and_the_config_agrees():
     config = print_config("fit", "--config", str(ROOT / "configs/migrate/trl_grpo.yaml"))
     model = config["model"]["init_args"]
     same = {  # the script's value, the config's (key by key, as the table maps them)
-        "num_generations": model["sampling"]["n"], "max_completion_length": model["sampling"]["max_new_tokens"],
-        "temperature": model["sampling"]["temperature"], "epsilon": model["loss"]["clip_low"],
-        "epsilon_high": model["loss"]["clip_high"], "reward_weights": model["scoring"]["reward_weights"],
-        "learning_rate": model["optimizer"]["init_args"]["lr"], "max_steps": config["trainer"]["max_steps"],
-        "max_grad_norm": model["max_grad_norm"], "per_device_train_batch_size": model["batching"]["micro_batch_size"],
-        "seed": config["seed_everything"], "logging_steps": config["trainer"]["log_every_n_steps"],
+        "num_generations": model["sampling"]["n"],
+        "max_completion_length": model["sampling"]["max_new_tokens"],
+        "temperature": model["sampling"]["temperature"],
+        "epsilon": model["loss"]["clip_low"],
+        "epsilon_high": model["loss"]["clip_high"],
+        "reward_weights": model["scoring"]["reward_weights"],
+        "learning_rate": model["optimizer"]["init_args"]["lr"],
+        "max_steps": config["trainer"]["max_steps"],
+        "max_grad_norm": model["max_grad_norm"],
+        "per_device_train_batch_size": model["batching"]["micro_batch_size"],
+        "seed": config["seed_everything"],
+        "logging_steps": config["trainer"]["log_every_n_steps"],
         "vllm_gpu_memory_utilization": config["rollout"]["init_args"]["engine_options"]["gpu_memory_utilization"],
-    }  # fmt: skip
+    }
     assert {k: args[k] for k in same} == same
     per_step = args["per_device_train_batch_size"] * args["gradient_accumulation_steps"]
-    assert per_step == config["data"]["init_args"]["batch_size"] * model["sampling"]["n"]  # completions per optimizer step
+    assert (
+        per_step == config["data"]["init_args"]["batch_size"] * model["sampling"]["n"]
+    )  # completions per optimizer step
     assert model["loss"]["aggregation"] == "token_mean" and args["loss_type"] == "dapo"
     funcs = [f.rsplit(":", 1)[1] for f in model["scoring"]["reward_funcs"]]
     assert trainer["reward_funcs"] == f"[{', '.join(funcs)}]" and trainer["model"] == model["policy"]["path"]
@@ -164,18 +192,24 @@ def test_the_verl_script_sets_only_keys_of_the_table_and_the_config_agrees():
     model, data = config["model"]["init_args"], config["data"]["init_args"]
     n = int(settings["actor_rollout_ref.rollout.n"])
     same = {
-        "actor_rollout_ref.rollout.n": model["sampling"]["n"], "data.train_batch_size": data["batch_size"],
-        "data.max_prompt_length": data["max_prompt_tokens"], "data.max_response_length": model["sampling"]["max_new_tokens"],
+        "actor_rollout_ref.rollout.n": model["sampling"]["n"],
+        "data.train_batch_size": data["batch_size"],
+        "data.max_prompt_length": data["max_prompt_tokens"],
+        "data.max_response_length": model["sampling"]["max_new_tokens"],
         "actor_rollout_ref.actor.optim.lr": model["optimizer"]["init_args"]["lr"],
         "actor_rollout_ref.actor.kl_loss_coef": model["kl"]["coef"],
         "actor_rollout_ref.actor.clip_ratio_low": model["loss"]["clip_low"],
         "actor_rollout_ref.actor.clip_ratio_high": model["loss"]["clip_high"],
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": model["batching"]["micro_batch_size"],
-        "actor_rollout_ref.rollout.gpu_memory_utilization": config["rollout"]["init_args"]["engine_options"]["gpu_memory_utilization"],
-        "trainer.total_epochs": config["trainer"]["max_epochs"], "trainer.test_freq": config["trainer"]["val_check_interval"],
-        "actor_rollout_ref.model.path": model["policy"]["path"], "data.train_files": data["train"]["files"],
+        "actor_rollout_ref.rollout.gpu_memory_utilization": config["rollout"]["init_args"]["engine_options"][
+            "gpu_memory_utilization"
+        ],
+        "trainer.total_epochs": config["trainer"]["max_epochs"],
+        "trainer.test_freq": config["trainer"]["val_check_interval"],
+        "actor_rollout_ref.model.path": model["policy"]["path"],
+        "data.train_files": data["train"]["files"],
         "actor_rollout_ref.rollout.val_kwargs.temperature": model["evaluation"]["temperature"],
-    }  # fmt: skip
+    }
     assert {k: _number(settings[k]) for k in same} == same
     assert model["batching"]["mini_batch_size"] == int(settings["actor_rollout_ref.actor.ppo_mini_batch_size"]) * n
     reward = f"{settings['reward.custom_reward_function.path']}:{settings['reward.custom_reward_function.name']}"
@@ -206,9 +240,20 @@ def _fit(config_file: str, overrides: dict, tmp_path: Path, monkeypatch) -> obje
 
 
 def _cpu_trainer(tmp_path: Path, **extra) -> dict:
-    return {"accelerator": "cpu", "devices": 1, "precision": "32-true", "max_steps": 2, "logger": False, "callbacks": [],
-            "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
-            "num_sanity_val_steps": 0, "default_root_dir": str(tmp_path / "run"), **extra}  # fmt: skip
+    return {
+        "accelerator": "cpu",
+        "devices": 1,
+        "precision": "32-true",
+        "max_steps": 2,
+        "logger": False,
+        "callbacks": [],
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+        "default_root_dir": str(tmp_path / "run"),
+        **extra,
+    }
 
 
 @pytest.mark.slow
@@ -217,20 +262,29 @@ def test_the_trl_example_config_trains_with_trls_reward_functions_in_workers(cha
     """configs/migrate/trl_grpo.yaml on a tiny chat model: TRL's conversational rows, its reward
     module unchanged in 1 worker process, each reward logged and the sum their weighted means."""
     prompts = tmp_path / "deepmath.jsonl"  # DeepMath-103K's layout: conversational prompt + solution
-    prompts.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"What is {a} + {a}?"}], "solution": str(2 * a)})
-                               + "\n" for a in range(6)))  # fmt: skip
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": [{"role": "user", "content": f"What is {a} + {a}?"}], "solution": str(2 * a)}) + "\n"
+            for a in range(6)
+        )
+    )
     overrides = {
         "trainer": _cpu_trainer(tmp_path),
-        "model": {"policy": {"path": str(chat_model_dir), "dtype": "float32", "gradient_checkpointing": False},
-                  "sampling": {"n": 4, "max_new_tokens": 6, "seed": 0}, "batching": {"micro_batch_size": 4},
-                  "scoring": {"workers": 1}},
+        "model": {
+            "policy": {"path": str(chat_model_dir), "dtype": "float32", "gradient_checkpointing": False},
+            "sampling": {"n": 4, "max_new_tokens": 6, "seed": 0},
+            "batching": {"micro_batch_size": 4},
+            "scoring": {"workers": 1},
+        },
         "rollout": {"init_args": {"engine": "hf", "engine_options": None}},
         "data": {"train": {"hf": None, "files": str(prompts)}, "batch_size": 2},
-    }  # fmt: skip
+    }
     module = _fit(str(ROOT / "configs/migrate/trl_grpo.yaml"), overrides, tmp_path, monkeypatch)
     metrics = {k: float(v) for k, v in module.trainer.callback_metrics.items()}
     assert module.trainer.global_step == 2 and module.reward_mix.names == ["accuracy_reward", "format_reward"]
-    assert metrics["train/reward"] == pytest.approx(metrics["train/reward/accuracy_reward"] + 0.2 * metrics["train/reward/format_reward"])
+    assert metrics["train/reward"] == pytest.approx(
+        metrics["train/reward/accuracy_reward"] + 0.2 * metrics["train/reward/format_reward"]
+    )
     assert metrics["train/reward_status/error"] == 0.0 and metrics["train/reward_status/timeout"] == 0.0
     assert module.scorer is None  # closed at teardown
 
@@ -243,21 +297,34 @@ def test_the_verl_example_config_trains_on_verls_parquet_with_its_compute_score(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"C{i}{i + 1}=0{i}:"}], "ability": "math",
-             "reward_model": {"style": "rule", "ground_truth": str(i)}, "extra_info": {"split": "train", "index": i}}
-            for i in range(6)]  # fmt: skip
+    rows = [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": f"C{i}{i + 1}=0{i}:"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(i)},
+            "extra_info": {"split": "train", "index": i},
+        }
+        for i in range(6)
+    ]
     for name in ("train", "test"):
         pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{name}.parquet")
     overrides = {
         "trainer": _cpu_trainer(tmp_path, val_check_interval=2, limit_val_batches=1, max_epochs=None),
-        "model": {"policy": {"path": str(tiny_model_dir), "dtype": "float32", "gradient_checkpointing": False},
-                  "sampling": {"n": 3, "max_new_tokens": 6, "seed": 0},
-                  "batching": {"mini_batch_size": 6, "micro_batch_size": 3}, "scoring": {"workers": 1}},
+        "model": {
+            "policy": {"path": str(tiny_model_dir), "dtype": "float32", "gradient_checkpointing": False},
+            "sampling": {"n": 3, "max_new_tokens": 6, "seed": 0},
+            "batching": {"mini_batch_size": 6, "micro_batch_size": 3},
+            "scoring": {"workers": 1},
+        },
         "rollout": {"init_args": {"engine": "hf", "engine_options": None}},
-        "data": {"train": {"files": str(tmp_path / "train.parquet")},
-                 "val": [{"files": str(tmp_path / "test.parquet"), "adapter": "verl", "name": "gsm8k_test", "n_samples": 2}],
-                 "batch_size": 2, "val_batch_size": 3},
-    }  # fmt: skip
+        "data": {
+            "train": {"files": str(tmp_path / "train.parquet")},
+            "val": [{"files": str(tmp_path / "test.parquet"), "adapter": "verl", "name": "gsm8k_test", "n_samples": 2}],
+            "batch_size": 2,
+            "val_batch_size": 3,
+        },
+    }
     module = _fit(str(ROOT / "configs/migrate/verl_gsm8k.yaml"), overrides, tmp_path, monkeypatch)
     metrics = module.trainer.callback_metrics
     assert module.trainer.global_step == 2 and module.reward_mix.names == ["compute_score"]

@@ -45,19 +45,32 @@ def fixed_batch(tokenizer, seed: int = 0, with_anchor: bool = True) -> TrainBatc
     ]
     batch = TrainBatch(rows, prompts, rollouts=rollouts)
     if with_anchor:
-        anchor = Rollouts([prompts[0]], [tokenizer(t).input_ids for t in ["3*7+5;", "5+7*3;", "7*3+5;"]],
-                          [[0.0] * 6] * 3, ["stop"] * 3, n=3).to_padded(tokenizer.pad_token_id)
+        anchor = Rollouts(
+            [prompts[0]],
+            [tokenizer(t).input_ids for t in ["3*7+5;", "5+7*3;", "7*3+5;"]],
+            [[0.0] * 6] * 3,
+            ["stop"] * 3,
+            n=3,
+        ).to_padded(tokenizer.pad_token_id)
         anchor_ref = -torch.rand(anchor["response_mask"].shape, generator=gen) * 4
-        batch.anchor = AnchorBatch(anchor["input_ids"], anchor["attention_mask"], anchor["response_mask"], anchor_ref,
-                                   rewards=torch.ones(3))  # fmt: skip
+        batch.anchor = AnchorBatch(
+            anchor["input_ids"], anchor["attention_mask"], anchor["response_mask"], anchor_ref, rewards=torch.ones(3)
+        )
     return batch
 
 
 def one_step(module: RLVRModule, batch: TrainBatch) -> dict[str, torch.Tensor]:
     """Run one real Trainer step on a fixed batch; return the parameters after it."""
     loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
-    trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer = Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, train_dataloaders=loader)
     return {k: v.detach().clone() for k, v in module.policy.named_parameters()}
 
@@ -99,39 +112,75 @@ def hand_loss(policy, batch, eta: float, clip_low=0.2, clip_high=0.28) -> torch.
 
 def test_dph_step_equals_hand_computed_gradient(tiny_model_dir):
     eta = 0.3
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), anchor=AnchorOptions(divergence="forward_kl", coef=eta), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        anchor=AnchorOptions(divergence="forward_kl", coef=eta),
+        scoring=ScoringOptions(workers=0),
+        max_grad_norm=None,
+        optimizer=sgd,
+    )
     batch = fixed_batch(module.tokenizer)
     start = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
-    reference = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0))
+    reference = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        scoring=ScoringOptions(workers=0),
+    )
     loss = hand_loss(reference.policy, batch, eta)
     loss.backward()
     after = one_step(module, batch)  # anchors come with the batch: no DataModule, no cache
     for name, p in reference.policy.named_parameters():
         want = start[name] - p.grad  # SGD, lr = 1
         assert torch.allclose(after[name], want, atol=2e-5), name
-    assert all(p.grad is None for p in module.policy.parameters())  # freed after the step, not held through the next rollout
+    assert all(
+        p.grad is None for p in module.policy.parameters()
+    )  # freed after the step, not held through the next rollout
 
 
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
 def test_gradient_accumulation_gives_the_full_batch_update(tiny_model_dir, agg):
     results = []
     for micro in (None, 3):
-        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), loss=LossOptions(aggregation=agg), batching=BatchingOptions(micro_batch_size=micro), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            sampling=SamplingParams(n=4, max_new_tokens=8),
+            loss=LossOptions(aggregation=agg),
+            batching=BatchingOptions(micro_batch_size=micro),
+            scoring=ScoringOptions(workers=0),
+            max_grad_norm=None,
+            optimizer=sgd,
+        )
         results.append(one_step(module, fixed_batch(module.tokenizer, with_anchor=False)))
     for name in results[0]:
         assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
 
 
-@pytest.mark.parametrize("batching", [BatchingOptions(micro_batch_size=3), BatchingOptions(micro_batch_tokens=40, padding_free=False),
-                                      BatchingOptions(micro_batch_tokens=40, padding_free=True)], ids=["rows", "tokens", "packed"])  # fmt: skip
+@pytest.mark.parametrize(
+    "batching",
+    [
+        BatchingOptions(micro_batch_size=3),
+        BatchingOptions(micro_batch_tokens=40, padding_free=False),
+        BatchingOptions(micro_batch_tokens=40, padding_free=True),
+    ],
+    ids=["rows", "tokens", "packed"],
+)
 def test_each_micro_batch_is_one_forward(tiny_model_dir, batching):
     """The step splits its rows into micro-batches once: the policy runs exactly one forward per RL and
     per anchor micro-batch, and no other (π_old is the sampler's, no KL, no token selection)."""
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), batching=batching,
-                        anchor=AnchorOptions(coef=0.1), scoring=ScoringOptions(workers=0), optimizer=sgd)  # fmt: skip
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        batching=batching,
+        anchor=AnchorOptions(coef=0.1),
+        scoring=ScoringOptions(workers=0),
+        optimizer=sgd,
+    )
     batch = fixed_batch(module.tokenizer)
     data = StepData.from_rollouts(batch.rollouts, module.tokenizer.pad_token_id, torch.zeros(8))
-    expected = len(data.micro_batches(module.micro_batching, module.packs)) + len(batch.anchor.micro_batches(module.micro_batching, module.packs))
+    expected = len(data.micro_batches(module.micro_batching, module.packs)) + len(
+        batch.anchor.micro_batches(module.micro_batching, module.packs)
+    )
     assert expected > 2  # the batch really is split
     calls = []
     handle = module.policy.register_forward_hook(lambda *_: calls.append(1))
@@ -145,9 +194,14 @@ def test_config_errors_name_key_value_and_choices(tiny_model_dir):
         LossOptions(advantage="grpoo")
     with pytest.raises(ValueError, match="model.loss.advantage_options.k=16 must be between 1 and model.sampling.n=8"):
         RLVRModule(PolicyOptions(str(tiny_model_dir)), loss=LossOptions(advantage="passk", advantage_options={"k": 16}))
-    with pytest.raises(ValueError, match=r"model.loss.advantage_options: unknown option\(s\) \['std'\] of advantage estimator 'passk'; accepted: \['k'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.loss.advantage_options: unknown option\(s\) \['std'\] of advantage estimator 'passk'; accepted: \['k'\]",
+    ):
         LossOptions(advantage="passk", advantage_options={"k": 2, "std": "none"})
-    with pytest.raises(ValueError, match=r"model.loss.advantage_options: advantage estimator 'passk' needs option\(s\) \['k'\]"):
+    with pytest.raises(
+        ValueError, match=r"model.loss.advantage_options: advantage estimator 'passk' needs option\(s\) \['k'\]"
+    ):
         LossOptions(advantage="passk")
     with pytest.raises(ValueError, match="model.anchor.divergence: unknown f-divergence 'kl'"):
         AnchorOptions(divergence="kl", coef=0.1)
@@ -162,15 +216,34 @@ def fit_few_steps(tiny_model_dir, files, engine: str, steps: int = 2, callbacks=
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec, ValSet
 
-    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"),
-                          val=[ValSet(files=files, name="toy_val", n_samples=4)], batch_size=2, seed=0)
-    module = RLVRModule(policy or PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=6, seed=0),
-                        scoring=ScoringOptions(workers=0), optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2), **module_kwargs)  # fmt: skip
+    dm = PromptDataModule(
+        tokenizer=str(tiny_model_dir),
+        train=DatasetSpec(files=files, name="toy"),
+        val=[ValSet(files=files, name="toy_val", n_samples=4)],
+        batch_size=2,
+        seed=0,
+    )
+    module = RLVRModule(
+        policy or PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=6, seed=0),
+        scoring=ScoringOptions(workers=0),
+        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2),
+        **module_kwargs,
+    )
     engine_kwargs = {"kv_cache_memory_bytes": 32 * 2**20, "max_model_len": 128} if engine == "vllm" else {}
     callback = RolloutCallback(engine=engine, engine_options=engine_kwargs)
-    trainer = Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                      limit_val_batches=1, val_check_interval=steps, callbacks=[callback, *callbacks])
+    trainer = Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=1,
+        val_check_interval=steps,
+        callbacks=[callback, *callbacks],
+    )
     before = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
     trainer.fit(module, datamodule=dm)
     return trainer, module, before
@@ -198,7 +271,11 @@ def test_lora_rkl_fit_trains_only_the_adapter_and_exports_it(tiny_model_dir, toy
 
     export = tmp_path / "export"
     trainer, module, before = fit_few_steps(
-        tiny_model_dir, toy_prompts(), "hf", kl=KLOptions(coef=0.1), callbacks=[HFExport(str(export))],
+        tiny_model_dir,
+        toy_prompts(),
+        "hf",
+        kl=KLOptions(coef=0.1),
+        callbacks=[HFExport(str(export))],
         policy=PolicyOptions(str(tiny_model_dir), lora=LoraOptions(r=4, alpha=8, target_modules=["q_proj", "v_proj"])),
     )
     assert torch.isfinite(trainer.callback_metrics["train/kl"])
@@ -225,11 +302,20 @@ def test_validation_writes_pass_counts_and_measures_retention_against_them(tiny_
 
     def validate(callbacks=(), **kwargs):
         dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=files, name="toy_val", n_samples=4)])
-        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=6, seed=5),
-                            scoring=ScoringOptions(workers=0), **kwargs)  # fmt: skip
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            sampling=SamplingParams(n=4, max_new_tokens=6, seed=5),
+            scoring=ScoringOptions(workers=0),
+            **kwargs,
+        )
         rollout = RolloutCallback(engine="hf")
-        trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                          callbacks=[rollout, *callbacks])
+        trainer = Trainer(
+            accelerator="cpu",
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[rollout, *callbacks],
+        )
         return trainer.validate(module, datamodule=dm)[0]
 
     first = validate(callbacks=[PassCountsWriter(str(counts_path))])
@@ -241,7 +327,11 @@ def test_validation_writes_pass_counts_and_measures_retention_against_them(tiny_
     if any(counts.values()):
         assert again["val/toy_val/retention/pass@4"] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="model.evaluation.retention_reference: cannot read"):
-        RLVRModule(PolicyOptions(str(tiny_model_dir)), scoring=ScoringOptions(workers=0), evaluation=EvalOptions(retention_reference=str(tmp_path / "missing.json")))
+        RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            scoring=ScoringOptions(workers=0),
+            evaluation=EvalOptions(retention_reference=str(tmp_path / "missing.json")),
+        )
 
 
 @pytest.mark.timeout(120)
@@ -253,11 +343,22 @@ def test_validation_gives_trl_rewards_their_completion_ids(tiny_model_dir, toy_p
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import ValSet
 
-    dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=toy_prompts(2), name="toy_val", n_samples=2)])
-    scoring = ScoringOptions(workers=0, reward_funcs=[get_soft_overlong_punishment(max_completion_len=6, soft_punish_cache=2)])
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=2, max_new_tokens=6, seed=0), scoring=scoring)
-    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                      callbacks=[RolloutCallback(engine="hf")])  # fmt: skip
+    dm = PromptDataModule(
+        tokenizer=str(tiny_model_dir), val=[ValSet(files=toy_prompts(2), name="toy_val", n_samples=2)]
+    )
+    scoring = ScoringOptions(
+        workers=0, reward_funcs=[get_soft_overlong_punishment(max_completion_len=6, soft_punish_cache=2)]
+    )
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=2, max_new_tokens=6, seed=0), scoring=scoring
+    )
+    trainer = Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[RolloutCallback(engine="hf")],
+    )
     metrics = trainer.validate(module, datamodule=dm)[0]
     assert metrics["val/toy_val/reward_status/ok"] == 1.0 and metrics["val/toy_val/reward_status/error"] == 0.0
 
@@ -270,20 +371,42 @@ def test_validation_gives_trl_rewards_their_completion_ids(tiny_model_dir, toy_p
 def test_accumulation_with_anchors_equals_the_full_batch_at_both_levels(tiny_model_dir, agg, level):
     results = []
     for micro in (None, 2):  # the 3 anchor samples split 2 + 1
-        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), loss=LossOptions(aggregation=agg), anchor=AnchorOptions(divergence="forward_kl", coef=0.5, level=level), batching=BatchingOptions(micro_batch_size=micro), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            sampling=SamplingParams(n=4, max_new_tokens=8),
+            loss=LossOptions(aggregation=agg),
+            anchor=AnchorOptions(divergence="forward_kl", coef=0.5, level=level),
+            batching=BatchingOptions(micro_batch_size=micro),
+            scoring=ScoringOptions(workers=0),
+            max_grad_norm=None,
+            optimizer=sgd,
+        )
         results.append(one_step(module, fixed_batch(module.tokenizer)))
     for name in results[0]:
         assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
 
 
 def test_minus_inf_sampler_logprob_is_counted_and_never_a_nan_step(tiny_model_dir):
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        scoring=ScoringOptions(workers=0),
+        max_grad_norm=None,
+        optimizer=sgd,
+    )
     batch = fixed_batch(module.tokenizer, with_anchor=False)
     batch.rollouts.sampler_logprobs[0][1] = float("-inf")
     batch.rollouts.sampler_logprobs[3][0] = float("nan")
     loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
-    trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer = Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, train_dataloaders=loader)
     assert float(trainer.callback_metrics["train/nonfinite_old_logprobs"]) == 2.0
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
@@ -295,23 +418,33 @@ def test_more_start_up_errors_name_key_value_and_choices():
 
     with pytest.raises(ValueError, match=r"model.anchor.options: alpha-divergence needs alpha in \(0, 1\), got 1.5"):
         AnchorOptions(divergence="alpha", options={"alpha": 1.5}, coef=0.1)
-    with pytest.raises(ValueError, match=r"model.anchor.options: unknown option\(s\) \['alpha'\] of f-divergence 'js'; accepted: \[\]"):
+    with pytest.raises(
+        ValueError, match=r"model.anchor.options: unknown option\(s\) \['alpha'\] of f-divergence 'js'; accepted: \[\]"
+    ):
         AnchorOptions(divergence="js", options={"alpha": 0.5}, coef=0.1)
-    with pytest.raises(ValueError, match=r"model.anchor.level: unknown divergence level 'row'; valid names: \['sequence', 'token'\]"):
+    with pytest.raises(
+        ValueError, match=r"model.anchor.level: unknown divergence level 'row'; valid names: \['sequence', 'token'\]"
+    ):
         AnchorOptions(divergence="forward_kl", level="row", coef=0.1)
     with pytest.raises(ValueError, match="model.anchor.coef must be a number > 0, got 0"):
         AnchorOptions(coef=0)
     with pytest.raises(ValueError, match="model.kl.value_cap must be a number > 0 or null, got -1.0"):
         KLOptions(coef=0.1, value_cap=-1.0)
-    with pytest.raises(ValueError, match=r"scoring.options.sql: unknown option\(s\) \['moed'\] of reward 'sql'; accepted: \['mode'\]"):
+    with pytest.raises(
+        ValueError, match=r"scoring.options.sql: unknown option\(s\) \['moed'\] of reward 'sql'; accepted: \['mode'\]"
+    ):
         ScoringOptions(options={"sql": {"moed": "bird"}})
     with pytest.raises(ValueError, match="scoring.options: unknown reward 'sqll'"):
         ScoringOptions(options={"sqll": {}})
-    with pytest.raises(ValueError, match=r"scoring.options.sql: sql reward mode must be one of \('spider', 'bird'\); got 'strict'"):
+    with pytest.raises(
+        ValueError, match=r"scoring.options.sql: sql reward mode must be one of \('spider', 'bird'\); got 'strict'"
+    ):
         ScoringOptions(options={"sql": {"mode": "strict"}})
     AGGREGATIONS.register("test_bare_agg")(lambda values, mask, max_len=None: values.sum())
     try:
-        with pytest.raises(ValueError, match="model.loss.aggregation: loss aggregation 'test_bare_agg' was registered without"):
+        with pytest.raises(
+            ValueError, match="model.loss.aggregation: loss aggregation 'test_bare_agg' was registered without"
+        ):
             LossOptions(aggregation="test_bare_agg")
     finally:
         AGGREGATIONS.pop("test_bare_agg")
@@ -320,9 +453,16 @@ def test_more_start_up_errors_name_key_value_and_choices():
 def test_an_advantage_that_needs_binary_rewards_refuses_rewards_known_not_to_be_at_start_up(tiny_model_dir):
     """passk used to refuse math + sql (rewards 0, 1 or 2) only after the first generation."""
     two = ScoringOptions(reward_funcs=["math", "sql"], correctness="math", workers=0)
-    with pytest.raises(ValueError, match=r"model.loss.advantage='passk' needs binary rewards in \{0, 1\}, but the configured "
-                                         r"rewards \(math×1, sql×1\) give \[0.0, 1.0, 2.0\]"):  # fmt: skip
-        RLVRModule(PolicyOptions("/not/loaded/before/the/check"), loss=LossOptions(advantage="passk", advantage_options={"k": 2}), scoring=two)
+    with pytest.raises(
+        ValueError,
+        match=r"model.loss.advantage='passk' needs binary rewards in \{0, 1\}, but the configured "
+        r"rewards \(math×1, sql×1\) give \[0.0, 1.0, 2.0\]",
+    ):
+        RLVRModule(
+            PolicyOptions("/not/loaded/before/the/check"),
+            loss=LossOptions(advantage="passk", advantage_options={"k": 2}),
+            scoring=two,
+        )
     with pytest.raises(ValueError, match="model.loss.advantage='nsr' needs binary rewards"):
         RLVRModule(PolicyOptions("/not/loaded/before/the/check"), loss=LossOptions(advantage="nsr"), scoring=two)
 
@@ -334,14 +474,24 @@ def test_answer_keys_computed_in_reward_workers_equal_in_process(tiny_model_dir,
     from lit_rlvr.data.datamodule import ValSet
 
     files = tmp_path / "math.jsonl"
-    files.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i), "reward": "math"}) + "\n" for i in range(4)))
+    files.write_text(
+        "".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i), "reward": "math"}) + "\n" for i in range(4))
+    )
 
     def validate(workers: int) -> dict:
         dm = PromptDataModule(tokenizer=str(tiny_model_dir), val=[ValSet(files=str(files), name="m", n_samples=4)])
-        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=4, seed=0),
-                            scoring=ScoringOptions(workers=workers))  # fmt: skip
-        trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                          callbacks=[RolloutCallback(engine="hf")])
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            sampling=SamplingParams(n=4, max_new_tokens=4, seed=0),
+            scoring=ScoringOptions(workers=workers),
+        )
+        trainer = Trainer(
+            accelerator="cpu",
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[RolloutCallback(engine="hf")],
+        )
         return trainer.validate(module, datamodule=dm)[0]
 
     in_process, pooled = validate(0), validate(1)
@@ -355,18 +505,30 @@ def test_answer_keys_computed_in_reward_workers_equal_in_process(tiny_model_dir,
 def forward_shapes(module: RLVRModule) -> list[tuple[int, int]]:
     """Records ``input_ids.shape`` of every forward of the policy's decoder."""
     shapes: list[tuple[int, int]] = []
-    module.policy.model.register_forward_pre_hook(lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    module.policy.model.register_forward_pre_hook(
+        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
     return shapes
 
 
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
-@pytest.mark.parametrize("tokens,rows,padding_free", [(1, None, "auto"), (30, None, False), (30, None, "auto"), (48, 3, False)])
+@pytest.mark.parametrize(
+    "tokens,rows,padding_free", [(1, None, "auto"), (30, None, False), (30, None, "auto"), (48, 3, False)]
+)
 def test_token_budget_accumulation_gives_the_full_batch_update(tiny_model_dir, agg, tokens, rows, padding_free):
     """Length-sorted, cropped micro-batches under a token budget give the full-batch step in every mode,
     padded or packed (Dr. GRPO's normaliser stays max_new_tokens = 8, never a micro-batch's crop length)."""
     results, shapes = [], []
     for budget, micro in ((None, None), (tokens, rows)):
-        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), loss=LossOptions(aggregation=agg), batching=BatchingOptions(micro_batch_size=micro, micro_batch_tokens=budget, padding_free=padding_free), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)  # fmt: skip
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            sampling=SamplingParams(n=4, max_new_tokens=8),
+            loss=LossOptions(aggregation=agg),
+            batching=BatchingOptions(micro_batch_size=micro, micro_batch_tokens=budget, padding_free=padding_free),
+            scoring=ScoringOptions(workers=0),
+            max_grad_norm=None,
+            optimizer=sgd,
+        )
         shapes.append(forward_shapes(module))
         results.append(one_step(module, fixed_batch(module.tokenizer, with_anchor=False)))
     for name in results[0]:
@@ -381,7 +543,16 @@ def test_token_budget_accumulation_gives_the_full_batch_update(tiny_model_dir, a
 def test_token_budget_accumulation_with_anchors_equals_the_full_batch_at_both_levels(tiny_model_dir, agg, level):
     results = []
     for budget in (None, 32):  # rollouts and the 3 anchor samples both split by tokens
-        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), loss=LossOptions(aggregation=agg), anchor=AnchorOptions(divergence="forward_kl", coef=0.5, level=level), batching=BatchingOptions(micro_batch_tokens=budget), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)  # fmt: skip
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            sampling=SamplingParams(n=4, max_new_tokens=8),
+            loss=LossOptions(aggregation=agg),
+            anchor=AnchorOptions(divergence="forward_kl", coef=0.5, level=level),
+            batching=BatchingOptions(micro_batch_tokens=budget),
+            scoring=ScoringOptions(workers=0),
+            max_grad_norm=None,
+            optimizer=sgd,
+        )
         results.append(one_step(module, fixed_batch(module.tokenizer)))
     for name in results[0]:
         assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
@@ -392,7 +563,17 @@ def test_padding_free_step_equals_the_padded_step(tiny_model_dir, attn):
     """Packed training forward (+ RKL reference, recomputed old log-probs, anchors) = padded, to float rounding."""
     results = []
     for padding_free in (False, True):
-        module = RLVRModule(PolicyOptions(str(tiny_model_dir), attn_implementation=attn), sampling=SamplingParams(n=4, max_new_tokens=8), anchor=AnchorOptions(divergence="forward_kl", coef=0.5), kl=KLOptions(coef=0.1), batching=BatchingOptions(micro_batch_tokens=40, padding_free=padding_free), scoring=ScoringOptions(workers=0), recompute_old_logprobs=True, max_grad_norm=None, optimizer=sgd)  # fmt: skip
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir), attn_implementation=attn),
+            sampling=SamplingParams(n=4, max_new_tokens=8),
+            anchor=AnchorOptions(divergence="forward_kl", coef=0.5),
+            kl=KLOptions(coef=0.1),
+            batching=BatchingOptions(micro_batch_tokens=40, padding_free=padding_free),
+            scoring=ScoringOptions(workers=0),
+            recompute_old_logprobs=True,
+            max_grad_norm=None,
+            optimizer=sgd,
+        )
         shapes = forward_shapes(module)
         results.append(one_step(module, fixed_batch(module.tokenizer)))
     assert all(b * L <= 40 or b == 1 for b, L in shapes)
@@ -403,10 +584,21 @@ def test_padding_free_step_equals_the_padded_step(tiny_model_dir, attn):
 @pytest.mark.parametrize("padding_free", [False, True])
 def test_no_grad_passes_follow_the_token_budget(tiny_model_dir, padding_free):
     """Old log-probs and the RKL reference pass run in the same budgeted micro-batches as training."""
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), kl=KLOptions(coef=0.1), batching=BatchingOptions(micro_batch_tokens=24, padding_free=padding_free), scoring=ScoringOptions(workers=0), recompute_old_logprobs=True, max_grad_norm=None, optimizer=sgd)  # fmt: skip
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        kl=KLOptions(coef=0.1),
+        batching=BatchingOptions(micro_batch_tokens=24, padding_free=padding_free),
+        scoring=ScoringOptions(workers=0),
+        recompute_old_logprobs=True,
+        max_grad_norm=None,
+        optimizer=sgd,
+    )
     module.reference.setup()  # the frozen reference copy
     policy_shapes, reference_shapes = forward_shapes(module), []
-    module.reference._copy.model.register_forward_pre_hook(lambda mod, a, kw: reference_shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    module.reference._copy.model.register_forward_pre_hook(
+        lambda mod, a, kw: reference_shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
     one_step(module, fixed_batch(module.tokenizer, with_anchor=False))
     for shapes in (policy_shapes, reference_shapes):  # packed: bins of rows, within the budget as well
         assert len(shapes) > 1 and all(b * L <= 24 or b == 1 for b, L in shapes)
@@ -446,7 +638,9 @@ def test_default_optimizer_is_fused_adamw_with_the_reference_update():
 
 def step_data(module: RLVRModule, batch: TrainBatch) -> StepData:
     """The batch's rollouts as the step's tensors (rewards 0: these helpers compute their own)."""
-    return StepData.from_rollouts(batch.rollouts, module.tokenizer.pad_token_id, torch.zeros(len(batch.rollouts.completion_ids)))
+    return StepData.from_rollouts(
+        batch.rollouts, module.tokenizer.pad_token_id, torch.zeros(len(batch.rollouts.completion_ids))
+    )
 
 
 def own_logprobs(module: RLVRModule, batch: TrainBatch) -> list[list[float]]:
@@ -462,9 +656,14 @@ def test_rollout_correction_is_an_exact_no_op_with_identical_numerics(tiny_model
 
     results = []
     for correction in (None, RolloutCorrection("sequence_mask", clip_max=2.0, clip_min=0.5)):
-        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8),
-                            rollout_correction=correction, scoring=ScoringOptions(workers=0), max_grad_norm=None,
-                            optimizer=sgd)  # fmt: skip
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            sampling=SamplingParams(n=4, max_new_tokens=8),
+            rollout_correction=correction,
+            scoring=ScoringOptions(workers=0),
+            max_grad_norm=None,
+            optimizer=sgd,
+        )
         batch = fixed_batch(module.tokenizer, with_anchor=False)
         batch.rollouts.sampler_logprobs = own_logprobs(module, batch)
         results.append(one_step(module, batch))
@@ -481,10 +680,19 @@ def test_rollout_correction_weights_each_token_by_the_bounded_ratio(tiny_model_d
     from lit_rlvr.options import RolloutCorrection
 
     correction = RolloutCorrection("token_truncate", clip_max=1.5, clip_min=0.5)
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8),
-                        rollout_correction=correction, scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=sgd)  # fmt: skip
-    reference = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8),
-                           scoring=ScoringOptions(workers=0))  # fmt: skip
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        rollout_correction=correction,
+        scoring=ScoringOptions(workers=0),
+        max_grad_norm=None,
+        optimizer=sgd,
+    )
+    reference = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        scoring=ScoringOptions(workers=0),
+    )
     batch = fixed_batch(module.tokenizer, with_anchor=False)
     start = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
     data = step_data(module, batch)
@@ -496,8 +704,15 @@ def test_rollout_correction_weights_each_token_by_the_bounded_ratio(tiny_model_d
     loss, _ = policy_loss(logprobs, old, adv, data.response_mask, token_weights=weights, max_len=8)
     loss.backward()
     loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
-    trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer = Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, train_dataloaders=loader)
     for name, p in reference.policy.named_parameters():
         assert torch.allclose(module.policy.state_dict()[name], start[name] - p.grad, atol=2e-5), name
@@ -518,7 +733,11 @@ def hand_step(tiny_model_dir, batch, method: str) -> dict[str, torch.Tensor]:
     from lit_rlvr.functional.entropy import entropy_bonus, top_entropy
     from lit_rlvr.functional.losses import masked_row_mean, policy_loss
 
-    reference = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0))
+    reference = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        scoring=ScoringOptions(workers=0),
+    )
     data = step_data(reference, batch)
     mask, old, ids = data.response_mask, data.old_logprobs, data.group_ids
     rewards = torch.tensor([float("7" in t) for t in batch.rollouts.texts])
@@ -530,7 +749,11 @@ def hand_step(tiny_model_dir, batch, method: str) -> dict[str, torch.Tensor]:
     elif method in ("clip_cov", "kl_cov"):
         options = METHODS[method]["loss"].policy_loss_options
         select = clip_cov_select if method == "clip_cov" else kl_cov_select
-        extra = {"clip_low": 0.2, "clip_high": 0.28, "generator": torch.Generator().manual_seed(0)} if method == "clip_cov" else {}
+        extra = (
+            {"clip_low": 0.2, "clip_high": 0.28, "generator": torch.Generator().manual_seed(0)}
+            if method == "clip_cov"
+            else {}
+        )
         chosen = {k: v for k, v in options.items() if k != "ppo_kl_coef"}  # the penalty's weight is the loss's option
         kwargs["selected"] = select(lp0, old, adv[:, None].expand_as(lp0), mask.bool(), **chosen, **extra)
         assert kwargs["selected"].any()
@@ -549,8 +772,14 @@ def hand_step(tiny_model_dir, batch, method: str) -> dict[str, torch.Tensor]:
 
 METHODS = {
     "forking_tokens": {"loss": LossOptions(token_mask="top_entropy", token_mask_options={"top_entropy_quantile": 0.3})},
-    "clip_cov": {"loss": LossOptions(policy_loss="clip_cov", policy_loss_options={"clip_cov_ratio": 0.3, "clip_cov_lb": 0.0, "clip_cov_ub": 1e3})},
-    "kl_cov": {"loss": LossOptions(policy_loss="kl_cov", policy_loss_options={"kl_cov_ratio": 0.3, "ppo_kl_coef": 2.0})},
+    "clip_cov": {
+        "loss": LossOptions(
+            policy_loss="clip_cov", policy_loss_options={"clip_cov_ratio": 0.3, "clip_cov_lb": 0.0, "clip_cov_ub": 1e3}
+        )
+    },
+    "kl_cov": {
+        "loss": LossOptions(policy_loss="kl_cov", policy_loss_options={"kl_cov_ratio": 0.3, "ppo_kl_coef": 2.0})
+    },
     "entropy_bonus": {"entropy": EntropyOptions("static", {"entropy_coef": 0.1})},
     "unlikeliness": {"loss": LossOptions(advantage="unlikeliness", advantage_options={"rank_penalty": 0.5})},
     "nsr": {"loss": LossOptions(advantage="nsr")},
@@ -561,8 +790,14 @@ METHODS = {
 def test_method_step_equals_the_functional_pieces_by_hand(tiny_model_dir, method):
     """The module's step is the method's loss built by hand: selections from π_θ at the start of the
     step, the mask as token weights, the bonus with the loss's aggregation, the log-likelihood of π_old."""
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0),
-                        max_grad_norm=None, optimizer=sgd, **METHODS[method])  # fmt: skip
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        scoring=ScoringOptions(workers=0),
+        max_grad_norm=None,
+        optimizer=sgd,
+        **METHODS[method],
+    )
     batch = fixed_batch(module.tokenizer, with_anchor=False)
     start = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
     grads = hand_step(tiny_model_dir, batch, method)
@@ -575,13 +810,22 @@ def test_method_step_equals_the_functional_pieces_by_hand(tiny_model_dir, method
 def test_methods_are_unchanged_by_micro_batching(tiny_model_dir, method):
     """Selections are made once per rollout batch and travel with the rows, so micro-batches (and the
     DPH-RL anchor term composed with a forking-token mask) give the full batch's update."""
-    kwargs = METHODS.get(method.split("+")[0], {"entropy": EntropyOptions("adaptive", {"entropy_coef": 0.05, "entropy_target": 50.0})})
+    kwargs = METHODS.get(
+        method.split("+")[0], {"entropy": EntropyOptions("adaptive", {"entropy_coef": 0.05, "entropy_target": 50.0})}
+    )
     anchor = method.endswith("+anchor")
     results = []
     for micro in (None, 3):
-        module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0),
-                            batching=BatchingOptions(micro_batch_size=micro), max_grad_norm=None, optimizer=sgd,
-                            anchor=AnchorOptions(coef=0.3) if anchor else None, **kwargs)  # fmt: skip
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            sampling=SamplingParams(n=4, max_new_tokens=8),
+            scoring=ScoringOptions(workers=0),
+            batching=BatchingOptions(micro_batch_size=micro),
+            max_grad_norm=None,
+            optimizer=sgd,
+            anchor=AnchorOptions(coef=0.3) if anchor else None,
+            **kwargs,
+        )
         results.append(one_step(module, fixed_batch(module.tokenizer, with_anchor=anchor)))
     for name in results[0]:
         assert torch.allclose(results[0][name], results[1][name], atol=1e-6), name
@@ -590,17 +834,30 @@ def test_methods_are_unchanged_by_micro_batching(tiny_model_dir, method):
 def test_token_entropy_is_logged_every_step_and_the_coefficient_with_a_bonus(tiny_model_dir):
     from lit_rlvr.functional.losses import aggregate
 
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0),
-                        entropy=EntropyOptions("adaptive", {"entropy_coef": 0.02, "entropy_target": 50.0, "entropy_coef_delta": 0.01}),
-                        optimizer=sgd)  # fmt: skip
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        scoring=ScoringOptions(workers=0),
+        entropy=EntropyOptions("adaptive", {"entropy_coef": 0.02, "entropy_target": 50.0, "entropy_coef_delta": 0.01}),
+        optimizer=sgd,
+    )
     batch = fixed_batch(module.tokenizer, with_anchor=False)
     data = step_data(module, batch)
     _, h = module.logprobs(data, with_entropy=True)
-    trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer = Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, train_dataloaders=DataLoader([batch], batch_size=None, collate_fn=lambda b: b))
     metrics = trainer.callback_metrics
-    assert float(metrics["train/entropy"]) == pytest.approx(float(aggregate(h, data.response_mask)), rel=1e-5)  # π_θ before the step
+    assert float(metrics["train/entropy"]) == pytest.approx(
+        float(aggregate(h, data.response_mask)), rel=1e-5
+    )  # π_θ before the step
     assert float(metrics["train/entropy_coef"]) == pytest.approx(0.02)  # applied at this step; the next one gets 0.03
     assert module.entropy_state.coef == pytest.approx(0.03) and module.entropy_state.active
 
@@ -613,14 +870,28 @@ def fit_with_adaptive_entropy(tiny_model_dir, files, root, max_steps: int, ckpt_
     from lit_rlvr.data.datamodule import DatasetSpec
 
     torch.manual_seed(0)
-    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"), batch_size=2, seed=3)
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=5, seed=11), scoring=ScoringOptions(workers=0),
-                        entropy=EntropyOptions("adaptive", {"entropy_target": 50.0, "entropy_coef_delta": 0.05}),
-                        loss=LossOptions(policy_loss="clip_cov", policy_loss_options={"clip_cov_ratio": 0.2, "clip_cov_lb": -1e3}),
-                        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2))  # fmt: skip
-    trainer = Trainer(max_steps=max_steps, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                      num_sanity_val_steps=0, limit_val_batches=0, deterministic=True,
-                      callbacks=[RolloutCallback(engine="hf"), ModelCheckpoint(dirpath=root, save_last=True, every_n_train_steps=1)])  # fmt: skip
+    dm = PromptDataModule(
+        tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"), batch_size=2, seed=3
+    )
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=5, seed=11),
+        scoring=ScoringOptions(workers=0),
+        entropy=EntropyOptions("adaptive", {"entropy_target": 50.0, "entropy_coef_delta": 0.05}),
+        loss=LossOptions(policy_loss="clip_cov", policy_loss_options={"clip_cov_ratio": 0.2, "clip_cov_lb": -1e3}),
+        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2),
+    )
+    trainer = Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        deterministic=True,
+        callbacks=[RolloutCallback(engine="hf"), ModelCheckpoint(dirpath=root, save_last=True, every_n_train_steps=1)],
+    )
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     return module
 
@@ -632,25 +903,43 @@ def test_adaptive_entropy_coefficient_resumes_where_it_was(tiny_model_dir, tmp_p
     files = toy_prompts(8)
     full = fit_with_adaptive_entropy(tiny_model_dir, files, tmp_path / "full", 4)
     part = fit_with_adaptive_entropy(tiny_model_dir, files, tmp_path / "part", 2)
-    assert part.entropy_state.coef == pytest.approx(0.1) and full.entropy_state.coef == pytest.approx(0.2)  # 0.05 a step below 50 nats
-    resumed = fit_with_adaptive_entropy(tiny_model_dir, files, tmp_path / "part", 4, ckpt_path=str(tmp_path / "part" / "last.ckpt"))
+    assert part.entropy_state.coef == pytest.approx(0.1) and full.entropy_state.coef == pytest.approx(
+        0.2
+    )  # 0.05 a step below 50 nats
+    resumed = fit_with_adaptive_entropy(
+        tiny_model_dir, files, tmp_path / "part", 4, ckpt_path=str(tmp_path / "part" / "last.ckpt")
+    )
     assert resumed.entropy_state == full.entropy_state
     for (name, a), (_, b) in zip(full.policy.named_parameters(), resumed.policy.named_parameters()):
         assert torch.allclose(a, b, atol=1e-6), name
 
 
 def test_method_conflicts_are_refused_at_start_up():
-    with pytest.raises(ValueError, match=r"model.loss.policy_loss: policy loss 'kl_cov' does not clip, so dual_clip=3.0 would have no effect"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.loss.policy_loss: policy loss 'kl_cov' does not clip, so dual_clip=3.0 would have no effect",
+    ):
         LossOptions(policy_loss="kl_cov", dual_clip=3.0)
-    with pytest.raises(ValueError, match=r"model.loss.token_mask_options=\{'top_entropy_quantile': 0.2\} without a model.loss.token_mask"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.loss.token_mask_options=\{'top_entropy_quantile': 0.2\} without a model.loss.token_mask",
+    ):
         LossOptions(token_mask_options={"top_entropy_quantile": 0.2})
-    with pytest.raises(ValueError, match=r"model.loss.policy_loss_options: unknown option\(s\) \['clip_ratio'\] of policy loss 'clip_cov'"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.loss.policy_loss_options: unknown option\(s\) \['clip_ratio'\] of policy loss 'clip_cov'",
+    ):
         LossOptions(policy_loss="clip_cov", policy_loss_options={"clip_ratio": 0.0002})
-    with pytest.raises(ValueError, match=r"model.loss.token_mask: unknown token mask 'forking'; valid names: \['top_entropy'\]"):
+    with pytest.raises(
+        ValueError, match=r"model.loss.token_mask: unknown token mask 'forking'; valid names: \['top_entropy'\]"
+    ):
         LossOptions(token_mask="forking")
     with pytest.raises(ValueError, match=r"model.entropy.options: entropy_coef must be > 0 for a static bonus"):
         EntropyOptions("static", {"entropy_coef": 0.0})
-    with pytest.raises(ValueError, match=r"model.entropy.control: unknown entropy control 'skywork'; valid names: \['adaptive', 'static'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.entropy.control: unknown entropy control 'skywork'; valid names: \['adaptive', 'static'\]",
+    ):
         EntropyOptions("skywork")
     assert LossOptions(policy_loss="clip_cov", dual_clip=3.0, token_mask="top_entropy").selects_tokens  # these compose
     assert not LossOptions(advantage="nsr").selects_tokens
@@ -661,7 +950,9 @@ def test_method_conflicts_are_refused_at_start_up():
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("logger", ["csv", "default"])
-def test_python_fit_with_a_lightning_logger_logs_readable_hparams_that_reload(tiny_model_dir, toy_prompts, tmp_path, logger):
+def test_python_fit_with_a_lightning_logger_logs_readable_hparams_that_reload(
+    tiny_model_dir, toy_prompts, tmp_path, logger
+):
     """``Trainer(logger=CSVLogger(...))`` and the default logger write the option groups as plain dicts
     (they crashed on the frozen dataclasses), and the checkpoint's hyper-parameters load back into the groups."""
     import yaml
@@ -675,14 +966,31 @@ def test_python_fit_with_a_lightning_logger_logs_readable_hparams_that_reload(ti
     from lit_rlvr.policy import LoraOptions
 
     files = toy_prompts()
-    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"), batch_size=2, seed=0)
+    dm = PromptDataModule(
+        tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"), batch_size=2, seed=0
+    )
     loss = LossOptions(advantage="passk", advantage_options={"k": 2})
     policy = PolicyOptions(str(tiny_model_dir), lora=LoraOptions(r=2, alpha=4, target_modules=["q_proj"]))
-    module = RLVRModule(policy, sampling=SamplingParams(n=4, max_new_tokens=6, seed=0, stop=("\n",)), loss=loss,
-                        anchor=None, kl=KLOptions(coef=0.05), rollout_correction=RolloutCorrection(), scoring=ScoringOptions(workers=0))  # fmt: skip
-    kwargs = {"logger": CSVLogger(tmp_path / "logs", name="run")} if logger == "csv" else {"default_root_dir": str(tmp_path)}
-    trainer = Trainer(max_steps=1, accelerator="cpu", enable_progress_bar=False, enable_model_summary=False,
-                      callbacks=[RolloutCallback(engine="hf"), ModelCheckpoint(dirpath=tmp_path / "ckpt")], **kwargs)  # fmt: skip
+    module = RLVRModule(
+        policy,
+        sampling=SamplingParams(n=4, max_new_tokens=6, seed=0, stop=("\n",)),
+        loss=loss,
+        anchor=None,
+        kl=KLOptions(coef=0.05),
+        rollout_correction=RolloutCorrection(),
+        scoring=ScoringOptions(workers=0),
+    )
+    kwargs = (
+        {"logger": CSVLogger(tmp_path / "logs", name="run")} if logger == "csv" else {"default_root_dir": str(tmp_path)}
+    )
+    trainer = Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[RolloutCallback(engine="hf"), ModelCheckpoint(dirpath=tmp_path / "ckpt")],
+        **kwargs,
+    )
     trainer.fit(module, datamodule=dm)
     hparams = yaml.safe_load(next(tmp_path.rglob("hparams.yaml")).read_text())
     assert hparams["loss"]["advantage"] == "passk" and hparams["loss"]["advantage_options"] == {"k": 2}
@@ -691,7 +999,12 @@ def test_python_fit_with_a_lightning_logger_logs_readable_hparams_that_reload(ti
     reloaded = RLVRModule.load_from_checkpoint(next((tmp_path / "ckpt").glob("*.ckpt")))
     assert reloaded.loss == loss and reloaded.kl == KLOptions(coef=0.05) and reloaded.sampling.stop == ("\n",)
     assert reloaded.rollout_correction == RolloutCorrection() and reloaded.hparams["policy"]["lora"]["r"] == 2
-    assert RLVRModule(PolicyOptions(str(tiny_model_dir)), dynamic_sampling={"max_batches_per_step": 3}).dynamic_sampling.max_batches_per_step == 3
+    assert (
+        RLVRModule(
+            PolicyOptions(str(tiny_model_dir)), dynamic_sampling={"max_batches_per_step": 3}
+        ).dynamic_sampling.max_batches_per_step
+        == 3
+    )
 
 
 def test_a_checkpoint_that_would_run_code_is_refused_not_run(tmp_path):
@@ -708,7 +1021,9 @@ def test_a_checkpoint_that_would_run_code_is_refused_not_run(tmp_path):
 
     path = tmp_path / "evil.ckpt"
     torch.save({"state_dict": {}, "hyper_parameters": {"x": Payload()}}, path)
-    with pytest.raises(UnsafeCheckpointError, match="refused to load, it holds objects that torch.load.weights_only=True"):
+    with pytest.raises(
+        UnsafeCheckpointError, match="refused to load, it holds objects that torch.load.weights_only=True"
+    ):
         RLVRModule.load_from_checkpoint(path)
     with pytest.raises(UnsafeCheckpointError):
         upgrade_main(["checkpoint", str(path), str(tmp_path / "out.ckpt")])
@@ -718,5 +1033,11 @@ def test_a_checkpoint_that_would_run_code_is_refused_not_run(tmp_path):
 def test_lightnings_gradient_clipping_is_refused_with_where_clipping_is_set(tiny_model_dir):
     module = RLVRModule(PolicyOptions(str(tiny_model_dir)), scoring=ScoringOptions(workers=0))
     trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, gradient_clip_val=0.5)
-    with pytest.raises(ValueError, match=r"set model.max_grad_norm=0.5 \(RLVRModule\(max_grad_norm=...\)\) and leave trainer.gradient_clip_val unset"):
-        trainer.fit(module, train_dataloaders=DataLoader([fixed_batch(module.tokenizer)], batch_size=None, collate_fn=lambda b: b))
+    with pytest.raises(
+        ValueError,
+        match=r"set model.max_grad_norm=0.5 \(RLVRModule\(max_grad_norm=...\)\) and leave trainer.gradient_clip_val unset",
+    ):
+        trainer.fit(
+            module,
+            train_dataloaders=DataLoader([fixed_batch(module.tokenizer)], batch_size=None, collate_fn=lambda b: b),
+        )

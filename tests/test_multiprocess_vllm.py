@@ -33,7 +33,10 @@ _REFERENCE: dict[str, dict] = {}
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory, tiny_model_dir) -> str:
     path = tmp_path_factory.mktemp("prompts") / "toy.jsonl"
-    rows = [{"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "x", "reward": "test_contains_seven"} for i in range(8)]
+    rows = [
+        {"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "x", "reward": "test_contains_seven"}
+        for i in range(8)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
 
@@ -44,8 +47,14 @@ def launch(tiny_model_dir, prompts, out: Path, *args: str, timeout: float = 200)
     log = out.with_suffix(".log")
     t0 = time.perf_counter()
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, str(SCRIPT), str(tiny_model_dir), prompts, str(out), *args],
-                                stdout=f, stderr=subprocess.STDOUT, env=env, cwd=out.parent, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(tiny_model_dir), prompts, str(out), *args],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=out.parent,
+            start_new_session=True,
+        )
         try:
             rc = proc.wait(timeout=timeout)
         finally:
@@ -68,7 +77,9 @@ def reference(tiny_model_dir, run_out: Path, in_process) -> dict:
     key = json.dumps([r["steps"][0]["rows"] for r in ranks(run_out)])
     if key not in _REFERENCE:
         out = run_out.with_name("reference")
-        in_process(SCRIPT, "reference", argparse.Namespace(model_dir=str(tiny_model_dir), rows=str(run_out), out=str(out)))
+        in_process(
+            SCRIPT, "reference", argparse.Namespace(model_dir=str(tiny_model_dir), rows=str(run_out), out=str(out))
+        )
         _REFERENCE[key] = json.loads(Path(f"{out}.rank0").read_text())
     return _REFERENCE[key]
 
@@ -76,9 +87,16 @@ def reference(tiny_model_dir, run_out: Path, in_process) -> dict:
 def check_fit(results: list[dict], ref: dict, steps: int) -> None:
     """What every rank of a 2-process vLLM fit must have seen (see the module docstring)."""
     for rank, r in enumerate(results):
-        assert r["vllm"] == {"executor": "ExecutorWithExternalLauncher", "worker_rank": rank, "world": [0, 1],
-                             "tp": [rank], "engine_seed": rank}  # unseeded requests differ by rank too
-        assert r["seeds"][:steps] == [rank * STRIDE + step * STEP for step in range(steps)]  # seed 0 + rank offset + step offset
+        assert r["vllm"] == {
+            "executor": "ExecutorWithExternalLauncher",
+            "worker_rank": rank,
+            "world": [0, 1],
+            "tp": [rank],
+            "engine_seed": rank,
+        }  # unseeded requests differ by rank too
+        assert r["seeds"][:steps] == [
+            rank * STRIDE + step * STEP for step in range(steps)
+        ]  # seed 0 + rank offset + step offset
         assert len(r["steps"]) == steps and len(r["syncs"]) == steps + 1  # fit start + one per step
         for s in r["steps"]:
             assert s["rollout_prompt_ids"] == s["prompt_ids"] and len(s["completions"]) == 2 * 4
@@ -87,7 +105,9 @@ def check_fit(results: list[dict], ref: dict, steps: int) -> None:
             assert sync["callback_err"] < 1e-4 and sync["err"] < 1e-4
     for s0, s1 in zip(results[0]["steps"], results[1]["steps"]):  # each rank its own prompts
         assert not {row["id"] for row in s0["rows"]} & {row["id"] for row in s1["rows"]}
-    moved = max(abs(a - b) for a, b in zip(results[0]["syncs"][0]["engine_logprobs"], results[0]["syncs"][1]["engine_logprobs"]))
+    moved = max(
+        abs(a - b) for a, b in zip(results[0]["syncs"][0]["engine_logprobs"], results[0]["syncs"][1]["engine_logprobs"])
+    )
     assert moved > 1e-2  # the first update is visible on the probe, so the checks below can fail
     # the first step equals one process on the global batch: loss, update, and both engines after the sync
     assert sum(r["steps"][0]["loss"] for r in results) / 2 == pytest.approx(ref["steps"][0]["loss"], abs=1e-5)
@@ -100,7 +120,9 @@ def check_fit(results: list[dict], ref: dict, steps: int) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @needs_vllm
-def test_ddp_fit_with_one_vllm_engine_per_rank_matches_one_process(tiny_model_dir, prompts, tmp_path, seven_reward, script_in_process):
+def test_ddp_fit_with_one_vllm_engine_per_rank_matches_one_process(
+    tiny_model_dir, prompts, tmp_path, seven_reward, script_in_process
+):
     out = tmp_path / "ddp"
     rc, log, seconds = launch(tiny_model_dir, prompts, out, "ddp", "--steps", "3")
     assert rc == 0, log[-3000:]
@@ -111,13 +133,17 @@ def test_ddp_fit_with_one_vllm_engine_per_rank_matches_one_process(tiny_model_di
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @needs_vllm
-def test_fsdp2_fit_with_vllm_matches_one_process_then_a_failing_engine_ends_every_rank(tiny_model_dir, prompts, tmp_path, seven_reward, script_in_process):
+def test_fsdp2_fit_with_vllm_matches_one_process_then_a_failing_engine_ends_every_rank(
+    tiny_model_dir, prompts, tmp_path, seven_reward, script_in_process
+):
     """3 steps are checked as under DDP; then rank 1's engine raises inside its 4th generation."""
     out = tmp_path / "fsdp2"
     rc, log, seconds = launch(tiny_model_dir, prompts, out, "fsdp2", "--steps", "4", "--fail", "raise:1:3")
     assert rc != 0, log[-3000:]
-    message = ("RolloutRankError: vllm generate of 2 prompts x 4 samples failed on rank 1 of 2: "
-               "rank 1: RuntimeError: injected engine failure on rank 1 at step 3")
+    message = (
+        "RolloutRankError: vllm generate of 2 prompts x 4 samples failed on rank 1 of 2: "
+        "rank 1: RuntimeError: injected engine failure on rank 1 at step 3"
+    )
     for rank in range(2):  # the same error on both ranks, not rank 0 waiting in the next collective
         assert f"[rank{rank}]: lit_rlvr.ranks.{message}" in log, log[-3000:]
     check_fit(ranks(out), reference(tiny_model_dir, out, script_in_process), steps=3)
@@ -152,11 +178,13 @@ def test_a_rank_stuck_in_its_weight_sync_is_named_by_the_others_within_the_timeo
     The HF engine suffices: the status exchange is lit_rlvr.ranks', not the engine's.
     """
     out = tmp_path / "stuck"
-    rc, log, seconds = launch(tiny_model_dir, prompts, out, "ddp", "--engine", "hf", "--fail", "hang:1:1",
-                              "--sync-timeout", "2", timeout=150)
+    rc, log, seconds = launch(
+        tiny_model_dir, prompts, out, "ddp", "--engine", "hf", "--fail", "hang:1:1", "--sync-timeout", "2", timeout=150
+    )
     assert rc != 0, log[-3000:]
-    assert ("[rank0]: lit_rlvr.ranks.RolloutRankError: hf weight sync: not every rank of 2 finished "
-            "within 12 s") in log, log[-3000:]
+    assert (
+        "[rank0]: lit_rlvr.ranks.RolloutRankError: hf weight sync: not every rank of 2 finished within 12 s"
+    ) in log, log[-3000:]
     assert "Ranks 1 failed to pass monitoredBarrier" in log
     assert len(ranks(out)[0]["syncs"]) == 1  # only the sync at fit start went through: the next one failed
     print(f"\n[stuck rank, 2 processes: {seconds:.1f} s]")
@@ -166,11 +194,15 @@ def test_rank_seeds_are_distinct_and_rank_zero_samples_as_a_single_process():
     from lit_rlvr.rollout.seeds import STEP_SEED_STRIDE, step_sampling, with_seed
 
     sampling = SamplingParams(n=4, seed=7)
-    starts = {(rank, step): step_sampling(sampling, step, rank).seed for rank in range(4) for step in range(3)}  # the path fit takes
+    starts = {
+        (rank, step): step_sampling(sampling, step, rank).seed for rank in range(4) for step in range(3)
+    }  # the path fit takes
     # an engine seeds row j of a call with start + j: 1,024-row calls never share a sample seed
     rows = [start + j for start in starts.values() for j in range(1024)]
     assert len(set(rows)) == len(rows)
-    assert [starts[0, step] for step in range(3)] == [7 + step * STEP_SEED_STRIDE for step in range(3)]  # rank 0 = one process
+    assert [starts[0, step] for step in range(3)] == [
+        7 + step * STEP_SEED_STRIDE for step in range(3)
+    ]  # rank 0 = one process
     assert starts[3, 2] == 7 + 3 * STRIDE + 2 * STEP_SEED_STRIDE
     assert with_seed(SamplingParams(n=4), 5, 1).seed is None  # unseeded stays unseeded
 
@@ -178,19 +210,42 @@ def test_rank_seeds_are_distinct_and_rank_zero_samples_as_a_single_process():
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 @needs_vllm
-def test_fsdp2_ranks_share_one_vllm_server_that_rank_zero_syncs_with_asynchronous_rollouts(tiny_model_dir, prompts, tmp_path):
+def test_fsdp2_ranks_share_one_vllm_server_that_rank_zero_syncs_with_asynchronous_rollouts(
+    tiny_model_dir, prompts, tmp_path
+):
     """Two FSDP2 ranks, one `vllm serve` given by URL, max_staleness 1: both ranks generate on it,
     rank 0 alone pushes the weights (the other walks the same gathered stream), and after every
     sync both ranks' probes on the server match their trainer."""
     from lit_rlvr.rollout import build_engine
 
-    engine = build_engine("vllm_server", model_path=str(tiny_model_dir), dtype="float32", max_model_len=128,
-                          kv_cache_memory_bytes=32 * 2**20, enforce_eager=True, log_dir=str(tmp_path))  # fmt: skip
+    engine = build_engine(
+        "vllm_server",
+        model_path=str(tiny_model_dir),
+        dtype="float32",
+        max_model_len=128,
+        kv_cache_memory_bytes=32 * 2**20,
+        enforce_eager=True,
+        log_dir=str(tmp_path),
+    )
     try:
         out = tmp_path / "server"
-        rc, log, seconds = launch(tiny_model_dir, prompts, out, "fsdp2", "--steps", "4", "--engine", "vllm_server",
-                                  "--url", engine.urls[0], "--api-key", engine.api_key, "--max-staleness", "1",
-                                  timeout=300)  # fmt: skip
+        rc, log, seconds = launch(
+            tiny_model_dir,
+            prompts,
+            out,
+            "fsdp2",
+            "--steps",
+            "4",
+            "--engine",
+            "vllm_server",
+            "--url",
+            engine.urls[0],
+            "--api-key",
+            engine.api_key,
+            "--max-staleness",
+            "1",
+            timeout=300,
+        )
         assert rc == 0, log[-3000:]
         results = ranks(out)
         for rank, r in enumerate(results):
@@ -199,7 +254,9 @@ def test_fsdp2_ranks_share_one_vllm_server_that_rank_zero_syncs_with_asynchronou
                 assert s["rollout_prompt_ids"] == s["prompt_ids"] and len(s["completions"]) == 2 * 4
             for sync in r["syncs"]:
                 assert sync["callback_err"] < 1e-4 and sync["err"] < 1e-4
-            assert all((seed - rank * STRIDE) // STEP in range(4) for seed in r["seeds"]), r["seeds"]  # nothing past step 4
+            assert all((seed - rank * STRIDE) // STEP in range(4) for seed in r["seeds"]), r[
+                "seeds"
+            ]  # nothing past step 4
         for s0, s1 in zip(results[0]["steps"], results[1]["steps"]):
             assert not {row["id"] for row in s0["rows"]} & {row["id"] for row in s1["rows"]}
         for a, b in zip(results[0]["syncs"], results[1]["syncs"]):  # one server, one set of weights

@@ -17,7 +17,17 @@ from torch.utils.data import DataLoader
 
 from lit_rlvr.contracts import AnchorBatch, TrainBatch
 from lit_rlvr.module import RLVRModule
-from lit_rlvr.options import AnchorOptions, BatchingOptions, EntropyOptions, KLOptions, LossOptions, PolicyOptions, RolloutCorrection, SamplingParams, ScoringOptions
+from lit_rlvr.options import (
+    AnchorOptions,
+    BatchingOptions,
+    EntropyOptions,
+    KLOptions,
+    LossOptions,
+    PolicyOptions,
+    RolloutCorrection,
+    SamplingParams,
+    ScoringOptions,
+)
 
 pytestmark = pytest.mark.usefixtures("seven_reward")
 
@@ -32,9 +42,11 @@ def multiturn_batch(tokenizer, seed: int = 0, masked: bool = True) -> TrainBatch
     prompts = ["C375=026:", "C12=3:"]
     completions, masks, sampler, texts = [], [], [], []
     for _ in range(8):
-        parts = [("".join(rng.choice("0123456789+*-") for _ in range(rng.randint(2, 5))) + "?", 1),
-                 ("".join(rng.choice(ENV_CHARS) for _ in range(rng.randint(2, 6))), 0),
-                 ("".join(rng.choice("0123456789+*-") for _ in range(rng.randint(1, 4))) + ";", 1)]  # fmt: skip
+        parts = [
+            ("".join(rng.choice("0123456789+*-") for _ in range(rng.randint(2, 5))) + "?", 1),
+            ("".join(rng.choice(ENV_CHARS) for _ in range(rng.randint(2, 6))), 0),
+            ("".join(rng.choice("0123456789+*-") for _ in range(rng.randint(1, 4))) + ";", 1),
+        ]
         ids, mask, lp = [], [], []
         for text, is_model in parts:
             part = tokenizer(text, add_special_tokens=False).input_ids
@@ -46,11 +58,21 @@ def multiturn_batch(tokenizer, seed: int = 0, masked: bool = True) -> TrainBatch
         sampler.append(lp)
         texts.append("".join(text for text, _ in parts))
     prompt_ids = [tokenizer(p).input_ids for p in prompts]
-    rollouts = Rollouts(prompt_ids, completions, sampler, ["stop"] * 8, n=4, texts=texts, loss_mask=masks if masked else None)
+    rollouts = Rollouts(
+        prompt_ids, completions, sampler, ["stop"] * 8, n=4, texts=texts, loss_mask=masks if masked else None
+    )
     rows = [{"id": f"p{i}", "prompt": p, "answer": "", "reward": "test_contains_seven"} for i, p in enumerate(prompts)]
-    cached = rollouts.to_padded(tokenizer.pad_token_id)  # the same trajectories as a multi-turn reference cache's anchors
-    anchor = AnchorBatch(cached["input_ids"], cached["attention_mask"], cached["response_mask"], cached["old_logprobs"] - 0.5,
-                         torch.ones(8), loss_mask=cached.get("loss_mask"))  # fmt: skip
+    cached = rollouts.to_padded(
+        tokenizer.pad_token_id
+    )  # the same trajectories as a multi-turn reference cache's anchors
+    anchor = AnchorBatch(
+        cached["input_ids"],
+        cached["attention_mask"],
+        cached["response_mask"],
+        cached["old_logprobs"] - 0.5,
+        torch.ones(8),
+        loss_mask=cached.get("loss_mask"),
+    )
     return TrainBatch(rows, prompt_ids, anchor=anchor, rollouts=rollouts)
 
 
@@ -58,12 +80,19 @@ def perturb_environment_logits(policy, env_ids: torch.Tensor):
     """A forward hook that rescales and shifts the logits predicting environment tokens (parameter-dependent)."""
 
     def hook(module, args, kwargs, output):
-        input_ids, keep = kwargs["input_ids"], kwargs.get("logits_to_keep", 0)  # (rows, L); the positions whose logits are kept
+        input_ids, keep = (
+            kwargs["input_ids"],
+            kwargs.get("logits_to_keep", 0),
+        )  # (rows, L); the positions whose logits are kept
         L, K = input_ids.shape[1], output.logits.shape[1]
-        positions = keep.to(input_ids.device) if torch.is_tensor(keep) else torch.arange(L - K, L, device=input_ids.device)
+        positions = (
+            keep.to(input_ids.device) if torch.is_tensor(keep) else torch.arange(L - K, L, device=input_ids.device)
+        )
         following = torch.full((input_ids.shape[0], K), -1, dtype=input_ids.dtype, device=input_ids.device)
         inside = positions + 1 < L
-        following[:, inside] = input_ids[:, positions[inside] + 1]  # the token each kept position predicts (padded or packed rows)
+        following[:, inside] = input_ids[
+            :, positions[inside] + 1
+        ]  # the token each kept position predicts (padded or packed rows)
         env = torch.isin(following, env_ids.to(input_ids.device)).unsqueeze(-1)
         output.logits = torch.where(env, 4.0 * output.logits + 1.5, output.logits)
         return output
@@ -73,24 +102,50 @@ def perturb_environment_logits(policy, env_ids: torch.Tensor):
 
 METHODS = {
     "grpo+kl+entropy_bonus": {"kl": KLOptions(coef=0.1), "entropy": EntropyOptions("static", {"entropy_coef": 0.1})},
-    "grpo+kl+entropy_bonus, padded forward": {"kl": KLOptions(coef=0.1), "entropy": EntropyOptions("static", {"entropy_coef": 0.1}),
-                                              "batching": BatchingOptions(padding_free=False, micro_batch_size=3)},
-    "clip_cov": {"loss": LossOptions(policy_loss="clip_cov", policy_loss_options={"clip_cov_ratio": 0.3, "clip_cov_lb": 0.0, "clip_cov_ub": 1e3})},
+    "grpo+kl+entropy_bonus, padded forward": {
+        "kl": KLOptions(coef=0.1),
+        "entropy": EntropyOptions("static", {"entropy_coef": 0.1}),
+        "batching": BatchingOptions(padding_free=False, micro_batch_size=3),
+    },
+    "clip_cov": {
+        "loss": LossOptions(
+            policy_loss="clip_cov", policy_loss_options={"clip_cov_ratio": 0.3, "clip_cov_lb": 0.0, "clip_cov_ub": 1e3}
+        )
+    },
     "forking_tokens": {"loss": LossOptions(token_mask="top_entropy", token_mask_options={"top_entropy_quantile": 0.3})},
-    "rollout_correction+recompute": {"rollout_correction": RolloutCorrection("token_truncate", clip_max=1.5, clip_min=0.5)},
+    "rollout_correction+recompute": {
+        "rollout_correction": RolloutCorrection("token_truncate", clip_max=1.5, clip_min=0.5)
+    },
     "dph_f on multi-turn anchors": {"anchor": AnchorOptions(divergence="forward_kl", coef=1.0)},
-    "passk+dr_grpo_aggregation": {"loss": LossOptions(advantage="passk", advantage_options={"k": 2}, aggregation="seq_mean_token_sum_norm")},
+    "passk+dr_grpo_aggregation": {
+        "loss": LossOptions(advantage="passk", advantage_options={"k": 2}, aggregation="seq_mean_token_sum_norm")
+    },
 }
 
 
 def step_after(tiny_model_dir, method: str, perturb: bool, masked: bool) -> dict[str, torch.Tensor]:
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=4, max_new_tokens=16), scoring=ScoringOptions(workers=0),
-                        max_grad_norm=None, optimizer=lambda p: torch.optim.SGD(p, lr=1.0), **METHODS[method])  # fmt: skip
-    env_ids = torch.tensor(sorted({i for ch in ENV_CHARS for i in module.tokenizer(ch, add_special_tokens=False).input_ids}))
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=16),
+        scoring=ScoringOptions(workers=0),
+        max_grad_norm=None,
+        optimizer=lambda p: torch.optim.SGD(p, lr=1.0),
+        **METHODS[method],
+    )
+    env_ids = torch.tensor(
+        sorted({i for ch in ENV_CHARS for i in module.tokenizer(ch, add_special_tokens=False).input_ids})
+    )
     handle = perturb_environment_logits(module.policy, env_ids) if perturb else None
     batch = multiturn_batch(module.tokenizer, masked=masked)
-    trainer = Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer = Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, train_dataloaders=DataLoader([batch], batch_size=None, collate_fn=lambda b: b))
     if handle is not None:
         handle.remove()
@@ -105,5 +160,7 @@ def test_the_update_does_not_depend_on_environment_token_logits(tiny_model_dir, 
         assert torch.equal(clean[name], perturbed[name]), name
     unmasked = step_after(tiny_model_dir, method, perturb=False, masked=False)
     unmasked_perturbed = step_after(tiny_model_dir, method, perturb=True, masked=False)
-    assert any(not torch.allclose(unmasked[n], unmasked_perturbed[n]) for n in unmasked)  # without the mask the perturbation shows
+    assert any(
+        not torch.allclose(unmasked[n], unmasked_perturbed[n]) for n in unmasked
+    )  # without the mask the perturbation shows
     assert any(not torch.allclose(clean[n], unmasked[n]) for n in clean)  # and the mask changes the update

@@ -32,9 +32,14 @@ def tiny(attn: str, seed: int = 0):
 
 def ragged_batch(seed: int, P: int = 3, n: int = 3, max_prompt: int = 9, max_completion: int = 14) -> dict:
     gen = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(4, 90, (int(torch.randint(1, max_prompt + 1, (1,), generator=gen)),), generator=gen).tolist() for _ in range(P)]
-    completions = [torch.randint(4, 90, (int(torch.randint(0, max_completion + 1, (1,), generator=gen)),), generator=gen).tolist()
-                   for _ in range(P * n)]  # fmt: skip
+    prompts = [
+        torch.randint(4, 90, (int(torch.randint(1, max_prompt + 1, (1,), generator=gen)),), generator=gen).tolist()
+        for _ in range(P)
+    ]
+    completions = [
+        torch.randint(4, 90, (int(torch.randint(0, max_completion + 1, (1,), generator=gen)),), generator=gen).tolist()
+        for _ in range(P * n)
+    ]
     completions[0] = completions[0] or [5]  # at least one completion token in the batch
     r = Rollouts(prompts, completions, [[0.0] * len(c) for c in completions], ["stop"] * len(completions), n=n)
     return r.to_padded(0)
@@ -49,7 +54,9 @@ def test_packed_logprobs_and_entropies_equal_the_padded_forward(attn, seed, temp
     T, mask = batch["response_mask"].shape[1], batch["response_mask"].bool()
     with torch.no_grad():
         lp, ent = completion_logprobs(model, batch["input_ids"], batch["attention_mask"], T, temperature, True)
-        plp, pent = completion_logprobs(model, batch["input_ids"], batch["attention_mask"], T, temperature, True, padding_free=True)
+        plp, pent = completion_logprobs(
+            model, batch["input_ids"], batch["attention_mask"], T, temperature, True, padding_free=True
+        )
     assert plp.shape == pent.shape == (len(mask), T)
     assert torch.allclose(plp[mask], lp[mask], atol=1e-5) and torch.allclose(pent[mask], ent[mask], atol=1e-5)
     assert (plp[~mask] == 0).all()
@@ -66,7 +73,9 @@ def test_packed_gradients_equal_the_padded_gradients(attn, one_row, monkeypatch)
     grads = []
     for padding_free in (False, True):
         model = tiny(attn).train()
-        lp, _ = completion_logprobs(model, batch["input_ids"], batch["attention_mask"], T, 1.0, padding_free=padding_free)
+        lp, _ = completion_logprobs(
+            model, batch["input_ids"], batch["attention_mask"], T, 1.0, padding_free=padding_free
+        )
         torch.where(mask.bool(), lp * weights, 0.0).sum().backward()
         grads.append({k: p.grad.clone() for k, p in model.named_parameters()})
     for name in grads[0]:
@@ -74,16 +83,26 @@ def test_packed_gradients_equal_the_padded_gradients(attn, one_row, monkeypatch)
 
 
 @pytest.mark.parametrize("padding_free", [False, True])
-@pytest.mark.parametrize("batching", [MicroBatching(), MicroBatching(max_rows=2), MicroBatching(max_tokens=40),
-                                      MicroBatching(max_rows=3, max_tokens=1)], ids=["all", "rows2", "tokens40", "tokens1"])  # fmt: skip
+@pytest.mark.parametrize(
+    "batching",
+    [MicroBatching(), MicroBatching(max_rows=2), MicroBatching(max_tokens=40), MicroBatching(max_rows=3, max_tokens=1)],
+    ids=["all", "rows2", "tokens40", "tokens1"],
+)
 def test_micro_batched_logprobs_equal_one_forward(batching, padding_free):
     model = tiny("sdpa")
     batch = ragged_batch(3, P=4, n=4)
     T, mask = batch["response_mask"].shape[1], batch["response_mask"].bool()
     with torch.no_grad():
         want, want_ent = completion_logprobs(model, batch["input_ids"], batch["attention_mask"], T, 0.8, True)
-        got, ent = batched_completion_logprobs(model, batch["input_ids"], batch["attention_mask"], T, 0.8, True,
-                                               MicroBatching(batching.max_rows, batching.max_tokens, padding_free))  # fmt: skip
+        got, ent = batched_completion_logprobs(
+            model,
+            batch["input_ids"],
+            batch["attention_mask"],
+            T,
+            0.8,
+            True,
+            MicroBatching(batching.max_rows, batching.max_tokens, padding_free),
+        )
     assert got.shape == (16, T)
     assert torch.allclose(got[mask], want[mask], atol=1e-5) and torch.allclose(ent[mask], want_ent[mask], atol=1e-5)
 
@@ -92,10 +111,17 @@ def test_micro_batched_forwards_are_length_sorted_cropped_and_within_budget():
     model = tiny("sdpa")
     batch = ragged_batch(5, P=4, n=4)
     shapes = []
-    handle = model.model.register_forward_pre_hook(lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    handle = model.model.register_forward_pre_hook(
+        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
     with torch.no_grad():
-        batched_completion_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1],
-                                    batching=MicroBatching(max_tokens=60))  # fmt: skip
+        batched_completion_logprobs(
+            model,
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["response_mask"].shape[1],
+            batching=MicroBatching(max_tokens=60),
+        )
     handle.remove()
     assert len(shapes) > 1 and all(b * L <= 60 or b == 1 for b, L in shapes)
     assert all(L < batch["input_ids"].shape[1] for _, L in shapes[1:])  # later (shorter) micro-batches are cropped
@@ -113,12 +139,17 @@ def test_packing_support_is_probed_and_refused_where_sequences_would_mix():
             self.inner, self.config = inner, inner.config
 
         def forward(self, input_ids, position_ids=None, **kwargs):
-            return self.inner(input_ids=input_ids, position_ids=position_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+            return self.inner(
+                input_ids=input_ids, position_ids=position_ids, attention_mask=torch.ones_like(input_ids), **kwargs
+            )
 
         def get_output_embeddings(self):
             return self.inner.get_output_embeddings()
 
-    with pytest.raises(ValueError, match=r"model.batching.padding_free=true: Mixing with attn_implementation='sdpa' does not keep packed"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.batching.padding_free=true: Mixing with attn_implementation='sdpa' does not keep packed",
+    ):
         packs_sequences(Mixing(tiny("sdpa")), True)
     assert not packs_sequences(Mixing(tiny("sdpa")), False)
     unknown = tiny("sdpa")

@@ -64,13 +64,13 @@ class TaggedModule(RLVRModule):
         self.tag = tag
 '''
 
-ENTRY_POINT_PLUGIN = '''
+ENTRY_POINT_PLUGIN = """
 from lit_rlvr.rewards import register_reward
 
 
 def register():
     register_reward("myproj_ep_always")(lambda completion, answer, **row: 1.0)
-'''
+"""
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +114,9 @@ def user_package(tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(240)
-def test_fit_from_yaml_with_a_users_reward_estimator_divergence_adapter_and_subclass(user_package, tiny_model_dir, tmp_path, monkeypatch):
+def test_fit_from_yaml_with_a_users_reward_estimator_divergence_adapter_and_subclass(
+    user_package, tiny_model_dir, tmp_path, monkeypatch
+):
     from lit_rlvr.cli import main
 
     marker = tmp_path / "scored_by.txt"
@@ -123,17 +125,29 @@ def test_fit_from_yaml_with_a_users_reward_estimator_divergence_adapter_and_subc
     prompts.write_text("".join(json.dumps({"q": f"C{i}{i + 1}=0{i}:", "a": 7}) + "\n" for i in range(6)))
     config = {
         "imports": ["myproj.plugin"],
-        "trainer": {"accelerator": "cpu", "max_steps": 2, "logger": False, "enable_checkpointing": False,
-                    "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
-                    "default_root_dir": str(tmp_path / "run")},
-        "model": {"class_path": "myproj.module.TaggedModule",
-                  "init_args": {"tag": "from-yaml", "policy": {"path": str(tiny_model_dir)},
-                                "sampling": {"n": 4, "max_new_tokens": 6, "seed": 0},
-                                "loss": {"advantage": "myproj_centered", "advantage_options": {"scale": 2.0}},
-                                "scoring": {"workers": 1}}},
+        "trainer": {
+            "accelerator": "cpu",
+            "max_steps": 2,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "default_root_dir": str(tmp_path / "run"),
+        },
+        "model": {
+            "class_path": "myproj.module.TaggedModule",
+            "init_args": {
+                "tag": "from-yaml",
+                "policy": {"path": str(tiny_model_dir)},
+                "sampling": {"n": 4, "max_new_tokens": 6, "seed": 0},
+                "loss": {"advantage": "myproj_centered", "advantage_options": {"scale": 2.0}},
+                "scoring": {"workers": 1},
+            },
+        },
         "rollout": {"init_args": {"engine": "hf"}},
         "data": {"train": {"files": str(prompts), "adapter": "myproj_lines", "name": "user"}, "batch_size": 2},
-    }  # fmt: skip
+    }
     path = tmp_path / "user.yaml"
     path.write_text(yaml.safe_dump(config))
     cli_state = {}
@@ -164,9 +178,18 @@ def test_an_unknown_plugin_module_is_a_clear_start_up_error(user_package, tiny_m
     from lit_rlvr.cli import main
 
     with pytest.raises(ImportError, match="imports: cannot import plug-in module 'myproj.nope'"):
-        main(["fit", "--imports=[myproj.nope]", f"--model.policy.path={tiny_model_dir}", f"--data.train.files={tmp_path / 'p.jsonl'}",
-              "--trainer.accelerator=cpu",
-              "--trainer.max_steps=1", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"])
+        main(
+            [
+                "fit",
+                "--imports=[myproj.nope]",
+                f"--model.policy.path={tiny_model_dir}",
+                f"--data.train.files={tmp_path / 'p.jsonl'}",
+                "--trainer.accelerator=cpu",
+                "--trainer.max_steps=1",
+                "--trainer.logger=false",
+                f"--trainer.default_root_dir={tmp_path}",
+            ]
+        )
 
 
 def test_entry_point_plugins_load_in_the_parent_and_in_reward_workers(user_package):
@@ -176,10 +199,12 @@ def test_entry_point_plugins_load_in_the_parent_and_in_reward_workers(user_packa
     dist = user_package / "myproj-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myproj\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(textwrap.dedent(f"""\
+    (dist / "entry_points.txt").write_text(
+        textwrap.dedent(f"""\
         [{ENTRY_POINT_GROUP}]
         myproj = myproj.ep_plugin:register
-        """))
+        """)
+    )
     assert "myproj_ep_always" not in REWARDS
     assert "myproj.ep_plugin" in load_plugins()
     assert REWARDS["myproj_ep_always"]("anything", "x") == 1.0
@@ -198,32 +223,50 @@ def test_the_documented_plugin_modules_train_from_yaml(user_package, tiny_model_
     prompts.write_text("".join(json.dumps({"q": f"C{i}{i + 1}=0{i}:", "a": "7"}) + "\n" for i in range(4)))
     config = {
         "imports": ["myproj.rewards", "myproj.extras"],
-        "trainer": {"accelerator": "cpu", "max_steps": 1, "logger": False, "enable_checkpointing": False,
-                    "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
-                    "default_root_dir": str(tmp_path / "run")},
-        "model": {"class_path": "myproj.module.TaggedModule",
-                  "init_args": {"policy": {"path": str(tiny_model_dir)}, "sampling": {"n": 2, "max_new_tokens": 4, "seed": 0},
-                                "loss": {"advantage": "mean_baseline", "advantage_options": {"scale": 2.0}},
-                                "scoring": {"workers": 1}}},
+        "trainer": {
+            "accelerator": "cpu",
+            "max_steps": 1,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "default_root_dir": str(tmp_path / "run"),
+        },
+        "model": {
+            "class_path": "myproj.module.TaggedModule",
+            "init_args": {
+                "policy": {"path": str(tiny_model_dir)},
+                "sampling": {"n": 2, "max_new_tokens": 4, "seed": 0},
+                "loss": {"advantage": "mean_baseline", "advantage_options": {"scale": 2.0}},
+                "scoring": {"workers": 1},
+            },
+        },
         "rollout": {"init_args": {"engine": "hf"}},
         "data": {"train": {"files": str(prompts), "adapter": "qa_pairs"}, "batch_size": 2},
-    }  # fmt: skip
+    }
     path = tmp_path / "qa.yaml"
     path.write_text(yaml.safe_dump(config))
     seen = {}
     import lit_rlvr.callbacks.rollout as rollout_module
 
     original = rollout_module.RolloutCallback.on_fit_start
-    monkeypatch.setattr(rollout_module.RolloutCallback, "on_fit_start",
-                        lambda self, trainer, pl_module: (seen.update(module=pl_module, config=pl_module.scorer._config,
-                                                                      shipped=pl_module.scorer.shipped),
-                                                          original(self, trainer, pl_module)))
+    monkeypatch.setattr(
+        rollout_module.RolloutCallback,
+        "on_fit_start",
+        lambda self, trainer, pl_module: (
+            seen.update(module=pl_module, config=pl_module.scorer._config, shipped=pl_module.scorer.shipped),
+            original(self, trainer, pl_module),
+        ),
+    )
     main(["fit", "--config", str(path)])
     module = seen["module"]
     assert module.trainer.global_step == 1 and float(module.trainer.callback_metrics["train/reward_status/ok"]) == 1.0
     from lit_rlvr.options import AnchorOptions
 
-    AnchorOptions(divergence="neyman_chi2", coef=0.1)  # docs/extending.md's divergence is a valid anchor (with data.cache)
+    AnchorOptions(
+        divergence="neyman_chi2", coef=0.1
+    )  # docs/extending.md's divergence is a valid anchor (with data.cache)
     # the workers imported myproj.rewards themselves (a worker that cannot import it fails to start)
     *_, plugin_modules, _ = seen["config"]
     assert "myproj.rewards" in plugin_modules and "exact_match" not in seen["shipped"]

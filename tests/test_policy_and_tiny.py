@@ -51,6 +51,8 @@ def test_the_policy_loads_in_train_mode_so_gradient_checkpointing_recomputes(tin
         policy, _ = load_policy(PolicyOptions(str(tiny_model_dir), gradient_checkpointing=checkpointing))
         assert all(module.training for module in policy.modules())
         calls = []
-        policy.model.layers[0].mlp.register_forward_pre_hook(lambda *_: calls.append(1))  # pre: recomputing may stop early
+        policy.model.layers[0].mlp.register_forward_pre_hook(
+            lambda *_: calls.append(1)
+        )  # pre: recomputing may stop early
         policy(input_ids=ids).logits.sum().backward()
         assert len(calls) == forwards, checkpointing

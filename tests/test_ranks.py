@@ -44,7 +44,13 @@ def test_dead_ranks_names_ended_and_zombie_processes_on_this_host_only():
         time.sleep(0.01)
     alive = subprocess.Popen(["sleep", "30"])
     try:
-        peers = [(HOST, os.getpid()), (HOST, ended.pid), (HOST, zombie.pid), (HOST, alive.pid), ("another-host", ended.pid)]
+        peers = [
+            (HOST, os.getpid()),
+            (HOST, ended.pid),
+            (HOST, zombie.pid),
+            (HOST, alive.pid),
+            ("another-host", ended.pid),
+        ]
         assert dead_ranks(peers, me=0) == [1, 2]
         assert dead_ranks(peers, me=1) == [2]  # a rank does not judge itself
     finally:
@@ -78,6 +84,7 @@ def _rank_main(rank: int, port: int, out: str, scenario: str) -> None:
 
     results["ok"] = _outcome(group, "ok", lambda: rank * 10, timeout_s=5.0)
     if scenario == "fail_then_die":
+
         def fail():
             if rank == 1:
                 raise ValueError(f"engine broke on rank {rank}")
@@ -89,7 +96,9 @@ def _rank_main(rank: int, port: int, out: str, scenario: str) -> None:
             os._exit(3)  # dies inside the next operation, as under the OOM killer
         results["die"] = _outcome(group, "hf weight sync", lambda: None, timeout_s=30.0)
     else:  # stuck: rank 1 takes 4 s, rank 0 waits 0.2 s + skew 0.5 s
-        results["stuck"] = _outcome(group, "hf weight sync", lambda: time.sleep(4.0 if rank == 1 else 0.0), timeout_s=0.2)
+        results["stuck"] = _outcome(
+            group, "hf weight sync", lambda: time.sleep(4.0 if rank == 1 else 0.0), timeout_s=0.2
+        )
     record()
     os._exit(0)  # the group's state after a failure is undefined: no teardown collective
 
@@ -115,7 +124,9 @@ def test_a_failed_rank_is_named_on_every_rank_then_a_dead_one_as_dead(tmp_path):
         assert r["fail"]["error"] == "hf generate failed on rank 1 of 2: rank 1: ValueError: engine broke on rank 1"
     assert ranks[1]["fail"]["cause"] == "ValueError: engine broke on rank 1"  # the failing rank keeps its own exception
     assert ranks[0]["fail"]["cause"] is None
-    assert ranks[0]["die"]["error"].startswith("hf weight sync: rank 1 of 2 died (its process ended: a crash, the OOM killer")
+    assert ranks[0]["die"]["error"].startswith(
+        "hf weight sync: rank 1 of 2 died (its process ended: a crash, the OOM killer"
+    )
 
 
 @pytest.mark.slow
@@ -124,5 +135,7 @@ def test_a_stuck_rank_is_named_within_its_timeout_plus_the_skew(tmp_path):
     ranks = _launch(tmp_path, "stuck")
     assert ranks[0]["ok"] == {"value": 0}
     error = ranks[0]["stuck"]["error"]
-    assert error.startswith("hf weight sync: not every rank of 2 finished within 0.7 s (the operation's timeout + 0.5 s)"), error
+    assert error.startswith(
+        "hf weight sync: not every rank of 2 finished within 0.7 s (the operation's timeout + 0.5 s)"
+    ), error
     assert "Ranks 1 failed to pass monitoredBarrier" in error

@@ -26,7 +26,9 @@ def test_injected_arguments_are_not_options_and_required_ones_are_enforced():
     assert reg.options("e") == ["k", "scale"] and reg.defaults("e") == {"scale": 1.0}
     assert reg.declares("e", "generator") and not reg.declares("e", "entropies")
     reg.get_checked("e", "key", {"k": 2})
-    with pytest.raises(ValueError, match=r"opts: unknown option\(s\) \['generator'\] of estimator 'e'; accepted: \['k', 'scale'\]"):
+    with pytest.raises(
+        ValueError, match=r"opts: unknown option\(s\) \['generator'\] of estimator 'e'; accepted: \['k', 'scale'\]"
+    ):
         reg.get_checked("e", "key", {"k": 2, "generator": None}, "opts")
     with pytest.raises(ValueError, match=r"opts: estimator 'e' needs option\(s\) \['k'\]"):
         reg.get_checked("e", "key", {}, "opts")
@@ -56,10 +58,25 @@ def test_a_signature_names_the_options_of_an_entry_that_forwards_kwargs():
         ("divergences", "tv", {"alpha": 0.5}, r"unknown option\(s\) \['alpha'\] of f-divergence 'tv'"),
         ("rewards", "math", {"extraction": "latex"}, r"extraction='latex' is not one of"),
         ("rewards", "math", {"float_rounding": -1}, r"float_rounding=-1 must be an integer >= 0"),
-        ("rewards", "sql", {"timeout_s": 1.0}, r"unknown option\(s\) \['timeout_s'\] of reward 'sql'; accepted: \['mode'\]"),
-        ("adapters", "gsm8k", {"reward": "math", "index": 3}, r"unknown option\(s\) \['index'\] of dataset adapter 'gsm8k'"),
+        (
+            "rewards",
+            "sql",
+            {"timeout_s": 1.0},
+            r"unknown option\(s\) \['timeout_s'\] of reward 'sql'; accepted: \['mode'\]",
+        ),
+        (
+            "adapters",
+            "gsm8k",
+            {"reward": "math", "index": 3},
+            r"unknown option\(s\) \['index'\] of dataset adapter 'gsm8k'",
+        ),
         ("engines", "hf", {"decode": "fast", "model": None}, r"unknown option\(s\) \['model'\] of rollout engine 'hf'"),
-        ("engines", "vllm", {"gpu_memory_utilisation": 0.5}, r"unknown option\(s\) \['gpu_memory_utilisation'\] of rollout engine 'vllm'"),
+        (
+            "engines",
+            "vllm",
+            {"gpu_memory_utilisation": 0.5},
+            r"unknown option\(s\) \['gpu_memory_utilisation'\] of rollout engine 'vllm'",
+        ),
     ],
 )
 def test_each_registry_refuses_what_its_entries_do_not_take(registry, name, options, match):
@@ -69,7 +86,13 @@ def test_each_registry_refuses_what_its_entries_do_not_take(registry, name, opti
     from lit_rlvr.rewards import REWARDS
     from lit_rlvr.rollout import ENGINES
 
-    table = {"advantages": ADVANTAGES, "divergences": DIVERGENCES, "rewards": REWARDS, "adapters": ADAPTERS, "engines": ENGINES}[registry]
+    table = {
+        "advantages": ADVANTAGES,
+        "divergences": DIVERGENCES,
+        "rewards": REWARDS,
+        "adapters": ADAPTERS,
+        "engines": ENGINES,
+    }[registry]
     with pytest.raises(ValueError, match=match):
         table.get_checked(name, "key", options, "key_options")
 
@@ -83,7 +106,16 @@ def test_every_registry_uses_the_one_path():
     from lit_rlvr.rewards import REWARDS
     from lit_rlvr.rollout import ENGINES
 
-    for registry in (ADAPTERS, ADVANTAGES, DIVERGENCES, DIVERGENCE_LEVELS, AGGREGATIONS, KL_ESTIMATORS, REWARDS, ENGINES):
+    for registry in (
+        ADAPTERS,
+        ADVANTAGES,
+        DIVERGENCES,
+        DIVERGENCE_LEVELS,
+        AGGREGATIONS,
+        KL_ESTIMATORS,
+        REWARDS,
+        ENGINES,
+    ):
         assert isinstance(registry, Registry) and len(registry) >= 2, registry.kind
         for name in registry:
             registry.get_checked(name, "key")  # every registered name is reachable through the one path

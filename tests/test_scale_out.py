@@ -26,18 +26,24 @@ def run(args: list[str], cwd: Path, timeout: int = 240) -> subprocess.CompletedP
 @pytest.mark.timeout(300)
 def test_validation_metrics_on_two_ranks_equal_one_process(tiny_model_dir, tmp_path, script_in_process):
     # the retention reference: "the base" solved the first 3 prompts of each set
-    (tmp_path / "base_counts.json").write_text(json.dumps({s: {f"{s}/{i}": int(i < 3) for i in range(9)} for s in ("small", "large")}))
+    (tmp_path / "base_counts.json").write_text(
+        json.dumps({s: {f"{s}/{i}": int(i < 3) for i in range(9)} for s in ("small", "large")})
+    )
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
     for d in (one, two):
         (d / "base_counts.json").write_text((tmp_path / "base_counts.json").read_text())
-    script_in_process(SCRIPTS / "val_ranks.py", "main", str(tiny_model_dir), str(one / "run"), 1)  # the one-process reference
+    script_in_process(
+        SCRIPTS / "val_ranks.py", "main", str(tiny_model_dir), str(one / "run"), 1
+    )  # the one-process reference
     run([str(SCRIPTS / "val_ranks.py"), str(tiny_model_dir), str(two / "run"), "2"], two)
     single = json.loads((one / "run.metrics.json").read_text())
     ranks = json.loads((two / "run.metrics.json").read_text())
     assert len(single) == len(ranks) == 2
     for s, r in zip(single, ranks):  # per dataloader: every pass@k, maj@k, diversity and retention value
-        keys = {k for k in s if "/pass@" in k or "/maj@" in k or "distinct" in k or "zero_variance" in k or "retention" in k}
+        keys = {
+            k for k in s if "/pass@" in k or "/maj@" in k or "distinct" in k or "zero_variance" in k or "retention" in k
+        }
         assert keys and keys == {k for k in r if k in keys}
         for k in keys:
             assert r[k] == pytest.approx(s[k], abs=1e-6), k
@@ -57,20 +63,50 @@ def cli_config(tmp_path: Path, model_dir, engine: str, reward: str = "math") -> 
     """A small fit config: 8 rows judged by ``reward``, a validation set, MetricsWriter output."""
     (tmp_path / "always_plugin.py").write_text(ALWAYS)
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"prompt": f"C{i}{i + 1}=0{i}:", "answer": str(i % 5), "reward": reward}) + "\n" for i in range(8)))
-    engine_kwargs = {"dtype": "float32", "max_model_len": 128, "kv_cache_memory_bytes": 16 * 2**20, "enforce_eager": True}
+    rows.write_text(
+        "".join(
+            json.dumps({"prompt": f"C{i}{i + 1}=0{i}:", "answer": str(i % 5), "reward": reward}) + "\n"
+            for i in range(8)
+        )
+    )
+    engine_kwargs = {
+        "dtype": "float32",
+        "max_model_len": 128,
+        "kv_cache_memory_bytes": 16 * 2**20,
+        "enforce_eager": True,
+    }
     config = {
         "imports": ["always_plugin"],
-        "trainer": {"accelerator": "cpu", "max_steps": 2, "logger": False, "enable_checkpointing": False,
-                    "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
-                    "val_check_interval": 2, "default_root_dir": str(tmp_path / "run"),
-                    "callbacks": [{"class_path": "lit_rlvr.callbacks.MetricsWriter",
-                                   "init_args": {"path": str(tmp_path / "metrics.jsonl"), "label": engine}}]},
-        "model": {"policy": {"path": str(model_dir)}, "sampling": {"n": 2, "max_new_tokens": 6, "seed": 0},
-                  "loss": {"aggregation": "seq_mean_token_mean"}, "scoring": {"workers": 0}},
+        "trainer": {
+            "accelerator": "cpu",
+            "max_steps": 2,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "val_check_interval": 2,
+            "default_root_dir": str(tmp_path / "run"),
+            "callbacks": [
+                {
+                    "class_path": "lit_rlvr.callbacks.MetricsWriter",
+                    "init_args": {"path": str(tmp_path / "metrics.jsonl"), "label": engine},
+                }
+            ],
+        },
+        "model": {
+            "policy": {"path": str(model_dir)},
+            "sampling": {"n": 2, "max_new_tokens": 6, "seed": 0},
+            "loss": {"aggregation": "seq_mean_token_mean"},
+            "scoring": {"workers": 0},
+        },
         "rollout": {"init_args": {"engine": engine, "engine_options": engine_kwargs if engine == "vllm" else {}}},
-        "data": {"train": {"files": str(rows)}, "val": [{"files": str(rows), "name": "toy", "n_samples": 2}], "batch_size": 2},
-    }  # fmt: skip
+        "data": {
+            "train": {"files": str(rows)},
+            "val": [{"files": str(rows), "name": "toy", "n_samples": 2}],
+            "batch_size": 2,
+        },
+    }
     path = tmp_path / "fit.yaml"
     import yaml
 
@@ -93,19 +129,57 @@ def test_lit_rlvr_fit_with_strategy_flags_on_two_processes(tiny_model_dir, tmp_p
     extra = []
     if strategy == "ddp":  # DPH-RL on 2 ranks with a cache built by 2 processes: every prompt is in D_pef
         cache = tmp_path / "ref_cache"
-        run(["-m", "lit_rlvr.cli", "cache", "--imports=[always_plugin]", f"--data.train.files={tmp_path / 'rows.jsonl'}",
-             f"--policy.path={tiny_model_dir}", f"--data.cache.path={cache}", "--sampling.n=2", "--sampling.max_new_tokens=6",
-             "--scoring.workers=0", "--prompts_per_shard=2", "--progress=false", "--device=cpu", "--engine=hf", "--devices=2"], tmp_path)  # fmt: skip
-        extra = [f"--data.cache.path={cache}", "--data.cache.perfect_threshold=2", "--data.cache.train_split=all",
-                 "--data.cache.anchor_batch_size=4", "--model.anchor.divergence=forward_kl", "--model.anchor.coef=0.5"]  # fmt: skip
-    proc = run(["-m", "lit_rlvr.cli", "fit", "--config", str(config), f"--trainer.strategy={strategy}", "--trainer.devices=2",
-                *extra], tmp_path, timeout=380)  # fmt: skip
+        run(
+            [
+                "-m",
+                "lit_rlvr.cli",
+                "cache",
+                "--imports=[always_plugin]",
+                f"--data.train.files={tmp_path / 'rows.jsonl'}",
+                f"--policy.path={tiny_model_dir}",
+                f"--data.cache.path={cache}",
+                "--sampling.n=2",
+                "--sampling.max_new_tokens=6",
+                "--scoring.workers=0",
+                "--prompts_per_shard=2",
+                "--progress=false",
+                "--device=cpu",
+                "--engine=hf",
+                "--devices=2",
+            ],
+            tmp_path,
+        )
+        extra = [
+            f"--data.cache.path={cache}",
+            "--data.cache.perfect_threshold=2",
+            "--data.cache.train_split=all",
+            "--data.cache.anchor_batch_size=4",
+            "--model.anchor.divergence=forward_kl",
+            "--model.anchor.coef=0.5",
+        ]
+    proc = run(
+        [
+            "-m",
+            "lit_rlvr.cli",
+            "fit",
+            "--config",
+            str(config),
+            f"--trainer.strategy={strategy}",
+            "--trainer.devices=2",
+            *extra,
+        ],
+        tmp_path,
+        timeout=380,
+    )
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert record["step"] == 2 and "val/toy/pass@2" in record
     if strategy == "ddp":
         assert record["val/toy/pass@1"] == 1.0 and "DPH-RL: this batch has no anchor samples" not in proc.stderr
     if engine == "vllm":
-        assert "ExecutorWithExternalLauncher" in proc.stdout + proc.stderr or "external_launcher" in proc.stdout + proc.stderr
+        assert (
+            "ExecutorWithExternalLauncher" in proc.stdout + proc.stderr
+            or "external_launcher" in proc.stdout + proc.stderr
+        )
 
 
 def test_strategy_flags_parse_as_users_type_them():
@@ -119,8 +193,16 @@ def test_strategy_flags_parse_as_users_type_them():
     for flag in ("fsdp2", "fsdp", "ddp"):
         out = io.StringIO()
         with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
-            main(["fit", "--config", str(Path(__file__).resolve().parents[1] / "configs/math/base.yaml"),
-                  f"--trainer.strategy={flag}", "--trainer.devices=8", "--print_config"])  # fmt: skip
+            main(
+                [
+                    "fit",
+                    "--config",
+                    str(Path(__file__).resolve().parents[1] / "configs/math/base.yaml"),
+                    f"--trainer.strategy={flag}",
+                    "--trainer.devices=8",
+                    "--print_config",
+                ]
+            )
         assert yaml.safe_load(out.getvalue())["trainer"]["strategy"] == flag
 
 

@@ -13,14 +13,21 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from lightning import Callback, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_rlvr.callbacks import RolloutCallback
 from lit_rlvr.data import DatasetSpec, PromptDataModule
 from lit_rlvr.module import RLVRModule
-from lit_rlvr.options import BatchingOptions, KLOptions, LoraOptions, LossOptions, PolicyOptions, SamplingParams, ScoringOptions
+from lit_rlvr.options import (
+    BatchingOptions,
+    KLOptions,
+    LoraOptions,
+    LossOptions,
+    PolicyOptions,
+    SamplingParams,
+    ScoringOptions,
+)
 from lit_rlvr.upgrade import MOVES, is_legacy_checkpoint, upgrade_config
 
 LEGACY = Path(__file__).parent / "fixtures" / "legacy_0_1"
@@ -32,10 +39,16 @@ SINCE_0_1 = ["--model.rollout_correction=null"]
 # The demo's regime moved after 0.1 (study 2 chose lr 1e-4 and 160 steps, benchmarks/results/study2_plan.md):
 # an upgraded 0.1 demo file keeps its own values, which these flags give today's files back.
 DEMO_REGIME_0_1 = {
-    "demo/base": ["--model.optimizer.init_args.lr=2.0e-4", "--trainer.max_steps=120", "--trainer.val_check_interval=30",
-                  "--trainer.limit_val_batches=1.0"],  # Lightning's default, which the file no longer spells out
-    "demo/passk_then_pass1": ["--trainer.callbacks.init_args.phases=[{start_step: 0, advantage: passk, options: {k: 4}}, "
-                              "{start_step: 60, advantage: grpo, options: {std: population}}]"],
+    "demo/base": [
+        "--model.optimizer.init_args.lr=2.0e-4",
+        "--trainer.max_steps=120",
+        "--trainer.val_check_interval=30",
+        "--trainer.limit_val_batches=1.0",
+    ],  # Lightning's default, which the file no longer spells out
+    "demo/passk_then_pass1": [
+        "--trainer.callbacks.init_args.phases=[{start_step: 0, advantage: passk, options: {k: 4}}, "
+        "{start_step: 60, advantage: grpo, options: {std: population}}]"
+    ],
     # and DPH's threshold (study 3's part A chose 4 of 8 for the 200-step base, benchmarks/results/study3_plan.md)
     "demo/dph_f": ["--data.cache.perfect_threshold=6"],
     "demo/cache": ["--data.cache.perfect_threshold=6"],
@@ -59,27 +72,45 @@ def legacy_checkpoint(tiny_model_dir, tmp_path) -> Path:
 
 def prompts(tmp_path: Path) -> str:
     path = tmp_path / "p.jsonl"  # the rows the 0.1 run trained on
-    path.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "7", "reward": "math"}) + "\n"
-                            for i in range(8)))  # fmt: skip
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "prompt": f"C{i}{i + 1}=0{i}:", "answer": "7", "reward": "math"}) + "\n"
+            for i in range(8)
+        )
+    )
     return str(path)
 
 
 def resume(tiny_model_dir, tmp_path: Path, ckpt: Path, name: str) -> tuple[RLVRModule, RolloutCallback, dict]:
     """The 0.1 run's settings in today's groups, resumed from ``ckpt`` to step 4."""
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir), lora=LORA), sampling=SamplingParams(n=4, max_new_tokens=6, seed=0),
-                        loss=LossOptions(advantage="passk", advantage_options={"k": 2}, aggregation="seq_mean_token_mean"),
-                        kl=KLOptions(coef=0.05), batching=BatchingOptions(micro_batch_tokens=64),
-                        scoring=ScoringOptions(workers=0, timeout_s=5.0))  # fmt: skip
-    dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(files=prompts(tmp_path), name="toy"), batch_size=2, seed=3)
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir), lora=LORA),
+        sampling=SamplingParams(n=4, max_new_tokens=6, seed=0),
+        loss=LossOptions(advantage="passk", advantage_options={"k": 2}, aggregation="seq_mean_token_mean"),
+        kl=KLOptions(coef=0.05),
+        batching=BatchingOptions(micro_batch_tokens=64),
+        scoring=ScoringOptions(workers=0, timeout_s=5.0),
+    )
+    dm = PromptDataModule(
+        str(tiny_model_dir), train=DatasetSpec(files=prompts(tmp_path), name="toy"), batch_size=2, seed=3
+    )
     rollout, seen = RolloutCallback(engine="hf"), {}
 
     class Seen(Callback):
         def on_train_start(self, trainer, pl_module):
             seen.update(tokens=rollout.total_rollout_tokens, step=trainer.global_step, position=dm._consumed)
 
-    trainer = Trainer(max_steps=4, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                      num_sanity_val_steps=0, limit_val_batches=0, default_root_dir=tmp_path / name,
-                      callbacks=[rollout, Seen(), ModelCheckpoint(dirpath=tmp_path / name, save_last=True)])  # fmt: skip
+    trainer = Trainer(
+        max_steps=4,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        default_root_dir=tmp_path / name,
+        callbacks=[rollout, Seen(), ModelCheckpoint(dirpath=tmp_path / name, save_last=True)],
+    )
     trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt))
     return module, rollout, seen
 
@@ -102,7 +133,9 @@ def test_a_0_1_checkpoint_resumes_as_its_upgraded_copy_does(legacy_checkpoint, t
     for (name, a), (_, b) in zip(old_module.policy.named_parameters(), new_module.policy.named_parameters()):
         assert torch.equal(a, b), name
     again = torch.load(tmp_path / "from_old" / "last.ckpt", weights_only=True)  # what it saves is today's layout
-    assert again["lit_rlvr_format"] == 2 and again["hyper_parameters"]["loss"]["advantage_options"] == {"k": 2}  # plain data
+    assert again["lit_rlvr_format"] == 2 and again["hyper_parameters"]["loss"]["advantage_options"] == {
+        "k": 2
+    }  # plain data
 
 
 def test_a_0_1_checkpoint_loads_with_load_from_checkpoint(legacy_checkpoint, tiny_model_dir):
@@ -164,18 +197,51 @@ def test_every_0_1_key_has_a_documented_home():
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
     assert "\n".join(moves_table()) in doc
-    old_module = {"model", "dtype", "attn_implementation", "gradient_checkpointing", "lora", "samples_per_prompt",
-                  "max_new_tokens", "temperature", "advantage", "advantage_options", "loss_agg", "clip_low", "clip_high",
-                  "dual_clip", "divergence", "divergence_coef", "divergence_level", "divergence_options",
-                  "divergence_value_cap", "kl_coef", "kl_estimator", "kl_value_cap", "ppo_epochs", "mini_batch_size",
-                  "micro_batch_size", "micro_batch_tokens", "padding_free", "reward_workers", "reward_timeout",
-                  "reward_options", "pass_k", "retention_reference"}  # 0.1's RLVRModule arguments that moved  # fmt: skip
+    old_module = {
+        "model",
+        "dtype",
+        "attn_implementation",
+        "gradient_checkpointing",
+        "lora",
+        "samples_per_prompt",
+        "max_new_tokens",
+        "temperature",
+        "advantage",
+        "advantage_options",
+        "loss_agg",
+        "clip_low",
+        "clip_high",
+        "dual_clip",
+        "divergence",
+        "divergence_coef",
+        "divergence_level",
+        "divergence_options",
+        "divergence_value_cap",
+        "kl_coef",
+        "kl_estimator",
+        "kl_value_cap",
+        "ppo_epochs",
+        "mini_batch_size",
+        "micro_batch_size",
+        "micro_batch_tokens",
+        "padding_free",
+        "reward_workers",
+        "reward_timeout",
+        "reward_options",
+        "pass_k",
+        "retention_reference",
+    }  # 0.1's RLVRModule arguments that moved
     assert old_module == {old for section, old, _ in MOVES if section == "model"}
 
 
 def test_upgrade_config_notes_what_it_dropped():
-    new, notes = upgrade_config({"model": {"model": "m", "divergence": "js", "divergence_coef": 0},
-                                 "rollout": {"init_args": {"drift_micro_batch_size": 8}}, "data": {"tokenizer": "m"}})  # fmt: skip
+    new, notes = upgrade_config(
+        {
+            "model": {"model": "m", "divergence": "js", "divergence_coef": 0},
+            "rollout": {"init_args": {"drift_micro_batch_size": 8}},
+            "data": {"tokenizer": "m"},
+        }
+    )
     assert new["data"] == {} and new["rollout"] == {"init_args": {}}
     assert any("drift_micro_batch_size: removed" in n for n in notes)
     assert any("data.tokenizer: removed (it is linked to model.policy.path now)" in n for n in notes)
@@ -190,8 +256,16 @@ def test_loss_options_pickled_before_the_policy_loss_fields_load_with_their_defa
     from lit_rlvr.options import LossOptions
 
     before = LossOptions.__new__(LossOptions)  # what the previous version pickled: its fields only
-    before.__dict__.update({"advantage": "passk", "advantage_options": {"k": 2}, "aggregation": "token_mean", "clip_low": 0.2,
-                            "clip_high": 0.28, "dual_clip": None})  # fmt: skip
+    before.__dict__.update(
+        {
+            "advantage": "passk",
+            "advantage_options": {"k": 2},
+            "aggregation": "token_mean",
+            "clip_low": 0.2,
+            "clip_high": 0.28,
+            "dual_clip": None,
+        }
+    )
     buffer = io.BytesIO()
     torch.save({"hyper_parameters": {"loss": before}}, buffer)
     buffer.seek(0)

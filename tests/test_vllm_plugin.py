@@ -23,7 +23,9 @@ def _served(scope: dict) -> tuple[list[dict], bool]:
     return sent, bool(reached)
 
 
-@pytest.mark.parametrize("path", ["/update_weights", "/collective_rpc", "/start_weight_update", "/health", "/v1/models"])
+@pytest.mark.parametrize(
+    "path", ["/update_weights", "/collective_rpc", "/start_weight_update", "/health", "/v1/models"]
+)
 @pytest.mark.parametrize(
     ("headers", "through"),
     [

@@ -77,7 +77,11 @@ def call_seed(seed: int, ids: list[str]) -> int:
 
 @torch.no_grad()
 def reference_logprobs(
-    model, prompts: list[list[int]], completions: list[list[int]], pad_id: int, batching: MicroBatching = DEFAULT_BATCHING
+    model,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    pad_id: int,
+    batching: MicroBatching = DEFAULT_BATCHING,
 ) -> list[np.ndarray]:
     """log π_ref of each completion token given its prompt, at temperature 1.0, in micro-batches.
 
@@ -98,9 +102,14 @@ def reference_logprobs(
     if not completions:
         return []
     device = next(model.parameters()).device
-    padded = Rollouts(prompts, completions, [[0.0] * len(x) for x in completions], ["stop"] * len(completions), n=1).to_padded(pad_id)
+    padded = Rollouts(
+        prompts, completions, [[0.0] * len(x) for x in completions], ["stop"] * len(completions), n=1
+    ).to_padded(pad_id)
     logprobs, _ = batched_completion_logprobs(
-        model, padded["input_ids"].to(device), padded["attention_mask"].to(device), padded["response_mask"].shape[1],
+        model,
+        padded["input_ids"].to(device),
+        padded["attention_mask"].to(device),
+        padded["response_mask"].shape[1],
         batching=batching,
     )  # (B, T)
     logprobs = logprobs.float().cpu().numpy()
@@ -114,8 +123,19 @@ def _flat(lists: list, dtype) -> tuple[np.ndarray, np.ndarray]:
     return offsets, values.astype(dtype, copy=False)
 
 
-def write_shard(path: Path, ids: list[str], prompt_ids, completions, logprobs, rewards, finished, n, correct_threshold, statuses=None,
-                loss_masks=None) -> dict:  # fmt: skip
+def write_shard(
+    path: Path,
+    ids: list[str],
+    prompt_ids,
+    completions,
+    logprobs,
+    rewards,
+    finished,
+    n,
+    correct_threshold,
+    statuses=None,
+    loss_masks=None,
+) -> dict:
     """Write one shard atomically and return its manifest entry (file, bytes, sha256, counts).
 
     Args:
@@ -165,7 +185,9 @@ def verify_shard(directory: Path, entry: dict, check_sha256: bool = True) -> Non
     if size != entry["bytes"]:
         raise CacheCorruptError(f"shard {path} has {size} bytes, the manifest recorded {entry['bytes']} (truncated?)")
     if check_sha256 and (digest := file_sha256(path)) != entry["sha256"]:
-        raise CacheCorruptError(f"shard {path} sha256 {digest[:12]}… does not match the manifest's {entry['sha256'][:12]}…")
+        raise CacheCorruptError(
+            f"shard {path} sha256 {digest[:12]}… does not match the manifest's {entry['sha256'][:12]}…"
+        )
 
 
 def build_reference_cache(
@@ -227,7 +249,9 @@ def build_reference_cache(
     if not rows:
         raise ValueError("cannot build a reference cache from zero prompts")
     if prompts_per_shard < 1 or prompts_per_call < 1:
-        raise ValueError(f"prompts_per_shard and prompts_per_call must be >= 1, got {prompts_per_shard}, {prompts_per_call}")
+        raise ValueError(
+            f"prompts_per_shard and prompts_per_call must be >= 1, got {prompts_per_shard}, {prompts_per_call}"
+        )
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
     if params.seed is None:
@@ -266,8 +290,13 @@ def build_reference_cache(
     mine = [s for s in range(num_shards) if s % world_size == rank]
     finished_prompts = sum(e["num_prompts"] for e in done.values() if int(e["file"][6:11]) % world_size == rank)
     total = sum(min(prompts_per_shard, len(rows) - s * prompts_per_shard) for s in mine)
-    bar = tqdm(total=total, initial=finished_prompts, desc=f"reference cache (rank {rank} of {world_size})" if world_size > 1
-               else "reference cache", unit="prompt", disable=not progress or rank != 0)  # fmt: skip
+    bar = tqdm(
+        total=total,
+        initial=finished_prompts,
+        desc=f"reference cache (rank {rank} of {world_size})" if world_size > 1 else "reference cache",
+        unit="prompt",
+        disable=not progress or rank != 0,
+    )
     for s in mine:
         if shard_name(s) in done:
             continue
@@ -275,7 +304,9 @@ def build_reference_cache(
         shard = {"completions": [], "logprobs": [], "rewards": [], "finished": [], "statuses": [], "loss_masks": []}
         for c in range(lo, hi, prompts_per_call):
             chunk = range(c, min(c + prompts_per_call, hi))
-            _sample_chunk(chunk, rows, prompt_ids, sampler, engine, scorer, model, tokenizer, params, pad_id, batching, shard)
+            _sample_chunk(
+                chunk, rows, prompt_ids, sampler, engine, scorer, model, tokenizer, params, pad_id, batching, shard
+            )
             bar.update(len(chunk))
         entry = write_shard(
             out / shard_name(s),
@@ -331,13 +362,22 @@ def _entry_name(shard_file: str) -> str:
     return shard_file + ".entry.json"
 
 
-def _sample_chunk(chunk, rows, prompt_ids, sampler, engine, scorer, model, tokenizer, params, pad_id, batching, shard) -> None:
+def _sample_chunk(
+    chunk, rows, prompt_ids, sampler, engine, scorer, model, tokenizer, params, pad_id, batching, shard
+) -> None:
     """Generate (or run trajectories), score and compute log π_ref for the prompts in ``chunk``; append to ``shard``."""
     n = params.n
     ids = [rows[i]["id"] for i in chunk]
-    rollouts = sampler(engine, [prompt_ids[i] for i in chunk], [rows[i] for i in chunk], replace(params, seed=call_seed(params.seed, ids)))
+    rollouts = sampler(
+        engine,
+        [prompt_ids[i] for i in chunk],
+        [rows[i] for i in chunk],
+        replace(params, seed=call_seed(params.seed, ids)),
+    )
     if len(rollouts.completion_ids) != n * len(chunk):
-        raise RuntimeError(f"engine returned {len(rollouts.completion_ids)} completions for {len(chunk)} prompts × n={n}")
+        raise RuntimeError(
+            f"engine returned {len(rollouts.completion_ids)} completions for {len(chunk)} prompts × n={n}"
+        )
     texts, _ = rollouts.final_turns()  # multi-turn: each trajectory's last turn, unless its environment scored it
     texts = texts or tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
     sample_rows = [rows[i] for i in chunk for _ in range(n)]

@@ -176,7 +176,9 @@ def dataset_fingerprint(rows: list[dict], prompt_ids: list[list[int]]) -> str:
     """
     h = hashlib.sha256()
     for row, ids in zip(rows, prompt_ids, strict=True):
-        h.update(json.dumps([row["id"], list(ids), row.get("answer"), row.get("reward")]).encode())  # TRL rows may have neither
+        h.update(
+            json.dumps([row["id"], list(ids), row.get("answer"), row.get("reward")]).encode()
+        )  # TRL rows may have neither
         h.update(b"\n")
     return h.hexdigest()
 

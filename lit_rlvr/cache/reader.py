@@ -18,8 +18,6 @@ import numpy as np
 import torch
 
 from lit_rlvr.cache.builder import verify_shard
-from lit_rlvr.contracts import AnchorBatch
-from lit_rlvr.rollout.types import Rollouts
 from lit_rlvr.cache.format import (
     FORMAT_VERSION,
     MANIFEST,
@@ -31,6 +29,8 @@ from lit_rlvr.cache.format import (
     read_safetensors_header,
     tokenizer_fingerprint,
 )
+from lit_rlvr.contracts import AnchorBatch
+from lit_rlvr.rollout.types import Rollouts
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,9 @@ class ReferenceCache:
         self.prompts_per_shard: int = self.manifest["prompts_per_shard"]
         self.ids: list[str] = [i for s in self._shards for i in s.ids]
         if len(self.ids) != self.manifest["num_prompts"]:
-            raise CacheCorruptError(f"{self.path}: shards hold {len(self.ids)} prompts, manifest says {self.manifest['num_prompts']}")
+            raise CacheCorruptError(
+                f"{self.path}: shards hold {len(self.ids)} prompts, manifest says {self.manifest['num_prompts']}"
+            )
         self.pass_counts: np.ndarray = np.concatenate([s.pass_counts for s in self._shards])  # (num_prompts,)
         self.rewards: np.ndarray = np.concatenate([s.rewards for s in self._shards])  # (num_prompts · n,)
         self.index: dict[str, int] = {pid: i for i, pid in enumerate(self.ids)}
@@ -132,7 +134,9 @@ class ReferenceCache:
         return self.manifest.get("environment") is not None
 
     # ----------------------------------------------------------------------------- identity
-    def check(self, *, tokenizer=None, dataset_fingerprint: str | None = None, model=None, environment: Any = ...) -> None:
+    def check(
+        self, *, tokenizer=None, dataset_fingerprint: str | None = None, model=None, environment: Any = ...
+    ) -> None:
         """Raise :class:`CacheMismatchError` naming every way the run differs from the cache.
 
         Args:
@@ -161,8 +165,10 @@ class ReferenceCache:
                     f"{m['model']['weights_sha256'][:12]}…), got {got['name_or_path']!r} (weights sha256 {got['weights_sha256'][:12]}…)"
                 )
         if environment is not ... and environment != (found := m.get("environment")):
-            diffs.append(f"environment: cache sampled {_environment(found)}, this run samples {_environment(environment)} "
-                         "(build the cache with the run's model.environment as its environment)")  # fmt: skip
+            diffs.append(
+                f"environment: cache sampled {_environment(found)}, this run samples {_environment(environment)} "
+                "(build the cache with the run's model.environment as its environment)"
+            )
         if diffs:
             raise CacheMismatchError(f"reference cache {self.path} does not match this run:\n  " + "\n  ".join(diffs))
 

@@ -29,7 +29,9 @@ class CacheSplit:
     threshold: int
 
 
-def split_by_pass_count(ids: Sequence[str], pass_counts: Sequence[int], n: int, perfect_threshold: int | None = None) -> CacheSplit:
+def split_by_pass_count(
+    ids: Sequence[str], pass_counts: Sequence[int], n: int, perfect_threshold: int | None = None
+) -> CacheSplit:
     """Split prompt ids into D_pef (pass count >= ``perfect_threshold``) and D_exp.
 
     Args:

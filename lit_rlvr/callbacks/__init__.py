@@ -8,5 +8,13 @@ from lit_rlvr.callbacks.progress import StepProgressBar
 from lit_rlvr.callbacks.rollout import RolloutCallback
 from lit_rlvr.callbacks.signal_checkpoint import SignalCheckpoint
 
-__all__ = ["AdvantageSchedule", "HFExport", "MetricsWriter", "PassCountsWriter", "Phase", "RolloutCallback", "SignalCheckpoint",
-           "StepProgressBar"]
+__all__ = [
+    "AdvantageSchedule",
+    "HFExport",
+    "MetricsWriter",
+    "PassCountsWriter",
+    "Phase",
+    "RolloutCallback",
+    "SignalCheckpoint",
+    "StepProgressBar",
+]

@@ -79,7 +79,9 @@ class HFExport(Callback):
         card = Path(self.dirpath) / "README.md"
         policy = Path(str(getattr(getattr(pl_module, "policy", None), "name_or_path", "")))
         if not (card.is_file() and policy.exists() and policy.resolve() == Path(self.dirpath).resolve()):
-            rank_zero_info(f"lit_rlvr: the model card in {self.dirpath} is left as it is (the validated policy is not that export)")
+            rank_zero_info(
+                f"lit_rlvr: the model card in {self.dirpath} is left as it is (the validated policy is not that export)"
+            )
             return
         text = with_validation(card.read_text(), metrics, "## Validation (lit-rlvr validate of this folder)")
         with atomic_file(card, "the model card") as f:
@@ -181,8 +183,14 @@ def model_card(
     tags = ["lit_rlvr", "rlvr", loss.advantage if loss is not None else ""]
     tags += ["dph-rl"] if hparams.get("anchor") is not None else []
     hub_name = not Path(base_model).exists() and base_model.count("/") == 1
-    front = ["---", *([f"base_model: {base_model}"] if hub_name else []), f"library_name: {'peft' if adapter else 'transformers'}",
-             "pipeline_tag: text-generation", f"tags: [{', '.join(t for t in tags if t)}]", "---"]  # fmt: skip
+    front = [
+        "---",
+        *([f"base_model: {base_model}"] if hub_name else []),
+        f"library_name: {'peft' if adapter else 'transformers'}",
+        "pipeline_tag: text-generation",
+        f"tags: [{', '.join(t for t in tags if t)}]",
+        "---",
+    ]
     what = "a LoRA adapter (load it with peft on the base model)" if adapter else "full weights"
     lines = [
         *front,
@@ -200,8 +208,18 @@ def model_card(
         *_results(metrics, f"## Final validation (step {step if validated_at is None else validated_at})"),
     ]
     if config is not None:
-        lines += ["## Config", "", "<details><summary>the <code>lit-rlvr fit</code> config</summary>", "",
-                  "```yaml", config.rstrip(), "```", "", "</details>", ""]  # fmt: skip
+        lines += [
+            "## Config",
+            "",
+            "<details><summary>the <code>lit-rlvr fit</code> config</summary>",
+            "",
+            "```yaml",
+            config.rstrip(),
+            "```",
+            "",
+            "</details>",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -218,12 +236,21 @@ def _method_rows(hp: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("clip ε_low / ε_high", f"{loss.clip_low} / {loss.clip_high}{dual}"))
     if (anchor := hp.get("anchor")) is not None:
         options = f" {dict(anchor.options)}" if anchor.options else ""
-        rows.append(("f-divergence anchor to π_ref (DPH-RL)", f"`{anchor.divergence}`{options}, η = {anchor.coef}, {anchor.level} level"))
+        rows.append(
+            (
+                "f-divergence anchor to π_ref (DPH-RL)",
+                f"`{anchor.divergence}`{options}, η = {anchor.coef}, {anchor.level} level",
+            )
+        )
     if (kl := hp.get("kl")) is not None:
         rows.append(("KL(π_θ‖π_ref) penalty", f"β = {kl.coef} ({kl.estimator})"))
     if (sampling := hp.get("sampling")) is not None:
-        rows.append(("samples per prompt · temperature · max new tokens",
-                     f"{sampling.n} · {sampling.temperature} · {sampling.max_new_tokens}"))  # fmt: skip
+        rows.append(
+            (
+                "samples per prompt · temperature · max new tokens",
+                f"{sampling.n} · {sampling.temperature} · {sampling.max_new_tokens}",
+            )
+        )
     return rows
 
 
@@ -263,11 +290,17 @@ def _results(metrics: Mapping[str, float], title: str) -> list[str]:
     if not ladders:
         return ["## Final validation", "", "No validation ran during training.", ""]
     ks = sorted({k for ladder in ladders.values() for k in ladder})
-    lines = [title, "",
-             "| set | " + " | ".join(f"pass@{k}" for k in ks) + " | distinct correct answers |", "|---" * (len(ks) + 2) + "|"]  # fmt: skip
+    lines = [
+        title,
+        "",
+        "| set | " + " | ".join(f"pass@{k}" for k in ks) + " | distinct correct answers |",
+        "|---" * (len(ks) + 2) + "|",
+    ]
     for name, ladder in sorted(ladders.items()):
         distinct = metrics.get(f"val/{name}/distinct_correct_answers")
-        cells = [f"{ladder[k]:.3f}" if k in ladder else "–" for k in ks] + [f"{distinct:.2f}" if distinct is not None else "–"]
+        cells = [f"{ladder[k]:.3f}" if k in ladder else "–" for k in ks] + [
+            f"{distinct:.2f}" if distinct is not None else "–"
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 

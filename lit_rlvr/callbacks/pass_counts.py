@@ -36,7 +36,13 @@ class PassCountsWriter(Callback):
 
     @override
     def on_validation_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         if self.path is None or not isinstance(outputs, dict) or "num_correct" not in outputs:
             return

@@ -126,10 +126,19 @@ class RolloutCallback(Callback):
     ):
         super().__init__()
         self.options = RolloutOptions(
-            engine, dict(engine_options or {}), model_path, sync_every_n_steps, fingerprint, fingerprint_atol,
-            drift_every_n_steps, generate_timeout_s, sync_timeout_s,
-            None if max_staleness is None else AsyncOptions(max_staleness, on_stale), adapter_sync, sync_bucket_mb,
-        )  # fmt: skip
+            engine,
+            dict(engine_options or {}),
+            model_path,
+            sync_every_n_steps,
+            fingerprint,
+            fingerprint_atol,
+            drift_every_n_steps,
+            generate_timeout_s,
+            sync_timeout_s,
+            None if max_staleness is None else AsyncOptions(max_staleness, on_stale),
+            adapter_sync,
+            sync_bucket_mb,
+        )
         self.engine: RolloutEngine | None = None if isinstance(engine, str) else engine
         self._owns_engine = isinstance(engine, str)
         self.ranks = RankGroup()  # the training ranks, joined at setup: an engine operation fails on all or none
@@ -144,10 +153,16 @@ class RolloutCallback(Callback):
         self._probe: tuple[list[int], list[int]] | None = None
         self._rank = 0
         self.sampler: RolloutSampler | None = None  # single- or multi-turn, the module's environment: made at setup
-        self.asynchronous: AsyncRollouts | None = None if max_staleness is None else AsyncRollouts(
-            self.options.asynchronous,
-            lambda prompt_ids, rows, params: self.sampler(self.engine, prompt_ids, rows, params),  # the engine is built at setup
-            lambda global_step, lane: self.train_params(global_step, self._rank, lane),
+        self.asynchronous: AsyncRollouts | None = (
+            None
+            if max_staleness is None
+            else AsyncRollouts(
+                self.options.asynchronous,
+                lambda prompt_ids, rows, params: self.sampler(
+                    self.engine, prompt_ids, rows, params
+                ),  # the engine is built at setup
+                lambda global_step, lane: self.train_params(global_step, self._rank, lane),
+            )
         )
 
     @property
@@ -160,8 +175,15 @@ class RolloutCallback(Callback):
     def build_engine(self, pl_module: LightningModule) -> RolloutEngine:
         """Create the engine for ``pl_module.policy`` (override to customise construction)."""
         o = self.options
-        kwargs = {"generate_timeout_s": o.generate_timeout_s, "sync_timeout_s": o.sync_timeout_s, **o.sync_kwargs(), **o.engine_options}
-        return build_engine(o.engine_kind, model=pl_module.policy, tokenizer=pl_module.tokenizer, model_path=o.model_path, **kwargs)
+        kwargs = {
+            "generate_timeout_s": o.generate_timeout_s,
+            "sync_timeout_s": o.sync_timeout_s,
+            **o.sync_kwargs(),
+            **o.engine_options,
+        }
+        return build_engine(
+            o.engine_kind, model=pl_module.policy, tokenizer=pl_module.tokenizer, model_path=o.model_path, **kwargs
+        )
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -223,10 +245,17 @@ class RolloutCallback(Callback):
             if self.options.drift_every_n_steps and trainer.global_step % self.options.drift_every_n_steps == 0:
                 metrics["rollout/drift"] = self.drift(pl_module, batch.rollouts, params.temperature)
         self.last_metrics = metrics
-        self._log(pl_module, metrics, len(batch.prompt_ids), prog_bar=("rollout/seconds", "rollout/tokens_per_s", "rollout/mean_len"))
+        self._log(
+            pl_module,
+            metrics,
+            len(batch.prompt_ids),
+            prog_bar=("rollout/seconds", "rollout/tokens_per_s", "rollout/mean_len"),
+        )
 
     @override
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         stepped = trainer.global_step - self._step_at_batch_start
         if stepped > 0:  # else gradient accumulation: no optimizer step yet
             self.steps_since_sync += stepped
@@ -315,11 +344,18 @@ class RolloutCallback(Callback):
         limit = _sum_or_none(o.sync_timeout_s, o.generate_timeout_s if check else 0.0)  # sync + the probe's log-probs
         engine_lp = self.ranks.run_on_all(f"{self.engine.name} weight sync", push, limit)
         if o.fingerprint:
-            self.last_fingerprint_err = self.ranks.run_on_all(  # every rank together: the trainer's forward may be a collective
-                f"{self.engine.name} weight-sync fingerprint",
-                lambda: fingerprint_error(engine_lp, pl_module.policy, self._probe, o.fingerprint_atol, self.engine.name)
-                if check else 0.0,
-                o.sync_timeout_s,
+            self.last_fingerprint_err = (
+                self.ranks.run_on_all(  # every rank together: the trainer's forward may be a collective
+                    f"{self.engine.name} weight-sync fingerprint",
+                    lambda: (
+                        fingerprint_error(
+                            engine_lp, pl_module.policy, self._probe, o.fingerprint_atol, self.engine.name
+                        )
+                        if check
+                        else 0.0
+                    ),
+                    o.sync_timeout_s,
+                )
             )
             metrics["rollout/fingerprint_err"] = self.last_fingerprint_err
         self.steps_since_sync = 0
@@ -338,8 +374,9 @@ class RolloutCallback(Callback):
 
     # ------------------------------------------------------------------ rollouts
 
-    def _generate(self, prompt_ids: list[list[int]], rows: list[dict], params: SamplingParams,
-                  prefix: str) -> tuple[Rollouts, dict[str, float]]:  # fmt: skip
+    def _generate(
+        self, prompt_ids: list[list[int]], rows: list[dict], params: SamplingParams, prefix: str
+    ) -> tuple[Rollouts, dict[str, float]]:
         t0 = time.perf_counter()
         what = f"{self.engine.name} generate of {len(prompt_ids)} prompts x {params.n} samples"
         sample = lambda: self.sampler(self.engine, prompt_ids, rows, params)  # noqa: E731
@@ -361,8 +398,14 @@ class RolloutCallback(Callback):
         """Mean |sampler − trainer log-prob| over the rollouts' completion tokens (:func:`~lit_rlvr.rollout.engine.policy_drift`),
         the trainer's in the module's micro-batches (``pl_module.micro_batching``)."""
         pad_id = pl_module.tokenizer.pad_token_id
-        return policy_drift(pl_module.policy, rollouts, pad_id if pad_id is not None else 0, temperature,
-                            pl_module.micro_batching, pl_module.lockstep.most)  # FSDP: as many forwards on every rank  # fmt: skip
+        return policy_drift(
+            pl_module.policy,
+            rollouts,
+            pad_id if pad_id is not None else 0,
+            temperature,
+            pl_module.micro_batching,
+            pl_module.lockstep.most,
+        )  # FSDP: as many forwards on every rank
 
     def train_params(self, global_step: int, rank: int = 0, lane: int = 0) -> SamplingParams:
         """The sampling parameters of the training rollout at ``global_step`` on ``rank`` (:func:`step_sampling`)."""
@@ -371,13 +414,20 @@ class RolloutCallback(Callback):
         return step_sampling(self.train_sampling, global_step, rank, lane)
 
     @staticmethod
-    def _log(pl_module: LightningModule, metrics: dict[str, float], batch_size: int, prog_bar: tuple[str, ...] = (),
-             sync_dist: bool = False) -> None:  # fmt: skip
+    def _log(
+        pl_module: LightningModule,
+        metrics: dict[str, float],
+        batch_size: int,
+        prog_bar: tuple[str, ...] = (),
+        sync_dist: bool = False,
+    ) -> None:
         for key, value in metrics.items():
             pl_module.log(key, float(value), prog_bar=key in prog_bar, batch_size=batch_size, sync_dist=sync_dist)
 
 
-def rollout_metrics(rollouts: Rollouts, seconds: float, generate_seconds: float, prefix: str = "rollout") -> dict[str, float]:
+def rollout_metrics(
+    rollouts: Rollouts, seconds: float, generate_seconds: float, prefix: str = "rollout"
+) -> dict[str, float]:
     """What one batch of rollouts logs under ``prefix`` (``rollout``, ``val_rollout``).
 
     Args:

@@ -90,7 +90,9 @@ class RolloutProducer:
         self.steps_left, self.max_batches = steps_left, max_batches
         self.generate, self.params_at, self.global_step, self.source = generate, params_at, global_step, source
         if batches_per_epoch < 1:
-            raise ValueError(f"asynchronous rollouts need at least one training batch per epoch, got {batches_per_epoch}")
+            raise ValueError(
+                f"asynchronous rollouts need at least one training batch per epoch, got {batches_per_epoch}"
+            )
         self.k, self.batches_per_epoch = options.max_staleness, batches_per_epoch
         self.ahead = options.ahead  # how far past the weights a batch may start
         self._cond = threading.Condition()
@@ -122,13 +124,17 @@ class RolloutProducer:
         t0 = time.perf_counter()
         with self._cond:
             if number != self.consumed:
-                raise RuntimeError(f"asynchronous rollouts: the loop took batch {number}, the producer expected {self.consumed}")
+                raise RuntimeError(
+                    f"asynchronous rollouts: the loop took batch {number}, the producer expected {self.consumed}"
+                )
             self.requested = number
             self._cond.notify_all()
             while number not in self._queue and self._error is None:
                 self._cond.wait()
             if self._error is not None and number not in self._queue:
-                raise RuntimeError(f"the rollout producer failed: {type(self._error).__name__}: {self._error}") from self._error
+                raise RuntimeError(
+                    f"the rollout producer failed: {type(self._error).__name__}: {self._error}"
+                ) from self._error
             produced = self._queue.pop(number)
             self.consumed = number + 1
             self._cond.notify_all()
@@ -139,7 +145,9 @@ class RolloutProducer:
             with self._generating:
                 t1 = time.perf_counter()
                 rollouts = self.generate(produced.prompt_ids, produced.rows, self.params_at(self.global_step(), 0))
-                produced = Produced(number, produced.prompt_ids, produced.rows, rollouts, self.version, time.perf_counter() - t1)
+                produced = Produced(
+                    number, produced.prompt_ids, produced.rows, rollouts, self.version, time.perf_counter() - t1
+                )
             self.generated += 1
             staleness = number - produced.version
         self.trained += 1
@@ -256,13 +264,17 @@ class AsyncRollouts:
             RuntimeError: the rollouts generated ahead are for other prompts than the batch's.
         """
         if batch.position is None:
-            raise TypeError("asynchronous rollouts need train batches that carry their position (PromptDataModule's do)")
+            raise TypeError(
+                "asynchronous rollouts need train batches that carry their position (PromptDataModule's do)"
+            )
         epoch, step = batch.position
         self.number = epoch * trainer.num_training_batches + step
         if self.producer is None:
             self.producer = self._start(trainer)
         t0 = time.perf_counter()
-        produced, waited, staleness = run(f"asynchronous rollouts of batch {self.number}", lambda: self.producer.take(self.number))
+        produced, waited, staleness = run(
+            f"asynchronous rollouts of batch {self.number}", lambda: self.producer.take(self.number)
+        )
         if produced.prompt_ids != batch.prompt_ids:
             raise RuntimeError(
                 f"asynchronous rollouts: the rollouts generated ahead for batch {batch.position} are for other prompts "
@@ -272,17 +284,21 @@ class AsyncRollouts:
         self.trainer_idle_s += waited
         self.staleness_counts[staleness] = self.staleness_counts.get(staleness, 0) + 1
         p = self.producer
-        return produced, seconds, {
-            "rollout/staleness": staleness,
-            "rollout/queue_depth": p.queue_depth,
-            "rollout/generator_idle_s": p.generator_idle_s,
-            "rollout/trainer_idle_s": self.trainer_idle_s,
-            "rollout/generated": p.generated,
-            "rollout/trained": p.trained,
-            "rollout/dropped": p.dropped,
-            "rollout/in_flight": p.in_flight,
-            **{f"rollout/staleness_{s}": c for s, c in sorted(self.staleness_counts.items())},
-        }
+        return (
+            produced,
+            seconds,
+            {
+                "rollout/staleness": staleness,
+                "rollout/queue_depth": p.queue_depth,
+                "rollout/generator_idle_s": p.generator_idle_s,
+                "rollout/trainer_idle_s": self.trainer_idle_s,
+                "rollout/generated": p.generated,
+                "rollout/trained": p.trained,
+                "rollout/dropped": p.dropped,
+                "rollout/in_flight": p.in_flight,
+                **{f"rollout/staleness_{s}": c for s, c in sorted(self.staleness_counts.items())},
+            },
+        )
 
     def _start(self, trainer: Trainer) -> RolloutProducer:
         """A producer on the trainer's DataModule and loop, generating from batch ``self.number`` on."""

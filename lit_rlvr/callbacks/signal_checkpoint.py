@@ -128,7 +128,9 @@ class SignalCheckpoint(Callback):
         return received
 
     @override
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         signum = self.agreed_signal(trainer)
         if not signum:
             return
@@ -142,8 +144,15 @@ class SignalCheckpoint(Callback):
         raise SIGTERMException(128 + signum)  # what a shell reports for a process ended by the signal
 
     @override
-    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
+    def on_validation_batch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if trainer.state.fn != TrainerFn.VALIDATING:
             return  # inside fit: at the end of the next training step
         if signum := self.agreed_signal(trainer):

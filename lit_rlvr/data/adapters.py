@@ -44,8 +44,10 @@ class ReservedColumnError(ValueError):
 
     def __init__(self, columns: list[str]):
         self.columns = columns
-        super().__init__(f"column(s) {columns} would be hidden by the row's own key(s) of that name (`answer`: the gold; "
-                         "`reward`: the registered reward that scores the row; `id`: the row's key); rename them in the data")  # fmt: skip
+        super().__init__(
+            f"column(s) {columns} would be hidden by the row's own key(s) of that name (`answer`: the gold; "
+            "`reward`: the registered reward that scores the row; `id`: the row's key); rename them in the data"
+        )
 
 
 def normalize_answer(value) -> str:
@@ -104,7 +106,9 @@ def _row_id(record: dict, index: int, name: str, id_field: str | None) -> str:
 
 
 @ADAPTERS.register("gsm8k")
-def gsm8k(record: dict, *, index: int, name: str, source: Path, reward: str = "math", id_field: str | None = None) -> dict:
+def gsm8k(
+    record: dict, *, index: int, name: str, source: Path, reward: str = "math", id_field: str | None = None
+) -> dict:
     """GSM8K: ``question``, and ``answer`` = reasoning then ``#### N``; the gold is N without commas.
 
     Example:
@@ -118,7 +122,13 @@ def gsm8k(record: dict, *, index: int, name: str, source: Path, reward: str = "m
     if not final:
         raise BadRowError("GSM8K answer has an empty final answer after '####'")
     prompt = _text(record, "question")
-    return {"id": _row_id(record, index, name, id_field), "prompt": prompt, "answer": final, "reward": reward, "solution": solution}
+    return {
+        "id": _row_id(record, index, name, id_field),
+        "prompt": prompt,
+        "answer": final,
+        "reward": reward,
+        "solution": solution,
+    }
 
 
 @ADAPTERS.register("math")
@@ -267,8 +277,14 @@ def messages(value, key: str = "prompt") -> list[dict]:
     if not isinstance(value, list) or not value:
         raise BadRowError(f"{key!r} must be text or a non-empty list of messages, got {value!r:.80}")
     for i, message in enumerate(value, start=1):
-        if not (isinstance(message, dict) and isinstance(message.get("role"), str) and isinstance(message.get("content"), str)):
-            raise BadRowError(f"{key!r} message {i} must have a string 'role' and a string 'content' (text only), got {message!r:.80}")
+        if not (
+            isinstance(message, dict)
+            and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str)
+        ):
+            raise BadRowError(
+                f"{key!r} message {i} must have a string 'role' and a string 'content' (text only), got {message!r:.80}"
+            )
     return [dict(m) for m in value]
 
 
@@ -328,7 +344,9 @@ def trl(
         {'solution': 4, 'id': 't/1', 'prompt': '2+2?', 'answer': '4', 'reward': 'math'}
     """
     prompt = _prompt(record, "prompt")
-    row = _columns(record, "prompt", id_field, ("id", "reward") + (("answer",) if answer_field not in (None, "answer") else ()))
+    row = _columns(
+        record, "prompt", id_field, ("id", "reward") + (("answer",) if answer_field not in (None, "answer") else ())
+    )
     row.update(id=_row_id(record, index, name, _key_field(record, id_field)), prompt=prompt)
     if answer_field is not None:
         answer = _field(record, answer_field)
@@ -371,13 +389,17 @@ def verl(
     prompt = _prompt(record, prompt_key)
     reward_model = record.get("reward_model")
     if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
-        raise BadRowError(f"verl rows carry the gold in reward_model.ground_truth; got reward_model={reward_model!r:.80}")
+        raise BadRowError(
+            f"verl rows carry the gold in reward_model.ground_truth; got reward_model={reward_model!r:.80}"
+        )
     gold = reward_model["ground_truth"]
     if isinstance(gold, str) and not gold.strip():
         raise BadRowError("reward_model.ground_truth is empty")
     row = _columns(record, prompt_key, id_field, ("id", "answer", "reward"))
     row.update(id=_row_id(record, index, name, _key_field(record, id_field)), prompt=prompt)
-    row["answer"] = gold.strip() if isinstance(gold, str) else normalize_answer(gold) if isinstance(gold, (int, float)) else gold
+    row["answer"] = (
+        gold.strip() if isinstance(gold, str) else normalize_answer(gold) if isinstance(gold, (int, float)) else gold
+    )
     if reward is not None:
         row["reward"] = reward
     return row
@@ -433,7 +455,12 @@ def _reserved_hint(columns: list[str], options_key: str) -> str:
 
 
 def load_rows(
-    source: str | Path | Iterable[str | Path] | HFSource, adapter: str, name: str | None = None, *, options_key: str = "options", **options
+    source: str | Path | Iterable[str | Path] | HFSource,
+    adapter: str,
+    name: str | None = None,
+    *,
+    options_key: str = "options",
+    **options,
 ) -> LoadedRows:
     """Read every record of ``source`` through the named adapter.
 
@@ -488,10 +515,18 @@ def load_rows(
             except ReservedColumnError as e:
                 raise ValueError(f"{label}:{line}: {e}{_reserved_hint(e.columns, options_key)}") from None
             if row["id"] in seen:
-                out.bad.append(BadRow(label, line, f"duplicate id {row['id']!r} (row ids key the reference cache and the "
-                                                   f"pass counts: {options_key}.id_field names a column with unique values)"))  # fmt: skip
+                out.bad.append(
+                    BadRow(
+                        label,
+                        line,
+                        f"duplicate id {row['id']!r} (row ids key the reference cache and the "
+                        f"pass counts: {options_key}.id_field names a column with unique values)",
+                    )
+                )
                 continue
-            if row.get("reward") is not None and row["reward"] not in REWARDS:  # None: scored by model.scoring.reward_funcs
+            if (
+                row.get("reward") is not None and row["reward"] not in REWARDS
+            ):  # None: scored by model.scoring.reward_funcs
                 out.bad.append(BadRow(label, line, f"unknown reward {row['reward']!r}; valid names: {sorted(REWARDS)}"))
                 continue
             seen.add(row["id"])

@@ -107,7 +107,9 @@ class GoldCheck:
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 0:
-            raise ValueError(f"data.gold_check.workers must be an integer >= 0 (0 = in this process), got {self.workers!r}")
+            raise ValueError(
+                f"data.gold_check.workers must be an integer >= 0 (0 = in this process), got {self.workers!r}"
+            )
         if not self.timeout_s > 0:
             raise ValueError(f"data.gold_check.timeout_s must be > 0 seconds, got {self.timeout_s!r}")
 
@@ -139,7 +141,9 @@ class CacheOptions:
         if self.anchor_batch_size < 1:
             raise ValueError(f"data.cache.anchor_batch_size must be >= 1, got {self.anchor_batch_size}")
         if self.perfect_threshold is not None and self.perfect_threshold < 1:
-            raise ValueError(f"data.cache.perfect_threshold must be >= 1 or null (= the cache's n), got {self.perfect_threshold}")
+            raise ValueError(
+                f"data.cache.perfect_threshold must be >= 1 or null (= the cache's n), got {self.perfect_threshold}"
+            )
 
 
 @dataclass
@@ -163,8 +167,13 @@ def check_golds(rows: list[dict], check: GoldCheck) -> list[str | None]:
     """
     from lit_rlvr.rewards import REWARDS, BatchScorer
 
-    todo = [i for i, row in enumerate(rows) if row.get("reward") is not None and row.get("answer") is not None
-            and REWARDS[row["reward"]].check_gold is not None]  # fmt: skip
+    todo = [
+        i
+        for i, row in enumerate(rows)
+        if row.get("reward") is not None
+        and row.get("answer") is not None
+        and REWARDS[row["reward"]].check_gold is not None
+    ]
     problems: list[str | None] = [None] * len(rows)
     if not todo:
         return problems
@@ -277,7 +286,9 @@ class PromptDataModule(pl.LightningDataModule):
     ):
         super().__init__()
         if batch_size < 1 or max_prompt_tokens < 1:
-            raise ValueError(f"data.batch_size and data.max_prompt_tokens must be >= 1, got {batch_size} and {max_prompt_tokens}")
+            raise ValueError(
+                f"data.batch_size and data.max_prompt_tokens must be >= 1, got {batch_size} and {max_prompt_tokens}"
+            )
         if not 0.0 <= max_bad_fraction <= 1.0:
             raise ValueError(f"data.max_bad_fraction must be in [0, 1], got {max_bad_fraction}")
         names = [v.name or v.adapter for v in val or []]
@@ -365,7 +376,9 @@ class PromptDataModule(pl.LightningDataModule):
             try:
                 tokens = encode_prompt(row, self.tokenizer, self.prompt_format, loaded.raw_text)
             except (TypeError, ValueError, UnicodeError) as e:  # text the template or tokenizer refuses
-                unreadable.append(BadRow(*position, f"cannot build the prompt's tokens: {type(e).__name__}: {str(e)[:200]}"))
+                unreadable.append(
+                    BadRow(*position, f"cannot build the prompt's tokens: {type(e).__name__}: {str(e)[:200]}")
+                )
                 continue
             if len(tokens) > self.max_prompt_tokens:
                 too_long.append(f"{row['id']} ({len(tokens)} tokens)")
@@ -379,10 +392,16 @@ class PromptDataModule(pl.LightningDataModule):
         if too_long:
             log.warning(
                 "%s: %d prompts longer than max_prompt_tokens=%d are skipped: %s%s",
-                name, len(too_long), self.max_prompt_tokens, ", ".join(too_long[:10]), " ..." if len(too_long) > 10 else "",
-            )  # fmt: skip
+                name,
+                len(too_long),
+                self.max_prompt_tokens,
+                ", ".join(too_long[:10]),
+                " ..." if len(too_long) > 10 else "",
+            )
         if not rows:
-            raise ValueError(f"{name}: no usable prompts ({loaded.total} rows, {len(loaded.bad)} bad, {len(too_long)} too long)")
+            raise ValueError(
+                f"{name}: no usable prompts ({loaded.total} rows, {len(loaded.bad)} bad, {len(too_long)} too long)"
+            )
         return _Prepared(rows, ids, positions, loaded.total)
 
     def _report_bad(self, name: str, bad: list[BadRow], total: int, hint: str = "") -> None:
@@ -418,10 +437,14 @@ class PromptDataModule(pl.LightningDataModule):
         if self._context_checked == (context, train_new_tokens, val_new_tokens):
             return  # set up again (fit, then validate): the same prompts were skipped already
         self._context_checked = (context, train_new_tokens, val_new_tokens)
-        hint = (f"; shorten the prompts (data.max_prompt_tokens drops them earlier), lower model.sampling.max_new_tokens "
-                f"(or model.evaluation.max_new_tokens), or raise the context ({where})")  # fmt: skip
+        hint = (
+            f"; shorten the prompts (data.max_prompt_tokens drops them earlier), lower model.sampling.max_new_tokens "
+            f"(or model.evaluation.max_new_tokens), or raise the context ({where})"
+        )
         if self._train is not None:
-            kept = self._fitting(self._train, "data.train", context, train_new_tokens, where, hint, "model.sampling.max_new_tokens")
+            kept = self._fitting(
+                self._train, "data.train", context, train_new_tokens, where, hint, "model.sampling.max_new_tokens"
+            )
             self._train_index = [i for i in self._train_index if i in kept]
             if not self._train_index:
                 raise ValueError(f"{self._train_name}: no training prompt fits the context of {context} tokens{hint}")
@@ -432,8 +455,9 @@ class PromptDataModule(pl.LightningDataModule):
                     raise ValueError(f"{name}: no validation prompt fits the context of {context} tokens{hint}")
                 self.val_sets[name] = prepared.keep(sorted(kept))
 
-    def _fitting(self, prepared: _Prepared, key: str, context: int, new_tokens: int, where: str, hint: str,
-                 new_key: str) -> set[int]:  # fmt: skip
+    def _fitting(
+        self, prepared: _Prepared, key: str, context: int, new_tokens: int, where: str, hint: str, new_key: str
+    ) -> set[int]:
         """Indices of ``prepared``'s prompts that fit; the others are reported as bad rows."""
         name = self._train_name if key == "data.train" else key
         kept, bad = set(), []
@@ -441,8 +465,13 @@ class PromptDataModule(pl.LightningDataModule):
             if len(ids) + new_tokens <= context:
                 kept.add(i)
             else:
-                bad.append(BadRow(*position, f"prompt of {len(ids)} tokens + {new_key}={new_tokens} exceeds the "
-                                             f"context of {context} tokens ({where})"))  # fmt: skip
+                bad.append(
+                    BadRow(
+                        *position,
+                        f"prompt of {len(ids)} tokens + {new_key}={new_tokens} exceeds the "
+                        f"context of {context} tokens ({where})",
+                    )
+                )
         if bad:
             self._report_bad(name, bad, prepared.total, hint)
         return kept
@@ -459,18 +488,26 @@ class PromptDataModule(pl.LightningDataModule):
 
         options = self.cache
         cache = ReferenceCache(options.path, verify=options.verify)
-        cache.check(tokenizer=self.tokenizer, dataset_fingerprint=dataset_fingerprint(self.train_rows, self.train_prompt_ids))
+        cache.check(
+            tokenizer=self.tokenizer, dataset_fingerprint=dataset_fingerprint(self.train_rows, self.train_prompt_ids)
+        )
         self.reference_cache = cache
         self.split = split_by_pass_count(cache.ids, cache.pass_counts, cache.n, options.perfect_threshold)
         if options.train_split == "exp":
             exp = set(self.split.exp)
             self._train_index = [i for i, r in enumerate(self.train_rows) if r["id"] in exp]
             if not self._train_index:
-                raise ValueError(f"every training prompt is in D_pef (perfect_threshold={self.split.threshold}); nothing to explore")
+                raise ValueError(
+                    f"every training prompt is in D_pef (perfect_threshold={self.split.threshold}); nothing to explore"
+                )
         self._anchor_index = cache.sample_indices(self.split.pef, options.anchor_samples) if self.split.pef else None
         anchors = 0 if self._anchor_index is None else len(self._anchor_index)
         if anchors == 0:
-            log.warning("reference cache %s: D_pef has no %s samples; train batches carry no anchors", cache.path, options.anchor_samples)
+            log.warning(
+                "reference cache %s: D_pef has no %s samples; train batches carry no anchors",
+                cache.path,
+                options.anchor_samples,
+            )
         log.info("reference cache: |D_pef|=%d |D_exp|=%d anchors=%d", len(self.split.pef), len(self.split.exp), anchors)
 
     # ------------------------------------------------------------------------------- loaders
@@ -482,7 +519,13 @@ class PromptDataModule(pl.LightningDataModule):
         if self.trainer is not None:
             world, rank = self.trainer.world_size, self.trainer.global_rank
         sampler = PromptBatchSampler(
-            len(self._train_index), self.batch_size, self.seed, self.shuffle, self.drop_last, num_replicas=world, rank=rank
+            len(self._train_index),
+            self.batch_size,
+            self.seed,
+            self.shuffle,
+            self.drop_last,
+            num_replicas=world,
+            rank=rank,
         )
         if self._consumed is not None:
             sampler.resume(self._consumed[0], self._consumed[1] + 1)
@@ -544,7 +587,12 @@ class PromptDataModule(pl.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         if self._consumed is None:
             return {}
-        return {"epoch": self._consumed[0], "step": self._consumed[1], "num_train": len(self._train_index), "seed": self.seed}
+        return {
+            "epoch": self._consumed[0],
+            "step": self._consumed[1],
+            "num_train": len(self._train_index),
+            "seed": self.seed,
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -71,9 +71,11 @@ class PromptFormat:
         """
         if raw_text and self.use_chat_template is None and not isinstance(row.get("prompt"), list):
             if self.system_prompt:
-                raise ValueError(f"row {row.get('id')!r}: data.prompt.system_prompt with a text prompt of TRL-format data, which "
-                                 "TRL sends as it is; set data.prompt.use_chat_template to true (the chat template) or false "
-                                 "(the plain layout) to add it")  # fmt: skip
+                raise ValueError(
+                    f"row {row.get('id')!r}: data.prompt.system_prompt with a text prompt of TRL-format data, which "
+                    "TRL sends as it is; set data.prompt.use_chat_template to true (the chat template) or false "
+                    "(the plain layout) to add it"
+                )
             return self._instruction(row), False
         messages = self.messages(row)
         has_template = getattr(tokenizer, "chat_template", None) is not None
@@ -83,8 +85,10 @@ class PromptFormat:
             tools = {"tools": environment_tools(self.tools)} if self.tools is not None else {}
             return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **tools), True
         if self.tools is not None:
-            raise ValueError(f"data.prompt.tools lists {self.tools!r}'s tools in the chat template, but row {row.get('id')!r} is not "
-                             "rendered with one (a tokenizer without a chat template, or use_chat_template: false)")  # fmt: skip
+            raise ValueError(
+                f"data.prompt.tools lists {self.tools!r}'s tools in the chat template, but row {row.get('id')!r} is not "
+                "rendered with one (a tokenizer without a chat template, or use_chat_template: false)"
+            )
         system = [m["content"] for m in messages if m["role"] == "system"]
         turns = [m for m in messages if m["role"] != "system"]
         if len(system) > 1 or len(turns) != 1 or turns[0]["role"] != "user":
@@ -152,5 +156,7 @@ def environment_tools(path: str) -> list[Any]:
     cls = load_function(path, "data.prompt.tools")
     tools = list(tool_methods(cls()).values())
     if not tools:
-        raise ValueError(f"data.prompt.tools: {path!r} has no public method besides reset and get_reward, so no tool to list")
+        raise ValueError(
+            f"data.prompt.tools: {path!r} has no public method besides reset and get_reward, so no tool to list"
+        )
     return tools

@@ -63,7 +63,9 @@ def read_records(path: str | Path) -> Iterator[tuple[int, dict | BadRow]]:
         try:
             data = json.loads(path.read_bytes().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: not a readable JSON file ({err}); a .json data file holds a list of objects") from err
+            raise ValueError(
+                f"{path}: not a readable JSON file ({err}); a .json data file holds a list of objects"
+            ) from err
         if not isinstance(data, list):
             raise ValueError(f"{path}: a .json data file must hold a list of objects, got {type(data).__name__}")
         for i, record in enumerate(data, start=1):
@@ -172,11 +174,15 @@ def _open_hf(source: HFSource):
         saved = datasets.load_from_disk(source.path, **source.kwargs)
         if isinstance(saved, datasets.DatasetDict):
             if source.split not in saved:
-                raise ValueError(f"data source {source.label}: no split {source.split!r}; the saved splits are {sorted(saved)}")
+                raise ValueError(
+                    f"data source {source.label}: no split {source.split!r}; the saved splits are {sorted(saved)}"
+                )
             return saved[source.split]
         return saved
     try:
-        return datasets.load_dataset(source.path, source.name, split=source.split, streaming=source.streaming, **source.kwargs)
+        return datasets.load_dataset(
+            source.path, source.name, split=source.split, streaming=source.streaming, **source.kwargs
+        )
     except Exception as err:  # unknown id, offline, bad split or data files: say which source, keep the error
         err.add_note(f"lit_rlvr: while loading the data source {source.label} with datasets.load_dataset")
         raise

@@ -65,7 +65,9 @@ class CountdownChecker(EnvironmentBase):
             row = {k: v for k, v in self.row.items() if k != "answer"}
             return Step(reward=countdown_reward(text, str(self.row["answer"]), **row), done=True)
         if self.turn >= self.max_turns or not text.endswith(CHECK):
-            return Step(reward=0.0, done=self.turn >= self.max_turns, observation="" if self.turn >= self.max_turns else "=?\n")
+            return Step(
+                reward=0.0, done=self.turn >= self.max_turns, observation="" if self.turn >= self.max_turns else "=?\n"
+            )
         expression = text[: -len(CHECK)]
         value = evaluate(expression)
         if value is None:
@@ -74,7 +76,9 @@ class CountdownChecker(EnvironmentBase):
         return Step(f"={value}\n" if digits_ok else f"={value} bad digits\n", reward=0.0, tool_call=expression)
 
 
-def checker_trajectory(rng: random.Random, pairs: list[tuple[str, int]], max_turns: int = 3) -> tuple[dict, list[tuple[str, bool]]]:
+def checker_trajectory(
+    rng: random.Random, pairs: list[tuple[str, int]], max_turns: int = 3
+) -> tuple[dict, list[tuple[str, bool]]]:
     """A synthetic tool-using trajectory on a training pair: ``(row, [(text, is the model's), ...])``.
 
     The model checks 0, 1 or 2 expressions (:data:`CHECKS`; half of them valid, the others random

@@ -53,14 +53,16 @@ def countdown_rows(pairs: list[tuple[str, int]], seed: int = 0) -> list[dict]:
         shuffled = list(key_digits)
         random.Random(f"{seed}/{key_digits}={target}").shuffle(shuffled)
         digits = "".join(shuffled)
-        rows.append({
-            "id": f"countdown/{key_digits}={target:03d}",
-            "prompt": countdown_prompt(digits, target),
-            "answer": str(target),
-            "reward": "countdown",
-            "digits": digits,
-            "n_solutions": len(table[(key_digits, target)]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "id": f"countdown/{key_digits}={target:03d}",
+                "prompt": countdown_prompt(digits, target),
+                "answer": str(target),
+                "reward": "countdown",
+                "digits": digits,
+                "n_solutions": len(table[(key_digits, target)]),
+            }
+        )
     return rows
 
 
@@ -89,10 +91,16 @@ def addition_rows(pairs: list[tuple[int, int]], width: int = ADDITION_WIDTH) -> 
         [{'id': 'addition/374+458', 'prompt': 'A374+458=', 'answer': '832', 'reward': 'math', 'a': 374, 'b': 458}]
     """
     return [
-        {"id": f"addition/{a:0{width}d}+{b:0{width}d}", "prompt": addition_prompt(a, b, width), "answer": str(a + b),
-         "reward": "math", "a": a, "b": b}
+        {
+            "id": f"addition/{a:0{width}d}+{b:0{width}d}",
+            "prompt": addition_prompt(a, b, width),
+            "answer": str(a + b),
+            "reward": "math",
+            "a": a,
+            "b": b,
+        }
         for a, b in pairs
-    ]  # fmt: skip
+    ]
 
 
 def _write_if_changed(path: Path, data: bytes) -> Path:
@@ -162,7 +170,9 @@ def write_demo_data(
             out / "addition_val.jsonl",
             addition_rows(addition_val_pairs(seed, addition_val_size, addition_width), addition_width),
         ),
-        "sql_train": _write_jsonl(out / "sql_train.jsonl", [{**q, "reward": "sql", "db_path": db_name} for q in sql_train]),
+        "sql_train": _write_jsonl(
+            out / "sql_train.jsonl", [{**q, "reward": "sql", "db_path": db_name} for q in sql_train]
+        ),
         "sql_val": _write_jsonl(out / "sql_val.jsonl", [{**q, "reward": "sql", "db_path": db_name} for q in sql_val]),
     }
     return paths

@@ -92,7 +92,9 @@ def sql_example(rng: random.Random, questions: list[dict]) -> tuple[dict, str]:
         ('Q:count a>3;', 'SELECT count(b) FROM t WHERE a>3;')
     """
     question = rng.choice(questions)
-    return {"prompt": question["prompt"], "answer": question["answer"]}, rng.choice(sql_toy.equivalent_queries(question["answer"]))
+    return {"prompt": question["prompt"], "answer": question["answer"]}, rng.choice(
+        sql_toy.equivalent_queries(question["answer"])
+    )
 
 
 def collate_examples(examples: list[tuple[list[int], ...]], pad_id: int) -> dict[str, Tensor]:
@@ -116,7 +118,9 @@ def collate_examples(examples: list[tuple[list[int], ...]], pad_id: int) -> dict
     attention_mask = torch.zeros((len(examples), L), dtype=torch.long)  # (B, L)
     for b, (p, c, *mask) in enumerate(examples):
         input_ids[b, : len(p) + len(c)] = torch.tensor(p + c)
-        labels[b, len(p) : len(p) + len(c)] = torch.tensor([t if m else IGNORE_INDEX for t, m in zip(c, mask[0] if mask else [1] * len(c))])
+        labels[b, len(p) : len(p) + len(c)] = torch.tensor(
+            [t if m else IGNORE_INDEX for t, m in zip(c, mask[0] if mask else [1] * len(c))]
+        )
         attention_mask[b, : len(p) + len(c)] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
@@ -188,7 +192,9 @@ class WarmStartData(pl.LightningDataModule):
         super().__init__()
         shares = (countdown_share, sql_share, checker_share)
         if not (all(0.0 <= x <= 1.0 for x in shares) and sum(shares) <= 1.0 + 1e-9):
-            raise ValueError(f"countdown_share, sql_share and checker_share must be in [0, 1] with sum <= 1, got {shares}")
+            raise ValueError(
+                f"countdown_share, sql_share and checker_share must be in [0, 1] with sum <= 1, got {shares}"
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.tokenizer = tokenizer
@@ -309,7 +315,11 @@ def measure(
         ok = [t for t in texts if reward_fn(t, row["answer"], **{k: v for k, v in row.items() if k != "answer"}) > 0.5]
         correct[i], distinct[i] = len(ok), len(set(t.strip() for t in ok))
     out = {name: float(v) for name, v in pass_at_k_curve(num_correct=correct, n=n_samples, k=ks).items()}
-    out |= {"distinct_correct": float(distinct.mean()), "solved": float((correct > 0).float().mean()), "prompts": len(rows)}
+    out |= {
+        "distinct_correct": float(distinct.mean()),
+        "solved": float((correct > 0).float().mean()),
+        "prompts": len(rows),
+    }
     return out
 
 
@@ -382,8 +392,20 @@ def warmstart(
     pl.seed_everything(seed, verbose=False)
     tokenizer = build_char_tokenizer(chars)
     model = build_tiny_llama(tokenizer, hidden_size, num_layers, num_heads, head_dim, intermediate_size, seed=seed)
-    data = WarmStartData(tokenizer, prompt_format, batch_size, countdown_share, holdout, addition_width, addition_val_size, seed,
-                         sql_share, data_seed, checker_share, checker_turns)  # fmt: skip
+    data = WarmStartData(
+        tokenizer,
+        prompt_format,
+        batch_size,
+        countdown_share,
+        holdout,
+        addition_width,
+        addition_val_size,
+        seed,
+        sql_share,
+        data_seed,
+        checker_share,
+        checker_turns,
+    )
     module = WarmStartModule(model.train(), lr=lr, warmup_steps=warmup_steps, total_steps=steps)
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -417,14 +439,27 @@ def warmstart(
         add_rows = addition_rows(addition_val_pairs(data_seed, addition_val_size, addition_width), addition_width)
         ks = tuple(k for k in (1, 4, 16, 32) if k <= eval_samples)
         info["metrics"] = {
-            "countdown_val": measure(model, tokenizer, val_rows, REWARDS["countdown"], eval_samples, ks, prompt_format, seed=seed),
-            "addition_val": measure(model, tokenizer, add_rows, REWARDS["math"], eval_samples, ks, prompt_format, seed=seed),
+            "countdown_val": measure(
+                model, tokenizer, val_rows, REWARDS["countdown"], eval_samples, ks, prompt_format, seed=seed
+            ),
+            "addition_val": measure(
+                model, tokenizer, add_rows, REWARDS["math"], eval_samples, ks, prompt_format, seed=seed
+            ),
         }
         if sql_share:
             db = str(sql_toy.build_database(out / "sql_toy.sqlite", data_seed))
             sql_rows = [{**q, "db_path": db} for q in data.sql_val]
-            info["metrics"]["sql_val"] = measure(model, tokenizer, sql_rows, REWARDS["sql"], eval_samples, ks, prompt_format,
-                                                 max_new_tokens=40, seed=seed)  # fmt: skip
+            info["metrics"]["sql_val"] = measure(
+                model,
+                tokenizer,
+                sql_rows,
+                REWARDS["sql"],
+                eval_samples,
+                ks,
+                prompt_format,
+                max_new_tokens=40,
+                seed=seed,
+            )
         info["eval_seconds"] = round(time.perf_counter() - t0, 1)
     info_path.write_text(json.dumps(info, indent=2) + "\n")  # written last: marks the warm start finished
     return out
@@ -447,7 +482,11 @@ def main(argv: list[str] | None = None) -> Path:
     cfg.pop("config", None)
     path = warmstart(**cfg.as_dict())
     info = json.loads((path / INFO_FILE).read_text())
-    print(json.dumps({k: info[k] for k in ("steps_done", "train_seconds", "train_cpu_seconds", "metrics") if k in info}, indent=2))
+    print(
+        json.dumps(
+            {k: info[k] for k in ("steps_done", "train_seconds", "train_cpu_seconds", "metrics") if k in info}, indent=2
+        )
+    )
     return path
 
 

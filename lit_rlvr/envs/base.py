@@ -86,8 +86,9 @@ class Step:
     info: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.reward is not None and (isinstance(self.reward, bool) or not isinstance(self.reward, (int, float))
-                                        or not math.isfinite(self.reward)):  # fmt: skip
+        if self.reward is not None and (
+            isinstance(self.reward, bool) or not isinstance(self.reward, (int, float)) or not math.isfinite(self.reward)
+        ):
             raise ValueError(f"Step.reward must be a finite number or None; got {self.reward!r}")
         check_observation(self.observation, "Step.observation")
 
@@ -105,7 +106,8 @@ def check_observation(observation: Any, what: str) -> None:
     if isinstance(observation, str):
         return
     if isinstance(observation, list) and all(
-        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in observation
+        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in observation
     ):
         return
     raise TypeError(
@@ -162,7 +164,9 @@ adapter parses tool calls with the chat template's format). Filled by :mod:`lit_
 (``sql``, ``calculator``, ``skyrl``, ``trl``), :mod:`lit_rlvr.demo` (``countdown``) and plug-ins."""
 
 
-def register_environment(name: str, *, check: Callable[..., None] | None = None, version: Callable[..., str] | None = None):
+def register_environment(
+    name: str, *, check: Callable[..., None] | None = None, version: Callable[..., str] | None = None
+):
     """Register an environment class under ``name`` (its keyword-only ``__init__`` parameters are the options).
 
     Args:
@@ -188,7 +192,9 @@ def register_environment(name: str, *, check: Callable[..., None] | None = None,
     def decorator(cls):
         missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
         if missing:
-            raise TypeError(f"environment {name!r}: {getattr(cls, '__name__', cls)!r} has no {', '.join(missing)} method")
+            raise TypeError(
+                f"environment {name!r}: {getattr(cls, '__name__', cls)!r} has no {', '.join(missing)} method"
+            )
         traits = {"version": version} if version is not None else {}
         return ENVIRONMENTS.register(name, check=check, **traits)(cls)
 
@@ -224,12 +230,15 @@ class EnvSpec:
         env = self.factory(**kwargs)
         missing = [m for m in ("reset", "step") if not callable(getattr(env, m, None))]
         if missing:
-            raise TypeError(f"environment {self.name!r} made a {type(env).__name__}, which has no {', '.join(missing)} method")
+            raise TypeError(
+                f"environment {self.name!r} made a {type(env).__name__}, which has no {', '.join(missing)} method"
+            )
         return env
 
 
-def resolve_environment(name: str, options: Mapping[str, Any] | None = None, key: str = "environment",
-                        options_key: str | None = None) -> EnvSpec:  # fmt: skip
+def resolve_environment(
+    name: str, options: Mapping[str, Any] | None = None, key: str = "environment", options_key: str | None = None
+) -> EnvSpec:
     """The :class:`EnvSpec` a config names, its options checked at start-up.
 
     Args:

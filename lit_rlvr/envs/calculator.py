@@ -26,8 +26,14 @@ MAX_EXPRESSION_CHARS = 200
 MAX_RESULT_BITS = 4096  # numerator and denominator of every intermediate value
 MAX_EXPONENT = 1024
 
-_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}  # fmt: skip
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
 
 
 class CalculatorError(ValueError):
@@ -147,7 +153,9 @@ class CalculatorEnvironment(EnvironmentBase):
         self.stop = (f"</{calc_tag}>", f"</{answer_tag}>")
         self._calc = re.compile(rf"<{calc_tag}>(.*?)</{calc_tag}>", re.DOTALL)
         self._answer = re.compile(rf"<{answer_tag}>(.*?)</{answer_tag}>", re.DOTALL)
-        self.invalid = f"write <{calc_tag}>expression</{calc_tag}> to compute, or <{answer_tag}>…</{answer_tag}> to answer"
+        self.invalid = (
+            f"write <{calc_tag}>expression</{calc_tag}> to compute, or <{answer_tag}>…</{answer_tag}> to answer"
+        )
         self.row: dict[str, Any] = {}
         self.turn, self.max_turns = 0, 1
 
@@ -160,7 +168,9 @@ class CalculatorEnvironment(EnvironmentBase):
         answers = self._answer.findall(action)
         if answers:
             row = {k: v for k, v in self.row.items() if k != "answer"}
-            score = as_result(REWARDS[self.reward].score(f"\\boxed{{{answers[-1].strip()}}}", self.row.get("answer"), **row))
+            score = as_result(
+                REWARDS[self.reward].score(f"\\boxed{{{answers[-1].strip()}}}", self.row.get("answer"), **row)
+            )
             return Step(reward=score.reward, done=True, info={"status": score.status, "reason": score.reason})
         calls = self._calc.findall(action)
         if self.turn >= self.max_turns:

@@ -45,7 +45,9 @@ def skyrl_class(env: str) -> type:
     elif is_import_path(env):
         cls = load_function(env, "environment")
     else:
-        raise ValueError(f"environment_options.env: {env!r} is neither a skyrl-gym environment id ({sorted(registry)}) nor an import path")
+        raise ValueError(
+            f"environment_options.env: {env!r} is neither a skyrl-gym environment id ({sorted(registry)}) nor an import path"
+        )
     if not (isinstance(cls, type) and issubclass(cls, BaseTextEnv)):
         raise TypeError(f"environment_options.env: {env!r} is {cls!r}, not a skyrl-gym BaseTextEnv")
     return cls
@@ -106,8 +108,11 @@ class SkyRLEnvironment(EnvironmentBase):
         out = self.env.step(action)
         if out.get("postprocessed_action") is not None and not SkyRLEnvironment._warned_postprocessed:
             SkyRLEnvironment._warned_postprocessed = True
-            warnings.warn(f"{self.cls.__name__} returned a postprocessed_action; lit_rlvr keeps the model's own tokens "
-                          "(SkyRL would re-tokenize the edited text)", stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"{self.cls.__name__} returned a postprocessed_action; lit_rlvr keeps the model's own tokens "
+                "(SkyRL would re-tokenize the edited text)",
+                stacklevel=2,
+            )
         self.total += float(out.get("reward") or 0.0)
         metadata = dict(out.get("metadata") or {})
         name = metadata.get("tool_name")
@@ -117,8 +122,14 @@ class SkyRLEnvironment(EnvironmentBase):
             shown = ", ".join(map(repr, arguments)) if isinstance(arguments, (list, tuple)) else repr(arguments)
             call = f"{name}({shown})"
         observation = self._observation(list(out.get("observations") or []))
-        return Step(observation, reward=self.total, done=bool(out.get("done")), tool_call=call,
-                    tool_error=bool(metadata.get("error") or metadata.get("tool_error")), info=metadata)  # fmt: skip
+        return Step(
+            observation,
+            reward=self.total,
+            done=bool(out.get("done")),
+            tool_call=call,
+            tool_error=bool(metadata.get("error") or metadata.get("tool_error")),
+            info=metadata,
+        )
 
     def _observation(self, messages: list[Mapping[str, Any]]) -> Observation:
         messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]

@@ -34,7 +34,9 @@ from lit_rlvr.rewards.sql import DEFAULT_TIMEOUT_S, MODES, run_query, sql_score
 INVALID = "Your previous action is invalid: write a query as <{sql}>…</{sql}> to run it, or the final query as <{answer}>…</{answer}>."
 
 
-def _check(sql_tag: str, answer_tag: str, max_rows: int, max_chars: int, timeout_s: float, mode: str, format_reward: bool) -> None:
+def _check(
+    sql_tag: str, answer_tag: str, max_rows: int, max_chars: int, timeout_s: float, mode: str, format_reward: bool
+) -> None:
     for name, tag in (("sql_tag", sql_tag), ("answer_tag", answer_tag)):
         if not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
             raise ValueError(f"{name} must be a tag name such as 'sql'; got {tag!r}")
@@ -80,8 +82,17 @@ class SQLEnvironment(EnvironmentBase):
 
     version = "1"
 
-    def __init__(self, *, sql_tag: str = "sql", answer_tag: str = "solution", max_rows: int = 50, max_chars: int = 9000,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, mode: str = "spider", format_reward: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        sql_tag: str = "sql",
+        answer_tag: str = "solution",
+        max_rows: int = 50,
+        max_chars: int = 9000,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        mode: str = "spider",
+        format_reward: bool = False,
+    ):
         _check(sql_tag, answer_tag, max_rows, max_chars, timeout_s, mode, format_reward)
         self.sql_tag, self.answer_tag = sql_tag, answer_tag
         self.max_rows, self.max_chars, self.timeout_s = max_rows, max_chars, timeout_s
@@ -95,9 +106,13 @@ class SQLEnvironment(EnvironmentBase):
 
     def reset(self, row: Mapping[str, Any], max_turns: int) -> None:
         if not row.get("db_path") or not Path(str(row["db_path"])).is_file():
-            raise ValueError(f"row id={row.get('id')!r}: the sql environment needs 'db_path', an SQLite file; got {row.get('db_path')!r}")
+            raise ValueError(
+                f"row id={row.get('id')!r}: the sql environment needs 'db_path', an SQLite file; got {row.get('db_path')!r}"
+            )
         if not isinstance(row.get("answer"), str) or not row["answer"].strip():
-            raise ValueError(f"row id={row.get('id')!r}: the sql environment needs 'answer', the gold query; got {row.get('answer')!r}")
+            raise ValueError(
+                f"row id={row.get('id')!r}: the sql environment needs 'answer', the gold query; got {row.get('answer')!r}"
+            )
         self.row, self.turn, self.max_turns = dict(row), 0, max_turns
         return None
 
@@ -118,8 +133,13 @@ class SQLEnvironment(EnvironmentBase):
             text = format_rows(outcome.rows, self.max_rows, self.max_chars)
         else:
             text = f"Error ({outcome.status}): {outcome.reason}"
-        return Step(self._observation(text), reward=self._unanswered(), tool_call=" ".join(sql.split()),
-                    tool_error=outcome.status != STATUS_OK, info={"status": outcome.status})  # fmt: skip
+        return Step(
+            self._observation(text),
+            reward=self._unanswered(),
+            tool_call=" ".join(sql.split()),
+            tool_error=outcome.status != STATUS_OK,
+            info={"status": outcome.status},
+        )
 
     def _final(self, solution: str) -> Step:
         text = solution if "```" in solution else f"```sql\n{solution.strip()}\n```"

@@ -44,8 +44,11 @@ def tool_methods(env: Any) -> dict[str, Any]:
         >>> list(tool_methods(Game()))
         ['guess']
     """
-    names = [n for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
-             if not n.startswith("_") and n not in ("reset", "get_reward")]  # fmt: skip
+    names = [
+        n
+        for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+        if not n.startswith("_") and n not in ("reset", "get_reward")
+    ]
     return {n: getattr(env, n) for n in names}
 
 
@@ -57,7 +60,9 @@ def trl_version(*, factory: str, tokenizer: Any = None) -> str:
 def _check(factory: str) -> None:
     cls = load_function(factory, "environment")
     if not callable(getattr(cls, "reset", None)):
-        raise ValueError(f"factory {factory!r} makes {cls!r}, which has no reset method (TRL's environment_factory needs one)")
+        raise ValueError(
+            f"factory {factory!r} makes {cls!r}, which has no reset method (TRL's environment_factory needs one)"
+        )
 
 
 @register_environment("trl", check=_check, version=trl_version)
@@ -93,7 +98,12 @@ class TRLEnvironment(EnvironmentBase):
         from trl.chat_template_utils import parse_response
 
         self.turn += 1
-        calls = parse_response(self.tokenizer, list(ids), prefix=list(prefix), tools=list(self.tools.values())).get("tool_calls") or []
+        calls = (
+            parse_response(self.tokenizer, list(ids), prefix=list(prefix), tools=list(self.tools.values())).get(
+                "tool_calls"
+            )
+            or []
+        )
         if not calls or self.turn >= self.max_turns:
             return Step(reward=self._reward(), done=True)
         messages, failed, shown = [], False, []
@@ -122,7 +132,10 @@ class TRLEnvironment(EnvironmentBase):
 
 def with_response_parser(tokenizer: Any) -> Any:
     """``tokenizer`` able to parse tool calls: its own response template, or TRL's for a chat template TRL knows."""
-    if getattr(tokenizer, "response_template", None) is not None or getattr(tokenizer, "response_schema", None) is not None:
+    if (
+        getattr(tokenizer, "response_template", None) is not None
+        or getattr(tokenizer, "response_schema", None) is not None
+    ):
         return tokenizer
     from trl.chat_template_utils import add_response_schema
 

@@ -171,9 +171,7 @@ def _check_binary(rewards: Tensor, name: str) -> None:
     bad = ((rewards != 0) & (rewards != 1)).nonzero()
     if len(bad):
         i = int(bad[0])
-        raise ValueError(
-            f"{name} needs binary rewards in {{0, 1}}; got {rewards[i].item()!r} at row {i}"
-        )
+        raise ValueError(f"{name} needs binary rewards in {{0, 1}}; got {rewards[i].item()!r} at row {i}")
 
 
 def _zscore(x: Tensor, std: str = "population", eps: float = 0.0) -> Tensor:
@@ -676,7 +674,9 @@ def w_reinforce(rewards: Tensor, group_ids: Tensor, *, positive_advantage_weight
 
 def _check_unlikeliness(rank_penalty, std, eps) -> None:
     if isinstance(rank_penalty, bool) or not isinstance(rank_penalty, (int, float)) or not 0.0 <= rank_penalty <= 1.0:
-        raise ValueError(f"unlikeliness: rank_penalty (β_rank) must be in [0, 1] (0.25 in the paper), got {rank_penalty!r}")
+        raise ValueError(
+            f"unlikeliness: rank_penalty (β_rank) must be in [0, 1] (0.25 in the paper), got {rank_penalty!r}"
+        )
     if std not in UNLIKELINESS_STD_MODES:
         raise ValueError(f"unlikeliness: std must be one of {UNLIKELINESS_STD_MODES}; got {std!r}")
     if not eps >= 0:
@@ -729,7 +729,9 @@ def unlikeliness(
     _check_unlikeliness(rank_penalty, std, eps)
     groups = _grouped(rewards, group_ids)
     if mean_logprobs.shape != rewards.shape:
-        raise ValueError(f"mean_logprobs must have the shape of rewards {tuple(rewards.shape)}; got {tuple(mean_logprobs.shape)}")
+        raise ValueError(
+            f"mean_logprobs must have the shape of rewards {tuple(rewards.shape)}; got {tuple(mean_logprobs.shape)}"
+        )
     r = rewards.double()
     likelihood = torch.nan_to_num(mean_logprobs.double(), nan=float("-inf"))
     out = torch.zeros_like(r)

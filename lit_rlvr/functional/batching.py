@@ -112,7 +112,9 @@ def token_budget_batches(lengths: Tensor, max_tokens: int | None = None, max_row
     for i in order:
         grown = [max(w, x) for w, x in zip(widths, rows[i])] if widths else rows[i]
         open_rows = len(batches[-1]) if widths else 0
-        fits = (max_rows is None or open_rows < max_rows) and (max_tokens is None or (open_rows + 1) * sum(grown) <= max_tokens)
+        fits = (max_rows is None or open_rows < max_rows) and (
+            max_tokens is None or (open_rows + 1) * sum(grown) <= max_tokens
+        )
         if widths and fits:
             batches[-1].append(i)
         else:  # the first row, or a new micro-batch (a lone row may exceed the budget)

@@ -121,7 +121,8 @@ def correction_weights(
         n, known = mask.sum().clamp(min=1), finite & ~no_ratio
         real = raw[known]
         stats = {
-            "mismatch_kl": (torch.expm1(diff) - diff)[finite].sum() / finite.sum().clamp(min=1),  # x = log π_old − log π_s, k3
+            "mismatch_kl": (torch.expm1(diff) - diff)[finite].sum()
+            / finite.sum().clamp(min=1),  # x = log π_old − log π_s, k3
             "is_weight_mean": real.mean() if real.numel() else torch.ones(()),
             "is_weight_max": real.max() if real.numel() else torch.ones(()),
             "is_bounded": (outside & known).sum() / n,

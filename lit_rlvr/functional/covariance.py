@@ -132,7 +132,9 @@ def clip_cov_select(
     cov = token_covariance(logprobs, advantages, mask)
     candidates = ((cov > clip_cov_lb) & (cov < clip_cov_ub) & mask & ~clipped).nonzero()  # (K, 2) row-major
     n = max(int(clip_cov_ratio * int(mask.sum())), 1)
-    order = torch.randperm(len(candidates), generator=generator, device=generator.device if generator is not None else "cpu")
+    order = torch.randperm(
+        len(candidates), generator=generator, device=generator.device if generator is not None else "cpu"
+    )
     chosen = candidates[order[:n].to(candidates.device)]
     selected = torch.zeros_like(mask)
     selected[chosen[:, 0], chosen[:, 1]] = True
@@ -140,8 +142,15 @@ def clip_cov_select(
 
 
 @register_policy_loss("clip_cov", select=clip_cov_select, check=_check_clip_cov)
-def clip_cov(log_ratio: Tensor, advantages: Tensor, selected: Tensor | None, *, clip_low: float, clip_high: float,
-             dual_clip: float | None = None) -> Tensor:  # fmt: skip
+def clip_cov(
+    log_ratio: Tensor,
+    advantages: Tensor,
+    selected: Tensor | None,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None = None,
+) -> Tensor:
     """Clip-Cov's per-token loss: the clipped surrogate, 0 (no gradient) on the ``selected`` tokens.
 
     Example:

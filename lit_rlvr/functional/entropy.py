@@ -153,14 +153,24 @@ def _finite(name: str, value) -> float:
 
 def _check_static(entropy_coef) -> None:
     if not _finite("entropy_coef", entropy_coef) > 0:
-        raise ValueError(f"entropy_coef must be > 0 for a static bonus (0 is no bonus: remove model.entropy), got {entropy_coef!r}")
+        raise ValueError(
+            f"entropy_coef must be > 0 for a static bonus (0 is no bonus: remove model.entropy), got {entropy_coef!r}"
+        )
 
 
 def _check_adaptive(entropy_coef, entropy_target, entropy_coef_delta, entropy_coef_min, entropy_coef_max) -> None:
-    c, lo, hi = (_finite(n, v) for n, v in (("entropy_coef", entropy_coef), ("entropy_coef_min", entropy_coef_min),
-                                             ("entropy_coef_max", entropy_coef_max)))  # fmt: skip
+    c, lo, hi = (
+        _finite(n, v)
+        for n, v in (
+            ("entropy_coef", entropy_coef),
+            ("entropy_coef_min", entropy_coef_min),
+            ("entropy_coef_max", entropy_coef_max),
+        )
+    )
     if not 0 <= lo <= c <= hi:
-        raise ValueError(f"adaptive entropy needs 0 <= entropy_coef_min ({lo}) <= entropy_coef ({c}) <= entropy_coef_max ({hi})")
+        raise ValueError(
+            f"adaptive entropy needs 0 <= entropy_coef_min ({lo}) <= entropy_coef ({c}) <= entropy_coef_max ({hi})"
+        )
     if not _finite("entropy_coef_delta", entropy_coef_delta) > 0:
         raise ValueError(f"entropy_coef_delta must be > 0, got {entropy_coef_delta!r}")
     if not _finite("entropy_target", entropy_target) > 0:

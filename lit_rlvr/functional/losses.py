@@ -60,7 +60,7 @@ class Aggregation:
         normaliser: ``(mask (B, T)) -> scalar`` count.
     """
 
-    reduce: Callable[[Tensor, Tensor, "int | None"], Tensor]
+    reduce: Callable[[Tensor, Tensor, int | None], Tensor]
     normaliser: Callable[[Tensor], Tensor]
 
     def __call__(self, values: Tensor, mask: Tensor, max_len: int | None = None) -> Tensor:
@@ -122,9 +122,7 @@ def seq_mean_token_sum_norm(values: Tensor, mask: Tensor, max_len: int | None = 
     return _masked(values, mask).sum() / (B * (T if max_len is None else max_len))
 
 
-def aggregate(
-    values: Tensor, mask: Tensor, mode: str = "token_mean", max_len: int | None = None
-) -> Tensor:
+def aggregate(values: Tensor, mask: Tensor, mode: str = "token_mean", max_len: int | None = None) -> Tensor:
     """Reduce per-token values to the scalar loss with one of :data:`AGGREGATIONS`.
 
     Args:
@@ -208,12 +206,16 @@ class PolicyLoss:
         """``token_loss`` with the values (injected settings and options) it declares."""
         return self.token_loss(log_ratio, advantages, selected, **self._kwargs("token_loss", values))
 
-    def choose(self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, response_mask: Tensor, **values) -> Tensor:
+    def choose(
+        self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, response_mask: Tensor, **values
+    ) -> Tensor:
         """``select`` with the values it declares: ``(B, T)`` bool, False on padding."""
         return self.select(logprobs, old_logprobs, advantages, response_mask, **self._kwargs("select", values))
 
 
-def register_policy_loss(name: str, *, select: Callable[..., Tensor] | None = None, check: Callable[..., None] | None = None):
+def register_policy_loss(
+    name: str, *, select: Callable[..., Tensor] | None = None, check: Callable[..., None] | None = None
+):
     """Register ``token_loss`` (and its ``select``) as policy loss ``name`` (:class:`PolicyLoss`).
 
     The entry's options are the keyword-only parameters of both functions less the injected
@@ -235,7 +237,9 @@ def register_policy_loss(name: str, *, select: Callable[..., Tensor] | None = No
             for p in inspect.signature(fn).parameters.values() if fn is not None else ():
                 if p.kind is inspect.Parameter.KEYWORD_ONLY:
                     params.setdefault(p.name, p)
-        POLICY_LOSSES.register(name, check=check, signature=inspect.Signature(list(params.values())))(PolicyLoss(token_loss, select))
+        POLICY_LOSSES.register(name, check=check, signature=inspect.Signature(list(params.values())))(
+            PolicyLoss(token_loss, select)
+        )
         return token_loss
 
     return decorator
@@ -252,8 +256,15 @@ def clipped_surrogate(ratio: Tensor, advantages: Tensor, clip_low: float, clip_h
 
 
 @register_policy_loss("vanilla")
-def vanilla(log_ratio: Tensor, advantages: Tensor, selected: Tensor | None, *, clip_low: float, clip_high: float,
-            dual_clip: float | None = None) -> Tensor:  # fmt: skip
+def vanilla(
+    log_ratio: Tensor,
+    advantages: Tensor,
+    selected: Tensor | None,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None = None,
+) -> Tensor:
     """The clipped surrogate with clip-higher and an optional dual clip (verl's ``vanilla``; §1.2).
 
     l_t = −min(ρ_t·A, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A), and min(l_t, −c·A) where A < 0 when
@@ -343,14 +354,18 @@ def policy_loss(
         {'clipfrac_low': 0.25, 'clipfrac_high': 0.25, 'clipfrac_dual': 0.25}
     """
     entry = loss if isinstance(loss, PolicyLoss) else checked_policy_loss(loss, options, dual_clip, "loss")
-    _check_policy_args(
-        logprobs, old_logprobs, advantages, response_mask, clip_low, clip_high, dual_clip
-    )
+    _check_policy_args(logprobs, old_logprobs, advantages, response_mask, clip_low, clip_high, dual_clip)
     mask = response_mask.bool()
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
     old = torch.where(torch.isnan(old_logprobs), float("-inf"), old_logprobs)  # NaN: no usable mass, as -inf
     log_ratio = _masked(logprobs - old, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T), 0 on padding
-    values = {"clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual_clip, "generator": generator, **(options or {})}
+    values = {
+        "clip_low": clip_low,
+        "clip_high": clip_high,
+        "dual_clip": dual_clip,
+        "generator": generator,
+        **(options or {}),
+    }
     if entry.select is not None and selected is None:
         with torch.no_grad():
             selected = entry.choose(logprobs.detach(), old, adv.expand_as(log_ratio), mask, **values)
@@ -405,9 +420,7 @@ def nonfinite_count(values: Tensor, mask: Tensor) -> Tensor:
     return (~torch.isfinite(values) & mask.bool()).sum()
 
 
-def _check_policy_args(
-    logprobs, old_logprobs, advantages, response_mask, clip_low, clip_high, dual_clip
-) -> None:
+def _check_policy_args(logprobs, old_logprobs, advantages, response_mask, clip_low, clip_high, dual_clip) -> None:
     """Raise ``ValueError`` for inconsistent shapes or clip settings, naming the values."""
     shapes = {
         "logprobs": tuple(logprobs.shape),
@@ -418,10 +431,7 @@ def _check_policy_args(
         raise ValueError(f"policy_loss needs (B, T) tensors of one shape; got {shapes}")
     B, T = logprobs.shape
     if tuple(advantages.shape) not in {(B,), (B, T)}:
-        raise ValueError(
-            f"advantages must be (B,) = ({B},) or (B, T) = ({B}, {T}); "
-            f"got {tuple(advantages.shape)}"
-        )
+        raise ValueError(f"advantages must be (B,) = ({B},) or (B, T) = ({B}, {T}); got {tuple(advantages.shape)}")
     if not 0.0 <= clip_low <= 1.0:
         raise ValueError(f"clip_low (ε_low) must be in [0, 1], got {clip_low}")
     if clip_high < 0.0:

@@ -397,7 +397,9 @@ BEHAVIOUR_SUMS = ("trajectories", "turns", "tool_calls", "tool_errors", "env_fai
 """The leading entries of :func:`behaviour_sums`; the counts of trajectories with t = 1 … max_turns turns follow."""
 
 
-def behaviour_sums(turns: Tensor, tool_calls: Tensor, tool_errors: Tensor, env_failed: Tensor, max_turns: int) -> Tensor:
+def behaviour_sums(
+    turns: Tensor, tool_calls: Tensor, tool_errors: Tensor, env_failed: Tensor, max_turns: int
+) -> Tensor:
     """What B multi-turn trajectories did, as sums (the states of :class:`~lit_rlvr.metrics.TurnBehaviour`).
 
     The behaviour whose collapse agents show under RL ("collapses to single-turn answers": VerlTool,
@@ -420,12 +422,21 @@ def behaviour_sums(turns: Tensor, tool_calls: Tensor, tool_errors: Tensor, env_f
         tensor([3., 6., 3., 1., 1., 1., 1., 1.], dtype=torch.float64)
     """
     if not turns.shape == tool_calls.shape == tool_errors.shape == env_failed.shape or turns.dim() != 1:
-        raise ValueError(f"behaviour_sums: turns, tool_calls, tool_errors and env_failed must all be (B,); got "
-                         f"{[tuple(t.shape) for t in (turns, tool_calls, tool_errors, env_failed)]}")  # fmt: skip
+        raise ValueError(
+            f"behaviour_sums: turns, tool_calls, tool_errors and env_failed must all be (B,); got "
+            f"{[tuple(t.shape) for t in (turns, tool_calls, tool_errors, env_failed)]}"
+        )
     if max_turns < 1 or (turns.numel() and int(turns.max()) > max_turns):
         raise ValueError(f"behaviour_sums: max_turns={max_turns} must be >= 1 and >= every trajectory's turns")
-    head = torch.stack([torch.tensor(float(turns.numel()), dtype=torch.float64), turns.double().sum(), tool_calls.double().sum(),
-                        tool_errors.double().sum(), env_failed.double().sum()])  # fmt: skip
+    head = torch.stack(
+        [
+            torch.tensor(float(turns.numel()), dtype=torch.float64),
+            turns.double().sum(),
+            tool_calls.double().sum(),
+            tool_errors.double().sum(),
+            env_failed.double().sum(),
+        ]
+    )
     histogram = torch.bincount(turns.long().cpu(), minlength=max_turns + 1)[1:].double()  # (max_turns,)
     return torch.cat([head.cpu(), histogram])
 
@@ -448,7 +459,9 @@ def behaviour_means(sums: Tensor) -> dict[str, Tensor]:
     B = sums[0]
     means = {name: sums[i] / B for i, name in enumerate(BEHAVIOUR_SUMS) if i}
     means["single_turn"] = sums[len(BEHAVIOUR_SUMS)] / B
-    means.update({f"turns_{t}": sums[len(BEHAVIOUR_SUMS) + t - 1] / B for t in range(1, len(sums) - len(BEHAVIOUR_SUMS) + 1)})
+    means.update(
+        {f"turns_{t}": sums[len(BEHAVIOUR_SUMS) + t - 1] / B for t in range(1, len(sums) - len(BEHAVIOUR_SUMS) + 1)}
+    )
     return means
 
 

@@ -100,7 +100,9 @@ class ValidationPanel(nn.Module):
         m["retention"].update(correct[solved])  # possibly no prompt: every metric is updated on every rank
         if self.max_turns is not None:
             if behaviour is None or tool_sequences is None:
-                raise ValueError("ValidationPanel(max_turns=...) reports multi-turn behaviour: update it with behaviour and tool_sequences")
+                raise ValueError(
+                    "ValidationPanel(max_turns=...) reports multi-turn behaviour: update it with behaviour and tool_sequences"
+                )
             m["behaviour"].update(*behaviour)
             m["distinct_tool_sequences"].update(tool_sequences)
 

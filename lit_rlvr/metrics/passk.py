@@ -73,7 +73,9 @@ class PassAtK(Metric):
             return mean[0]
         return {f"pass@{kj}": mean[j] for j, kj in enumerate(self.k)}
 
-    def plot(self, val: Tensor | Ladder | Sequence[Tensor] | Sequence[Ladder] | None = None, ax: _AX_TYPE | None = None) -> _PLOT_OUT_TYPE:
+    def plot(
+        self, val: Tensor | Ladder | Sequence[Tensor] | Sequence[Ladder] | None = None, ax: _AX_TYPE | None = None
+    ) -> _PLOT_OUT_TYPE:
         """Plot the metric with matplotlib (torchmetrics' ``Metric.plot`` API).
 
         The ladder form draws pass@k against k on a log2 axis, one curve per ladder in ``val``
@@ -117,7 +119,9 @@ def plot_pass_at_k(val: Ladder | Sequence[Ladder], ax: _AX_TYPE | None = None) -
 
     ladders = [val] if isinstance(val, dict) else list(val)
     if not ladders or not all(isinstance(v, dict) and v for v in ladders):
-        raise ValueError(f"PassAtK.plot: val must be a non-empty {{'pass@k': tensor}} dict or a list of them, got {val!r:.200}")
+        raise ValueError(
+            f"PassAtK.plot: val must be a non-empty {{'pass@k': tensor}} dict or a list of them, got {val!r:.200}"
+        )
     fig, ax = plt.subplots() if ax is None else (None, ax)
     budgets: set[int] = set()
     for i, ladder in enumerate(ladders):

@@ -87,7 +87,11 @@ def load_policy(options: PolicyOptions) -> tuple[nn.Module, PreTrainedTokenizerB
         tokenizer = AutoTokenizer.from_pretrained(path)
         policy = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except OSError as err:
-        what = "a directory without a loadable model" if Path(path).exists() else "no local directory and not loadable from the hub"
+        what = (
+            "a directory without a loadable model"
+            if Path(path).exists()
+            else "no local directory and not loadable from the hub"
+        )
         raise ValueError(f"model.policy.path: cannot load {path!r}: {what} ({err})") from err
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

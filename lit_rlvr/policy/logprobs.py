@@ -76,8 +76,13 @@ def completion_logprobs(
         return _packed_logprobs(model, input_ids, attention_mask, response_len, temperature, with_entropy, entropy_grad)
     T = response_len
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
-                   **_logits_to_keep(model, T + 1)).logits  # fmt: skip
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=False,
+        **_logits_to_keep(model, T + 1),
+    ).logits
     logits = logits[:, -T - 1 : -1]  # (B, T, V): position t predicts token t+1
     labels = input_ids[:, -T:]  # (B, T)
     logprobs = token_logprobs(logits, labels, temperature)
@@ -90,7 +95,9 @@ def _packed_logprobs(model, input_ids, attention_mask, response_len, temperature
     B, T, dev = input_ids.shape[0], response_len, input_ids.device
     lengths = segment_lengths(attention_mask, attention_mask[:, -T:])  # (B, 2) real (prompt, completion) tokens
     if not int(lengths[:, 1].sum()):  # no completion token: nothing to pack, keep the graph of the padded forward
-        return completion_logprobs(model, input_ids, attention_mask, T, temperature, with_entropy, entropy_grad=entropy_grad)
+        return completion_logprobs(
+            model, input_ids, attention_mask, T, temperature, with_entropy, entropy_grad=entropy_grad
+        )
     n = lengths.sum(-1)  # (B,) real tokens per row
     varlen = _attention_kind(model) == "varlen"  # flash-attention's varlen path takes one packed row
     bins = pack_bins(n, capacity=None if varlen else int(n.max()))
@@ -109,7 +116,9 @@ def _packed_logprobs(model, input_ids, attention_mask, response_len, temperature
     chosen = logits[where // W, col if kwargs else where % W][None]  # (1, Nc, V)
     labels = flat[target][None]  # (1, Nc)
     rows, cols = row_of[target], (j - prompt)[target]
-    lp = torch.zeros(B, T, dtype=torch.float32, device=dev).index_put((rows, cols), token_logprobs(chosen, labels, temperature)[0])
+    lp = torch.zeros(B, T, dtype=torch.float32, device=dev).index_put(
+        (rows, cols), token_logprobs(chosen, labels, temperature)[0]
+    )
     entropy = None
     if with_entropy:
         values = token_entropy(chosen if entropy_grad else chosen.detach(), temperature)[0]
@@ -117,7 +126,9 @@ def _packed_logprobs(model, input_ids, attention_mask, response_len, temperature
     return lp, entropy
 
 
-def _pack(tokens: Tensor, n: Tensor, row_of: Tensor, j: Tensor, bins: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+def _pack(
+    tokens: Tensor, n: Tensor, row_of: Tensor, j: Tensor, bins: list[Tensor], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """Lay rows of ``n (B,)`` tokens end to end into ``bins``.
 
     ``tokens (N,)`` is the row-major concatenation of the rows, ``row_of (N,)`` and ``j (N,)`` each
@@ -146,7 +157,9 @@ def _pack(tokens: Tensor, n: Tensor, row_of: Tensor, j: Tensor, bins: list[Tenso
 
 def _logits_to_keep(model: nn.Module, keep: int | Tensor) -> dict:
     """``logits_to_keep`` (the last ``keep`` positions, or those indexed) when the model's forward takes it."""
-    return {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(base_model(model).forward).parameters else {}
+    return (
+        {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(base_model(model).forward).parameters else {}
+    )
 
 
 def _attention_kind(model: nn.Module) -> str | None:
@@ -285,10 +298,13 @@ def batched_completion_logprobs(
     groups = batching.split(attention_mask, response_mask, packed)
     for rows in groups:
         rows = rows.to(input_ids.device)
-        part = crop_padding({"input_ids": input_ids[rows], "attention_mask": attention_mask[rows], "response_mask": response_mask[rows]})
+        part = crop_padding(
+            {"input_ids": input_ids[rows], "attention_mask": attention_mask[rows], "response_mask": response_mask[rows]}
+        )
         t = part["response_mask"].shape[1]
-        lp, ent = completion_logprobs(model, part["input_ids"], part["attention_mask"], t, temperature, with_entropy, packed,
-                                      entropy_grad)  # fmt: skip
+        lp, ent = completion_logprobs(
+            model, part["input_ids"], part["attention_mask"], t, temperature, with_entropy, packed, entropy_grad
+        )
         lps.append(F.pad(lp, (0, T - t)))
         ents.append(F.pad(ent, (0, T - t)) if ent is not None else None)
         order.append(rows)

@@ -39,7 +39,9 @@ STATUS_NO_ANSWER = "no_answer"  # nothing extractable
 STATUS_TIMEOUT = "timeout"  # the deadline ran out
 STATUS_REJECTED = "rejected"  # unsafe to evaluate (a power tower, a DROP statement): 0 without running it
 STATUS_ERROR = "error"  # the evaluation failed (a crash in the parser, a worker that died, a malformed gold)
-STATUS_NOT_APPLICABLE = "not_applicable"  # the reward returned None: it does not judge this row (TRL's None), left out of the sum
+STATUS_NOT_APPLICABLE = (
+    "not_applicable"  # the reward returned None: it does not judge this row (TRL's None), left out of the sum
+)
 STATUSES = (STATUS_OK, STATUS_NO_ANSWER, STATUS_TIMEOUT, STATUS_REJECTED, STATUS_ERROR, STATUS_NOT_APPLICABLE)
 
 
@@ -252,8 +254,15 @@ class RewardRegistry(Registry):
     def __init__(self, kind: str = "reward", *, injected=("timeout_s",)):
         super().__init__(kind, injected=injected)
 
-    def register(self, name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None,
-                 check: Callable[..., None] | None = None, values: Iterable[float] | None = None):  # fmt: skip
+    def register(
+        self,
+        name: str,
+        *,
+        answer_key: Callable | None = None,
+        check_gold: Callable | None = None,
+        check: Callable[..., None] | None = None,
+        values: Iterable[float] | None = None,
+    ):
         def decorator(fn: Callable) -> Callable:
             if not callable(fn):
                 raise TypeError(f"reward {name!r} must be callable; got {type(fn).__name__}")
@@ -275,8 +284,14 @@ class RewardRegistry(Registry):
 REWARDS = RewardRegistry()
 
 
-def register_reward(name: str, *, answer_key: Callable | None = None, check_gold: Callable | None = None,
-                    check: Callable[..., None] | None = None, values: Iterable[float] | None = None):  # fmt: skip
+def register_reward(
+    name: str,
+    *,
+    answer_key: Callable | None = None,
+    check_gold: Callable | None = None,
+    check: Callable[..., None] | None = None,
+    values: Iterable[float] | None = None,
+):
     """Register ``fn(completion, answer, **row) -> ScoreResult | float`` as reward ``name``.
 
     Args:

@@ -52,7 +52,6 @@ from lit_rlvr.rewards.conventions import (
     load_function,
 )
 
-
 ROW = "row"
 """The ``reward_funcs`` entry that stands for each row's own ``reward`` field (a dataset mixing
 math and SQL rows, plus a format bonus for all: ``reward_funcs: [row, my_pkg.format_bonus]``)."""
@@ -193,9 +192,15 @@ class RewardMix:
 
         options = {name: dict(opts) for name, opts in (options or {}).items()}
         if reward_funcs is None:
-            for name, value in (("reward_weights", reward_weights), ("correctness", correctness), ("whole_batch", whole_batch)):
+            for name, value in (
+                ("reward_weights", reward_weights),
+                ("correctness", correctness),
+                ("whole_batch", whole_batch),
+            ):
                 if value is not None:
-                    raise ValueError(f"{key}.{name}={value!r} needs {key}.reward_funcs (without it each row's own reward is the only one)")
+                    raise ValueError(
+                        f"{key}.{name}={value!r} needs {key}.reward_funcs (without it each row's own reward is the only one)"
+                    )
             check_reward_options(options, reward_table(), key=f"{key}.options")
             return cls((), "", options)
         funcs = list(reward_funcs)
@@ -207,9 +212,13 @@ class RewardMix:
         terms = [term for term, _ in built]
         names = [t.name for t in terms]
         if len(set(names)) != len(names):
-            raise ValueError(f"{key}.reward_funcs: two rewards share a name in {names}; each is logged and chosen by its name")
+            raise ValueError(
+                f"{key}.reward_funcs: two rewards share a name in {names}; each is logged and chosen by its name"
+            )
         terms = _with_whole_batch(terms, whole_batch, f"{key}.whole_batch")
-        imported = {options_name for term, options_name in built if term.record is not None}  # their options are call arguments
+        imported = {
+            options_name for term, options_name in built if term.record is not None
+        }  # their options are call arguments
         registered = {name: opts for name, opts in options.items() if name not in imported}
         row_rewards = set(table) if any(t.source == ROW for t in terms) else set()  # the rows name any of them
         unused = sorted(set(registered) - {t.source for t in terms} - row_rewards)
@@ -217,7 +226,9 @@ class RewardMix:
             raise ValueError(f"{key}.options names {unused}, which are not in {key}.reward_funcs {names}")
         check_reward_options(registered, table, key=f"{key}.options")
         if correctness is None and len(terms) > 1:
-            raise ValueError(f"{key}.correctness must name the reward that decides correctness (Pass@k, pass counts), one of {names}")
+            raise ValueError(
+                f"{key}.correctness must name the reward that decides correctness (Pass@k, pass counts), one of {names}"
+            )
         correctness = names[0] if correctness is None else correctness
         if correctness not in names:
             raise ValueError(f"{key}.correctness={correctness!r} is not one of {key}.reward_funcs' names {names}")
@@ -266,7 +277,13 @@ class RewardMix:
         """
         total = {0.0}
         for term in self.terms or (RewardTerm(ROW, ROW),):
-            names = [term.source] if term.source != ROW else None if rows is None else sorted({str(r.get("reward")) for r in rows})
+            names = (
+                [term.source]
+                if term.source != ROW
+                else None
+                if rows is None
+                else sorted({str(r.get("reward")) for r in rows})
+            )
             values = None if term.record is not None or names is None else _declared_values(names)
             if values is None:
                 return None
@@ -289,8 +306,10 @@ class RewardMix:
         values = self.reward_values(rows)
         if values is not None and not values <= {0.0, 1.0}:
             terms = ", ".join(f"{t.name}×{t.weight:g}" for t in self.terms) or "each row's own reward"
-            raise ValueError(f"{where} needs binary rewards in {{0, 1}}, but the configured rewards ({terms}) give "
-                             f"{sorted(values)}; use one 0/1 reward (model.scoring.reward_funcs, reward_weights) or another advantage")  # fmt: skip
+            raise ValueError(
+                f"{where} needs binary rewards in {{0, 1}}, but the configured rewards ({terms}) give "
+                f"{sorted(values)}; use one 0/1 reward (model.scoring.reward_funcs, reward_weights) or another advantage"
+            )
 
     def check_correctness(self, key: str, rows: Sequence[dict] | None = None) -> None:
         """Raise ``ValueError`` when the correctness reward is known never to exceed 0.5, the mark a
@@ -308,24 +327,40 @@ class RewardMix:
         term = self.terms[self._correctness_index] if self.terms else RewardTerm(ROW, ROW)
         if term.record is not None:
             return  # an imported function: any value
-        names = [term.source] if term.source != ROW else [] if rows is None else sorted({str(r.get("reward")) for r in rows})
+        names = (
+            [term.source]
+            if term.source != ROW
+            else []
+            if rows is None
+            else sorted({str(r.get("reward")) for r in rows})
+        )
         for name in names:
             values = _declared_values([name])
             if values is not None and max(values) <= 0.5:
-                raise ValueError(f"{key}: a completion counts as correct when its correctness reward is > 0.5, but {name!r} "
-                                 f"only gives {sorted(values)}")  # fmt: skip
+                raise ValueError(
+                    f"{key}: a completion counts as correct when its correctness reward is > 0.5, but {name!r} "
+                    f"only gives {sorted(values)}"
+                )
 
     def check_rows(self, rows: Sequence[dict], where: str = "data") -> None:
         """Raise ``ValueError`` at start-up for a row these rewards cannot score: without terms (or
         with the :data:`ROW` term), a row needs ``reward`` and ``answer``; a registered term needs an ``answer``."""
         sources = {t.source for t in self.terms}
-        need = (("reward", "answer") if not self.terms or ROW in sources
-                else ("answer",) if any(t.record is None for t in self.terms) else ())  # fmt: skip
+        need = (
+            ("reward", "answer")
+            if not self.terms or ROW in sources
+            else ("answer",)
+            if any(t.record is None for t in self.terms)
+            else ()
+        )
         for row in rows:
             missing = [k for k in need if row.get(k) is None]
             if missing:
-                fix = ("set model.scoring.reward_funcs, or give the adapter a `reward` (and an answer field)" if not self.terms
-                       else "give the adapter an answer field, or drop the registered rewards from model.scoring.reward_funcs")  # fmt: skip
+                fix = (
+                    "set model.scoring.reward_funcs, or give the adapter a `reward` (and an answer field)"
+                    if not self.terms
+                    else "give the adapter an answer field, or drop the registered rewards from model.scoring.reward_funcs"
+                )
                 raise ValueError(f"{where}: row {row.get('id')!r} has no {missing} to score it with; {fix}")
         for k, term in enumerate(self.terms):
             if term.record is not None and rows:
@@ -333,8 +368,12 @@ class RewardMix:
         self.check_correctness(where, rows)
 
     # ------------------------------------------------------------------ scoring
-    def item_rows(self, rows: Sequence[dict], completion_ids: Sequence[Sequence[int]] | None = None,
-                  trainer_state: TrainerState | None = None) -> list[list[dict]]:  # fmt: skip
+    def item_rows(
+        self,
+        rows: Sequence[dict],
+        completion_ids: Sequence[Sequence[int]] | None = None,
+        trainer_state: TrainerState | None = None,
+    ) -> list[list[dict]]:
         """Per term, the rows routed to it (the scorer's items): ``reward`` names the term, and a
         TRL function also gets ``completion_ids`` and ``trainer_state``.
 
@@ -357,9 +396,17 @@ class RewardMix:
             out.append(term_rows)
         return out
 
-    def score(self, scorer, completions: Sequence[str], rows: Sequence[dict], *, with_answers: bool = False,
-              completion_ids: Sequence[Sequence[int]] | None = None, trainer_state: TrainerState | None = None,
-              given: Sequence[float | None] | None = None) -> list[MixedScore]:  # fmt: skip
+    def score(
+        self,
+        scorer,
+        completions: Sequence[str],
+        rows: Sequence[dict],
+        *,
+        with_answers: bool = False,
+        completion_ids: Sequence[Sequence[int]] | None = None,
+        trainer_state: TrainerState | None = None,
+        given: Sequence[float | None] | None = None,
+    ) -> list[MixedScore]:
         """Score every completion with every term in ``scorer``'s workers and combine them.
 
         A completion whose reward is ``given`` (a multi-turn environment's, docs/agents.md) is not
@@ -381,11 +428,23 @@ class RewardMix:
         """
         if given is not None and any(g is not None for g in given):
             todo = [i for i, g in enumerate(given) if g is None]
-            pick = (lambda values: None if values is None else [values[i] for i in todo])  # noqa: E731
-            scored = iter(self.score(scorer, pick(completions), pick(rows), with_answers=with_answers, completion_ids=pick(completion_ids),
-                                     trainer_state=trainer_state) if todo else [])  # fmt: skip
-            return [next(scored) if g is None else self.given_score(g, completions[i] if with_answers else None)
-                    for i, g in enumerate(given)]  # fmt: skip
+            pick = lambda values: None if values is None else [values[i] for i in todo]  # noqa: E731
+            scored = iter(
+                self.score(
+                    scorer,
+                    pick(completions),
+                    pick(rows),
+                    with_answers=with_answers,
+                    completion_ids=pick(completion_ids),
+                    trainer_state=trainer_state,
+                )
+                if todo
+                else []
+            )
+            return [
+                next(scored) if g is None else self.given_score(g, completions[i] if with_answers else None)
+                for i, g in enumerate(given)
+            ]
         per_term = self.item_rows(rows, completion_ids, trainer_state)  # (K, B)
         c = self._correctness_index
         B, K = len(completions), len(per_term)
@@ -399,7 +458,9 @@ class RewardMix:
             for j, k in enumerate(plain):
                 by_term[k] = flat[j * B : (j + 1) * B]
         for k in set(range(K)) - set(pooled):
-            by_term[k] = _score_whole_batch(self.terms[k].record, completions, per_term[k], scorer.timeout_s, with_answers and k == c)
+            by_term[k] = _score_whole_batch(
+                self.terms[k].record, completions, per_term[k], scorer.timeout_s, with_answers and k == c
+            )
         weights = self.weights or [1.0]
         out = []
         for i in range(B):
@@ -417,8 +478,10 @@ class RewardMix:
         """
         c, K = self._correctness_index, max(len(self.terms), 1)
         answer = text.strip() or None if text is not None else None
-        results = tuple(ScoreResult(reward, STATUS_OK, answer=answer) if k == c else ScoreResult(0.0, STATUS_NOT_APPLICABLE)
-                        for k in range(K))  # fmt: skip
+        results = tuple(
+            ScoreResult(reward, STATUS_OK, answer=answer) if k == c else ScoreResult(0.0, STATUS_NOT_APPLICABLE)
+            for k in range(K)
+        )
         return MixedScore(float(reward), float(reward), results, c, given=True)
 
     def correctness_scorer(self, scorer) -> CorrectnessScorer:
@@ -443,20 +506,28 @@ def _parts(results: Sequence[ScoreResult]) -> tuple[float | None, ...]:
     return tuple(None if r.status == STATUS_NOT_APPLICABLE else r.reward for r in results)
 
 
-def _term(entry: str | Callable, weight: float, table, options: Mapping[str, Mapping], key: str) -> tuple[RewardTerm, str]:
+def _term(
+    entry: str | Callable, weight: float, table, options: Mapping[str, Mapping], key: str
+) -> tuple[RewardTerm, str]:
     """One ``reward_funcs`` entry (each row's own reward, a registered reward, or a function by
     import path or as a callable, with its options) and the name its options go by."""
     if isinstance(entry, str) and (entry == ROW or entry in table):
         return RewardTerm(entry, entry, weight), entry
     if isinstance(entry, str) and entry.startswith(PYTHON_ONLY.split("{", 1)[0]):
-        raise ValueError(f"{key}: {entry!r} was given as a Python object, which a checkpoint or a config cannot hold; "
-                         "pass the rewards again (RLVRModule.load_from_checkpoint(..., scoring=ScoringOptions(reward_funcs=[...])))")  # fmt: skip
+        raise ValueError(
+            f"{key}: {entry!r} was given as a Python object, which a checkpoint or a config cannot hold; "
+            "pass the rewards again (RLVRModule.load_from_checkpoint(..., scoring=ScoringOptions(reward_funcs=[...])))"
+        )
     if isinstance(entry, str) and not is_import_path(entry):
-        raise ValueError(f"{key}: unknown reward {entry!r}; registered: {sorted(table)}, or give an import path "
-                         "(package.module.function, package.module:function or file.py:function)")  # fmt: skip
+        raise ValueError(
+            f"{key}: unknown reward {entry!r}; registered: {sorted(table)}, or give an import path "
+            "(package.module.function, package.module:function or file.py:function)"
+        )
     if not isinstance(entry, str) and not callable(entry):
-        raise ValueError(f"{key}: {entry!r:.60} is not a reward: give a registered reward's name, an import path or (in "
-                         "Python) a function")  # fmt: skip
+        raise ValueError(
+            f"{key}: {entry!r:.60} is not a reward: give a registered reward's name, an import path or (in "
+            "Python) a function"
+        )
     fn = load_function(entry) if isinstance(entry, str) else entry
     options_name = callable_name(fn)  # a factory's options are its arguments, under the factory's name
     opts = dict(options.get(options_name, {}))
@@ -494,13 +565,18 @@ def _check_calls(term: RewardTerm, rows: Sequence[dict], first: dict, where: str
         row = first
         func.check_call(first)
     except TypeError as err:
-        columns = sorted(k for k in row if k not in ("trainer_state", "reward") and not (k == "answer" and row[k] is None))
-        raise ValueError(f"{where}: reward function {term.name!r} ({term.source}, {func.convention} convention) cannot be "
-                         f"called on row {row.get('id')!r}: {err} (the row gives {columns})") from None  # fmt: skip
+        columns = sorted(
+            k for k in row if k not in ("trainer_state", "reward") and not (k == "answer" and row[k] is None)
+        )
+        raise ValueError(
+            f"{where}: reward function {term.name!r} ({term.source}, {func.convention} convention) cannot be "
+            f"called on row {row.get('id')!r}: {err} (the row gives {columns})"
+        ) from None
 
 
-def _score_whole_batch(record: Reward, completions: Sequence[str], rows: list[dict], item_timeout_s: float,
-                       with_answers: bool) -> list[ScoreResult]:  # fmt: skip
+def _score_whole_batch(
+    record: Reward, completions: Sequence[str], rows: list[dict], item_timeout_s: float, with_answers: bool
+) -> list[ScoreResult]:
     """One call of a TRL function on every completion, in this process, under ``item_timeout_s`` per completion."""
     results = record.score.score_batch(list(completions), rows, item_timeout_s * max(len(completions), 1))
     results = [in_range(r, record.value_range) for r in results]
@@ -529,8 +605,10 @@ def _checked_weights(weights: Sequence[float] | None, count: int, key: str) -> l
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
             raise ValueError(f"{key} must be finite numbers, got {weights!r}")
     if all(w == 0 for w in weights):
-        raise ValueError(f"{key}={weights!r}: every weight is 0, so every completion's reward would be 0 and nothing is "
-                         "learnt; give the rewards to train on a non-zero weight (a weight of 0 only logs a reward)")  # fmt: skip
+        raise ValueError(
+            f"{key}={weights!r}: every weight is 0, so every completion's reward would be 0 and nothing is "
+            "learnt; give the rewards to train on a non-zero weight (a weight of 0 only logs a reward)"
+        )
     return [float(w) for w in weights]
 
 
@@ -544,8 +622,10 @@ def _with_whole_batch(terms: list[RewardTerm], names: Sequence[str] | None, key:
         if term is None:
             raise ValueError(f"{key} names {name!r}, which is not one of the reward_funcs' names {list(known)}")
         if term.convention != "trl":
-            raise ValueError(f"{key}: {name!r} is a {term.convention} function, called once per completion by design; only "
-                             "TRL functions (lists of completions) can take the whole batch")  # fmt: skip
+            raise ValueError(
+                f"{key}: {name!r} is a {term.convention} function, called once per completion by design; only "
+                "TRL functions (lists of completions) can take the whole batch"
+            )
     return [replace(t, whole_batch=t.name in set(names)) for t in terms]
 
 

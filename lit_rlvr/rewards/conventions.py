@@ -149,14 +149,24 @@ def _trl_arguments(completions: list[str], answers: list, rows: list[dict]) -> t
             row["answer"] = answer
     names = list(dict.fromkeys(k for row in rows for k in row))  # every column, in first-seen order
     columns = {k: [row.get(k) for row in rows] for k in names}
-    completions = [[{"role": "assistant", "content": c}] if isinstance(p, list) else c for c, p in zip(completions, prompts)]
+    completions = [
+        [{"role": "assistant", "content": c}] if isinstance(p, list) else c for c, p in zip(completions, prompts)
+    ]
     state = states[0] if states and states[0] is not None else TrainerState()
-    return (), {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, "trainer_state": state, **columns}
+    return (), {
+        "prompts": prompts,
+        "completions": completions,
+        "completion_ids": completion_ids,
+        "trainer_state": state,
+        **columns,
+    }
 
 
 def _unpack_trl(out, size: int) -> list:
     if not isinstance(out, (list, tuple)) or len(out) != size:
-        raise TypeError(f"a TRL reward function returns one value per completion; for {size} completion(s) it returned {out!r:.80}")
+        raise TypeError(
+            f"a TRL reward function returns one value per completion; for {size} completion(s) it returned {out!r:.80}"
+        )
     return list(out)
 
 
@@ -169,10 +179,16 @@ def _verl_arguments(completions: list[str], answers: list, rows: list[dict]) -> 
     (completion,), (answer,), (row,) = completions, answers, rows
     extra_info = row.get("extra_info")
     if extra_info is not None and not isinstance(extra_info, Mapping):
-        raise TypeError(f"row {row.get('id')!r}: extra_info must be a dict, as verl's rows carry it; "
-                        f"got a {type(extra_info).__name__} {extra_info!r:.60}")  # fmt: skip
-    kwargs = {"data_source": row.get("data_source"), "solution_str": completion, "ground_truth": answer,
-              "extra_info": dict(extra_info or {})}  # fmt: skip
+        raise TypeError(
+            f"row {row.get('id')!r}: extra_info must be a dict, as verl's rows carry it; "
+            f"got a {type(extra_info).__name__} {extra_info!r:.60}"
+        )
+    kwargs = {
+        "data_source": row.get("data_source"),
+        "solution_str": completion,
+        "ground_truth": answer,
+        "extra_info": dict(extra_info or {}),
+    }
     return (), kwargs
 
 
@@ -196,10 +212,21 @@ def _unpack_one(out, size: int) -> list:
 CONVENTIONS: dict[str, Convention] = {
     c.name: c
     for c in (
-        Convention("verl", "compute_score(data_source, solution_str, ground_truth, extra_info)", ("solution_str",), _verl_arguments,
-                   _unpack_verl),  # fmt: skip
-        Convention("trl", "f(prompts, completions, completion_ids, trainer_state, **columns)", ("completions", "completion_ids", "prompts"),
-                   _trl_arguments, _unpack_trl, batched=True),  # fmt: skip
+        Convention(
+            "verl",
+            "compute_score(data_source, solution_str, ground_truth, extra_info)",
+            ("solution_str",),
+            _verl_arguments,
+            _unpack_verl,
+        ),
+        Convention(
+            "trl",
+            "f(prompts, completions, completion_ids, trainer_state, **columns)",
+            ("completions", "completion_ids", "prompts"),
+            _trl_arguments,
+            _unpack_trl,
+            batched=True,
+        ),
         Convention("native", "fn(completion, answer, **row)", ("completion",), _native_arguments, _unpack_one),
     )
 }
@@ -231,9 +258,13 @@ def detect_convention(fn: Callable, ref: str = "") -> str:
     for convention in CONVENTIONS.values():
         if any(mark in params for mark in convention.marks):
             return convention.name
-    accepted = "; ".join(f"{c.name}: {c.signature}" for c in (CONVENTIONS["trl"], CONVENTIONS["verl"], CONVENTIONS["native"]))
-    raise ValueError(f"reward function {ref or callable_name(fn)!r} has parameters {params}, which match no known signature; "
-                     f"accepted: {accepted}; or a factory annotated `-> Callable` that builds one from the options")  # fmt: skip
+    accepted = "; ".join(
+        f"{c.name}: {c.signature}" for c in (CONVENTIONS["trl"], CONVENTIONS["verl"], CONVENTIONS["native"])
+    )
+    raise ValueError(
+        f"reward function {ref or callable_name(fn)!r} has parameters {params}, which match no known signature; "
+        f"accepted: {accepted}; or a factory annotated `-> Callable` that builds one from the options"
+    )
 
 
 def callable_name(fn: Callable) -> str:
@@ -344,7 +375,9 @@ def load_function(ref: str, what: str = "reward function") -> Callable:
         return _LOADED[ref]
     module_ref, sep, attr = ref.rpartition(":") if ":" in ref else ref.rpartition(".")
     if not module_ref or not attr:
-        raise ImportError(f"{what} {ref!r}: expected 'package.module.function', 'package.module:function' or 'file.py:function'")
+        raise ImportError(
+            f"{what} {ref!r}: expected 'package.module.function', 'package.module:function' or 'file.py:function'"
+        )
     try:
         module = _import_file(module_ref) if module_ref.endswith(".py") else importlib.import_module(module_ref)
     except ImportError as err:
@@ -389,7 +422,7 @@ def is_async(fn: Callable) -> bool:
     """
     while isinstance(fn, functools.partial):
         fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 (an async __call__)
 
 
 _LOOP: list[asyncio.AbstractEventLoop] = []  # this process's event loop for async reward functions
@@ -449,12 +482,16 @@ class RewardFunc:
             try:
                 fn = fn(**self.options)
             except TypeError as err:
-                raise ValueError(f"reward factory {label!r} cannot be called with options {self.options}: {err}") from err
+                raise ValueError(
+                    f"reward factory {label!r} cannot be called with options {self.options}: {err}"
+                ) from err
         self.fn = fn
         self.call_options = {} if self.factory else self.options
         self.convention = convention or detect_convention(self.fn, label)
         if self.convention not in CONVENTIONS:
-            raise ValueError(f"reward function {label!r}: unknown convention {self.convention!r}; accepted: {sorted(CONVENTIONS)}")
+            raise ValueError(
+                f"reward function {label!r}: unknown convention {self.convention!r}; accepted: {sorted(CONVENTIONS)}"
+            )
         self.is_async = is_async(self.fn)
         params = inspect.signature(self.fn).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -496,7 +533,9 @@ class RewardFunc:
             return ScoreResult(0.0, STATUS_TIMEOUT, str(e))
         return as_value(CONVENTIONS[self.convention].unpack(out, 1)[0])
 
-    def score_batch(self, completions: list[str], rows: list[dict], timeout_s: float | None = None) -> list[ScoreResult]:
+    def score_batch(
+        self, completions: list[str], rows: list[dict], timeout_s: float | None = None
+    ) -> list[ScoreResult]:
         """Every completion in one call, as TRL calls its reward functions (a function that compares
         the completions of a batch); a failure or the deadline costs the whole batch.
 
@@ -509,13 +548,17 @@ class RewardFunc:
             B results; all ``error`` (with the exception) or all ``timeout`` when the call fails.
         """
         if not CONVENTIONS[self.convention].batched:
-            raise ValueError(f"reward function {self.ref or self.name!r} ({self.convention}) takes one completion per call")
+            raise ValueError(
+                f"reward function {self.ref or self.name!r} ({self.convention}) takes one completion per call"
+            )
         if not completions:
             return []
         answers = [row.get("answer") for row in rows]
         try:
             with deadline(timeout_s):
-                out = self._call(list(completions), answers, [{k: v for k, v in row.items() if k != "answer"} for row in rows])
+                out = self._call(
+                    list(completions), answers, [{k: v for k, v in row.items() if k != "answer"} for row in rows]
+                )
             values = CONVENTIONS[self.convention].unpack(out, len(completions))
         except RewardTimeout as e:
             return [ScoreResult(0.0, STATUS_TIMEOUT, str(e))] * len(completions)

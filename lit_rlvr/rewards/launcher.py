@@ -39,7 +39,9 @@ import traceback
 
 from lit_rlvr.rewards import frames
 
-_BOOT = "import sys; from lit_rlvr.rewards.launcher import _launcher_main; _launcher_main(int(sys.argv[1]), sys.argv[2])"
+_BOOT = (
+    "import sys; from lit_rlvr.rewards.launcher import _launcher_main; _launcher_main(int(sys.argv[1]), sys.argv[2])"
+)
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -90,7 +92,13 @@ class Launcher:
         (a forked child of this process gets its own)."""
         with cls._instance_lock:
             inst = cls._instance
-            if inst is None or inst.owner != os.getpid() or inst.preload != preload or inst.gone or inst.proc.poll() is not None:
+            if (
+                inst is None
+                or inst.owner != os.getpid()
+                or inst.preload != preload
+                or inst.gone
+                or inst.proc.poll() is not None
+            ):
                 cls._instance = inst = cls(preload)
             return inst
 
@@ -203,9 +211,13 @@ class LaunchedProcess:
     def _status(self, timeout: float) -> int | None:
         if self.returncode is None and self.lost is None and self.pid is not None:
             try:
-                self.returncode = self.launcher.call("wait", self._pid, timeout, timeout=timeout + self.launcher.answer_timeout_s)
+                self.returncode = self.launcher.call(
+                    "wait", self._pid, timeout, timeout=timeout + self.launcher.answer_timeout_s
+                )
             except TimeoutError:
-                self._unanswered(f"the worker launcher did not answer within {timeout + self.launcher.answer_timeout_s:g} s")
+                self._unanswered(
+                    f"the worker launcher did not answer within {timeout + self.launcher.answer_timeout_s:g} s"
+                )
             except LauncherGone as e:
                 self.lost = str(e)
         return self.returncode

@@ -569,7 +569,9 @@ def check_math_gold(answer: str | int | float, *, timeout_s: float | None = DEFA
     except RewardTimeout:
         raise gold_error(row, f"parsing the gold answer {gold!r} took longer than {timeout_s} s") from None
     except Exception as e:  # latex2sympy / sympy failing on the gold itself
-        raise gold_error(row, f"math-verify fails on the gold answer {gold!r}: {type(e).__name__}: {str(e)[:200]}") from e
+        raise gold_error(
+            row, f"math-verify fails on the gold answer {gold!r}: {type(e).__name__}: {str(e)[:200]}"
+        ) from e
     if not parsed:
         raise gold_error(row, f"math-verify cannot parse the gold answer {gold!r}")
 
@@ -709,4 +711,6 @@ def math_answer_key(
         return "".join(text.split())
 
 
-register_reward("math", answer_key=math_answer_key, check_gold=check_math_gold, check=_check_options, values=(0.0, 1.0))(math_score)
+register_reward(
+    "math", answer_key=math_answer_key, check_gold=check_math_gold, check=_check_options, values=(0.0, 1.0)
+)(math_score)

@@ -55,8 +55,9 @@ def term_totals(scores: Sequence[MixedScore], num_terms: int) -> Tensor:
     for s in scores:
         for k, r in enumerate(s.results):
             scored = r.status not in (STATUS_NOT_APPLICABLE, STATUS_ERROR, STATUS_TIMEOUT)
-            totals[k] += torch.tensor([r.reward if scored else 0.0, float(scored), float(r.status == STATUS_ERROR), 1.0],
-                                      dtype=torch.float64)  # fmt: skip
+            totals[k] += torch.tensor(
+                [r.reward if scored else 0.0, float(scored), float(r.status == STATUS_ERROR), 1.0], dtype=torch.float64
+            )
     return totals
 
 
@@ -74,10 +75,18 @@ class RewardReport:
         self.max_failed_steps = max_failed_steps
         self._warned_unscored = False
         self._warned: set[str] = set()  # the rewards whose first failure of the run was a warning
-        self._failed_steps = [0] * max(len(self.names), 1)  # per reward: training batches in a row it failed on every item
+        self._failed_steps = [0] * max(
+            len(self.names), 1
+        )  # per reward: training batches in a row it failed on every item
 
-    def __call__(self, module: Any, scores: Sequence[MixedScore], rows: Sequence[dict], prefix: str,
-                 reduce_sum: Callable[[Tensor], Tensor]) -> None:  # fmt: skip
+    def __call__(
+        self,
+        module: Any,
+        scores: Sequence[MixedScore],
+        rows: Sequence[dict],
+        prefix: str,
+        reduce_sum: Callable[[Tensor], Tensor],
+    ) -> None:
         """Log ``scores`` of ``rows`` under ``prefix`` with ``module.log``; ``reduce_sum`` sums a tensor over the ranks.
 
         Raises:
@@ -90,8 +99,13 @@ class RewardReport:
         summary = summarize([r for s in scores for r in s.results])
         size = max(summary.total, 1)
         for status in STATUSES:  # every status, every batch: the same keys on every rank (synced means)
-            module.log(f"{prefix}/reward_status/{status}", summary.counts[status] / size, batch_size=size,
-                       add_dataloader_idx=False, sync_dist=True)  # the validation set's name is in the prefix
+            module.log(
+                f"{prefix}/reward_status/{status}",
+                summary.counts[status] / size,
+                batch_size=size,
+                add_dataloader_idx=False,
+                sync_dist=True,
+            )  # the validation set's name is in the prefix
         if prefix == "train":
             module.log("train/reward_errors", float(summary.errors), batch_size=size, reduce_fx="sum", sync_dist=True)
         names = self.names or [_row_rewards(rows)]
@@ -105,19 +119,28 @@ class RewardReport:
         if prefix == "train":
             self.check_failing(totals, names, term_summaries)
 
-    def log_terms(self, module: Any, totals: Tensor, scores: Sequence[MixedScore], rows: Sequence[dict], prefix: str) -> None:
+    def log_terms(
+        self, module: Any, totals: Tensor, scores: Sequence[MixedScore], rows: Sequence[dict], prefix: str
+    ) -> None:
         """``<prefix>/reward/<name>``: each reward's mean over the completions it applies to and scored, across ranks."""
         for k, name in enumerate(self.names):
             if totals[k, 1] > 0:
-                module.log(f"{prefix}/reward/{name}", float(totals[k, 0] / totals[k, 1]), batch_size=int(totals[k, 1]),
-                           add_dataloader_idx=False, sync_dist=False)  # fmt: skip
+                module.log(
+                    f"{prefix}/reward/{name}",
+                    float(totals[k, 0] / totals[k, 1]),
+                    batch_size=int(totals[k, 1]),
+                    add_dataloader_idx=False,
+                    sync_dist=False,
+                )
         unscored = next((i for i, s in enumerate(scores) if all(p is None for p in s.parts)), None)
         if unscored is not None and not self._warned_unscored:  # TRL warns too; once is enough
             self._warned_unscored = True
             from lightning.pytorch.utilities import rank_zero_warn
 
-            rank_zero_warn(f"every reward of {self.names} returned None for a completion of row {rows[unscored].get('id')!r}, "
-                           "so it scores 0; check that some reward judges every row")
+            rank_zero_warn(
+                f"every reward of {self.names} returned None for a completion of row {rows[unscored].get('id')!r}, "
+                "so it scores 0; check that some reward judges every row"
+            )
 
     def report_failures(self, summary: ScoreSummary, where: str, name: str, prefix: str) -> None:
         """One reward's failures in the Python log: INFO always, WARNING (with the first traceback)
@@ -129,8 +152,15 @@ class RewardReport:
             self._warned.add(name)
             counted = "; train/reward_errors counts the errors" if prefix == "train" and summary.errors else ""
             traceback = f"\n{summary.first_traceback.rstrip()}" if summary.first_traceback else ""
-            log.warning("%s: %d of %d items failed (status error or timeout), each scored 0%s: %s%s", where, summary.failures,
-                        summary.total, counted, summary, traceback)  # fmt: skip
+            log.warning(
+                "%s: %d of %d items failed (status error or timeout), each scored 0%s: %s%s",
+                where,
+                summary.failures,
+                summary.total,
+                counted,
+                summary,
+                traceback,
+            )
 
     def check_failing(self, totals: Tensor, names: Sequence[str], summaries: Sequence[ScoreSummary]) -> None:
         """Count, per reward, the training batches in a row on which it raised on every item of every
@@ -140,8 +170,12 @@ class RewardReport:
             self._failed_steps[k] = self._failed_steps[k] + 1 if failed_all else 0
             if self.max_failed_steps is not None and self._failed_steps[k] >= self.max_failed_steps:
                 first = summaries[k]
-                detail = (f": first error here: {first.first_reason}" + (f"\n{first.first_traceback.rstrip()}" if first.first_traceback else "")
-                          if first.first_reason is not None else " (this rank scored none of its items)")  # fmt: skip
+                detail = (
+                    f": first error here: {first.first_reason}"
+                    + (f"\n{first.first_traceback.rstrip()}" if first.first_traceback else "")
+                    if first.first_reason is not None
+                    else " (this rank scored none of its items)"
+                )
                 raise RuntimeError(
                     f"reward {name!r} raised on every item, on every rank, for {self._failed_steps[k]} training batches in a row "
                     f"(model.scoring.max_failed_steps={self.max_failed_steps}), so the run stops rather than train on rewards of "

@@ -58,7 +58,6 @@ from multiprocessing.connection import wait
 
 from lit_rlvr.plugins import loaded_modules
 from lit_rlvr.rewards import frames
-from lit_rlvr.rewards.launcher import Launcher, LauncherGone
 from lit_rlvr.rewards.base import (
     REWARDS,
     STATUS_ERROR,
@@ -75,9 +74,12 @@ from lit_rlvr.rewards.base import (
     in_range,
     stripped_completion,
 )
+from lit_rlvr.rewards.launcher import Launcher, LauncherGone
 
 _PRELOAD = "lit_rlvr.rewards.scorer:_prepare_worker"  # what the launcher imports once for every worker
 _TARGET = "lit_rlvr.rewards.scorer:_worker_main"
+
+
 def reward_table(rewards: Mapping[str, Callable | Reward] | None = None) -> RewardRegistry:
     """Every registered reward, plus ``rewards`` (plain functions by name, wrapped in records, or
     whole :class:`~lit_rlvr.rewards.base.Reward` records; they override the registry), as one
@@ -108,7 +110,10 @@ def _shipping_problem(record: Reward) -> str | None:
             data = pickle.dumps(fn)
         except (pickle.PicklingError, AttributeError, TypeError) as e:
             return f"it is not picklable ({e})"
-        if any(isinstance(arg, str) and (arg == "__main__" or arg.startswith("__main__ ")) for _, arg, _ in pickletools.genops(data)):
+        if any(
+            isinstance(arg, str) and (arg == "__main__" or arg.startswith("__main__ "))
+            for _, arg, _ in pickletools.genops(data)
+        ):
             return "it is defined in __main__, which workers do not import"
     return None
 
@@ -202,12 +207,20 @@ def check_gold_one(table: Mapping[str, Reward], row: dict, timeout_s: float | No
         except GoldAnswerError:
             raise
         except Exception as e:
-            raise GoldAnswerError(f"row id={row.get('id')!r}: the gold check of {record.name!r} raised {type(e).__name__}: {e}") from e
+            raise GoldAnswerError(
+                f"row id={row.get('id')!r}: the gold check of {record.name!r} raised {type(e).__name__}: {e}"
+            ) from e
     return ScoreResult(1.0, "ok")
 
 
-def run_task(table: Mapping[str, Reward], task: str, completion: str, row: dict, timeout_s: float | None,
-             options: Mapping[str, Mapping] | None = None) -> ScoreResult:  # fmt: skip
+def run_task(
+    table: Mapping[str, Reward],
+    task: str,
+    completion: str,
+    row: dict,
+    timeout_s: float | None,
+    options: Mapping[str, Mapping] | None = None,
+) -> ScoreResult:
     """One item of a worker's (or the in-process) work: ``task`` is one of :data:`TASKS`."""
     if task == "gold":
         return check_gold_one(table, row, timeout_s)
@@ -365,7 +378,9 @@ class ScoreSummary:
     def __str__(self) -> str:
         counts = ", ".join(f"{status} {n}" for status, n in self.counts.items() if n)
         first = "error" if self.errors else STATUS_TIMEOUT
-        return f"{self.total} scored: {counts}" + (f"; first {first}: {self.first_reason}" if self.first_reason is not None else "")
+        return f"{self.total} scored: {counts}" + (
+            f"; first {first}: {self.first_reason}" if self.first_reason is not None else ""
+        )
 
 
 def summarize(results: Sequence[ScoreResult]) -> ScoreSummary:
@@ -375,7 +390,9 @@ def summarize(results: Sequence[ScoreResult]) -> ScoreSummary:
         counts[r.status] += 1
     failed = [r for status in (STATUS_ERROR, STATUS_TIMEOUT) for r in results if r.status == status]
     tracebacks = [r.traceback for r in failed if r.traceback]
-    return ScoreSummary(counts, (failed[0].reason or "no reason given") if failed else None, tracebacks[0] if tracebacks else None)
+    return ScoreSummary(
+        counts, (failed[0].reason or "no reason given") if failed else None, tracebacks[0] if tracebacks else None
+    )
 
 
 class BatchScorer:
@@ -450,10 +467,12 @@ class BatchScorer:
         """Warn once per reward that runs in this process although there are workers, and say why."""
         for name in sorted((set(names) & set(self.local_only)) - self._warned_local if self.workers else ()):
             self._warned_local.add(name)
-            warnings.warn(f"reward {name!r} runs in the training process, not in a killable worker: "
-                          f"{self.local_only[name]}. Its deadline interrupts Python code only, and a crash in it stops "
-                          "the run; define it at module level of an importable module to run it in the workers",
-                          stacklevel=3)  # fmt: skip
+            warnings.warn(
+                f"reward {name!r} runs in the training process, not in a killable worker: "
+                f"{self.local_only[name]}. Its deadline interrupts Python code only, and a crash in it stops "
+                "the run; define it at module level of an importable module to run it in the workers",
+                stacklevel=3,
+            )
 
     def _build_table(self) -> None:
         """Snapshot the registry; every reward defined outside this package and the run's plug-in
@@ -604,7 +623,13 @@ class BatchScorer:
                         worker.known |= new
                         if new:  # the worker imports their modules before this chunk's first item
                             worker.loading_at = chunk[0]
-                        frames.send(worker.sock, ({n: self.shipped[n] for n in sorted(new)}, [(i, completions[i], rows[i], task) for i in chunk]))
+                        frames.send(
+                            worker.sock,
+                            (
+                                {n: self.shipped[n] for n in sorted(new)},
+                                [(i, completions[i], rows[i], task) for i in chunk],
+                            ),
+                        )
                     except OSError:  # it died on an earlier item; reading its socket will say EOF
                         worker.broken = True
             deadlines = [w.clock + self._limit(w) for w in self._workers if w.pending]

@@ -69,9 +69,23 @@ PRED_CACHE_SIZE = 4096
 PRED_CACHE_MAX_ROWS = 1000
 
 _READ_ONLY_ROOTS = (exp.Select, exp.Union, exp.Intersect, exp.Except)
-_WRITE_NODES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Command,
-                exp.Pragma, exp.Attach, exp.Detach, exp.Transaction, exp.Commit, exp.Rollback,
-                exp.Merge, exp.Analyze)  # fmt: skip
+_WRITE_NODES = (
+    exp.Insert,
+    exp.Update,
+    exp.Delete,
+    exp.Create,
+    exp.Drop,
+    exp.Alter,
+    exp.Command,
+    exp.Pragma,
+    exp.Attach,
+    exp.Detach,
+    exp.Transaction,
+    exp.Commit,
+    exp.Rollback,
+    exp.Merge,
+    exp.Analyze,
+)
 DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"})
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_READ, sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE})
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
@@ -510,4 +524,6 @@ def sql_answer_key(completion: str, *, timeout_s: float | None = DEFAULT_TIMEOUT
     return hashlib.sha1("\n".join(canonical).encode("utf-8", "replace")).hexdigest()
 
 
-register_reward("sql", answer_key=sql_answer_key, check_gold=check_sql_gold, check=_check_mode, values=(0.0, 1.0))(sql_score)
+register_reward("sql", answer_key=sql_answer_key, check_gold=check_sql_gold, check=_check_mode, values=(0.0, 1.0))(
+    sql_score
+)

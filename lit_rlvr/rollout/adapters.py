@@ -98,7 +98,9 @@ def adapter_problem(model: nn.Module) -> str | None:
     if not is_peft_model(model):
         return f"the policy ({type(model).__name__}) has no LoRA adapter"
     if len(model.peft_config) != 1:
-        return f"the policy has {len(model.peft_config)} adapters ({sorted(model.peft_config)}); adapter sync serves one"
+        return (
+            f"the policy has {len(model.peft_config)} adapters ({sorted(model.peft_config)}); adapter sync serves one"
+        )
     config = model.peft_config[model.active_adapter]
     if str(getattr(config, "peft_type", "")) not in ("LORA", "PeftType.LORA"):
         return f"the policy's adapter is {config.peft_type}, not LoRA"

@@ -480,7 +480,9 @@ def policy_drift(
         )
     finally:
         policy.train(was_training)
-    model_tokens = padded.get("loss_mask", padded["response_mask"])  # 0 on padding too; environment tokens have no sampler log-prob
+    model_tokens = padded.get(
+        "loss_mask", padded["response_mask"]
+    )  # 0 on padding too; environment tokens have no sampler log-prob
     return logprob_drift(padded["old_logprobs"], lp.float().cpu(), model_tokens).item()
 
 
@@ -492,8 +494,15 @@ SYNC_BUCKET_MB = 256
 buckets are 256 MB, slime's and miles' 512 MB)."""
 
 ENGINE_INJECTED = (
-    "model", "tokenizer", "model_path", "generate_timeout_s", "sync_timeout_s", "adapter_sync", "adapter", "sync_bucket_mb",
-)  # fmt: skip
+    "model",
+    "tokenizer",
+    "model_path",
+    "generate_timeout_s",
+    "sync_timeout_s",
+    "adapter_sync",
+    "adapter",
+    "sync_bucket_mb",
+)
 ENGINES = Registry("rollout engine", injected=ENGINE_INJECTED)
 """Name → builder ``(*, model, tokenizer, model_path, **options) -> RolloutEngine``; filled by
 :mod:`lit_rlvr.rollout.hf` (``"hf"``) and :mod:`lit_rlvr.rollout.vllm` (``"vllm"``), plus

@@ -38,9 +38,9 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
+from lit_rlvr.policy.loading import base_model
 from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
-from lit_rlvr.policy.loading import base_model
 from lit_rlvr.rollout.weights import sync_weights
 
 
@@ -238,8 +238,13 @@ def decode_fast(
     rows = torch.arange(B, device=dev)  # (b,) batch rows still in the forward
     live = torch.ones(B, dtype=torch.bool, device=dev)  # (b,) rows of the forward still generating
     position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)  # as generate
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
-                **_logits_to_keep(model))  # fmt: skip
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=True,
+        **_logits_to_keep(model),
+    )
     cache, mask, pos = out.past_key_values, attention_mask, position_ids[:, -1:]
     drop = drop_finished and _can_drop_rows(cache)
     t = 0
@@ -266,7 +271,9 @@ def decode_fast(
             rows, live, tok, mask, pos = rows[keep], live[keep], tok[keep], mask[keep], pos[keep]
         mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
         pos = pos + 1
-        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        out = model(
+            input_ids=tok[:, None], attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True
+        )
 
 
 def _fast_decode_supported(model: nn.Module) -> bool:
@@ -291,7 +298,11 @@ def _can_drop_rows(cache) -> bool:
     from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
     layers = getattr(cache, "layers", None)
-    return isinstance(cache, DynamicCache) and bool(layers) and all(type(l) in (DynamicLayer, DynamicSlidingWindowLayer) for l in layers)
+    return (
+        isinstance(cache, DynamicCache)
+        and bool(layers)
+        and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers)
+    )
 
 
 DECODE_MODES = ("fast", "generate")
@@ -458,7 +469,9 @@ class HFEngine(EngineBase):
 
 
 @ENGINES.register("hf", signature=HFEngine)
-def build_hf_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs) -> HFEngine:
+def build_hf_engine(
+    *, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None, **kwargs
+) -> HFEngine:
     """``engine: hf``: an :class:`HFEngine` sampling from the live policy (``model_path`` unused)."""
     if model is None or tokenizer is None:
         raise ValueError("build_engine('hf') needs the live policy model and its tokenizer")
@@ -522,4 +535,8 @@ def _sampling_rng(seed: int | None, device: torch.device) -> Iterator[None]:
 
 def _sharded_world() -> bool:
     """True in a multi-process run: sharded (FSDP) forwards are collectives, so ranks stay in step."""
-    return torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+    return (
+        torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+        and torch.distributed.get_world_size() > 1
+    )

@@ -120,7 +120,10 @@ class RolloutOptions:
         if not isinstance(self.engine, str):
             return {}
         kind = resolve_engine(self.engine)
-        takes = {"adapter_sync": ENGINES.declares(kind, "adapter"), "sync_bucket_mb": ENGINES.declares(kind, "sync_bucket_mb")}
+        takes = {
+            "adapter_sync": ENGINES.declares(kind, "adapter"),
+            "sync_bucket_mb": ENGINES.declares(kind, "sync_bucket_mb"),
+        }
         return {key: getattr(self, key) for key, taken in takes.items() if taken}
 
     def _check_asynchronous(self) -> None:

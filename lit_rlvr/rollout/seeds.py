@@ -44,7 +44,9 @@ def step_sampling(sampling: SamplingParams, global_step: int, rank: int = 0, lan
     return with_seed(sampling, global_step * STEP_SEED_STRIDE + lane * LANE_SEED_STRIDE, rank)
 
 
-def validation_sampling(sampling: SamplingParams, n: int, batch_idx: int, dataloader_idx: int = 0, rank: int = 0) -> SamplingParams:
+def validation_sampling(
+    sampling: SamplingParams, n: int, batch_idx: int, dataloader_idx: int = 0, rank: int = 0
+) -> SamplingParams:
     """A validation batch's sampling: ``n`` samples per prompt, the seed offset by ``rank · 2**48 +
     2**47 + (dataloader_idx · 2**12 + batch_idx) · 2**20``.
 
@@ -52,4 +54,6 @@ def validation_sampling(sampling: SamplingParams, n: int, batch_idx: int, datalo
         >>> validation_sampling(SamplingParams(seed=0), n=3, batch_idx=1).seed == 2**47 + 2**20
         True
     """
-    return with_seed(replace(sampling, n=n), VAL_SEED_BASE + (dataloader_idx * 2**12 + batch_idx) * STEP_SEED_STRIDE, rank)
+    return with_seed(
+        replace(sampling, n=n), VAL_SEED_BASE + (dataloader_idx * 2**12 + batch_idx) * STEP_SEED_STRIDE, rank
+    )

@@ -71,7 +71,14 @@ from urllib.parse import urlparse
 
 from torch import nn
 
-from lit_rlvr.rollout.adapters import ADAPTER_PREFIX, AdapterServing, AdapterStore, StoredAdapter, adapter_serving, sync_kind
+from lit_rlvr.rollout.adapters import (
+    ADAPTER_PREFIX,
+    AdapterServing,
+    AdapterStore,
+    StoredAdapter,
+    adapter_serving,
+    sync_kind,
+)
 from lit_rlvr.rollout.engine import ENGINES, SYNC_BUCKET_MB, EngineBase, announce, chat_turn_end_ids
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.weights import PolicyWeights, engine_model_path
@@ -79,7 +86,9 @@ from lit_rlvr.vllm_plugin import KeyOnEveryRoute
 
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 _BACKENDS = {"file": "lit_rlvr_file", "nccl": "nccl"}  # rollout.engine_options.weight_transfer -> vLLM's backend
-KEY_MIDDLEWARE = f"{KeyOnEveryRoute.__module__}.{KeyOnEveryRoute.__qualname__}"  # `vllm serve --middleware`: the key on every route
+KEY_MIDDLEWARE = (
+    f"{KeyOnEveryRoute.__module__}.{KeyOnEveryRoute.__qualname__}"  # `vllm serve --middleware`: the key on every route
+)
 
 # the watch over a request in flight (VLLMServerEngine._await)
 _POLL_S = 1.0  # how often the processes of a started server are looked at
@@ -209,8 +218,11 @@ class ServerProcesses:
     def record(self) -> None:
         """Remember the API server and its children as they are now (call once the server is up)."""
         api = _children(self.guard.pid)
-        self.watched = [(pid, stat[1], "the API server" if pid in api else _label(pid))
-                        for pid in api + [c for p in api for c in _children(p)] if (stat := _stat(pid)) is not None]  # fmt: skip
+        self.watched = [
+            (pid, stat[1], "the API server" if pid in api else _label(pid))
+            for pid in api + [c for p in api for c in _children(p)]
+            if (stat := _stat(pid)) is not None
+        ]
 
     def fault(self, stopped_for: float | None = None) -> str | None:
         """What is wrong with the server's processes (``"is broken: … is gone"``, ``"is stopped: …"``,
@@ -276,27 +288,56 @@ class VLLMServer:
             )
         bind = host if host != "localhost" else "127.0.0.1"
         if port is not None and not port_is_free(bind, port):
-            raise ServerError(f"rollout.engine_options.port={port}: something already listens on {bind}:{port}; "
-                              "choose another port, or leave port unset for a free one")  # fmt: skip
+            raise ServerError(
+                f"rollout.engine_options.port={port}: something already listens on {bind}:{port}; "
+                "choose another port, or leave port unset for a free one"
+            )
         self.host, self.port = host, port or free_port(bind)
         self.api_key = api_key or secrets.token_hex(16)
         self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', 'localhost') else host}:{self.port}"
         self.folder = private_folder()  # vLLM's internal sockets, and the log unless log_dir is given
         self.log_path, self._log = new_log(Path(log_dir) if log_dir else self.folder, self.port)
         self._own_log_dir = log_dir is not None
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
-                   "--host", host, "--port", str(self.port), "--logprobs-mode", "processed_logprobs",
-                   "--middleware", KEY_MIDDLEWARE, *args]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_path),
+            "--host",
+            host,
+            "--port",
+            str(self.port),
+            "--logprobs-mode",
+            "processed_logprobs",
+            "--middleware",
+            KEY_MIDDLEWARE,
+            *args,
+        ]
         guard = Path(__file__).with_name("server_guard.py")
         # unbuffered: vLLM logs to stdout, block-buffered into a file, so a line could reach the log long
         # after the request it is about (the log's tail is what a failure quotes)
-        env = dict(os.environ, **{k: str(v) for k, v in (env or {}).items()}, VLLM_SERVER_DEV_MODE="1",
-                   VLLM_API_KEY=self.api_key, VLLM_RPC_BASE_PATH=str(self.folder), PYTHONUNBUFFERED="1")  # fmt: skip
-        self.proc = subprocess.Popen([sys.executable, str(guard), "--", *command], stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
+        env = dict(
+            os.environ,
+            **{k: str(v) for k, v in (env or {}).items()},
+            VLLM_SERVER_DEV_MODE="1",
+            VLLM_API_KEY=self.api_key,
+            VLLM_RPC_BASE_PATH=str(self.folder),
+            PYTHONUNBUFFERED="1",
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, str(guard), "--", *command],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         self.processes = ServerProcesses(self.proc)
         atexit.register(self.stop)
-        announce(f"lit_rlvr rollout engine: starting `vllm serve` for {model_path} on {self.url} (log: {self.log_path})")
+        announce(
+            f"lit_rlvr rollout engine: starting `vllm serve` for {model_path} on {self.url} (log: {self.log_path})"
+        )
         self.wait_until_up(startup_timeout_s)
         self.processes.record()
 
@@ -307,7 +348,9 @@ class VLLMServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerError(f"the vLLM server {exit_text(self.proc.returncode)} while starting; {self.log_tail()}")
+                raise ServerError(
+                    f"the vLLM server {exit_text(self.proc.returncode)} while starting; {self.log_tail()}"
+                )
             try:
                 if requests.get(f"{self.url}/health", headers=self.headers, timeout=5).status_code == 200:
                     return
@@ -315,8 +358,10 @@ class VLLMServer:
                 pass
             time.sleep(0.5)
         self.stop()
-        raise ServerError(f"the vLLM server did not answer /health within {timeout_s:g} s "
-                          f"(rollout.engine_options.startup_timeout_s); {self.log_tail()}")  # fmt: skip
+        raise ServerError(
+            f"the vLLM server did not answer /health within {timeout_s:g} s "
+            f"(rollout.engine_options.startup_timeout_s); {self.log_tail()}"
+        )
 
     @property
     def headers(self) -> dict[str, str]:
@@ -401,14 +446,18 @@ def checked_choices(answer: Any, n: int, max_new_tokens: int, vocab_size: int | 
         got = f"{len(choices)} choices" if isinstance(choices, list) else f"no 'choices' list ({str(answer)[:200]!r})"
         raise ValueError(f"{got} for n={n}")
     if not all(isinstance(c, dict) for c in choices) or {c.get("index") for c in choices} != set(range(n)):
-        raise ValueError(f"choice indices {[c.get('index') if isinstance(c, dict) else c for c in choices][:8]}, not 0..{n - 1}")
+        raise ValueError(
+            f"choice indices {[c.get('index') if isinstance(c, dict) else c for c in choices][:8]}, not 0..{n - 1}"
+        )
     choices = sorted(choices, key=lambda c: c["index"])
     for c in choices:
         where = f"completion {c['index']}"
         ids, logprobs = c.get("token_ids"), c.get("logprobs")
         logprobs = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
         if not isinstance(ids, list) or len(ids) > max_new_tokens:
-            raise ValueError(f"{where}: token_ids {str(ids)[:100]}, not a list of at most max_new_tokens={max_new_tokens} ids")
+            raise ValueError(
+                f"{where}: token_ids {str(ids)[:100]}, not a list of at most max_new_tokens={max_new_tokens} ids"
+            )
         if bad := [t for t in ids if not _token_id(t, vocab_size)]:
             raise ValueError(f"{where}: token id {bad[0]!r} is outside the vocabulary [0, {vocab_size or '∞'})")
         if not isinstance(logprobs, list) or len(logprobs) != len(ids):
@@ -539,8 +588,12 @@ class VLLMServerEngine(EngineBase):
         sync_bucket_mb: int = SYNC_BUCKET_MB,
     ):
         super().__init__(generate_timeout_s, sync_timeout_s)
-        check_server_options(weight_transfer=weight_transfer, nccl_master_address=nccl_master_address,
-                             max_concurrent_requests=max_concurrent_requests, server_args=server_args)  # fmt: skip
+        check_server_options(
+            weight_transfer=weight_transfer,
+            nccl_master_address=nccl_master_address,
+            max_concurrent_requests=max_concurrent_requests,
+            server_args=server_args,
+        )
         self.model_path, self.tokenizer, self.vocab_size = str(model_path), tokenizer, vocab_size
         self.weight_transfer = weight_transfer
         self.nccl = (nccl_master_address, nccl_master_port)
@@ -554,24 +607,44 @@ class VLLMServerEngine(EngineBase):
             self.api_key = api_key or os.environ.get("VLLM_API_KEY")
             remote = [u for u in self.urls if (urlparse(u).hostname or "") not in _LOCAL_HOSTS]
             if self.adapter is not None and remote:
-                self.adapter.refuse(f"the servers {remote} are not on this machine: they cannot read the adapter's folder, "
-                                    "which vLLM loads adapters from")  # fmt: skip
+                self.adapter.refuse(
+                    f"the servers {remote} are not on this machine: they cannot read the adapter's folder, "
+                    "which vLLM loads adapters from"
+                )
                 self.adapter = None
         else:
-            args = ["--dtype", dtype, "--seed", str(seed),
-                    "--weight-transfer-config", json.dumps({"backend": _BACKENDS[weight_transfer]})]  # fmt: skip
-            for flag, value in (("--max-model-len", max_model_len), ("--kv-cache-memory-bytes", kv_cache_memory_bytes),
-                                ("--gpu-memory-utilization", gpu_memory_utilization)):  # fmt: skip
+            args = [
+                "--dtype",
+                dtype,
+                "--seed",
+                str(seed),
+                "--weight-transfer-config",
+                json.dumps({"backend": _BACKENDS[weight_transfer]}),
+            ]
+            for flag, value in (
+                ("--max-model-len", max_model_len),
+                ("--kv-cache-memory-bytes", kv_cache_memory_bytes),
+                ("--gpu-memory-utilization", gpu_memory_utilization),
+            ):
                 if value is not None:
                     args += [flag, str(value)]
             args += ["--enforce-eager"] if enforce_eager else []
-            start = functools.partial(VLLMServer, self.model_path, host=host, port=port, api_key=api_key, log_dir=log_dir,
-                                      startup_timeout_s=startup_timeout_s,
-                                      allow_remote_weight_routes=allow_remote_weight_routes)  # fmt: skip
+            start = functools.partial(
+                VLLMServer,
+                self.model_path,
+                host=host,
+                port=port,
+                api_key=api_key,
+                log_dir=log_dir,
+                startup_timeout_s=startup_timeout_s,
+                allow_remote_weight_routes=allow_remote_weight_routes,
+            )
             server = self._start(start, [*args, *(server_args or [])], dict(server_env or {}))
             self.servers, self.urls, self.api_key = [server], [server.url], server.api_key
         self.served_model = self._served_model()
-        for url in self.urls if urls else []:  # a started server has lit_rlvr's flags (server_args cannot override them)
+        for url in (
+            self.urls if urls else []
+        ):  # a started server has lit_rlvr's flags (server_args cannot override them)
             self._check_settings(url)
             self._warn_if_open(url)
         self.turn_end_ids = chat_turn_end_ids(tokenizer) if tokenizer is not None else []
@@ -582,9 +655,11 @@ class VLLMServerEngine(EngineBase):
         self._base_synced = False  # adapter sync: the base weights went in (once)
         self._adapters = AdapterStore(_adapter_directory()) if self.adapter is not None else None
         self._lora: StoredAdapter | None = None  # the adapter this rank synced last (the syncing rank)
-        announce(f"lit_rlvr rollout engine: vLLM server{'s' * (len(self.urls) > 1)} {', '.join(self.urls)} "
-                 f"(VLLMServerEngine, model {self.served_model}, weight transfer {weight_transfer}, "
-                 f"weight sync {sync_kind(self.adapter)})")  # fmt: skip
+        announce(
+            f"lit_rlvr rollout engine: vLLM server{'s' * (len(self.urls) > 1)} {', '.join(self.urls)} "
+            f"(VLLMServerEngine, model {self.served_model}, weight transfer {weight_transfer}, "
+            f"weight sync {sync_kind(self.adapter)})"
+        )
 
     def _start(self, start, args: list[str], env: dict[str, str]) -> VLLMServer:
         """Start a server (``start(args, env=...)``), with LoRA enabled for ``self.adapter``; a model
@@ -619,24 +694,36 @@ class VLLMServerEngine(EngineBase):
         except requests.RequestException as err:
             raise ServerError(f"{route} on {url} failed ({type(err).__name__}: {err}); {self.describe()}") from err
         if response.status_code == 401:
-            raise ServerError(f"{url} refused the API key on {route} (401 {response.text[:200]}): set "
-                              "rollout.init_args.engine_options.api_key (or VLLM_API_KEY) to the server's key")  # fmt: skip
+            raise ServerError(
+                f"{url} refused the API key on {route} (401 {response.text[:200]}): set "
+                "rollout.init_args.engine_options.api_key (or VLLM_API_KEY) to the server's key"
+            )
         if response.status_code == 404 and not route.startswith("/v1/"):
-            raise ServerError(f"{url} has no {route.split('?')[0]} (404): vLLM serves its weight routes only in its dev "
-                              f"mode, VLLM_SERVER_DEV_MODE=1; {self.describe()}")  # fmt: skip
+            raise ServerError(
+                f"{url} has no {route.split('?')[0]} (404): vLLM serves its weight routes only in its dev "
+                f"mode, VLLM_SERVER_DEV_MODE=1; {self.describe()}"
+            )
         if response.status_code == 404 and route == "/v1/load_lora_adapter" and "Not Found" in response.text:
-            raise ServerError(f"{url} has no /v1/load_lora_adapter (404): vLLM serves it only with "
-                              f"VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 in its environment; {self.describe()}")  # fmt: skip
+            raise ServerError(
+                f"{url} has no /v1/load_lora_adapter (404): vLLM serves it only with "
+                f"VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 in its environment; {self.describe()}"
+            )
         if response.status_code != 200:
-            raise ServerError(f"{route} on {url} answered {response.status_code}: {response.text[:500]}; {self.describe()}")
+            raise ServerError(
+                f"{route} on {url} answered {response.status_code}: {response.text[:500]}; {self.describe()}"
+            )
         if route in _TEXT_ROUTES:
             return response.text
         try:
             return response.json()
         except ValueError:
-            raise ServerError(f"{route} on {url} answered 200 with no JSON ({response.text[:200]!r}); {self.describe()}") from None
+            raise ServerError(
+                f"{route} on {url} answered 200 with no JSON ({response.text[:200]!r}); {self.describe()}"
+            ) from None
 
-    def _request(self, url: str, route: str, body: dict | None = None, method: str = "post", timeout: float = _BASE_S) -> Any:
+    def _request(
+        self, url: str, route: str, body: dict | None = None, method: str = "post", timeout: float = _BASE_S
+    ) -> Any:
         """:meth:`_http` in a thread of its own, waited for under the server watch (:meth:`_await`)."""
         return self._await([_in_thread(lambda: self._http(url, route, body, method, timeout))], f"{route} on {url}")[0]
 
@@ -673,8 +760,14 @@ class VLLMServerEngine(EngineBase):
                 continue
             asked[url] = now
             try:
-                healthy = requests.get(f"{url}/health", headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else {},
-                                       timeout=_HEALTH_TIMEOUT_S).status_code == 200  # fmt: skip
+                healthy = (
+                    requests.get(
+                        f"{url}/health",
+                        headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else {},
+                        timeout=_HEALTH_TIMEOUT_S,
+                    ).status_code
+                    == 200
+                )
             except requests.RequestException:
                 healthy = False
             if healthy:
@@ -689,7 +782,9 @@ class VLLMServerEngine(EngineBase):
             answer = self._request(url, "/v1/models", method="get", timeout=_STARTUP_PROBE_S)
             models = answer.get("data") if isinstance(answer, dict) else None
             if not isinstance(models, list) or not models or not isinstance(models[0], dict) or "id" not in models[0]:
-                raise ServerError(f"/v1/models on {url} answered {str(answer)[:200]!r}, not vLLM's model list; {self.describe()}")
+                raise ServerError(
+                    f"/v1/models on {url} answered {str(answer)[:200]!r}, not vLLM's model list; {self.describe()}"
+                )
             contexts.append(models[0].get("max_model_len"))
         self._context = min((c for c in contexts if isinstance(c, int)), default=None)
         return models[0]["id"]
@@ -700,8 +795,9 @@ class VLLMServerEngine(EngineBase):
         several), and where it is set; None when a server does not say."""
         if self._context is None:
             return None
-        where = ("rollout.init_args.engine_options.max_model_len" if self.servers
-                 else "the vLLM server's --max-model-len")  # fmt: skip
+        where = (
+            "rollout.init_args.engine_options.max_model_len" if self.servers else "the vLLM server's --max-model-len"
+        )
         return self._context, f"vLLM's max_model_len: {where}"
 
     def _check_settings(self, url: str) -> None:
@@ -712,13 +808,25 @@ class VLLMServerEngine(EngineBase):
         answer = self._request(url, "/server_info?config_format=json", method="get", timeout=_STARTUP_PROBE_S)
         info = answer.get("vllm_config") if isinstance(answer, dict) else None
         if not isinstance(info, dict):
-            raise ServerError(f"/server_info on {url} answered {str(answer)[:200]!r}, not vLLM's server info; {self.describe()}")
-        wanted = {"logprobs_mode": ("processed_logprobs", "--logprobs-mode processed_logprobs"),
-                  "backend": (_BACKENDS[self.weight_transfer], f"--weight-transfer-config '{{\"backend\": \"{_BACKENDS[self.weight_transfer]}\"}}'")}  # fmt: skip
-        got = {"logprobs_mode": (info.get("model_config") or {}).get("logprobs_mode"),
-               "backend": (info.get("weight_transfer_config") or {}).get("backend")}  # fmt: skip
-        wrong = [f"{key} is {got[key]!r}, needs {value!r} (start it with {flag})" for key, (value, flag) in wanted.items()
-                 if got[key] != value]  # fmt: skip
+            raise ServerError(
+                f"/server_info on {url} answered {str(answer)[:200]!r}, not vLLM's server info; {self.describe()}"
+            )
+        wanted = {
+            "logprobs_mode": ("processed_logprobs", "--logprobs-mode processed_logprobs"),
+            "backend": (
+                _BACKENDS[self.weight_transfer],
+                f'--weight-transfer-config \'{{"backend": "{_BACKENDS[self.weight_transfer]}"}}\'',
+            ),
+        }
+        got = {
+            "logprobs_mode": (info.get("model_config") or {}).get("logprobs_mode"),
+            "backend": (info.get("weight_transfer_config") or {}).get("backend"),
+        }
+        wrong = [
+            f"{key} is {got[key]!r}, needs {value!r} (start it with {flag})"
+            for key, (value, flag) in wanted.items()
+            if got[key] != value
+        ]
         if wrong:
             raise ServerError(f"the vLLM server at {url} cannot serve lit_rlvr's rollouts: " + "; ".join(wrong))
         if self.adapter is None:
@@ -727,8 +835,10 @@ class VLLMServerEngine(EngineBase):
         loads = (answer.get("vllm_env") or {}).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING") in (True, "True", "1", 1)
         if rank < self.adapter.max_lora_rank or not loads:
             has = f"serves LoRA adapters up to rank {rank}" + ("" if loads else " and cannot load one at runtime")
-            self.adapter.refuse(f"the vLLM server at {url} {has} (start it with {' '.join(self.adapter.server_args())} and "
-                                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 to serve the policy's adapter)")  # fmt: skip
+            self.adapter.refuse(
+                f"the vLLM server at {url} {has} (start it with {' '.join(self.adapter.server_args())} and "
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 to serve the policy's adapter)"
+            )
             self.adapter = None
 
     def _warn_if_open(self, url: str) -> None:
@@ -758,17 +868,33 @@ class VLLMServerEngine(EngineBase):
         ``repetition_penalty: 1.05``) and π_old would not be the policy's distribution.
         """
         body = {
-            "model": self.model_name, "prompt": list(prompt), "n": n, "temperature": params.temperature,
-            "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1, "min_p": 0.0,
-            "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "max_tokens": params.max_new_tokens,
-            "stop": list(params.stop) or None, "include_stop_str_in_output": True, "logprobs": 0, "return_token_ids": True,
-            "stop_token_ids": self.turn_end_ids or None, "seed": seed,
-        }  # fmt: skip
-        answer = self._http(url, "/v1/completions", body, "post", request_timeout(self.generate_timeout_s, params.max_new_tokens))
+            "model": self.model_name,
+            "prompt": list(prompt),
+            "n": n,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k if params.top_k > 0 else -1,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "max_tokens": params.max_new_tokens,
+            "stop": list(params.stop) or None,
+            "include_stop_str_in_output": True,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "stop_token_ids": self.turn_end_ids or None,
+            "seed": seed,
+        }
+        answer = self._http(
+            url, "/v1/completions", body, "post", request_timeout(self.generate_timeout_s, params.max_new_tokens)
+        )
         try:
             return checked_choices(answer, n, params.max_new_tokens, self.vocab_size)
         except ValueError as err:
-            raise ServerError(f"/v1/completions on {url} answered what vLLM does not: {err}; {self.describe()}") from None
+            raise ServerError(
+                f"/v1/completions on {url} answered what vLLM does not: {err}; {self.describe()}"
+            ) from None
 
     def _generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
         n = params.n
@@ -777,12 +903,20 @@ class VLLMServerEngine(EngineBase):
         requests = [(p, c) for p in range(len(prompt_ids)) for c in range(copies)]
         self._longest = max(self._longest, params.max_new_tokens)
         futures = [
-            self._pool.submit(self._completion, self.urls[i % len(self.urls)], prompt_ids[p], params,
-                              None if params.seed is None else params.seed + i * n, per_request)  # fmt: skip
+            self._pool.submit(
+                self._completion,
+                self.urls[i % len(self.urls)],
+                prompt_ids[p],
+                params,
+                None if params.seed is None else params.seed + i * n,
+                per_request,
+            )
             for i, (p, _) in enumerate(requests)
         ]
         completions, logprobs, reasons, texts = [], [], [], []
-        for choices in self._await(futures, f"generation of {len(prompt_ids)} prompts x {n}"):  # in request order: prompt-major
+        for choices in self._await(
+            futures, f"generation of {len(prompt_ids)} prompts x {n}"
+        ):  # in request order: prompt-major
             for choice in choices:
                 completions.append(list(choice["token_ids"]))
                 logprobs.append([float(x) for x in choice["logprobs"]["token_logprobs"]])
@@ -794,18 +928,24 @@ class VLLMServerEngine(EngineBase):
         """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids``, from the first server."""
         seq = list(prompt_ids) + list(completion_ids)
         body = {"model": self.model_name, "prompt": seq, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
-        answer = self._request(self.urls[0], "/v1/completions", body, timeout=request_timeout(self.generate_timeout_s, 1))
+        answer = self._request(
+            self.urls[0], "/v1/completions", body, timeout=request_timeout(self.generate_timeout_s, 1)
+        )
         try:
             return checked_probe(answer, seq, len(prompt_ids))
         except ValueError as err:
-            raise ServerError(f"/v1/completions on {self.urls[0]} answered what vLLM does not: {err}; {self.describe()}") from None
+            raise ServerError(
+                f"/v1/completions on {self.urls[0]} answered what vLLM does not: {err}; {self.describe()}"
+            ) from None
 
     # ------------------------------------------------------------------ weight sync
 
     @property
     def model_name(self) -> str:
         """What requests name: the current adapter's name after an adapter sync, else the served model."""
-        return f"{ADAPTER_PREFIX}{self.version}" if self.adapter is not None and self._base_synced else self.served_model
+        return (
+            f"{ADAPTER_PREFIX}{self.version}" if self.adapter is not None and self._base_synced else self.served_model
+        )
 
     def _client(self, url: str) -> _SyncClient:
         if url not in self._clients:
@@ -829,9 +969,12 @@ class VLLMServerEngine(EngineBase):
                 from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
                 world = self._request(url, "/get_world_size", method="get", timeout=_STARTUP_PROBE_S)["world_size"]
-                init = NCCLTrainerInitInfo(self.nccl[0], self.nccl[1] or 29501, world_size=world + 1, rank=0,
-                                           packed_buffer_size_bytes=bucket)  # fmt: skip
-            self._senders[url] = WeightTransferTrainerFactory.trainer_init(init, client=self._client(url), source=source)
+                init = NCCLTrainerInitInfo(
+                    self.nccl[0], self.nccl[1] or 29501, world_size=world + 1, rank=0, packed_buffer_size_bytes=bucket
+                )
+            self._senders[url] = WeightTransferTrainerFactory.trainer_init(
+                init, client=self._client(url), source=source
+            )
         self._senders[url].source = source
         return self._senders[url]
 
@@ -870,7 +1013,9 @@ class VLLMServerEngine(EngineBase):
         for url in self.urls:
             client = self._client(url)
             # /pause?mode=wait waits for the generation in flight; a chunk or a broadcast moves weights
-            client.timeout_s = request_timeout(self.sync_timeout_s, self._longest, weight_bytes + (stored.nbytes if stored else 0))
+            client.timeout_s = request_timeout(
+                self.sync_timeout_s, self._longest, weight_bytes + (stored.nbytes if stored else 0)
+            )
             client.post("/pause?mode=wait")
             try:
                 if full:
@@ -891,8 +1036,10 @@ class VLLMServerEngine(EngineBase):
         try:
             client.post("/v1/load_lora_adapter", {"lora_name": stored.name, "lora_path": str(stored.path)})
         except ServerError as err:
-            raise ServerError(f"{client.url} did not load the policy's LoRA adapter ({err}); rollout.adapter_sync: false "
-                              "syncs merged weights instead") from None  # fmt: skip
+            raise ServerError(
+                f"{client.url} did not load the policy's LoRA adapter ({err}); rollout.adapter_sync: false "
+                "syncs merged weights instead"
+            ) from None
         self._stats.sync_bytes += stored.nbytes
         if self._lora is not None:
             client.post("/v1/unload_lora_adapter", {"lora_name": self._lora.name})
@@ -924,11 +1071,21 @@ class VLLMServerEngine(EngineBase):
 # ``vllm serve`` settings a started server gets from lit_rlvr (vLLM's argument destinations): in
 # ``server_args`` they would override what the engine relies on (``processed_logprobs`` is π_old;
 # the transfer backend is its own; the key guards every route; the trainer talks HTTP to host:port)
-_OWNED = {"model": "model_path (the policy's path)", "model_tag": "model_path (the policy's path)", "host": "host",
-          "port": "port", "uds": "host and port (lit_rlvr talks HTTP to host:port)", "grpc": "none: lit_rlvr talks HTTP",
-          "api_key": "api_key (given to the server in VLLM_API_KEY)", "dtype": "dtype", "seed": "seed",
-          "logprobs_mode": "none: lit_rlvr needs processed_logprobs", "weight_transfer_config": "weight_transfer",
-          "enable_lora": "rollout.adapter_sync", "max_lora_rank": "rollout.adapter_sync (sized from the policy's LoRA rank)"}  # fmt: skip
+_OWNED = {
+    "model": "model_path (the policy's path)",
+    "model_tag": "model_path (the policy's path)",
+    "host": "host",
+    "port": "port",
+    "uds": "host and port (lit_rlvr talks HTTP to host:port)",
+    "grpc": "none: lit_rlvr talks HTTP",
+    "api_key": "api_key (given to the server in VLLM_API_KEY)",
+    "dtype": "dtype",
+    "seed": "seed",
+    "logprobs_mode": "none: lit_rlvr needs processed_logprobs",
+    "weight_transfer_config": "weight_transfer",
+    "enable_lora": "rollout.adapter_sync",
+    "max_lora_rank": "rollout.adapter_sync (sized from the policy's LoRA rank)",
+}
 
 
 class _Unset(list):
@@ -962,14 +1119,25 @@ def owned_server_args(server_args: list[str]) -> list[str]:
     try:
         parser.parse_args(list(server_args), namespace=namespace)
     except (argparse.ArgumentError, SystemExit) as err:
-        raise ValueError(f"rollout.init_args.engine_options.server_args={list(server_args)}: vLLM's parser refuses them "
-                         f"({err if isinstance(err, argparse.ArgumentError) else 'it would exit'})") from None  # fmt: skip
+        raise ValueError(
+            f"rollout.init_args.engine_options.server_args={list(server_args)}: vLLM's parser refuses them "
+            f"({err if isinstance(err, argparse.ArgumentError) else 'it would exit'})"
+        ) from None
     given = [dest for dest in _OWNED if getattr(namespace, dest) is not unset.get(dest)]  # an absent positional is None
-    return [f"{flags[dest] or 'a positional argument (a model)'} is set by lit_rlvr (option: {_OWNED[dest]})" for dest in given]
+    return [
+        f"{flags[dest] or 'a positional argument (a model)'} is set by lit_rlvr (option: {_OWNED[dest]})"
+        for dest in given
+    ]
 
 
-def check_server_options(*, weight_transfer: str = "file", nccl_master_address: str | None = None,
-                         max_concurrent_requests: int = 64, server_args: list[str] | None = None, **_) -> None:
+def check_server_options(
+    *,
+    weight_transfer: str = "file",
+    nccl_master_address: str | None = None,
+    max_concurrent_requests: int = 64,
+    server_args: list[str] | None = None,
+    **_,
+) -> None:
     """Refuse an unknown transfer, NCCL without a rendezvous, no concurrency, or ``server_args``
     that vLLM refuses or that set what lit_rlvr sets itself on a started server (at start-up)."""
     if weight_transfer not in ("file", "nccl"):
@@ -992,8 +1160,14 @@ def _trainer_rank() -> tuple[int, int]:
 
 
 @ENGINES.register("vllm_server", signature=VLLMServerEngine, check=check_server_options)
-def build_vllm_server_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None,
-                             adapter_sync: bool | str = False, **kwargs) -> VLLMServerEngine:  # fmt: skip
+def build_vllm_server_engine(
+    *,
+    model: nn.Module | None = None,
+    tokenizer=None,
+    model_path: str | None = None,
+    adapter_sync: bool | str = False,
+    **kwargs,
+) -> VLLMServerEngine:
     """``engine: vllm_server``: a :class:`VLLMServerEngine`; a started server loads ``model_path``
     (default: the policy's own path) in the trainer's dtype unless ``dtype`` is given; completions
     are checked against the policy's output size (``config.vocab_size``); ``adapter_sync``

@@ -159,7 +159,9 @@ class EnvironmentOptions:
         """The :class:`~lit_rlvr.envs.EnvSpec` of environment ``name`` with its options (resolved once)."""
         specs = self._specs  # type: ignore[attr-defined]
         if name not in specs:
-            specs[name] = resolve_environment(name, self.options.get(name), "model.environment.name", "model.environment.options")
+            specs[name] = resolve_environment(
+                name, self.options.get(name), "model.environment.name", "model.environment.options"
+            )
         return specs[name]
 
     def specs(self, rows: Sequence[Mapping[str, Any]]) -> list[EnvSpec]:
@@ -172,15 +174,19 @@ class EnvironmentOptions:
         for row in rows:
             name = row.get(ROW_ENVIRONMENT) or self.name
             if name is None:
-                raise ValueError(f"row {row.get('id')!r} has no {ROW_ENVIRONMENT!r} field and model.environment.name is null: "
-                                 "name an environment for every row, or configure one")  # fmt: skip
+                raise ValueError(
+                    f"row {row.get('id')!r} has no {ROW_ENVIRONMENT!r} field and model.environment.name is null: "
+                    "name an environment for every row, or configure one"
+                )
             out.append(self.spec(str(name)))
         return out
 
     def identity(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """What a multi-turn reference cache of ``rows`` records and a run compares: the environments'
         ``name@version`` (:attr:`EnvSpec.identity <lit_rlvr.envs.EnvSpec.identity>`) and the turn limits."""
-        turns = {k: v for k, v in asdict(self.turns).items() if k != "step_timeout_s"}  # a deadline does not change what is sampled
+        turns = {
+            k: v for k, v in asdict(self.turns).items() if k != "step_timeout_s"
+        }  # a deadline does not change what is sampled
         return {"environments": sorted({s.identity for s in self.specs(rows)}), "turns": turns}
 
     def loop(self, tokenizer: Any, context: int | None = None) -> TurnLoop:
@@ -189,7 +195,10 @@ class EnvironmentOptions:
 
 
 _TOOL_CALL_NAME = "name"
-_USER_BASE = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "I am a user."}]
+_USER_BASE = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "I am a user."},
+]
 
 
 class ObservationRenderer:
@@ -219,7 +228,11 @@ class ObservationRenderer:
 
     def cut(self, text: str) -> str:
         """``text`` cut to ``max_chars`` characters, saying how many were left out."""
-        return text if len(text) <= self.max_chars else f"{text[: self.max_chars]}…({len(text) - self.max_chars} more characters)"
+        return (
+            text
+            if len(text) <= self.max_chars
+            else f"{text[: self.max_chars]}…({len(text) - self.max_chars} more characters)"
+        )
 
     def render(self, observation: Observation, last_id: int | None) -> list[int]:
         """The observation's token ids, to follow a trajectory whose last token is ``last_id``."""
@@ -248,12 +261,16 @@ class ObservationRenderer:
             prefix = prefix[: len(prefix) - prefix[::-1].index(self.turn_end[0])]
         full = self._template([*base, *messages], generation=True)
         if full[: len(prefix)] != prefix:
-            raise ValueError("the chat template does not render new messages as a continuation of the conversation; "
-                             "return observations as text instead")  # fmt: skip
+            raise ValueError(
+                "the chat template does not render new messages as a continuation of the conversation; "
+                "return observations as text instead"
+            )
         return full[len(prefix) :]
 
     def _template(self, messages: list[Mapping[str, Any]], generation: bool) -> list[int]:
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation, tokenize=True, return_dict=False)
+        out = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=generation, tokenize=True, return_dict=False
+        )
         return list(out)
 
 
@@ -294,8 +311,15 @@ class _Trajectory:
             self.reward, self.mask = 0.0, [0] * len(self.ids)  # not trained on: the failure is not the policy's
 
     def episode(self) -> Episode:
-        return Episode(self.reward, self.status or "length", self.reason, self.turns, tuple(self.tool_calls), self.tool_errors,
-                       self.final_text)  # fmt: skip
+        return Episode(
+            self.reward,
+            self.status or "length",
+            self.reason,
+            self.turns,
+            tuple(self.tool_calls),
+            self.tool_errors,
+            self.final_text,
+        )
 
 
 @dataclass
@@ -325,8 +349,14 @@ class TurnLoop:
         self.stats = TurnStats()
         self._caps = (1, 1)  # (turn, total) token caps of the call in progress
 
-    def generate(self, engine: Any, prompt_ids: Sequence[Sequence[int]], rows: Sequence[Mapping[str, Any]],
-                 params: SamplingParams, envs: EnvSpec | Sequence[EnvSpec]) -> Rollouts:  # fmt: skip
+    def generate(
+        self,
+        engine: Any,
+        prompt_ids: Sequence[Sequence[int]],
+        rows: Sequence[Mapping[str, Any]],
+        params: SamplingParams,
+        envs: EnvSpec | Sequence[EnvSpec],
+    ) -> Rollouts:
         """``params.n`` trajectories for each prompt, prompt-major.
 
         Args:
@@ -343,7 +373,9 @@ class TurnLoop:
             raise ValueError(f"TurnLoop.generate: {len(prompt_ids)} prompts but {len(specs)} environments")
         self.stats = TurnStats()
         self._caps = (self.options.turn_tokens(params), self.options.total_tokens(params))
-        trajectories = [_Trajectory(list(prompt_ids[b // params.n]), rows[b // params.n]) for b in range(len(prompt_ids) * params.n)]
+        trajectories = [
+            _Trajectory(list(prompt_ids[b // params.n]), rows[b // params.n]) for b in range(len(prompt_ids) * params.n)
+        ]
         try:
             self._reset(trajectories, [specs[b // params.n] for b in range(len(trajectories))])
             for turn in range(self.options.max_turns):
@@ -356,10 +388,15 @@ class TurnLoop:
         finally:
             self._close(trajectories)
         return Rollouts(
-            [list(p) for p in prompt_ids], [t.ids for t in trajectories], [t.logprobs for t in trajectories],
-            [t.finish for t in trajectories], params.n, texts=["".join(t.texts) for t in trajectories],
-            loss_mask=[t.mask for t in trajectories], episodes=[t.episode() for t in trajectories],
-        )  # fmt: skip
+            [list(p) for p in prompt_ids],
+            [t.ids for t in trajectories],
+            [t.logprobs for t in trajectories],
+            [t.finish for t in trajectories],
+            params.n,
+            texts=["".join(t.texts) for t in trajectories],
+            loss_mask=[t.mask for t in trajectories],
+            episodes=[t.episode() for t in trajectories],
+        )
 
     # ------------------------------------------------------------------ the phases
     def _reset(self, trajectories: list[_Trajectory], specs: list[EnvSpec]) -> None:
@@ -380,8 +417,14 @@ class TurnLoop:
                 ids = self.renderer.render(out, t.prompt[-1] if t.prompt else None)
                 t.add(ids, None, self._text(out, ids), model=False)
 
-    def _model_turn(self, engine: Any, live: list[_Trajectory], params: SamplingParams, turn: int,
-                    grouped_prompts: Sequence[Sequence[int]] | None) -> None:  # fmt: skip
+    def _model_turn(
+        self,
+        engine: Any,
+        live: list[_Trajectory],
+        params: SamplingParams,
+        turn: int,
+        grouped_prompts: Sequence[Sequence[int]] | None,
+    ) -> None:
         budgets = [self._budget(t, params) for t in live]
         for t, budget in zip(live, budgets):
             if budget < 1:
@@ -391,8 +434,12 @@ class TurnLoop:
         if not pairs:
             return
         stops = tuple(dict.fromkeys([*params.stop, *(s for t, _ in pairs for s in getattr(t.env, "stop", ()))]))
-        turn_params = replace(params, max_new_tokens=max(b for _, b in pairs), stop=stops,
-                              seed=None if params.seed is None else params.seed + turn * TURN_SEED_STRIDE)  # fmt: skip
+        turn_params = replace(
+            params,
+            max_new_tokens=max(b for _, b in pairs),
+            stop=stops,
+            seed=None if params.seed is None else params.seed + turn * TURN_SEED_STRIDE,
+        )
         t0 = time.perf_counter()
         if grouped_prompts is not None and len(pairs) == len(live):
             out = engine.generate([list(p) for p in grouped_prompts], turn_params)
@@ -419,7 +466,9 @@ class TurnLoop:
                 else:
                     out = t.env.step(t.final_text)
                 if not isinstance(out, Step):
-                    raise TypeError(f"{type(t.env).__name__}.step returned {type(out).__name__}, not a lit_rlvr.envs.Step")
+                    raise TypeError(
+                        f"{type(t.env).__name__}.step returned {type(out).__name__}, not a lit_rlvr.envs.Step"
+                    )
                 return out
 
             return call
@@ -480,7 +529,9 @@ class TurnLoop:
         deadline = None if timeout is None else time.monotonic() + timeout
         for i, event in enumerate(done):
             if not event.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
-                results[i] = TimeoutError(f"the environment's {what} did not return within {timeout:g} s (model.environment.step_timeout_s)")
+                results[i] = TimeoutError(
+                    f"the environment's {what} did not return within {timeout:g} s (model.environment.step_timeout_s)"
+                )
         self.stats.environment_s += time.perf_counter() - t0
         return results
 
@@ -515,8 +566,13 @@ class RolloutSampler:
         self.environment = environment
         self.loop = None if environment is None else environment.loop(tokenizer, context)
 
-    def __call__(self, engine: Any, prompt_ids: Sequence[Sequence[int]], rows: Sequence[Mapping[str, Any]],
-                 params: SamplingParams) -> Rollouts:  # fmt: skip
+    def __call__(
+        self,
+        engine: Any,
+        prompt_ids: Sequence[Sequence[int]],
+        rows: Sequence[Mapping[str, Any]],
+        params: SamplingParams,
+    ) -> Rollouts:
         """``params.n`` rollouts of each of the P prompts (their ``rows`` reset the environments), prompt-major."""
         if self.loop is None:
             return engine.generate(prompt_ids, params)

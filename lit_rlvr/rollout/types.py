@@ -150,9 +150,16 @@ class Rollouts:
         def pick(values):
             return None if values is None else [values[b] for b in rows]
 
-        return Rollouts([self.prompt_ids[p] for p in prompts], pick(self.completion_ids), pick(self.sampler_logprobs),
-                        pick(self.finish_reasons), self.n, pick(self.texts) if self.texts else [], pick(self.loss_mask),
-                        pick(self.episodes))  # fmt: skip
+        return Rollouts(
+            [self.prompt_ids[p] for p in prompts],
+            pick(self.completion_ids),
+            pick(self.sampler_logprobs),
+            pick(self.finish_reasons),
+            self.n,
+            pick(self.texts) if self.texts else [],
+            pick(self.loss_mask),
+            pick(self.episodes),
+        )
 
     def behaviour(self) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
         """Multi-turn rollouts: each trajectory's turns, tool calls, failed tool calls and whether its
@@ -161,15 +168,21 @@ class Rollouts:
         if self.episodes is None:
             return None
         e = self.episodes
-        return (torch.tensor([x.turns for x in e], dtype=torch.long), torch.tensor([len(x.tool_calls) for x in e], dtype=torch.long),
-                torch.tensor([x.tool_errors for x in e], dtype=torch.long),
-                torch.tensor([x.status in ("env_error", "env_timeout") for x in e], dtype=torch.bool))  # fmt: skip
+        return (
+            torch.tensor([x.turns for x in e], dtype=torch.long),
+            torch.tensor([len(x.tool_calls) for x in e], dtype=torch.long),
+            torch.tensor([x.tool_errors for x in e], dtype=torch.long),
+            torch.tensor([x.status in ("env_error", "env_timeout") for x in e], dtype=torch.bool),
+        )
 
     def tool_sequences(self) -> list[list[tuple[str, ...]]] | None:
         """Multi-turn rollouts: P groups of n tool-call sequences (each trajectory's calls in order); None for single-turn."""
         if self.episodes is None:
             return None
-        return [[self.episodes[b].tool_calls for b in range(p * self.n, (p + 1) * self.n)] for p in range(len(self.prompt_ids))]
+        return [
+            [self.episodes[b].tool_calls for b in range(p * self.n, (p + 1) * self.n)]
+            for p in range(len(self.prompt_ids))
+        ]
 
     def final_turns(self) -> tuple[list[str], list[list[int]]]:
         """What the reward functions score: B texts and their token ids.

@@ -169,12 +169,20 @@ class VLLMEngine(EngineBase):
         self._set_num_threads = torch.set_num_threads  # the CPU worker replaces it process-wide
         self.sync_bucket_mb = sync_bucket_mb
         kwargs = dict(
-            model=str(model_path), tokenizer=str(tokenizer) if tokenizer is not None else None, dtype=dtype,
-            max_model_len=max_model_len, kv_cache_memory_bytes=kv_cache_memory_bytes,
-            gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
-            enforce_eager=enforce_eager, enable_sleep_mode=enable_sleep_mode, enable_prefix_caching=enable_prefix_caching,
-            seed=seed, logprobs_mode="processed_logprobs", **llm_kwargs,
-        )  # fmt: skip
+            model=str(model_path),
+            tokenizer=str(tokenizer) if tokenizer is not None else None,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+            enforce_eager=enforce_eager,
+            enable_sleep_mode=enable_sleep_mode,
+            enable_prefix_caching=enable_prefix_caching,
+            seed=seed,
+            logprobs_mode="processed_logprobs",
+            **llm_kwargs,
+        )
         self.adapter = adapter
         self.llm = self._start(vllm, kwargs, gpu_memory_utilization)
         self._tp_group = _tp_cpu_group() if world > 1 and tensor_parallel_size > 1 else None
@@ -231,7 +239,10 @@ class VLLMEngine(EngineBase):
     @property
     def context_length(self) -> tuple[int, str]:
         """The longest prompt + completion this engine takes (vLLM's ``max_model_len``), and where it is set."""
-        return self.llm.llm_engine.model_config.max_model_len, "vLLM's max_model_len: rollout.init_args.engine_options.max_model_len"
+        return (
+            self.llm.llm_engine.model_config.max_model_len,
+            "vLLM's max_model_len: rollout.init_args.engine_options.max_model_len",
+        )
 
     # ------------------------------------------------------------------ generation
 
@@ -267,7 +278,9 @@ class VLLMEngine(EngineBase):
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids for _ in range(copies)]
         request = SamplingParams(**{**params.__dict__, "n": per_request})
         # distinct seeds per prompt (vLLM adds the sample index within a request)
-        sps = [self._sampling(request, None if params.seed is None else params.seed + i * n) for i in range(len(prompts))]
+        sps = [
+            self._sampling(request, None if params.seed is None else params.seed + i * n) for i in range(len(prompts))
+        ]
         outputs = self.llm.generate(prompts, sps, use_tqdm=False, lora_request=self._lora_request())
         completions, logprobs, reasons, texts = [], [], [], []
         for out in outputs:  # in request order, so rows stay prompt-major
@@ -312,7 +325,9 @@ class VLLMEngine(EngineBase):
         seq = list(prompt_ids) + list(completion_ids)
         sp = self._vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
         out = run_with_timeout(
-            lambda: self.llm.generate([TokensPrompt(prompt_token_ids=seq)], sp, use_tqdm=False, lora_request=self._lora_request()),
+            lambda: self.llm.generate(
+                [TokensPrompt(prompt_token_ids=seq)], sp, use_tqdm=False, lora_request=self._lora_request()
+            ),
             self.generate_timeout_s,
             "vllm log-probs of the fingerprint probe",
             "generate_timeout_s",
@@ -361,7 +376,9 @@ class VLLMEngine(EngineBase):
 
         if self._sender is None:
             init = FileTrainerInitInfo(rank=0, chunk_bytes=self.sync_bucket_mb * 2**20)
-            self._sender = FileTrainerWeightTransferEngine.trainer_init(init, client=_LLMSyncClient(self.llm), source=source)
+            self._sender = FileTrainerWeightTransferEngine.trainer_init(
+                init, client=_LLMSyncClient(self.llm), source=source
+            )
         self._sender.source = source
         return self._sender
 
@@ -456,8 +473,14 @@ class VLLMEngine(EngineBase):
 
 
 @ENGINES.register("vllm", signature=VLLMEngine)
-def build_vllm_engine(*, model: nn.Module | None = None, tokenizer=None, model_path: str | None = None,
-                      adapter_sync: bool | str = False, **kwargs) -> VLLMEngine:  # fmt: skip
+def build_vllm_engine(
+    *,
+    model: nn.Module | None = None,
+    tokenizer=None,
+    model_path: str | None = None,
+    adapter_sync: bool | str = False,
+    **kwargs,
+) -> VLLMEngine:
     """``engine: vllm``: a :class:`VLLMEngine` loading ``model_path`` (default: the policy's own path).
 
     With the policy given and ``dtype`` left at ``"auto"``, the engine serves in the trainer's
@@ -494,7 +517,6 @@ class _LLMSyncClient:
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self.llm.finish_weight_update(weight_version)
-
 
 
 def _check_tp_groups(world: int, tensor_parallel_size: int) -> None:

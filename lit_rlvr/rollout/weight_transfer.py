@@ -106,7 +106,9 @@ class FileWeightTransferEngine(WeightTransferEngine[FileWeightTransferInitInfo, 
         tensors = load_file(update_info.path, device=str(self.device))
         missing = sorted(set(update_info.names) - set(tensors))
         if missing:
-            raise ValueError(f"{update_info.path} lacks {len(missing)} of the tensors it was posted with, e.g. {missing[:3]}")
+            raise ValueError(
+                f"{update_info.path} lacks {len(missing)} of the tensors it was posted with, e.g. {missing[:3]}"
+            )
         self.model.load_weights(list(tensors.items()))
 
     def shutdown(self) -> None:
@@ -143,8 +145,13 @@ class FileTrainerWeightTransferEngine(TrainerWeightTransferEngine[FileTrainerIni
     def trainer_init(cls, init_info: FileTrainerInitInfo, *, client, source=None) -> FileTrainerWeightTransferEngine:
         if source is None:
             raise ValueError(f"the {BACKEND} weight transfer needs a WeightSource")
-        engine = cls(client=client, source=source, is_sender=init_info.is_sender, directory=init_info.directory,
-                     chunk_bytes=init_info.chunk_bytes)  # fmt: skip
+        engine = cls(
+            client=client,
+            source=source,
+            is_sender=init_info.is_sender,
+            directory=init_info.directory,
+            chunk_bytes=init_info.chunk_bytes,
+        )
         if engine.is_sender:
             Path(engine.directory).mkdir(parents=True, exist_ok=True)
             client.init_weight_transfer_engine({})
@@ -176,4 +183,3 @@ class FileTrainerWeightTransferEngine(TrainerWeightTransferEngine[FileTrainerIni
             self.client.update_weights({"path": str(path), "names": sorted(chunk)})
         finally:
             path.unlink(missing_ok=True)
-

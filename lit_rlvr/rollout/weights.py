@@ -102,8 +102,9 @@ def adapter_tensors(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
     """
     from peft import get_peft_model_state_dict
 
-    state = get_peft_model_state_dict(model, state_dict=model.state_dict(), adapter_name=model.active_adapter,
-                                      save_embedding_layers=False)  # fmt: skip
+    state = get_peft_model_state_dict(
+        model, state_dict=model.state_dict(), adapter_name=model.active_adapter, save_embedding_layers=False
+    )
     for name, tensor in state.items():
         yield name, _full_tensor(tensor).detach()
 

@@ -44,7 +44,14 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lit_rlvr.data.datamodule import PromptDataModule
 from lit_rlvr.flags import merge_mapping_flags
-from lit_rlvr.options import DEFAULT_SAMPLING, BatchingOptions, EnvironmentOptions, PolicyOptions, SamplingParams, ScoringOptions
+from lit_rlvr.options import (
+    DEFAULT_SAMPLING,
+    BatchingOptions,
+    EnvironmentOptions,
+    PolicyOptions,
+    SamplingParams,
+    ScoringOptions,
+)
 from lit_rlvr.plugins import load_plugins
 
 
@@ -125,17 +132,30 @@ def build_cache(
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(policy.path, dtype=DTYPES[policy.dtype]).to(device).eval()
-    rollout_engine = build_engine(engine, model=model, tokenizer=data.tokenizer, model_path=policy.path, **(engine_options or {}))
+    rollout_engine = build_engine(
+        engine, model=model, tokenizer=data.tokenizer, model_path=policy.path, **(engine_options or {})
+    )
     try:
         with scoring.scorer() as scorer:
             build_reference_cache(
-                out, data.train_rows, data.train_prompt_ids, engine=rollout_engine, scorer=mix.correctness_scorer(scorer),
-                reward_names=mix.correctness_sources(data.train_rows), model=model,
-                tokenizer=data.tokenizer, params=sampling, prompts_per_shard=prompts_per_shard,
-                prompts_per_call=prompts_per_call, batching=batching.micro_batching,
-                correct_threshold=correct_threshold, progress=progress, rank=rank, world_size=world_size,
+                out,
+                data.train_rows,
+                data.train_prompt_ids,
+                engine=rollout_engine,
+                scorer=mix.correctness_scorer(scorer),
+                reward_names=mix.correctness_sources(data.train_rows),
+                model=model,
+                tokenizer=data.tokenizer,
+                params=sampling,
+                prompts_per_shard=prompts_per_shard,
+                prompts_per_call=prompts_per_call,
+                batching=batching.micro_batching,
+                correct_threshold=correct_threshold,
+                progress=progress,
+                rank=rank,
+                world_size=world_size,
                 environment=environment,
-            )  # fmt: skip
+            )
     finally:
         if hasattr(rollout_engine, "close"):
             rollout_engine.close()
@@ -155,13 +175,19 @@ def print_summary(out: str, perfect_threshold: int | None) -> str:
 
 def build_parser() -> ArgumentParser:
     """The ``lit-rlvr cache`` parser: ``--data.*`` (PromptDataModule) plus :func:`build_cache`'s arguments."""
-    parser = ArgumentParser(prog="lit-rlvr cache", description="Build or resume the DPH-RL reference cache.", parser_mode="omegaconf")
+    parser = ArgumentParser(
+        prog="lit-rlvr cache", description="Build or resume the DPH-RL reference cache.", parser_mode="omegaconf"
+    )
     parser.add_argument("--config", action=ActionConfigFile, help="YAML file with any of the options below")
-    parser.add_argument("--imports", type=list[str], default=[], help="plug-in modules to import first (lit_rlvr.plugins)")
+    parser.add_argument(
+        "--imports", type=list[str], default=[], help="plug-in modules to import first (lit_rlvr.plugins)"
+    )
     parser.add_class_arguments(PromptDataModule, "data")
     parser.add_function_arguments(build_cache, skip={"data", "rank", "world_size"})
     parser.link_arguments("policy.path", "data.tokenizer")  # one owner, as in `lit-rlvr fit`
-    parser.add_argument("--devices", type=int, default=1, help="processes building the cache (each one device); torchrun sets its own")
+    parser.add_argument(
+        "--devices", type=int, default=1, help="processes building the cache (each one device); torchrun sets its own"
+    )
     return parser
 
 
@@ -173,7 +199,9 @@ def main(argv: list[str] | None = None) -> str:
     rank, world_size, children = _launch(cfg.devices, argv)
     load_plugins(cfg.imports)
     init = parser.instantiate(cfg)
-    kwargs = {k: v for k, v in vars(init).items() if k not in ("config", "imports", "devices", "data", "__default_config__")}
+    kwargs = {
+        k: v for k, v in vars(init).items() if k not in ("config", "imports", "devices", "data", "__default_config__")
+    }
     target = init.data.cache
     try:
         text = build_cache(init.data, **kwargs, rank=rank, world_size=world_size)

@@ -66,7 +66,11 @@ def _default(value: Any) -> str:
         return "(group)"
     if callable(value) and not isinstance(value, type):
         return f"`{value.__module__}.{value.__qualname__}`" if hasattr(value, "__qualname__") else f"`{value!r}`"
-    text = {None: "null", True: "true", False: "false"}.get(value, value) if isinstance(value, (bool, type(None))) else value
+    text = (
+        {None: "null", True: "true", False: "false"}.get(value, value)
+        if isinstance(value, (bool, type(None)))
+        else value
+    )
     if isinstance(text, tuple):
         text = list(text)
     return f"`{text!r}`" if isinstance(text, str) and text not in ("null", "true", "false") else f"`{text}`"
@@ -78,13 +82,18 @@ def _fields(cls) -> list[tuple[str, Any, Any]]:
         hints = typing.get_type_hints(cls)
         out = []
         for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else (
-                f.default_factory() if f.default_factory is not dataclasses.MISSING else _MISSING)  # fmt: skip
+            default = (
+                f.default
+                if f.default is not dataclasses.MISSING
+                else (f.default_factory() if f.default_factory is not dataclasses.MISSING else _MISSING)
+            )
             out.append((f.name, hints.get(f.name, f.type), default))
         return out
     target = cls.__init__ if isinstance(cls, type) else cls
     hints = typing.get_type_hints(target)
-    params = [p for p in inspect.signature(target).parameters.values() if p.name != "self" and p.kind is not p.VAR_KEYWORD]
+    params = [
+        p for p in inspect.signature(target).parameters.values() if p.name != "self" and p.kind is not p.VAR_KEYWORD
+    ]
     return [(p.name, hints.get(p.name, p.annotation), p.default) for p in params]
 
 
@@ -93,11 +102,15 @@ def keys(prefix: str, cls, skip: tuple[str, ...] = (), defaults: Any = None) -> 
     the group instance its owner defaults to, when that is not the class's own defaults."""
     docs = _docs(cls)
     return [
-        Key(f"{prefix}.{name}" if prefix else name, _default(getattr(defaults, name) if defaults is not None else default),
-            _type_name(annotation), _rst_to_md(docs.get(name, "")))
+        Key(
+            f"{prefix}.{name}" if prefix else name,
+            _default(getattr(defaults, name) if defaults is not None else default),
+            _type_name(annotation),
+            _rst_to_md(docs.get(name, "")),
+        )
         for name, annotation, default in _fields(cls)
         if name not in skip
-    ]  # fmt: skip
+    ]
 
 
 def sections() -> list[tuple[str, str, list[Key]]]:
@@ -110,15 +123,41 @@ def sections() -> list[tuple[str, str, list[Key]]]:
     from lit_rlvr.module import RLVRModule
     from lit_rlvr.tools.cache import build_cache
 
-    groups = ("policy", "sampling", "loss", "entropy", "anchor", "kl", "batching", "scoring", "evaluation", "rollout_correction",
-              "dynamic_sampling", "environment")  # fmt: skip
-    classes = {"policy": options.PolicyOptions, "sampling": options.SamplingParams, "loss": options.LossOptions,
-               "entropy": options.EntropyOptions, "anchor": options.AnchorOptions, "kl": options.KLOptions, "batching": options.BatchingOptions,
-               "scoring": options.ScoringOptions, "evaluation": options.EvalOptions,
-               "rollout_correction": options.RolloutCorrection, "dynamic_sampling": options.DynamicSampling,
-               "environment": options.EnvironmentOptions}  # fmt: skip
-    out = [("`model:` (RLVRModule)", "the recipe: one option group per concept, then the module's own switches",
-            keys("model", RLVRModule, skip=groups))]  # fmt: skip
+    groups = (
+        "policy",
+        "sampling",
+        "loss",
+        "entropy",
+        "anchor",
+        "kl",
+        "batching",
+        "scoring",
+        "evaluation",
+        "rollout_correction",
+        "dynamic_sampling",
+        "environment",
+    )
+    classes = {
+        "policy": options.PolicyOptions,
+        "sampling": options.SamplingParams,
+        "loss": options.LossOptions,
+        "entropy": options.EntropyOptions,
+        "anchor": options.AnchorOptions,
+        "kl": options.KLOptions,
+        "batching": options.BatchingOptions,
+        "scoring": options.ScoringOptions,
+        "evaluation": options.EvalOptions,
+        "rollout_correction": options.RolloutCorrection,
+        "dynamic_sampling": options.DynamicSampling,
+        "environment": options.EnvironmentOptions,
+    }
+    out = [
+        (
+            "`model:` (RLVRModule)",
+            "the recipe: one option group per concept, then the module's own switches",
+            keys("model", RLVRModule, skip=groups),
+        )
+    ]
     owner = inspect.signature(RLVRModule.__init__).parameters
     for name in groups:
         cls, default = classes[name], owner[name].default
@@ -128,27 +167,81 @@ def sections() -> list[tuple[str, str, list[Key]]]:
         if name == "batching":
             what = what.rstrip(".") + "; `lit-rlvr cache` takes the same group, same defaults, for its log π_ref passes"
         instance = default if dataclasses.is_dataclass(default) else None
-        out.append((f"`model.{name}` ({cls.__name__})", _rst_to_md(what), keys(f"model.{name}", cls, defaults=instance)))
-    out.append(("`model.policy.lora` (LoraOptions)", "peft LoRA settings (None = full fine-tuning)",
-                keys("model.policy.lora", options.LoraOptions)))  # fmt: skip
-    out.append(("`rollout:` (RolloutCallback)", "how rollouts are generated: the engine, its weight sync and its checks",
-                keys("rollout.init_args", RolloutCallback)))  # fmt: skip
-    out.append(("`data:` (PromptDataModule)", "the prompts: datasets, formatting, order, start-up checks, the reference cache "
-                "(`data.tokenizer` is linked to `model.policy.path`: never set it)",
-                keys("data", PromptDataModule, skip=("tokenizer",))))  # fmt: skip
-    out.append(("`data.train` (DatasetSpec) and `data.val[i]` (ValSet)", "a dataset: local files or a Hugging Face split, read by an adapter",
-                keys("data.train", DatasetSpec) + [k for k in keys("data.val[i]", ValSet) if k.path.endswith("n_samples")]))  # fmt: skip
-    out.append(("`data.train.hf` (HFSource)", "a Hugging Face `datasets` split instead of files", keys("data.train.hf", HFSource)))
+        out.append(
+            (f"`model.{name}` ({cls.__name__})", _rst_to_md(what), keys(f"model.{name}", cls, defaults=instance))
+        )
+    out.append(
+        (
+            "`model.policy.lora` (LoraOptions)",
+            "peft LoRA settings (None = full fine-tuning)",
+            keys("model.policy.lora", options.LoraOptions),
+        )
+    )
+    out.append(
+        (
+            "`rollout:` (RolloutCallback)",
+            "how rollouts are generated: the engine, its weight sync and its checks",
+            keys("rollout.init_args", RolloutCallback),
+        )
+    )
+    out.append(
+        (
+            "`data:` (PromptDataModule)",
+            "the prompts: datasets, formatting, order, start-up checks, the reference cache "
+            "(`data.tokenizer` is linked to `model.policy.path`: never set it)",
+            keys("data", PromptDataModule, skip=("tokenizer",)),
+        )
+    )
+    out.append(
+        (
+            "`data.train` (DatasetSpec) and `data.val[i]` (ValSet)",
+            "a dataset: local files or a Hugging Face split, read by an adapter",
+            keys("data.train", DatasetSpec) + [k for k in keys("data.val[i]", ValSet) if k.path.endswith("n_samples")],
+        )
+    )
+    out.append(
+        (
+            "`data.train.hf` (HFSource)",
+            "a Hugging Face `datasets` split instead of files",
+            keys("data.train.hf", HFSource),
+        )
+    )
     out.append(("`data.prompt` (PromptFormat)", "how a row becomes the prompt text", keys("data.prompt", PromptFormat)))
-    out.append(("`data.gold_check` (GoldCheck)", _rst_to_md(inspect.getdoc(GoldCheck).split("\n")[0]), keys("data.gold_check", GoldCheck)))
-    out.append(("`data.cache` (CacheOptions)", _rst_to_md(inspect.getdoc(CacheOptions).split("\n")[0]), keys("data.cache", CacheOptions)))
-    out.append(("`export:` (HFExport) and `pass_counts:` (PassCountsWriter)", "what a run writes besides its checkpoints",
-                keys("export", HFExport) + keys("pass_counts", PassCountsWriter)))  # fmt: skip
-    out.append(("`lit-rlvr cache`", "the reference cache tool: its own keys beside `data:` (the training run's DataModule), "
-                "`policy:`, `sampling:`, `batching:`, `scoring:` and `environment:` (the same groups as `model.policy`, "
-                "`model.sampling`, `model.batching`, `model.scoring`, `model.environment`, with the same defaults; `batching` sets "
-                "the log π_ref passes)",
-                keys("", build_cache, skip=("data", "policy", "sampling", "batching", "scoring", "environment", "rank", "world_size"))))  # fmt: skip
+    out.append(
+        (
+            "`data.gold_check` (GoldCheck)",
+            _rst_to_md(inspect.getdoc(GoldCheck).split("\n")[0]),
+            keys("data.gold_check", GoldCheck),
+        )
+    )
+    out.append(
+        (
+            "`data.cache` (CacheOptions)",
+            _rst_to_md(inspect.getdoc(CacheOptions).split("\n")[0]),
+            keys("data.cache", CacheOptions),
+        )
+    )
+    out.append(
+        (
+            "`export:` (HFExport) and `pass_counts:` (PassCountsWriter)",
+            "what a run writes besides its checkpoints",
+            keys("export", HFExport) + keys("pass_counts", PassCountsWriter),
+        )
+    )
+    out.append(
+        (
+            "`lit-rlvr cache`",
+            "the reference cache tool: its own keys beside `data:` (the training run's DataModule), "
+            "`policy:`, `sampling:`, `batching:`, `scoring:` and `environment:` (the same groups as `model.policy`, "
+            "`model.sampling`, `model.batching`, `model.scoring`, `model.environment`, with the same defaults; `batching` sets "
+            "the log π_ref passes)",
+            keys(
+                "",
+                build_cache,
+                skip=("data", "policy", "sampling", "batching", "scoring", "environment", "rank", "world_size"),
+            ),
+        )
+    )
     return out
 
 
@@ -169,13 +262,26 @@ def generated() -> str:
     """The generated part of docs/configuration.md (between :data:`BEGIN` and :data:`END`)."""
     lines = [BEGIN, ""]
     for title, what, rows in sections():
-        lines += [f"### {title}", "", what[0].upper() + what[1:] + ("" if what.endswith(".") else "."), "",
-                  "| key | default | type | what |", "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"### {title}",
+            "",
+            what[0].upper() + what[1:] + ("" if what.endswith(".") else "."),
+            "",
+            "| key | default | type | what |",
+            "|---|---|---|---|",
+        ]
         lines += [f"| `{k.path}` | {k.default} | `{k.type}` | {k.doc} |" for k in rows]
         lines.append("")
-    lines += ["### Upgrading a 0.1 config or checkpoint", "",
-              "Where each key of the flat 0.1 layout went (`lit-rlvr upgrade config OLD.yaml` rewrites a config; 0.1 "
-              "checkpoints load as they are):", "", *moves_table(), "", END]  # fmt: skip
+    lines += [
+        "### Upgrading a 0.1 config or checkpoint",
+        "",
+        "Where each key of the flat 0.1 layout went (`lit-rlvr upgrade config OLD.yaml` rewrites a config; 0.1 "
+        "checkpoints load as they are):",
+        "",
+        *moves_table(),
+        "",
+        END,
+    ]
     return "\n".join(lines)
 
 

@@ -171,7 +171,9 @@ def results_table(results: list[dict[str, float]]) -> str:
     rows = list(dict.fromkeys(k for c in columns.values() for k in c))
     cells = [["metric", *columns]] + [[r, *(f"{c[r]:.4f}" if r in c else "–" for c in columns.values())] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    return "\n".join(" ".join(v.ljust(widths[0]) if i == 0 else v.rjust(widths[i]) for i, v in enumerate(row)) for row in cells)
+    return "\n".join(
+        " ".join(v.ljust(widths[0]) if i == 0 else v.rjust(widths[i]) for i, v in enumerate(row)) for row in cells
+    )
 
 
 def plot(runs: dict[str, dict[str, float]], out: str | Path) -> Path:
@@ -319,8 +321,13 @@ def starting_from(runs: dict[str, Series], base: Series) -> dict[str, Series]:
         {'grpo': {'val/a/pass@1': {0: 0.25, 40: 0.5}, 'train/reward': {1: 0.1}}}
     """
     start = last_validation(base)
-    return {name: {key: {0: start[key], **points} if key in start and 0 not in points else points for key, points in series.items()}
-            for name, series in runs.items()}  # fmt: skip
+    return {
+        name: {
+            key: {0: start[key], **points} if key in start and 0 not in points else points
+            for key, points in series.items()
+        }
+        for name, series in runs.items()
+    }
 
 
 def load_logs(paths: list[str | Path]) -> dict[str, Series]:
@@ -366,16 +373,22 @@ class Panel(NamedTuple):
     """One axes of the curves figure."""
 
     title: str
-    lines: dict[str, list[tuple[str, dict[int, float]]]]  # run → [(line, {step: value})]: the first solid, others dashed
+    lines: dict[
+        str, list[tuple[str, dict[int, float]]]
+    ]  # run → [(line, {step: value})]: the first solid, others dashed
     absent: str = "not logged"  # shown when no run has a line
 
 
 _TRAIN_PANELS = (
     ("train/reward", "training reward", "not logged"),
-    ("train/entropy", "mean token entropy", "not logged: runs of lit_rlvr before per-step entropy logging had it only "
-     "with model.recompute_old_logprobs or an entropy-using advantage"),
+    (
+        "train/entropy",
+        "mean token entropy",
+        "not logged: runs of lit_rlvr before per-step entropy logging had it only "
+        "with model.recompute_old_logprobs or an entropy-using advantage",
+    ),
     ("rollout/mean_len", "response length (tokens)", "not logged"),
-)  # fmt: skip
+)
 _BEHAVIOUR_PANELS = (
     ("turns", "turns per trajectory"),
     ("single_turn", "single-turn share"),
@@ -403,7 +416,9 @@ def curve_panels(runs: dict[str, Series]) -> list[list[Panel]]:
     sets = sorted({m["set"] for series in runs.values() for key in series if (m := _PASS.match(key))})
     rows = []
     for s in sets:
-        logged = [{int(m["k"]) for key in series if (m := _PASS.match(key)) and m["set"] == s} for series in runs.values()]
+        logged = [
+            {int(m["k"]) for key in series if (m := _PASS.match(key)) and m["set"] == s} for series in runs.values()
+        ]
         k = max(set.intersection(*[ks for ks in logged if ks]))
         passes, gap, distinct, zero_var = {}, {}, {}, {}
         for name, series in runs.items():
@@ -416,15 +431,36 @@ def curve_panels(runs: dict[str, Series]) -> list[list[Panel]]:
                 if series.get(f"val/{s}/{key}"):
                     lines[name] = [(key, series[f"val/{s}/{key}"])]
         title = f"{s}: pass@1 (—), pass@{k} (- -)" if k > 1 else f"{s}: pass@1"
-        rows.append([Panel(title, passes), Panel(f"{s}: pass@{k} − pass@1", gap, "no pass@k with k > 1 logged by every run"),
-                     Panel(f"{s}: distinct correct answers", distinct), Panel(f"{s}: zero-variance share", zero_var)])  # fmt: skip
+        rows.append(
+            [
+                Panel(title, passes),
+                Panel(f"{s}: pass@{k} − pass@1", gap, "no pass@k with k > 1 logged by every run"),
+                Panel(f"{s}: distinct correct answers", distinct),
+                Panel(f"{s}: zero-variance share", zero_var),
+            ]
+        )
     if any(key.startswith("train/") for series in runs.values() for key in series):
-        rows.append([Panel(title, {name: [(key, series[key])] for name, series in runs.items() if series.get(key)}, absent)
-                     for key, title, absent in _TRAIN_PANELS])  # fmt: skip
+        rows.append(
+            [
+                Panel(title, {name: [(key, series[key])] for name, series in runs.items() if series.get(key)}, absent)
+                for key, title, absent in _TRAIN_PANELS
+            ]
+        )
     for prefix, label in [*((f"val/{s}/", f"{s}: ") for s in sets), ("train/", "training ")]:
         if any(series.get(f"{prefix}turns") for series in runs.values()):
-            rows.append([Panel(label + title, {name: [(key, series[prefix + key])] for name, series in runs.items()
-                                               if series.get(prefix + key)}) for key, title in _BEHAVIOUR_PANELS])  # fmt: skip
+            rows.append(
+                [
+                    Panel(
+                        label + title,
+                        {
+                            name: [(key, series[prefix + key])]
+                            for name, series in runs.items()
+                            if series.get(prefix + key)
+                        },
+                    )
+                    for key, title in _BEHAVIOUR_PANELS
+                ]
+            )
     return rows
 
 
@@ -442,12 +478,27 @@ def plot_curves(runs: dict[str, Series], out: str | Path) -> Path:
             for name, lines in panel.lines.items():
                 for i, (_, points) in enumerate(lines):
                     steps = sorted(points)
-                    ax.plot(steps, [points[t] for t in steps], marker="o", ms=3, color=colours[name],
-                            linestyle="-" if i == 0 else "--", label=name if i == 0 else None)  # fmt: skip
+                    ax.plot(
+                        steps,
+                        [points[t] for t in steps],
+                        marker="o",
+                        ms=3,
+                        color=colours[name],
+                        linestyle="-" if i == 0 else "--",
+                        label=name if i == 0 else None,
+                    )
             if panel.lines:
                 ax.legend(fontsize=7)
             else:
-                ax.text(0.5, 0.5, textwrap.fill(panel.absent, 36), ha="center", va="center", fontsize=8, transform=ax.transAxes)
+                ax.text(
+                    0.5,
+                    0.5,
+                    textwrap.fill(panel.absent, 36),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    transform=ax.transAxes,
+                )
             ax.set_title(panel.title, fontsize=9)
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
@@ -460,8 +511,10 @@ def _base_series(path: str) -> Series:
     """The one run of the log at ``path`` (or its run labelled :data:`BASE`)."""
     found = load_logs([path])
     if len(found) != 1 and BASE not in found:
-        raise SystemExit(f"lit-rlvr report: --base {path} holds {len(found)} runs ({', '.join(found)}) and none named "
-                         f"{BASE!r}; give the base policy's own log")  # fmt: skip
+        raise SystemExit(
+            f"lit-rlvr report: --base {path} holds {len(found)} runs ({', '.join(found)}) and none named "
+            f"{BASE!r}; give the base policy's own log"
+        )
     series = found[BASE] if BASE in found else next(iter(found.values()))
     if not last_validation(series):
         raise SystemExit(f"lit-rlvr report: --base {path} holds no validation (no val/<set>/pass@k)")
@@ -493,10 +546,14 @@ def main(argv: list[str] | None = None) -> str:
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser(prog="lit-rlvr report", description=__doc__)
-    parser.add_argument("paths", nargs="+", help="MetricsWriter .jsonl files, CSV/TensorBoard logs and folders holding them")
+    parser.add_argument(
+        "paths", nargs="+", help="MetricsWriter .jsonl files, CSV/TensorBoard logs and folders holding them"
+    )
     parser.add_argument("--out", type=str | None, default=None, help="PNG of pass@k against k (the table's runs)")
     parser.add_argument("--curves", type=str | None, default=None, help="PNG of the curves over training steps")
-    parser.add_argument("--base", type=str | None, default=None, help="the base policy's validation log: the curves' step 0")
+    parser.add_argument(
+        "--base", type=str | None, default=None, help="the base policy's validation log: the curves' step 0"
+    )
     args = parser.parse_args(argv)
     if args.base and not args.curves:
         raise SystemExit("lit-rlvr report: --base gives the curves their step 0; draw them with --curves OUT.png")
@@ -505,8 +562,10 @@ def main(argv: list[str] | None = None) -> str:
     if args.curves is None and (logs := [p for p in args.paths if p not in jsonl]):
         runs |= {name: record for name, series in load_logs(logs).items() if (record := last_validation(series))}
     if not runs and (args.curves is None or args.out):
-        raise SystemExit(f"lit-rlvr report: no records in {', '.join(map(str, args.paths))} for the table/--out "
-                         "(a MetricsWriter record, or a log with val/<set>/pass@k)")  # fmt: skip
+        raise SystemExit(
+            f"lit-rlvr report: no records in {', '.join(map(str, args.paths))} for the table/--out "
+            "(a MetricsWriter record, or a log with val/<set>/pass@k)"
+        )
     table = markdown_table(runs) if runs else ""
     if table:
         print(table)

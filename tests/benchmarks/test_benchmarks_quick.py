@@ -20,8 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_quick(script: str, out: Path, *args: str) -> list[str]:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(out), *args],
-        capture_output=True, text=True, timeout=150, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()
 
@@ -41,10 +44,18 @@ def test_metrics_speed_quick_prints_headline_and_exact_result(tmp_path):
 @pytest.mark.timeout(120)
 def test_overhead_quick_prints_all_three_ratios(tmp_path):
     lines = run_quick("overhead.py", tmp_path / "o.md", "--rounds", "1")  # one round: the script, not a timing
-    assert re.fullmatch(r"overhead_ratio=\d+\.\d{3} accounted_overhead=\d+\.\d{3} dph_vs_rkl_step=\d+\.\d{3} "
-                        r"dph_vs_rkl_epoch=\d+\.\d{3}", lines[-1])
+    assert re.fullmatch(
+        r"overhead_ratio=\d+\.\d{3} accounted_overhead=\d+\.\d{3} dph_vs_rkl_step=\d+\.\d{3} "
+        r"dph_vs_rkl_epoch=\d+\.\d{3}",
+        lines[-1],
+    )
     table = (tmp_path / "o.md").read_text()
-    for row in ("raw (direct calls)", "lit_rlvr (Trainer + callback)", "DPH-F (offline cache)", "RKL (online reference)"):
+    for row in (
+        "raw (direct calls)",
+        "lit_rlvr (Trainer + callback)",
+        "DPH-F (offline cache)",
+        "RKL (online reference)",
+    ):
         assert f"| {row} |" in table
     assert "|D_pef|=" in table and "|D_pef|=0," not in table  # the easy prompts really became anchors
 
@@ -55,8 +66,9 @@ def test_gpu_step_smoke_runs_the_gpu_check_script_on_cpu():
     """`benchmarks/gpu_check.sh` runs gpu_step.py on a GPU; its logic is checked here with a tiny model."""
     import json
 
-    proc = subprocess.run([sys.executable, "gpu_step.py", "--smoke"], capture_output=True, text=True, timeout=170,
-                          cwd=ROOT / "benchmarks")  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "gpu_step.py", "--smoke"], capture_output=True, text=True, timeout=170, cwd=ROOT / "benchmarks"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["device"] == "cpu" and result["step_ms"] > 0 and result["rollout_tokens_per_s"] > 0
@@ -121,7 +133,12 @@ def test_async_table_reports_ratios_to_sync_and_to_each_runs_floor():
     results = {
         "sync colocated": {"step_s": [2.0, 2.0], "gen_s": [1.0, 1.0], "train_s": [1.0, 1.0], "staleness": [None, None]},
         "server sync": {"step_s": [2.4, 2.4], "gen_s": [1.2, 1.2], "train_s": [1.2, 1.2], "staleness": [0.0, 0.0]},
-        "server async k=1": {"step_s": [1.3, 1.3], "gen_s": [1.2, 1.2], "train_s": [1.25, 1.25], "staleness": [1.0, 1.0]},
+        "server async k=1": {
+            "step_s": [1.3, 1.3],
+            "gen_s": [1.2, 1.2],
+            "train_s": [1.25, 1.25],
+            "staleness": [1.0, 1.0],
+        },
     }
     rows, ratios = bench.table(results)
     assert ratios == pytest.approx({"sync colocated": 1.0, "server sync": 1.2, "server async k=1": 0.65})
@@ -135,14 +152,29 @@ def test_async_table_reports_ratios_to_sync_and_to_each_runs_floor():
 def test_async_quick_runs_colocated_and_server_async_through_lit_rlvr_fit(tmp_path):
     pytest.importorskip("vllm")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "async.py"), "--quick", "--out", str(tmp_path / "a.md"),
-         "--layouts", "sync colocated", "server async k=1", "--no-pin", "--no-bind"],  # beside the other tests: no pinning
-        capture_output=True, text=True, timeout=380, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "async.py"),
+            "--quick",
+            "--out",
+            str(tmp_path / "a.md"),
+            "--layouts",
+            "sync colocated",
+            "server async k=1",
+            "--no-pin",
+            "--no-bind",
+        ],  # beside the other tests: no pinning
+        capture_output=True,
+        text=True,
+        timeout=380,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.fullmatch(r"async_step_ratio=\d+\.\d{3}", proc.stdout.strip().splitlines()[-1])
     table = (tmp_path / "a.md").read_text()
-    assert "| sync colocated |" in table and re.search(r"\| server async k=1 \| \d+ \| [\d.]+× \| – \| \d+ \| \d+ \| \d+ \| [\d.]+× \| – \| [01]\.\d\d \|", table)
+    assert "| sync colocated |" in table and re.search(
+        r"\| server async k=1 \| \d+ \| [\d.]+× \| – \| \d+ \| \d+ \| \d+ \| [\d.]+× \| – \| [01]\.\d\d \|", table
+    )
 
 
 @pytest.mark.slow
@@ -151,17 +183,32 @@ def test_weight_sync_quick_compares_merged_adapter_and_bucketed_syncs(tmp_path):
     """Each contender in its worker: the adapter moves a small fraction of the merged bytes, and a
     sync in buckets holds less extra memory than one in a single bucket (both are fingerprint-checked)."""
     pytest.importorskip("vllm")
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "weight_sync.py"), "--quick", "--out", str(tmp_path / "w.md")],
-                          capture_output=True, text=True, timeout=280, cwd=ROOT)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "weight_sync.py"), "--quick", "--out", str(tmp_path / "w.md")],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.fullmatch(r"adapter_vs_merged=\d+\.\d{3}", proc.stdout.strip().splitlines()[-1])
     table = (tmp_path / "w.md").read_text()
-    rows = {line.split("|")[1].strip(): [float(v) for v in line.split("|")[2:-1] if "–" not in v and v.strip() != "n/a"]
-            for line in table.splitlines() if line.startswith("| merged") or line.startswith("| adapter")}  # fmt: skip
-    assert sorted(rows) == ["adapter only", "merged, files, 16 MB buckets", "merged, files, one bucket", "merged, streamed"]
+    rows = {
+        line.split("|")[1].strip(): [float(v) for v in line.split("|")[2:-1] if "–" not in v and v.strip() != "n/a"]
+        for line in table.splitlines()
+        if line.startswith("| merged") or line.startswith("| adapter")
+    }
+    assert sorted(rows) == [
+        "adapter only",
+        "merged, files, 16 MB buckets",
+        "merged, files, one bucket",
+        "merged, streamed",
+    ]
     (_, adapter_mb, _, _), (_, merged_mb, _, _) = rows["adapter only"], rows["merged, streamed"]
     assert adapter_mb < 0.1 * merged_mb  # MiB per sync: r = 16 on a 17M-param model
-    assert rows["merged, files, 16 MB buckets"][2] < rows["merged, files, one bucket"][2]  # peak extra MiB during a sync
+    assert (
+        rows["merged, files, 16 MB buckets"][2] < rows["merged, files, one bucket"][2]
+    )  # peak extra MiB during a sync
 
 
 @pytest.mark.slow
@@ -172,14 +219,35 @@ def test_mismatch_measures_bf16_vllm_against_the_fp32_trainer(tiny_model_dir, tm
     samples for an fp32 trainer; the same engine in fp32 agrees to float rounding."""
     pytest.importorskip("vllm")
     proc = subprocess.run(
-        [sys.executable, "mismatch.py", "--model", str(tiny_model_dir), "--prompts", "8", "--samples", "4", "--threads", "1",
-         "--out", str(tmp_path / "m.md")],
-        capture_output=True, text=True, timeout=280, cwd=ROOT / "benchmarks",
-    )  # fmt: skip
+        [
+            sys.executable,
+            "mismatch.py",
+            "--model",
+            str(tiny_model_dir),
+            "--prompts",
+            "8",
+            "--samples",
+            "4",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path / "m.md"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=ROOT / "benchmarks",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {line.split("|")[1].strip(): [float(v) for v in line.split("|")[2:-1]] for line in (tmp_path / "m.md").read_text().splitlines()
-            if line.startswith("| bfloat16") or line.startswith("| float32")}  # fmt: skip
-    bf16, fp32 = (dict(zip(("tokens", "mean_abs", "max_abs", "kl", "token_ratio", "sequence_ratio"), rows[d])) for d in ("bfloat16", "float32"))
+    rows = {
+        line.split("|")[1].strip(): [float(v) for v in line.split("|")[2:-1]]
+        for line in (tmp_path / "m.md").read_text().splitlines()
+        if line.startswith("| bfloat16") or line.startswith("| float32")
+    }
+    bf16, fp32 = (
+        dict(zip(("tokens", "mean_abs", "max_abs", "kl", "token_ratio", "sequence_ratio"), rows[d]))
+        for d in ("bfloat16", "float32")
+    )
     assert fp32["max_abs"] < 1e-4 and fp32["kl"] < 1e-8
     assert bf16["max_abs"] > 1e-3 and bf16["kl"] > 100 * fp32["kl"]
     assert bf16["token_ratio"] > 1.0 + 1e-3  # some token's ratio is off 1: the weights correct it
@@ -193,8 +261,13 @@ def test_a_benchmarks_work_folder_is_removed_at_exit_unless_an_exception_ended_i
     from pathlib import Path
 
     code = "import common; w = common.work_dir('lit_rlvr_test_wd_'); (w / 'log').write_text('x'); print(w, flush=True)"
-    proc = subprocess.run([sys.executable, "-c", code + ("; raise SystemError('boom')" if fails else "")], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT / "benchmarks")  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code + ("; raise SystemError('boom')" if fails else "")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT / "benchmarks",
+    )
     work = Path(proc.stdout.strip())
     assert work.name.startswith("lit_rlvr_test_wd_") and (proc.returncode != 0) == fails
     try:
@@ -209,4 +282,7 @@ def test_agents_quick_prints_the_turn_loops_overhead(tmp_path):
     lines = run_quick("agents.py", tmp_path / "a.md")
     assert re.fullmatch(r"turn_loop_overhead_t3=\d+\.\d{3} t5=\d+\.\d{3}", lines[-1])
     table = (tmp_path / "a.md").read_text()
-    assert all(re.search(rf"^\| {t} \| [0-9.]+ \| \d+ \| [0-9.]+ \| \d+ \| [0-9.]+× \| [0-9.]+% \|$", table, re.MULTILINE) for t in (1, 3, 5))
+    assert all(
+        re.search(rf"^\| {t} \| [0-9.]+ \| \d+ \| [0-9.]+ \| \d+ \| [0-9.]+× \| [0-9.]+% \|$", table, re.MULTILINE)
+        for t in (1, 3, 5)
+    )

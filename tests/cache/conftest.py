@@ -57,11 +57,17 @@ class GenerateEngine:
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             out = self.model.generate(
-                torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long), do_sample=True,
-                temperature=params.temperature, top_k=0, top_p=1.0, max_new_tokens=params.max_new_tokens,
-                num_return_sequences=params.n, pad_token_id=self.tokenizer.pad_token_id,
+                torch.tensor([p]),
+                attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                do_sample=True,
+                temperature=params.temperature,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=params.max_new_tokens,
+                num_return_sequences=params.n,
+                pad_token_id=self.tokenizer.pad_token_id,
                 eos_token_id=self.tokenizer.eos_token_id,
-            )[:, len(p):].tolist()  # fmt: skip
+            )[:, len(p) :].tolist()
             for c in out:
                 if self.tokenizer.eos_token_id in c:
                     c = c[: c.index(self.tokenizer.eos_token_id) + 1]
@@ -121,9 +127,17 @@ def build(out, rows, prompt_ids, model, tok, engine=None, **kw):
 
     kw.setdefault("prompts_per_shard", 3)
     return build_reference_cache(
-        out, rows, prompt_ids, engine=engine or make_engine(model, tok), scorer=ToyScorer(), model=model,
-        tokenizer=tok, params=kw.pop("params", PARAMS), progress=False, **kw,
-    )  # fmt: skip
+        out,
+        rows,
+        prompt_ids,
+        engine=engine or make_engine(model, tok),
+        scorer=ToyScorer(),
+        model=model,
+        tokenizer=tok,
+        params=kw.pop("params", PARAMS),
+        progress=False,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -139,6 +153,11 @@ def kit():
     from types import SimpleNamespace
 
     return SimpleNamespace(
-        PARAMS=PARAMS, FailAfter=FailAfter, build=build, contains_any=contains_any, make_engine=make_engine,
-        ToyScorer=ToyScorer, DIGITS=DIGITS,
-    )  # fmt: skip
+        PARAMS=PARAMS,
+        FailAfter=FailAfter,
+        build=build,
+        contains_any=contains_any,
+        make_engine=make_engine,
+        ToyScorer=ToyScorer,
+        DIGITS=DIGITS,
+    )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +63,9 @@ def test_pass_counts_are_correct_samples_per_prompt(built_cache, toy_rows):
 
 
 @pytest.mark.parametrize("kill_after_calls", [1, 3, 4, 11])
-def test_interrupted_build_resumes_to_byte_identical_cache(tmp_path, built_cache, tiny, toy_rows, kill_after_calls, kit):
+def test_interrupted_build_resumes_to_byte_identical_cache(
+    tmp_path, built_cache, tiny, toy_rows, kill_after_calls, kit
+):
     build, make_engine = kit.build, kit.make_engine
     model, tok = tiny
     rows, ids = toy_rows
@@ -129,8 +130,18 @@ def test_mismatched_model_tokenizer_and_dataset_are_named(tmp_path, built_cache,
     with pytest.raises(CacheMismatchError, match="seed"):
         from lit_rlvr.cache import build_reference_cache
 
-        build_reference_cache(clash, rows, ids, engine=make_engine(model, tok), scorer=None, model=model,
-                              tokenizer=tok, params=replace(PARAMS, seed=8), prompts_per_shard=3, progress=False)  # fmt: skip
+        build_reference_cache(
+            clash,
+            rows,
+            ids,
+            engine=make_engine(model, tok),
+            scorer=None,
+            model=model,
+            tokenizer=tok,
+            params=replace(PARAMS, seed=8),
+            prompts_per_shard=3,
+            progress=False,
+        )
 
 
 def test_tokenizer_fingerprint_survives_save_and_reload(tmp_path, tiny):

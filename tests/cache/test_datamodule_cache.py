@@ -21,20 +21,30 @@ def toy_jsonl(tmp_path, toy_rows):
 def _dm(tiny_model_dir, path, cache, **kw):
     kw.setdefault("batch_size", 3)
     cache_kw = {k: kw.pop(k) for k in ("perfect_threshold", "anchor_samples") if k in kw}
-    return PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", name="toy"),
-                            cache=CacheOptions(str(cache), anchor_batch_size=5, **cache_kw), **kw)  # fmt: skip
+    return PromptDataModule(
+        str(tiny_model_dir),
+        train=DatasetSpec(path, "jsonl", name="toy"),
+        cache=CacheOptions(str(cache), anchor_batch_size=5, **cache_kw),
+        **kw,
+    )
 
 
 def _stored(cache: ReferenceCache) -> dict[tuple, tuple]:
     """(prompt ids, completion ids) -> (prompt id, reward, ref log-probs) for every cached sample."""
     return {
-        (tuple(s.prompt_ids.tolist()), tuple(s.completion_ids.tolist())): (s.prompt_id, s.reward, s.ref_logprobs.tolist())
+        (tuple(s.prompt_ids.tolist()), tuple(s.completion_ids.tolist())): (
+            s.prompt_id,
+            s.reward,
+            s.ref_logprobs.tolist(),
+        )
         for s in cache.iter_samples()
     }
 
 
 @pytest.mark.parametrize(("threshold", "which"), [(None, "correct"), (3, "correct"), (3, "all")])
-def test_train_batches_are_d_exp_and_anchors_are_d_pef_samples(tiny_model_dir, toy_jsonl, built_cache, threshold, which):
+def test_train_batches_are_d_exp_and_anchors_are_d_pef_samples(
+    tiny_model_dir, toy_jsonl, built_cache, threshold, which
+):
     dm = _dm(tiny_model_dir, toy_jsonl, built_cache, perfect_threshold=threshold, anchor_samples=which)
     dm.setup("fit")
     cache = dm.reference_cache
@@ -87,7 +97,9 @@ def test_anchor_stream_and_prompts_resume_exactly(tiny_model_dir, toy_jsonl, bui
         loader2.sampler.set_epoch(consumed // E)  # the epoch Lightning resumes in
         nxt = next(iter(loader2))
         assert [r["id"] for r in nxt.rows] == [r["id"] for r in full[consumed].rows]
-        assert all(torch.equal(a, b) for a, b in zip(nxt.anchor.tensors().values(), full[consumed].anchor.tensors().values()))
+        assert all(
+            torch.equal(a, b) for a, b in zip(nxt.anchor.tensors().values(), full[consumed].anchor.tensors().values())
+        )
 
 
 def test_cache_of_other_prompts_or_tokenizer_is_refused(tmp_path, tiny_model_dir, toy_jsonl, built_cache):
@@ -98,7 +110,9 @@ def test_cache_of_other_prompts_or_tokenizer_is_refused(tmp_path, tiny_model_dir
 
     build_char_tokenizer("0123456789qsay: ").save_pretrained(tmp_path / "tok")
     with pytest.raises(CacheMismatchError, match="tokenizer"):
-        PromptDataModule(str(tmp_path / "tok"), train=DatasetSpec(toy_jsonl, name="toy"), cache=CacheOptions(str(built_cache))).setup("fit")
+        PromptDataModule(
+            str(tmp_path / "tok"), train=DatasetSpec(toy_jsonl, name="toy"), cache=CacheOptions(str(built_cache))
+        ).setup("fit")
 
 
 def test_base_pass_counts_exposed_for_retention(tiny_model_dir, toy_jsonl, built_cache):

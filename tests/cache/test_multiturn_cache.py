@@ -41,8 +41,19 @@ def multiturn_cache(tmp_path_factory, tiny):
     model, tok = tiny
     rows = countdown_rows([("357", 26), ("129", 11), ("248", 16)])
     prompt_ids = [encode_prompt(r, tok) for r in rows]
-    out = build_reference_cache(tmp_path_factory.mktemp("mt") / "cache", rows, prompt_ids, engine=HFEngine(model, tok), scorer=NoScorer(),
-                                model=model, tokenizer=tok, params=PARAMS, prompts_per_shard=2, progress=False, environment=ENV)  # fmt: skip
+    out = build_reference_cache(
+        tmp_path_factory.mktemp("mt") / "cache",
+        rows,
+        prompt_ids,
+        engine=HFEngine(model, tok),
+        scorer=NoScorer(),
+        model=model,
+        tokenizer=tok,
+        params=PARAMS,
+        prompts_per_shard=2,
+        progress=False,
+        environment=ENV,
+    )
     return out, rows, prompt_ids
 
 
@@ -54,8 +65,12 @@ def test_the_cache_holds_the_samplers_trajectories_with_their_masks_and_rewards(
     with ReferenceCache(out) as cache:
         assert cache.multi_turn and cache.manifest["environment"] == ENV.identity(rows)
         assert cache.manifest["environment"]["environments"] == ["countdown@1"]
-        for i, row in enumerate(rows):  # the builder's call for prompt i: its seed from the run seed and the prompt's id
-            expected = sampler(engine, [prompt_ids[i]], [row], replace(PARAMS, seed=call_seed(PARAMS.seed, [row["id"]])))
+        for i, row in enumerate(
+            rows
+        ):  # the builder's call for prompt i: its seed from the run seed and the prompt's id
+            expected = sampler(
+                engine, [prompt_ids[i]], [row], replace(PARAMS, seed=call_seed(PARAMS.seed, [row["id"]]))
+            )
             samples = [cache.sample(i * PARAMS.n + j) for j in range(PARAMS.n)]
             assert [s.completion_ids.tolist() for s in samples] == expected.completion_ids
             assert [s.loss_mask.tolist() for s in samples] == expected.loss_mask
@@ -74,10 +89,17 @@ def test_a_run_with_another_environment_version_or_limits_is_refused(multiturn_c
     with ReferenceCache(out) as cache:
         cache.check(environment=ENV.identity(rows))  # the run that built it
         cache.check(environment=replace(ENV, step_timeout_s=5.0).identity(rows))  # a deadline samples the same
-        for run, said in [(None, "this run samples single-turn completions"),
-                          (EnvironmentOptions("_countdown_v2", max_turns=3, max_turn_tokens=4), r"this run samples trajectories in _countdown_v2@2"),
-                          (replace(ENV, max_turns=2), r"'max_turns': 2")]:  # fmt: skip
-            with pytest.raises(CacheMismatchError, match=r"environment: cache sampled trajectories in countdown@1 .*" + said):
+        for run, said in [
+            (None, "this run samples single-turn completions"),
+            (
+                EnvironmentOptions("_countdown_v2", max_turns=3, max_turn_tokens=4),
+                r"this run samples trajectories in _countdown_v2@2",
+            ),
+            (replace(ENV, max_turns=2), r"'max_turns': 2"),
+        ]:
+            with pytest.raises(
+                CacheMismatchError, match=r"environment: cache sampled trajectories in countdown@1 .*" + said
+            ):
                 cache.check(environment=run if run is None else run.identity(rows))
     with ReferenceCache(built_cache) as single:
         single.check(environment=None)

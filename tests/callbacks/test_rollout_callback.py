@@ -29,12 +29,18 @@ PROMPTS = ["12+3=", "7*8=", "abc", "x", "9-4=", "hello", "2+2=", "z:"]
 class TinyRL(L.LightningModule):
     """Maximise the log-likelihood of the policy's own samples: a real step on a loss from the rollouts."""
 
-    def __init__(self, policy, tokenizer, lr=0.05, sampling=SamplingParams(n=2, max_new_tokens=6, seed=1), val_temperature=None):
+    def __init__(
+        self, policy, tokenizer, lr=0.05, sampling=SamplingParams(n=2, max_new_tokens=6, seed=1), val_temperature=None
+    ):
         super().__init__()
         self.policy, self.tokenizer, self.lr = policy.train(), tokenizer, lr
         self.sampling = sampling
-        self.val_sampling = SamplingParams(n=1, temperature=val_temperature or sampling.temperature,
-                                           max_new_tokens=sampling.max_new_tokens, seed=sampling.seed)  # fmt: skip
+        self.val_sampling = SamplingParams(
+            n=1,
+            temperature=val_temperature or sampling.temperature,
+            max_new_tokens=sampling.max_new_tokens,
+            seed=sampling.seed,
+        )
         self.environment = None  # single-turn rollouts
         self.micro_batching = MicroBatching()
         self.lockstep = Lockstep()  # one process
@@ -89,7 +95,9 @@ def loaders(tok, P=2, n_val=3, n_train=len(PROMPTS)):
     def collate_val(batch):
         return ValBatch(batch, [tok(r["prompt"]).input_ids for r in batch], [False] * len(batch), "tiny", n_val)
 
-    return DataLoader(rows, batch_size=P, collate_fn=collate), DataLoader(rows[:2], batch_size=2, collate_fn=collate_val)
+    return DataLoader(rows, batch_size=P, collate_fn=collate), DataLoader(
+        rows[:2], batch_size=2, collate_fn=collate_val
+    )
 
 
 def trainer(tmp_path, max_steps, **kw):
@@ -146,7 +154,9 @@ def test_fit_with_live_hf_engine_attaches_rollouts_to_the_training_batch(tmp_pat
     assert any(not torch.equal(before[k], v) for k, v in policy.state_dict().items())
     assert spy.engine.stats().syncs == 1 + 3  # fit start + one per optimizer step
     assert all(d is not None and d < 1e-4 for d in spy.drifts)  # live module: on-policy
-    assert {"rollout/seconds", "rollout/tokens_per_s", "rollout/drift", "rollout/fingerprint_err"} <= set(t.callback_metrics)
+    assert {"rollout/seconds", "rollout/tokens_per_s", "rollout/drift", "rollout/fingerprint_err"} <= set(
+        t.callback_metrics
+    )
     assert "rollout/seconds" in t.progress_bar_metrics and "val_rollout/seconds" in t.callback_metrics
     assert cb.engine is None  # teardown closed the engine it built
 
@@ -187,7 +197,11 @@ def test_resume_resyncs_engine_from_restored_policy(tmp_path, tok, tiny_model_di
     spy = Spy(cb2, probe)
     assert (torch.tensor(engine.probe_logprobs(*probe)) - trained_lp).abs().mean() > 1e-2
     t2 = trainer(tmp_path, 3, callbacks=[cb2, spy], enable_checkpointing=True)
-    t2.fit(TinyRL(fresh, tok, lr=0.2, sampling=SamplingParams(n=2, max_new_tokens=6, seed=2)), loaders(tok)[0], ckpt_path=ckpt)
+    t2.fit(
+        TinyRL(fresh, tok, lr=0.2, sampling=SamplingParams(n=2, max_new_tokens=6, seed=2)),
+        loaders(tok)[0],
+        ckpt_path=ckpt,
+    )
     assert spy.first_batch_check < 1e-5  # engine == restored policy before the first generation
     assert spy.tokens_at_fit_start == cb.total_rollout_tokens > 0  # callback state restored
     assert cb2.total_rollout_tokens > cb.total_rollout_tokens
@@ -222,7 +236,9 @@ def test_module_without_policy_is_a_clear_error(tmp_path, tok):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    match = "RolloutCallback needs the LightningModule to provide RolloutHost: NoPolicy has no policy, tokenizer, sampling"
+    match = (
+        "RolloutCallback needs the LightningModule to provide RolloutHost: NoPolicy has no policy, tokenizer, sampling"
+    )
     with pytest.raises(TypeError, match=match):
         trainer(tmp_path, 1, callbacks=[RolloutCallback(engine="hf")]).fit(NoPolicy(), loaders(tok)[0])
 
@@ -232,8 +248,10 @@ def test_module_without_policy_is_a_clear_error(tmp_path, tok):
     [
         ({"sync_every_n_steps": 0}, "rollout.sync_every_n_steps must be >= 1"),
         ({"engine": "trt"}, r"rollout.engine: unknown rollout engine 'trt'; valid names"),
-        ({"engine": "hf", "engine_options": {"max_batch_row": 4}},
-         r"rollout.engine_options: unknown option\(s\) \['max_batch_row'\] of rollout engine 'hf'; accepted: \['decode', 'max_batch_rows'\]"),
+        (
+            {"engine": "hf", "engine_options": {"max_batch_row": 4}},
+            r"rollout.engine_options: unknown option\(s\) \['max_batch_row'\] of rollout engine 'hf'; accepted: \['decode', 'max_batch_rows'\]",
+        ),
         ({"engine": "hf", "engine_options": {"model_path": "x"}}, r"\['model_path'\] are set by the callback itself"),
         ({"drift_every_n_steps": -1}, "drift_every_n_steps"),
     ],

@@ -33,16 +33,30 @@ class _Loop:
         self.weights = 0  # the version the engine holds
 
     def generate(self, prompt_ids, rows, params: SamplingParams) -> Rollouts:
-        assert [r["id"] for r in rows] == [f"{p[0]}/{p[1]}" for p in prompt_ids]  # the batch's rows travel with its prompts
+        assert [r["id"] for r in rows] == [
+            f"{p[0]}/{p[1]}" for p in prompt_ids
+        ]  # the batch's rows travel with its prompts
         with self.lock:
             self.calls.append((tuple(map(tuple, prompt_ids)), params.seed, self.weights))
         time.sleep(self.gen_s)
-        return Rollouts([list(p) for p in prompt_ids], [[1]] * len(prompt_ids), [[-0.5]] * len(prompt_ids),
-                        ["stop"] * len(prompt_ids), 1, ["x"] * len(prompt_ids))  # fmt: skip
+        return Rollouts(
+            [list(p) for p in prompt_ids],
+            [[1]] * len(prompt_ids),
+            [[-0.5]] * len(prompt_ids),
+            ["stop"] * len(prompt_ids),
+            1,
+            ["x"] * len(prompt_ids),
+        )
 
     def producer(self, k: int, on_stale: str = "wait", per_epoch: int = 3) -> RolloutProducer:
-        return RolloutProducer(self.generate, lambda g, lane: SamplingParams(n=1, seed=g * 100 + lane),
-                               lambda: self.step, _Source(), per_epoch, AsyncOptions(k, on_stale))  # fmt: skip
+        return RolloutProducer(
+            self.generate,
+            lambda g, lane: SamplingParams(n=1, seed=g * 100 + lane),
+            lambda: self.step,
+            _Source(),
+            per_epoch,
+            AsyncOptions(k, on_stale),
+        )
 
     def train(self, producer: RolloutProducer, first: int, batches: int, train_s: float = 0.0):
         out = []
@@ -126,8 +140,16 @@ def test_nothing_is_generated_past_the_end_of_the_run(max_steps, max_batches, tr
     """With steps or epochs bounded, the producer runs ahead only as far as training will go."""
     loop = _Loop()
     steps_left = (lambda: max_steps - loop.step) if max_steps is not None else (lambda: None)
-    producer = RolloutProducer(loop.generate, lambda g, lane: SamplingParams(n=1, seed=g * 100 + lane), lambda: loop.step,
-                               _Source(), 3, AsyncOptions(2), steps_left=steps_left, max_batches=max_batches)  # fmt: skip
+    producer = RolloutProducer(
+        loop.generate,
+        lambda g, lane: SamplingParams(n=1, seed=g * 100 + lane),
+        lambda: loop.step,
+        _Source(),
+        3,
+        AsyncOptions(2),
+        steps_left=steps_left,
+        max_batches=max_batches,
+    )
     loop.train(producer, first=0, batches=trained, train_s=0.02)
     time.sleep(0.1)  # let the producer run as far ahead as it may
     producer.stop()
@@ -139,7 +161,9 @@ def test_the_loops_side_takes_checks_counts_and_holds():
     resumed run at epoch 1, step 1), each batch's rollouts are checked against its prompts, and the
     metrics count staleness, waits and batches."""
     loop = _Loop()
-    trainer = SimpleNamespace(num_training_batches=3, global_step=0, max_steps=-1, max_epochs=None, datamodule=_Source())
+    trainer = SimpleNamespace(
+        num_training_batches=3, global_step=0, max_steps=-1, max_epochs=None, datamodule=_Source()
+    )
     ahead = AsyncRollouts(AsyncOptions(1), loop.generate, lambda g, lane: SamplingParams(n=1, seed=g * 100 + lane))
     ran = []
 
@@ -168,7 +192,10 @@ def test_the_loops_side_takes_checks_counts_and_holds():
         time.sleep(0.005)
     assert ran == ["asynchronous rollouts of batch 4", "asynchronous rollouts of batch 5"]
     assert [m["rollout/staleness"] for m in metrics] == [0, 1]
-    assert {k: v for k, v in metrics[1].items() if k.startswith("rollout/staleness_")} == {"rollout/staleness_0": 1, "rollout/staleness_1": 1}
+    assert {k: v for k, v in metrics[1].items() if k.startswith("rollout/staleness_")} == {
+        "rollout/staleness_0": 1,
+        "rollout/staleness_1": 1,
+    }
     assert ahead.staleness_counts == {0: 1, 1: 1}
     assert metrics[1]["rollout/trained"] == 2 and metrics[1]["rollout/dropped"] == 0
     assert metrics[1]["rollout/trainer_idle_s"] >= metrics[0]["rollout/trainer_idle_s"] >= 0

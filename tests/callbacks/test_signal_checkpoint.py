@@ -42,8 +42,17 @@ class Signals(L.LightningModule):
 
 
 def trainer(tmp_path, callback: SignalCheckpoint, **kwargs) -> L.Trainer:
-    options = dict(max_steps=10, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                   enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, default_root_dir=tmp_path)
+    options = dict(
+        max_steps=10,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+    )
     return L.Trainer(**{**options, **kwargs}, callbacks=[callback])
 
 

@@ -12,9 +12,20 @@ from lit_rlvr.data import ADAPTERS, load_rows, normalize_answer, read_records
 
 @pytest.mark.parametrize(
     ("raw", "want"),
-    [("025", "25"), ("000", "0"), (27.0, "27"), ("142.0", "142"), (7, "7"), ("-3", "-3"), (0.5, "0.5"),
-     ("\\frac{14}{3}", "\\frac{14}{3}"), (" 10 ", "10"), ("1,234", "1,234"), ("3.50", "3.50")],
-)  # fmt: skip
+    [
+        ("025", "25"),
+        ("000", "0"),
+        (27.0, "27"),
+        ("142.0", "142"),
+        (7, "7"),
+        ("-3", "-3"),
+        (0.5, "0.5"),
+        ("\\frac{14}{3}", "\\frac{14}{3}"),
+        (" 10 ", "10"),
+        ("1,234", "1,234"),
+        ("3.50", "3.50"),
+    ],
+)
 def test_normalize_answer(raw, want):
     assert normalize_answer(raw) == want
 
@@ -49,9 +60,13 @@ def test_math500_real(shared_data):
 
 @pytest.mark.parametrize(
     ("file", "count"),
-    [("aime24/qwen25math_aime24_test.jsonl", 30), ("aime24/deepscaler_aime.json", 30),
-     ("amc23/qwen25math_amc23_test.jsonl", 40), ("amc23/deepscaler_amc_2022_2023.json", 83)],
-)  # fmt: skip
+    [
+        ("aime24/qwen25math_aime24_test.jsonl", 30),
+        ("aime24/deepscaler_aime.json", 30),
+        ("amc23/qwen25math_amc23_test.jsonl", 40),
+        ("amc23/deepscaler_amc_2022_2023.json", 83),
+    ],
+)
 def test_aime_amc_real(shared_data, file, count):
     out = load_rows(shared_data / file, "math")
     assert (len(out.rows), out.bad) == (count, [])
@@ -63,7 +78,13 @@ def test_aime_formats_agree(shared_data):
     qwen = load_rows(shared_data / "aime24/qwen25math_aime24_test.jsonl", "math").rows
     deep = load_rows(shared_data / "aime24/deepscaler_aime.json", "math").rows
     assert {r["prompt"][:60]: r["answer"] for r in qwen} == {r["prompt"][:60]: r["answer"] for r in deep}
-    assert any(raw.startswith("0") for raw in (json.loads(x)["answer"] for x in (shared_data / "aime24/qwen25math_aime24_test.jsonl").read_text().splitlines()))
+    assert any(
+        raw.startswith("0")
+        for raw in (
+            json.loads(x)["answer"]
+            for x in (shared_data / "aime24/qwen25math_aime24_test.jsonl").read_text().splitlines()
+        )
+    )
 
 
 def test_spider_real(shared_data):
@@ -79,7 +100,7 @@ def test_spider_real(shared_data):
         assert row["answer"] == rec["query"].strip() and row["reward"] == "sql"
         assert row["db_path"].endswith(f"{rec['db_id']}/{rec['db_id']}.sqlite")
         assert row["prompt"].startswith("Database schema:\nCREATE TABLE") and row["prompt"].endswith(rec["question"])
-    assert "CREATE TABLE \"singer\"" in out.rows[0]["prompt"]
+    assert 'CREATE TABLE "singer"' in out.rows[0]["prompt"]
 
 
 def test_bad_rows_are_located_and_ids_stable(tmp_path):
@@ -105,7 +126,9 @@ def test_duplicate_native_ids_are_bad_rows(tmp_path):
     path.write_text("".join(json.dumps({"id": i, "problem": "p", "answer": 1}) + "\n" for i in [1, 2, 1]))
     out = load_rows(path, "math", id_field="id")
     assert [r["id"] for r in out.rows] == ["math/1", "math/2"]
-    assert [b.line for b in out.bad] == [3] and out.bad[0].reason.startswith("duplicate id 'math/1' (row ids key the reference cache")
+    assert [b.line for b in out.bad] == [3] and out.bad[0].reason.startswith(
+        "duplicate id 'math/1' (row ids key the reference cache"
+    )
 
 
 def test_readers_agree_across_formats(tmp_path):
@@ -118,14 +141,22 @@ def test_readers_agree_across_formats(tmp_path):
     pq.write_table(pa.Table.from_pylist(records), tmp_path / "d.parquet")
     loaded = [load_rows(tmp_path / f"d.{ext}", "jsonl", name="t").rows for ext in ("jsonl", "json", "parquet")]
     assert loaded[0] == loaded[1] == loaded[2]
-    assert loaded[0][3] == {"id": "t/3", "prompt": "p3", "answer": "3", "reward": "math", "db_path": str(tmp_path / "db.sqlite")}
+    assert loaded[0][3] == {
+        "id": "t/3",
+        "prompt": "p3",
+        "answer": "3",
+        "reward": "math",
+        "db_path": str(tmp_path / "db.sqlite"),
+    }
     with pytest.raises(ValueError, match="unsupported data file type '.csv'"):
         list(read_records(tmp_path / "d.csv" if (tmp_path / "d.csv").write_text("") is not None else None))
 
 
 def test_an_unknown_reward_name_is_a_bad_row_with_file_and_line(tmp_path):
     path = tmp_path / "r.jsonl"
-    path.write_text('{"prompt": "a", "answer": "1", "reward": "math"}\n{"prompt": "b", "answer": "2", "reward": "mth"}\n')
+    path.write_text(
+        '{"prompt": "a", "answer": "1", "reward": "math"}\n{"prompt": "b", "answer": "2", "reward": "mth"}\n'
+    )
     out = load_rows(path, "jsonl")
     assert [r["id"] for r in out.rows] == ["jsonl/0"]
     assert len(out.bad) == 1 and out.bad[0].line == 2

@@ -18,8 +18,13 @@ from lit_rlvr.data.readers import HFSource, read_records  # noqa: E402
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'  # verl's gsm8k.py
 NATIVE_FORMAT = PromptFormat(instruction="{prompt} " + INSTRUCTION)
 
-RECORDS = [{"question": f"Tom has {i} apples and buys {1000 * i + 4} more. How many?", "answer": f"{i} + {1000 * i + 4}\n#### {1001 * i + 4:,}"}
-           for i in range(8)]  # fmt: skip
+RECORDS = [
+    {
+        "question": f"Tom has {i} apples and buys {1000 * i + 4} more. How many?",
+        "answer": f"{i} + {1000 * i + 4}\n#### {1001 * i + 4:,}",
+    }
+    for i in range(8)
+]
 
 
 def extract_solution(solution_str: str) -> str:
@@ -43,8 +48,13 @@ def verl_record(example: dict, idx: int, split: str = "test") -> dict:
 
 def trl_records(conversational: bool) -> list[dict]:
     """The same problems as a TRL prompt-only dataset: a prompt and a ``solution`` column."""
-    return [{"prompt": [{"role": "user", "content": r["question"]}] if conversational else r["question"],
-             "solution": extract_solution(r["answer"])} for r in RECORDS]  # fmt: skip
+    return [
+        {
+            "prompt": [{"role": "user", "content": r["question"]}] if conversational else r["question"],
+            "solution": extract_solution(r["answer"]),
+        }
+        for r in RECORDS
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +75,9 @@ def files(tmp_path) -> dict:
     pq.write_table(pa.Table.from_pylist(verl), out["verl"])
     datasets.Dataset.from_list(verl).save_to_disk(str(tmp_path / "verl_saved"))
     out["verl saved"] = HFSource(str(tmp_path / "verl_saved"))
-    out["verl builder"] = HFSource("parquet", split="train", kwargs={"data_files": str(out["verl"]), "cache_dir": str(tmp_path / "c")})
+    out["verl builder"] = HFSource(
+        "parquet", split="train", kwargs={"data_files": str(out["verl"]), "cache_dir": str(tmp_path / "c")}
+    )
     for kind, conversational in (("trl", False), ("trl chat", True)):
         path = tmp_path / f"{kind.replace(' ', '_')}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in trl_records(conversational)))
@@ -126,17 +138,27 @@ def test_trl_datasets_are_templated_as_trl_templates_them(chat_model_dir, files,
     if kind == "trl":  # GRPOTrainer._tokenize_prompts for standard prompts
         expected = tokenizer(text=prompts)["input_ids"]
     else:  # ... and for conversational ones
-        expected = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        expected = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=True, return_dict=True)[
+            "input_ids"
+        ]
     assert dm.train_prompt_ids == [list(ids) for ids in expected]
-    templated = PromptDataModule(str(chat_model_dir), train=spec, batch_size=3, gold_check=None, prompt=PromptFormat(use_chat_template=True))
+    templated = PromptDataModule(
+        str(chat_model_dir), train=spec, batch_size=3, gold_check=None, prompt=PromptFormat(use_chat_template=True)
+    )
     templated.setup("fit")  # a choice of the user's still templates them
-    assert templated.train_prompt_ids[0] == encode_prompt({"prompt": prompts[0]}, tokenizer, PromptFormat(use_chat_template=True))
+    assert templated.train_prompt_ids[0] == encode_prompt(
+        {"prompt": prompts[0]}, tokenizer, PromptFormat(use_chat_template=True)
+    )
 
 
 def test_a_system_prompt_for_trls_text_prompts_says_how_to_add_it(chat_model_dir, files):
     spec = DatasetSpec(str(files["trl"]), adapter="trl", name="gsm8k", options=ADAPTER["trl"][1])
-    dm = PromptDataModule(str(chat_model_dir), train=spec, batch_size=3, gold_check=None, prompt=PromptFormat(system_prompt="Be brief."))
-    with pytest.raises(ValueError, match="data.prompt.system_prompt with a text prompt of TRL-format data.*use_chat_template to true"):
+    dm = PromptDataModule(
+        str(chat_model_dir), train=spec, batch_size=3, gold_check=None, prompt=PromptFormat(system_prompt="Be brief.")
+    )
+    with pytest.raises(
+        ValueError, match="data.prompt.system_prompt with a text prompt of TRL-format data.*use_chat_template to true"
+    ):
         dm.setup("fit")
 
 
@@ -171,7 +193,10 @@ def test_bad_rows_are_reported_with_file_and_line(tmp_path):
     parquet = tmp_path / "v.parquet"
     pq.write_table(pa.Table.from_pylist(verl), parquet)
     datasets.Dataset.from_list(verl).save_to_disk(str(tmp_path / "v_saved"))
-    for source, label in ((str(parquet), str(parquet)), (HFSource(str(tmp_path / "v_saved")), f"{tmp_path / 'v_saved'}/train")):
+    for source, label in (
+        (str(parquet), str(parquet)),
+        (HFSource(str(tmp_path / "v_saved")), f"{tmp_path / 'v_saved'}/train"),
+    ):
         out = load_rows(source, "verl", name="v")
         assert [str(b).split(": ")[0] for b in out.bad] == [f"{label}:3"] and len(out.rows) == 3
         assert "reward_model.ground_truth" in out.bad[0].reason
@@ -194,23 +219,39 @@ def test_a_dataset_with_an_id_column_is_keyed_by_it(tmp_path, source):
 
 def test_a_repeated_id_is_a_bad_row_that_names_the_key_to_set(tmp_path):
     path = tmp_path / "ids.jsonl"
-    path.write_text("".join(json.dumps({"id": i, "prompt": "p", "uid": f"u{n}"}) + "\n" for n, i in enumerate([1, 2, 1])))
+    path.write_text(
+        "".join(json.dumps({"id": i, "prompt": "p", "uid": f"u{n}"}) + "\n" for n, i in enumerate([1, 2, 1]))
+    )
     out = load_rows(path, "trl", name="t", options_key="data.train.options")
     assert [b.line for b in out.bad] == [3]
-    assert out.bad[0].reason == ("duplicate id 't/1' (row ids key the reference cache and the pass counts: "
-                                 "data.train.options.id_field names a column with unique values)")  # fmt: skip
-    with pytest.raises(ValueError, match=r"ids.jsonl:1: column\(s\) \['id'\] would be hidden .*; or set data.train.options.id_field: id"):
+    assert out.bad[0].reason == (
+        "duplicate id 't/1' (row ids key the reference cache and the pass counts: "
+        "data.train.options.id_field names a column with unique values)"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"ids.jsonl:1: column\(s\) \['id'\] would be hidden .*; or set data.train.options.id_field: id",
+    ):
         load_rows(path, "trl", name="t", options_key="data.train.options", id_field="uid")
 
 
-@pytest.mark.parametrize(("column", "options", "hint"), [
-    ("reward", {}, r"rename them in the data$"),
-    ("answer", {"answer_field": "solution"}, r"; or set data.train.options.answer_field: answer to make that column the gold"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("column", "options", "hint"),
+    [
+        ("reward", {}, r"rename them in the data$"),
+        (
+            "answer",
+            {"answer_field": "solution"},
+            r"; or set data.train.options.answer_field: answer to make that column the gold",
+        ),
+    ],
+)
 def test_a_column_the_rows_own_key_would_hide_is_refused_once_for_the_dataset(tmp_path, column, options, hint):
     path = tmp_path / "hidden.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"p{i}", "solution": "1", column: 0.5}) + "\n" for i in range(50)))
-    with pytest.raises(ValueError, match=rf"hidden.jsonl:1: column\(s\) \['{column}'\] would be hidden by the row's own key.*{hint}"):
+    with pytest.raises(
+        ValueError, match=rf"hidden.jsonl:1: column\(s\) \['{column}'\] would be hidden by the row's own key.*{hint}"
+    ):
         load_rows(path, "trl", name="t", options_key="data.train.options", **options)
 
 
@@ -229,10 +270,18 @@ def _epoch_ids(dm: PromptDataModule, epoch: int) -> list[list[str]]:
 def test_datamodule_order_and_resume_equal_the_native_formats(tiny_model_dir, files, kind):
     adapter, options = ADAPTER[kind.split()[0]]
     spec = {"hf": files[kind]} if isinstance(files[kind], HFSource) else {"files": str(files[kind])}
-    native = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(files["native"]), adapter="gsm8k", name="gsm8k"),
-                              batch_size=3, prompt=NATIVE_FORMAT)  # fmt: skip
-    other = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(adapter=adapter, name="gsm8k", options=options, **spec),
-                             batch_size=3, prompt=PromptFormat() if adapter == "verl" else NATIVE_FORMAT)  # fmt: skip
+    native = PromptDataModule(
+        str(tiny_model_dir),
+        train=DatasetSpec(str(files["native"]), adapter="gsm8k", name="gsm8k"),
+        batch_size=3,
+        prompt=NATIVE_FORMAT,
+    )
+    other = PromptDataModule(
+        str(tiny_model_dir),
+        train=DatasetSpec(adapter=adapter, name="gsm8k", options=options, **spec),
+        batch_size=3,
+        prompt=PromptFormat() if adapter == "verl" else NATIVE_FORMAT,
+    )
     for dm in (native, other):
         dm.setup("fit")
     assert other.train_prompt_ids == native.train_prompt_ids
@@ -259,7 +308,9 @@ def test_an_unreadable_parquet_file_is_an_error_naming_it(tmp_path, kind):
 def test_an_unreadable_json_file_is_an_error_naming_it_and_a_non_utf8_jsonl_line_a_bad_row(tmp_path):
     path = tmp_path / "train.json"
     path.write_text('[{"prompt": "p"},')
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: not a readable JSON file \(Expecting value: line 1"):
+    with pytest.raises(
+        ValueError, match=rf"^{re.escape(str(path))}: not a readable JSON file \(Expecting value: line 1"
+    ):
         list(read_records(path))
     lines = tmp_path / "train.jsonl"
     lines.write_bytes(b'{"prompt": "a"}\n{"prompt": "\xff"}\n{"prompt": "b"}\n')
@@ -299,11 +350,17 @@ def test_a_trl_environments_tools_are_listed_in_its_prompts_as_trl_lists_them(to
     cls = load_function(f"{path}:Counter", "environment")
     row = {"id": "c", "prompt": "Count to 7."}
     ids = encode_prompt(row, tool_tokenizer, PromptFormat(tools=f"{path}:Counter"))
-    trl = tool_tokenizer.apply_chat_template([{"role": "user", "content": "Count to 7."}], tools=[cls().increment],
-                                             add_generation_prompt=True, tokenize=False)  # fmt: skip
+    trl = tool_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Count to 7."}],
+        tools=[cls().increment],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     assert ids == tool_tokenizer(trl, add_special_tokens=False).input_ids
     assert '"name": "increment"' in trl and ids != encode_prompt(row, tool_tokenizer, PromptFormat())
-    with pytest.raises(ValueError, match="data.prompt.tools lists .* tools in the chat template, but row 'c' is not rendered with one"):
+    with pytest.raises(
+        ValueError, match="data.prompt.tools lists .* tools in the chat template, but row 'c' is not rendered with one"
+    ):
         encode_prompt(row, tool_tokenizer, PromptFormat(tools=f"{path}:Counter", use_chat_template=False))
     (tmp_path / "empty_env.py").write_text("class Empty:\n    def reset(self, **row):\n        pass\n")
     with pytest.raises(ValueError, match="has no public method besides reset and get_reward"):

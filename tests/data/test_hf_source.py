@@ -56,7 +56,9 @@ def sources(tmp_path) -> dict:
     (folder / "train.jsonl").write_text(json.dumps(RECORDS[0]) + "\n")
     saved, saved_dict = tmp_path / "saved", tmp_path / "saved_dict"
     datasets.Dataset.from_list(RECORDS).save_to_disk(str(saved))
-    datasets.DatasetDict({"test": datasets.Dataset.from_list(RECORDS), "train": datasets.Dataset.from_list(RECORDS[:2])}).save_to_disk(str(saved_dict))
+    datasets.DatasetDict(
+        {"test": datasets.Dataset.from_list(RECORDS), "train": datasets.Dataset.from_list(RECORDS[:2])}
+    ).save_to_disk(str(saved_dict))
     cache = {"cache_dir": str(tmp_path / "builder_cache")}
     return {
         "jsonl": str(jsonl),
@@ -69,7 +71,14 @@ def sources(tmp_path) -> dict:
     }
 
 
-HF_KINDS = ["json builder", "json builder, streaming", "parquet builder", "local folder", "save_to_disk", "save_to_disk dict"]
+HF_KINDS = [
+    "json builder",
+    "json builder, streaming",
+    "parquet builder",
+    "local folder",
+    "save_to_disk",
+    "save_to_disk dict",
+]
 
 
 @pytest.mark.parametrize("kind", HF_KINDS)
@@ -96,15 +105,21 @@ def test_load_dataset_gets_path_name_split_and_kwargs_and_streams(monkeypatch, s
     source = sources["json builder, streaming"]
     records = read_hf_records(source)
     assert list(itertools.islice(records, 2)) == [(1, RECORDS[0]), (2, RECORDS[1])]
-    (args, kwargs), = calls
-    assert args == ("json", None) and kwargs == {"split": "train", "streaming": True, "data_files": source.kwargs["data_files"]}
+    ((args, kwargs),) = calls
+    assert args == ("json", None) and kwargs == {
+        "split": "train",
+        "streaming": True,
+        "data_files": source.kwargs["data_files"],
+    }
     assert isinstance(real(*args, **kwargs), datasets.IterableDataset)  # iterated record by record, never materialised
     load_rows(sources["save_to_disk"], "gsm8k")
     assert len(calls) == 1  # a save_to_disk directory is read with load_from_disk, not load_dataset
 
 
 def test_hf_source_errors_name_the_source(sources, tmp_path):
-    with pytest.raises(ValueError, match=r"saved_dict/validation: no split 'validation'; the saved splits are \['test', 'train'\]"):
+    with pytest.raises(
+        ValueError, match=r"saved_dict/validation: no split 'validation'; the saved splits are \['test', 'train'\]"
+    ):
         load_rows(HFSource(sources["save_to_disk dict"].path, split="validation"), "gsm8k")
     with pytest.raises(ValueError, match="save_to_disk directory, which has no configurations; drop name='main'"):
         load_rows(HFSource(sources["save_to_disk"].path, name="main"), "gsm8k")
@@ -126,9 +141,23 @@ def test_exactly_one_of_files_and_hf(kwargs, given):
 
 def _dm(tokenizer_dir, source, val_source=None, **kw) -> PromptDataModule:
     spec = {"hf": source} if isinstance(source, HFSource) else {"files": source}
-    val = [ValSet(adapter="gsm8k", name="val", n_samples=2, **({"hf": val_source} if isinstance(val_source, HFSource) else {"files": val_source}))]
-    return PromptDataModule(str(tokenizer_dir), train=DatasetSpec(adapter="gsm8k", name="gsm8k", **spec), val=val,
-                            batch_size=3, prompt=PromptFormat(instruction="Q: {prompt}"), max_bad_fraction=0.25, **kw)  # fmt: skip
+    val = [
+        ValSet(
+            adapter="gsm8k",
+            name="val",
+            n_samples=2,
+            **({"hf": val_source} if isinstance(val_source, HFSource) else {"files": val_source}),
+        )
+    ]
+    return PromptDataModule(
+        str(tokenizer_dir),
+        train=DatasetSpec(adapter="gsm8k", name="gsm8k", **spec),
+        val=val,
+        batch_size=3,
+        prompt=PromptFormat(instruction="Q: {prompt}"),
+        max_bad_fraction=0.25,
+        **kw,
+    )
 
 
 def _epoch_ids(dm: PromptDataModule, epoch: int) -> list[list[str]]:
@@ -140,7 +169,10 @@ def _epoch_ids(dm: PromptDataModule, epoch: int) -> list[list[str]]:
 
 @pytest.mark.parametrize("kind", ["json builder, streaming", "save_to_disk dict"])
 def test_datamodule_order_and_resume_state_equal_the_jsonl_path(tiny_model_dir, sources, kind):
-    by_file, by_hf = _dm(tiny_model_dir, sources["jsonl"], sources["jsonl"]), _dm(tiny_model_dir, sources[kind], sources[kind])
+    by_file, by_hf = (
+        _dm(tiny_model_dir, sources["jsonl"], sources["jsonl"]),
+        _dm(tiny_model_dir, sources[kind], sources[kind]),
+    )
     for dm in (by_file, by_hf):
         dm.setup("fit")
     assert by_hf.train_rows == by_file.train_rows and by_hf.train_prompt_ids == by_file.train_prompt_ids
@@ -151,7 +183,9 @@ def test_datamodule_order_and_resume_state_equal_the_jsonl_path(tiny_model_dir, 
     by_file.load_state_dict({"epoch": 1, "step": 0, "num_train": 8, "seed": 0})  # as restored from a checkpoint
     by_hf.load_state_dict(by_file.state_dict())  # the file run's checkpoint state resumes the HF run
     assert _epoch_ids(by_hf, 1) == _epoch_ids(by_file, 1) == epochs[1][1:]
-    assert [r["id"] for b in by_hf.val_dataloader()[0] for r in b.rows] == [f"val/{i}" for i in range(10) if i not in (3, 6)]
+    assert [r["id"] for b in by_hf.val_dataloader()[0] for r in b.rows] == [
+        f"val/{i}" for i in range(10) if i not in (3, 6)
+    ]
 
 
 def _instantiate_data(config: dict) -> PromptDataModule:
@@ -160,7 +194,10 @@ def _instantiate_data(config: dict) -> PromptDataModule:
 
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(PromptDataModule, "data")
-    data = {**config["data"]["init_args"], "tokenizer": "Qwen/not-loaded-before-setup"}  # linked from model.model by the CLI
+    data = {
+        **config["data"]["init_args"],
+        "tokenizer": "Qwen/not-loaded-before-setup",
+    }  # linked from model.model by the CLI
     return parser.instantiate(parser.parse_object({"data": data})).data
 
 
@@ -180,11 +217,15 @@ def no_loading(monkeypatch):
 
 @pytest.mark.parametrize("domain", ["math", "sql"])
 def test_shipped_configs_name_hub_datasets_and_parse_without_loading_them(no_loading, domain, print_config):
-    config = print_config("fit", "--config", str(CONFIGS / domain / "base.yaml"), "--config", str(CONFIGS / domain / "grpo.yaml"))
+    config = print_config(
+        "fit", "--config", str(CONFIGS / domain / "base.yaml"), "--config", str(CONFIGS / domain / "grpo.yaml")
+    )
     hub = {v["name"]: v["hf"] for v in config["data"]["init_args"]["val"] if v["hf"]}
     if domain == "math":
         assert {k: (v["path"], v["name"], v["split"]) for k, v in hub.items()} == {
-            "math500": ("HuggingFaceH4/MATH-500", None, "test"), "gsm8k": ("openai/gsm8k", "main", "test")}  # fmt: skip
+            "math500": ("HuggingFaceH4/MATH-500", None, "test"),
+            "gsm8k": ("openai/gsm8k", "main", "test"),
+        }
     else:
         assert {k: (v["path"], v["split"]) for k, v in hub.items()} == {"spider_dev": ("xlangai/spider", "validation")}
     dm = _instantiate_data(config)
@@ -195,7 +236,9 @@ def test_shipped_configs_name_hub_datasets_and_parse_without_loading_them(no_loa
 def test_math_config_loads_its_hub_sets_in_setup(monkeypatch, tiny_model_dir, print_config):
     from transformers import AutoTokenizer
 
-    config = print_config("fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--config", str(CONFIGS / "math" / "grpo.yaml"))
+    config = print_config(
+        "fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--config", str(CONFIGS / "math" / "grpo.yaml")
+    )
     dm = _instantiate_data(config)
     dm.val_specs = [v for v in dm.val_specs if v.hf]  # the local aime24 file is not here
     dm.tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -208,9 +251,13 @@ def test_math_config_loads_its_hub_sets_in_setup(monkeypatch, tiny_model_dir, pr
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     dm.setup("validate")
-    assert calls == [("HuggingFaceH4/MATH-500", None, {"split": "test", "streaming": False}),
-                     ("openai/gsm8k", "main", {"split": "test", "streaming": False})]  # fmt: skip
-    assert [r["id"] for r in dm.val_sets["gsm8k"].rows] == ["gsm8k/0", "gsm8k/1"] and dm.val_sets["math500"].rows[0]["answer"] == "2"
+    assert calls == [
+        ("HuggingFaceH4/MATH-500", None, {"split": "test", "streaming": False}),
+        ("openai/gsm8k", "main", {"split": "test", "streaming": False}),
+    ]
+    assert [r["id"] for r in dm.val_sets["gsm8k"].rows] == ["gsm8k/0", "gsm8k/1"] and dm.val_sets["math500"].rows[0][
+        "answer"
+    ] == "2"
 
 
 def test_giving_both_sources_fails_at_start_up(tiny_model_dir, tmp_path):
@@ -218,7 +265,15 @@ def test_giving_both_sources_fails_at_start_up(tiny_model_dir, tmp_path):
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "C375=026:", "answer": "26", "reward": "countdown"}\n')
-    args = ["fit", f"--model.policy.path={tiny_model_dir}", f"--data.train.files={prompts}", "--data.train.hf={path: openai/gsm8k}",
-            "--trainer.accelerator=cpu", "--trainer.max_steps=1", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"]  # fmt: skip
+    args = [
+        "fit",
+        f"--model.policy.path={tiny_model_dir}",
+        f"--data.train.files={prompts}",
+        "--data.train.hf={path: openai/gsm8k}",
+        "--trainer.accelerator=cpu",
+        "--trainer.max_steps=1",
+        "--trainer.logger=false",
+        f"--trainer.default_root_dir={tmp_path}",
+    ]
     with pytest.raises(ValueError, match="give exactly one of `files`.*got both"):
         main(args)

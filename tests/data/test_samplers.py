@@ -22,7 +22,9 @@ def test_each_epoch_is_a_permutation_and_epochs_differ(seed):
     assert epochs[1] == sum(_epoch(PromptBatchSampler(23, batch_size=4, seed=seed), 1), [])
 
 
-@pytest.mark.parametrize(("n", "bs", "drop_last"), [(10, 3, False), (10, 3, True), (9, 3, False), (1, 1, False), (7, 10, False)])
+@pytest.mark.parametrize(
+    ("n", "bs", "drop_last"), [(10, 3, False), (10, 3, True), (9, 3, False), (1, 1, False), (7, 10, False)]
+)
 @pytest.mark.parametrize("epoch", [0, 2])
 def test_resume_at_every_step_continues_with_the_next_batch(n, bs, drop_last, epoch):
     full = _epoch(PromptBatchSampler(n, bs, seed=1, drop_last=drop_last), epoch)

@@ -45,10 +45,16 @@ def mixed_rows(toy_db):
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_bad_golds_and_reward_names_are_bad_rows_with_file_and_line(tiny_model_dir, tmp_path, toy_db, demo_rewards, workers):
+def test_bad_golds_and_reward_names_are_bad_rows_with_file_and_line(
+    tiny_model_dir, tmp_path, toy_db, demo_rewards, workers
+):
     path = _write(tmp_path / "mixed.jsonl", mixed_rows(toy_db))
-    dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", name="mixed", options={"extra_fields": ["digits", "db_path"]}),
-                          max_bad_fraction=0.25, gold_check=GoldCheck(workers=workers))  # fmt: skip
+    dm = PromptDataModule(
+        str(tiny_model_dir),
+        train=DatasetSpec(path, "jsonl", name="mixed", options={"extra_fields": ["digits", "db_path"]}),
+        max_bad_fraction=0.25,
+        gold_check=GoldCheck(workers=workers),
+    )
     dm.setup("fit")
     assert len(dm.train_rows) == 20
     bad = dm.bad_rows["mixed"]
@@ -64,19 +70,36 @@ def test_bad_golds_and_reward_names_are_bad_rows_with_file_and_line(tiny_model_d
 
 def test_too_many_bad_golds_stop_set_up_naming_the_first(tiny_model_dir, tmp_path, toy_db, demo_rewards):
     path = _write(tmp_path / "mixed.jsonl", mixed_rows(toy_db))
-    dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", name="mixed", options={"extra_fields": ["digits", "db_path"]}),
-                          max_bad_fraction=0.1, gold_check=GoldCheck(workers=0))  # fmt: skip
-    with pytest.raises(ValueError, match=r"mixed: 5 of 25 rows are bad \(20.0%\), more than max_bad_fraction=10.0%; first: .*mixed.jsonl:25: unknown reward"):
+    dm = PromptDataModule(
+        str(tiny_model_dir),
+        train=DatasetSpec(path, "jsonl", name="mixed", options={"extra_fields": ["digits", "db_path"]}),
+        max_bad_fraction=0.1,
+        gold_check=GoldCheck(workers=0),
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"mixed: 5 of 25 rows are bad \(20.0%\), more than max_bad_fraction=10.0%; first: .*mixed.jsonl:25: unknown reward",
+    ):
         dm.setup("fit")
 
 
 def test_a_gold_whose_check_hangs_is_a_bad_row_within_the_deadline(tiny_model_dir, tmp_path, toy_db):
     rows = [{"prompt": f"s{i}", "answer": "SELECT a FROM t", "reward": "sql", "db_path": toy_db} for i in range(9)]
-    rows.append({"prompt": "slow", "reward": "sql", "db_path": toy_db,
-                 "answer": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"})
+    rows.append(
+        {
+            "prompt": "slow",
+            "reward": "sql",
+            "db_path": toy_db,
+            "answer": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+        }
+    )
     path = _write(tmp_path / "slow.jsonl", rows)
-    dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", name="slow"), max_bad_fraction=0.2,
-                          gold_check=GoldCheck(workers=1, timeout_s=0.5))  # fmt: skip
+    dm = PromptDataModule(
+        str(tiny_model_dir),
+        train=DatasetSpec(path, "jsonl", name="slow"),
+        max_bad_fraction=0.2,
+        gold_check=GoldCheck(workers=1, timeout_s=0.5),
+    )
     dm.setup("fit")
     assert len(dm.train_rows) == 9
     (bad,) = dm.bad_rows["slow"]
@@ -86,7 +109,10 @@ def test_a_gold_whose_check_hangs_is_a_bad_row_within_the_deadline(tiny_model_di
 def test_an_adapter_option_typo_names_the_key_path_and_the_accepted_options(tiny_model_dir, tmp_path):
     path = _write(tmp_path / "p.jsonl", [{"prompt": "p", "answer": "1", "reward": "math"}])
     dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(path, "jsonl", options={"extra_feilds": ["digits"]}))
-    with pytest.raises(ValueError, match=r"data.train.options: unknown option\(s\) \['extra_feilds'\] of dataset adapter 'jsonl'; accepted: \[.*'extra_fields'"):
+    with pytest.raises(
+        ValueError,
+        match=r"data.train.options: unknown option\(s\) \['extra_feilds'\] of dataset adapter 'jsonl'; accepted: \[.*'extra_fields'",
+    ):
         dm.setup("fit")
 
 
@@ -110,6 +136,9 @@ def test_setting_a_linked_target_is_an_error_that_names_the_key_to_set(tmp_path,
         args = [*base, "--data.tokenizer=other/tokenizer"]
     else:
         args = [*base, "--data.init_args.tokenizer", "other/tokenizer"]
-    with pytest.raises(ValueError, match=f"{where}.* sets data.tokenizer, which is linked to "
-                                         r"model.policy.path .*set model.policy.path instead"):
+    with pytest.raises(
+        ValueError,
+        match=f"{where}.* sets data.tokenizer, which is linked to "
+        r"model.policy.path .*set model.policy.path instead",
+    ):
         main(args)

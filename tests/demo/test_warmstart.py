@@ -16,8 +16,18 @@ from lit_rlvr.demo.data import DEMO_CHARS
 from lit_rlvr.demo.tiny import build_char_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = dict(steps=3, hidden_size=32, num_layers=1, num_heads=1, head_dim=32, intermediate_size=64, batch_size=8,
-            warmup_steps=1, eval_samples=2, progress_bar=False)  # fmt: skip
+TINY = dict(
+    steps=3,
+    hidden_size=32,
+    num_layers=1,
+    num_heads=1,
+    head_dim=32,
+    intermediate_size=64,
+    batch_size=8,
+    warmup_steps=1,
+    eval_samples=2,
+    progress_bar=False,
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +51,15 @@ def test_every_base_seed_holds_out_the_data_files_prompts(tok, tmp_path):
     from lit_rlvr.demo.data import addition_val_pairs, read_rows, write_demo_data
 
     paths = write_demo_data(tmp_path)  # the demo's files (seed 0)
-    held = {(''.join(sorted(r["digits"])), int(r["answer"])) for r in read_rows(paths["countdown_val"])}
+    held = {("".join(sorted(r["digits"])), int(r["answer"])) for r in read_rows(paths["countdown_val"])}
     additions = {(r["a"], r["b"]) for r in read_rows(paths["addition_val"])}
     for seed in (0, 1, 2):
         data = ws.WarmStartData(tok, batch_size=8, seed=seed)
         assert not held & set(data.train_pairs) and set(data.val_pairs) == held
         assert data.addition_exclude == additions == set(addition_val_pairs(0))
-    assert ws.WarmStartData(tok, batch_size=8, seed=1, data_seed=1).train_pairs != data.train_pairs  # data_seed moves the split
+    assert (
+        ws.WarmStartData(tok, batch_size=8, seed=1, data_seed=1).train_pairs != data.train_pairs
+    )  # data_seed moves the split
 
 
 def test_addition_examples_skip_excluded_pairs():
@@ -118,8 +130,12 @@ def test_shipped_config_parses():
     cfg = parser.instantiate(parser.parse_args(["--config", str(REPO / "configs/demo/warmstart.yaml"), "--steps", "7"]))
     assert cfg.steps == 7 and cfg.num_layers == 5 and cfg.head_dim == 32 and cfg.eval_samples == 32
     assert cfg.prompt_format == ws.PromptFormat()
-    other = parser.parse_args(["--config", str(REPO / "configs/demo/warmstart.yaml"), "--seed", "1"])  # docs/demo.md: another base
-    assert other.seed == 1 and other.data_seed == 0 and other.steps == 200  # the demo's regime (benchmarks/results/study2_plan.md)
+    other = parser.parse_args(
+        ["--config", str(REPO / "configs/demo/warmstart.yaml"), "--seed", "1"]
+    )  # docs/demo.md: another base
+    assert (
+        other.seed == 1 and other.data_seed == 0 and other.steps == 200
+    )  # the demo's regime (benchmarks/results/study2_plan.md)
 
 
 def test_checker_trajectories_train_the_models_turns_only_on_training_pairs():
@@ -141,15 +157,22 @@ def test_checker_trajectories_train_the_models_turns_only_on_training_pairs():
         env.reset({"answer": str(int(prompt[5:8])), "digits": prompt[1:4]}, 3)
         turns = [t + mark for t, mark in zip(re.split(r"[?;]", completion)[:-1], re.findall(r"[?;]", completion))]
         model_text, replay = "", ""
-        for turn in turns:  # replay the model's turns through the checker: its answers are the trajectory's environment text
+        for (
+            turn
+        ) in turns:  # replay the model's turns through the checker: its answers are the trajectory's environment text
             expression = turn.split("\n")[-1]
             model_text, replay = model_text + expression, replay + expression
             if turn.endswith(CHECK):
                 replay += env.step(expression).observation
                 checks += 1
         assert replay == completion and tok.decode(trained, skip_special_tokens=True) == model_text
-        assert trained[-1] == tok.eos_token_id and countdown_reward(turns[-1].split("\n")[-1], str(int(prompt[5:8])), digits=prompt[1:4]) == 1.0
+        assert (
+            trained[-1] == tok.eos_token_id
+            and countdown_reward(turns[-1].split("\n")[-1], str(int(prompt[5:8])), digits=prompt[1:4]) == 1.0
+        )
         assert ("".join(sorted(prompt[1:4])), int(prompt[5:8])) not in set(data.val_pairs)
     assert checks > 10
     rng = random.Random(3)
-    assert {len([p for p in checker_trajectory(rng, data.train_pairs, max_turns=2)[1] if not p[1]]) for _ in range(200)} == {0, 1}
+    assert {
+        len([p for p in checker_trajectory(rng, data.train_pairs, max_turns=2)[1] if not p[1]]) for _ in range(200)
+    } == {0, 1}

@@ -24,9 +24,15 @@ def skyrl_direct(root, actions, max_turns=5):
     from omegaconf import OmegaConf
     from skyrl_gym.envs.sql.env import SQLEnv
 
-    env = SQLEnv(OmegaConf.create({"db_path": str(root)}),
-                 extras={"db_id": "concert_singer", "reward_spec": {"method": "rule", "ground_truth": GOLD}, "data": "spider",
-                         "max_turns": max_turns})  # fmt: skip
+    env = SQLEnv(
+        OmegaConf.create({"db_path": str(root)}),
+        extras={
+            "db_id": "concert_singer",
+            "reward_spec": {"method": "rule", "ground_truth": GOLD},
+            "data": "spider",
+            "max_turns": max_turns,
+        },
+    )
     prompt = [{"role": "user", "content": "How many singers do we have?"}]
     assert env.init(prompt)[0] == prompt
     out = []
@@ -41,9 +47,17 @@ def skyrl_direct(root, actions, max_turns=5):
 @pytest.mark.parametrize("conversation", [False, True])
 def test_skyrl_sqlenv_runs_unchanged_on_spider_dev(skyrl_sql_root, spider_dev, conversation):
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (spider_dev / "database").rglob("*.sqlite")}
-    spec = resolve_environment("skyrl", {"env": "text2sql", "env_config": {"db_path": str(skyrl_sql_root)}, "conversation": conversation})
+    spec = resolve_environment(
+        "skyrl", {"env": "text2sql", "env_config": {"db_path": str(skyrl_sql_root)}, "conversation": conversation}
+    )
     env = spec.make()
-    row = {"id": "spider-0", "prompt": "How many singers do we have?", "answer": GOLD, "db_id": "concert_singer", "data": "spider"}
+    row = {
+        "id": "spider-0",
+        "prompt": "How many singers do we have?",
+        "answer": GOLD,
+        "db_id": "concert_singer",
+        "data": "spider",
+    }
     assert env.reset(row, max_turns=5) is None
     ours = [env.step(a) for a in ACTIONS]
     env.close()
@@ -52,7 +66,9 @@ def test_skyrl_sqlenv_runs_unchanged_on_spider_dev(skyrl_sql_root, spider_dev, c
     for step, (observations, reward, done) in zip(ours, theirs):
         assert step.observation == (observations if conversation else "".join(m["content"] for m in observations))
         assert (step.done, step.reward) == (done, reward)
-    text = [step.observation if isinstance(step.observation, str) else step.observation[0]["content"] for step in ours[:2]]
+    text = [
+        step.observation if isinstance(step.observation, str) else step.observation[0]["content"] for step in ours[:2]
+    ]
     assert "<observation> 0\n 6\n<reminder>" in text[0] and "no such column: nope" in text[1]
     assert ours[0].tool_call == "sql('concert_singer', 'SELECT count(*) FROM singer', 4)"
     assert (ours[-1].done, ours[-1].reward) == (True, 1.0)
@@ -75,7 +91,12 @@ def test_skyrl_sums_step_rewards_and_refuses_a_rewritten_prompt(skyrl_sql_root):
             return [*prompt, {"role": "user", "content": "board: ....."}], {}
 
         def step(self, action):
-            return {"observations": [{"role": "user", "content": "ok"}], "reward": 0.25, "done": action == "stop", "metadata": {}}
+            return {
+                "observations": [{"role": "user", "content": "ok"}],
+                "reward": 0.25,
+                "done": action == "stop",
+                "metadata": {},
+            }
 
     import sys
     import types
@@ -131,7 +152,12 @@ def test_trl_environment_class_runs_its_tools_and_reward(tool_tokenizer):
     assert env.reset({"id": "t", "prompt": "Count to 7", "answer": "7"}, max_turns=4) is None
     first = env.step(call(3))
     assert first.observation == [{"role": "tool", "name": "increment", "content": "3"}]
-    assert (first.tool_call, first.tool_error, first.done, first.reward) == ("increment({'step': 3})", False, False, 0.0)
+    assert (first.tool_call, first.tool_error, first.done, first.reward) == (
+        "increment({'step': 3})",
+        False,
+        False,
+        0.0,
+    )
     failed = env.step(call(500))
     assert failed.tool_error and failed.observation[0]["content"] == "{'error': 'step too large'}"
     assert env.step(call(4)).reward == 1.0
@@ -158,7 +184,11 @@ def test_the_docs_worked_examples_configure_the_adapters_they_say(tool_tokenizer
     doc = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
     skyrl = yaml.safe_load(re.search(r"<!-- skyrl-example -->\n```yaml\n(.*?)```", doc, re.DOTALL).group(1))
     spec = EnvironmentOptions(**skyrl["model"]["environment"]).specs([{"id": "q"}])[0]
-    assert spec.name == "skyrl" and spec.identity.startswith("skyrl@skyrl_gym-0.4") and spec.options["env_config"]["db_path"]
+    assert (
+        spec.name == "skyrl"
+        and spec.identity.startswith("skyrl@skyrl_gym-0.4")
+        and spec.options["env_config"]["db_path"]
+    )
     code, config = re.search(r"<!-- trl-example -->\n```python\n(.*?)```\n\n```yaml\n(.*?)```", doc, re.DOTALL).groups()
     (tmp_path / "my_envs").mkdir()
     (tmp_path / "my_envs" / "counter.py").write_text(code)
@@ -169,5 +199,7 @@ def test_the_docs_worked_examples_configure_the_adapters_they_say(tool_tokenizer
     env.reset({"id": "t", "prompt": "Count to 7"}, max_turns=environment.max_turns)
     first = env.step(call(7))
     assert first.observation == [{"role": "tool", "name": "increment", "content": "7"}] and first.reward == 1.0
-    prompt = tool_tokenizer.decode(encode_prompt({"prompt": "Count to 7"}, tool_tokenizer, PromptFormat(**config["data"]["prompt"])))
+    prompt = tool_tokenizer.decode(
+        encode_prompt({"prompt": "Count to 7"}, tool_tokenizer, PromptFormat(**config["data"]["prompt"]))
+    )
     assert '"name": "increment"' in prompt and "how much to add" in prompt

@@ -37,7 +37,12 @@ def scratch_env():
 
 def test_registered_names_options_and_versions(scratch_env):
     spec = resolve_environment("_test_counter", {"limit": 2})
-    assert (spec.name, spec.version, spec.identity, dict(spec.options)) == ("_test_counter", "7", "_test_counter@7", {"limit": 2})
+    assert (spec.name, spec.version, spec.identity, dict(spec.options)) == (
+        "_test_counter",
+        "7",
+        "_test_counter@7",
+        {"limit": 2},
+    )
     env = spec.make(tokenizer="TOK")
     assert env.tokenizer == "TOK"  # injected to a factory that takes it
     assert [env.step("x").done for _ in range(2)] == [False, True]
@@ -45,7 +50,10 @@ def test_registered_names_options_and_versions(scratch_env):
         register_environment("_test_counter")(scratch_env)
     with pytest.raises(ValueError, match=r"env: unknown environment 'nope'; valid names: \[.*'sql'.*\]"):
         resolve_environment("nope", key="env")
-    with pytest.raises(ValueError, match=r"env_options: unknown option\(s\) \['limt'\] of environment '_test_counter'; accepted: \['limit'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"env_options: unknown option\(s\) \['limt'\] of environment '_test_counter'; accepted: \['limit'\]",
+    ):
         resolve_environment("_test_counter", {"limt": 2}, key="env")
     with pytest.raises(ValueError, match="env_options: limit must be > 0, got 0"):
         resolve_environment("_test_counter", {"limit": 0}, key="env")
@@ -57,8 +65,18 @@ def test_registered_names_options_and_versions(scratch_env):
 
 def test_builtins_are_registered_with_their_options():
     assert {"sql", "calculator", "skyrl", "trl"} <= set(ENVIRONMENTS)
-    assert ENVIRONMENTS.options("sql") == ["answer_tag", "format_reward", "max_chars", "max_rows", "mode", "sql_tag", "timeout_s"]
-    with pytest.raises(ValueError, match="environment_options: mode must be one of \\('spider', 'bird'\\); got 'postgres'"):
+    assert ENVIRONMENTS.options("sql") == [
+        "answer_tag",
+        "format_reward",
+        "max_chars",
+        "max_rows",
+        "mode",
+        "sql_tag",
+        "timeout_s",
+    ]
+    with pytest.raises(
+        ValueError, match="environment_options: mode must be one of \\('spider', 'bird'\\); got 'postgres'"
+    ):
         resolve_environment("sql", {"mode": "postgres"})
     with pytest.raises(ValueError, match="sql_tag and answer_tag must differ"):
         resolve_environment("sql", {"sql_tag": "x", "answer_tag": "x"})
@@ -110,7 +128,10 @@ def test_import_paths_native_trl_and_skyrl_classes(tmp_path, monkeypatch):
     trl_spec = resolve_environment(f"{path}:TRLStyle")
     assert trl_spec.name == "trl" and dict(trl_spec.options) == {"factory": f"{path}:TRLStyle"}
     sky = resolve_environment("skyrl_gym.envs.sql.env:SQLEnv", {"db_path": "/data"})
-    assert sky.name == "skyrl" and dict(sky.options) == {"env": "skyrl_gym.envs.sql.env:SQLEnv", "env_config": {"db_path": "/data"}}
+    assert sky.name == "skyrl" and dict(sky.options) == {
+        "env": "skyrl_gym.envs.sql.env:SQLEnv",
+        "env_config": {"db_path": "/data"},
+    }
     assert sky.version.startswith("skyrl_gym-0.4")
     with pytest.raises(ImportError, match="environment 'no_such_module:Env'"):
         resolve_environment("no_such_module:Env")
@@ -120,7 +141,10 @@ def test_a_plugin_module_registers_an_environment(tmp_path, monkeypatch):
     package = tmp_path / "agentproj"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "envs.py").write_text(USER_ENVS + "\nfrom lit_rlvr.envs import register_environment\nregister_environment('_test_plugin_env')(Native)\n")
+    (package / "envs.py").write_text(
+        USER_ENVS
+        + "\nfrom lit_rlvr.envs import register_environment\nregister_environment('_test_plugin_env')(Native)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         load_plugins(["agentproj.envs"], entry_point_group=None)

@@ -67,7 +67,12 @@ def test_the_environment_computes_and_scores_the_final_answer_with_the_math_rewa
     env = resolve_environment("calculator").make()
     assert env.reset({"id": "m", "answer": "\\frac{7}{3}"}, max_turns=4) is None
     step = env.step("First <calc>(3 + 4) / 3</calc>")
-    assert (step.observation, step.tool_call, step.tool_error, step.done) == ("<result>7/3 = 2.33333</result>", "(3 + 4) / 3", False, False)
+    assert (step.observation, step.tool_call, step.tool_error, step.done) == (
+        "<result>7/3 = 2.33333</result>",
+        "(3 + 4) / 3",
+        False,
+        False,
+    )
     bad = env.step("<calc>import os</calc>")
     assert bad.tool_error and bad.observation.startswith("<result>error: cannot parse")
     assert env.step("<answer>7/3</answer>").reward == 1.0

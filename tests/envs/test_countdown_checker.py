@@ -18,14 +18,23 @@ def test_checks_then_answers_agree_with_the_task_on_random_pairs():
     for (digits, target), exprs in rng.sample(sorted(table.items()), 40):
         env = resolve_environment("countdown").make()
         env.reset({"id": "c", "digits": digits, "answer": str(target)}, max_turns=4)
-        wrong = next(f"{a}{o}{b}{p}{c}" for a, b, c in itertools.permutations(digits) for o in "+-*" for p in "+-*"
-                     if evaluate(f"{a}{o}{b}{p}{c}") != target)  # fmt: skip
+        wrong = next(
+            f"{a}{o}{b}{p}{c}"
+            for a, b, c in itertools.permutations(digits)
+            for o in "+-*"
+            for p in "+-*"
+            if evaluate(f"{a}{o}{b}{p}{c}") != target
+        )
         check = env.step(f"{wrong}?")
         assert (check.observation, check.tool_call, check.done) == (f"={evaluate(wrong)}\n", wrong, False)
         expr = rng.choice(exprs)
         assert env.step(f"{expr}?").observation == f"={target}\n"
         final = env.step(f"{expr};")
-        assert (final.done, final.reward) == (True, countdown_reward(f"{expr};", str(target), digits=digits)) == (True, 1.0)
+        assert (
+            (final.done, final.reward)
+            == (True, countdown_reward(f"{expr};", str(target), digits=digits))
+            == (True, 1.0)
+        )
 
 
 def test_bad_digits_malformed_checks_and_the_last_turn():

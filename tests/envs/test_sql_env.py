@@ -39,9 +39,15 @@ def test_gold_query_explored_then_answered_scores_one_on_every_spider_database(s
         env = episode(db, row["query"])
         step = env.step(f"I will look first.\n<sql>{row['query']}</sql>")
         rows = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True).execute(row["query"]).fetchall()
-        assert not step.done and not step.tool_error and step.tool_call == " ".join(row["query"].split()).rstrip(";").strip()
+        assert (
+            not step.done
+            and not step.tool_error
+            and step.tool_call == " ".join(row["query"].split()).rstrip(";").strip()
+        )
         assert format_rows(rows, 50, 9000) in step.observation
-        assert step.observation.endswith("<reminder>You have 4 turns left to complete the task.</reminder></observation>\n\n")
+        assert step.observation.endswith(
+            "<reminder>You have 4 turns left to complete the task.</reminder></observation>\n\n"
+        )
         final = env.step(f"<solution>{row['query']}</solution>")
         seen[row["db_id"]] = (final.done, final.reward)
     assert len(seen) == 19 and set(seen.values()) == {(True, 1.0)}, seen
@@ -57,8 +63,16 @@ REFUSED = [
     ("SELECT 1; DELETE FROM singer", "rejected", "2 statements"),
     ("SELECT load_extension('x')", "rejected", "function load_extension is not allowed"),
     ("SELECT nope FROM singer", "error", "no such column: nope"),
-    ("SELECT * FROM singer a, singer b, singer c, singer d, singer e, singer f, singer g", "error", "result exceeds 100000 rows"),
-    ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r", "timeout", "ran longer than 0.3 s"),
+    (
+        "SELECT * FROM singer a, singer b, singer c, singer d, singer e, singer f, singer g",
+        "error",
+        "result exceeds 100000 rows",
+    ),
+    (
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r",
+        "timeout",
+        "ran longer than 0.3 s",
+    ),
 ]
 
 
@@ -75,9 +89,13 @@ def test_writes_attach_pragma_huge_and_endless_queries_are_observations(spider, 
 
 def test_results_are_bounded_in_rows_and_characters_and_say_so(spider):
     db = spider / "database" / "concert_singer" / "concert_singer.sqlite"
-    step = episode(db, "SELECT 1", max_rows=5, max_chars=200).step("<sql>SELECT a.name, b.name FROM singer a, singer b, singer c</sql>")
+    step = episode(db, "SELECT 1", max_rows=5, max_chars=200).step(
+        "<sql>SELECT a.name, b.name FROM singer a, singer b, singer c</sql>"
+    )
     assert "(showing the first 5 of 216 rows)" in step.observation and step.observation.count("\n") < 12
-    wide = episode(db, "SELECT 1", max_chars=100).step("<sql>SELECT group_concat(a.name, ',') FROM singer a, singer b</sql>")
+    wide = episode(db, "SELECT 1", max_chars=100).step(
+        "<sql>SELECT group_concat(a.name, ',') FROM singer a, singer b</sql>"
+    )
     assert "(cut to 100 of " in wide.observation
 
 
@@ -87,7 +105,11 @@ def test_malformed_turns_max_turns_and_the_format_reward(spider):
     for options, unanswered in (({}, 0.0), ({"format_reward": True}, -1.0)):
         env = episode(db, gold, max_turns=3, **options)
         step = env.step("<sql>SELECT count(*) FROM singer")  # never closed
-        assert INVALID.format(sql="sql", answer="solution") in step.observation and step.tool_call is None and not step.done
+        assert (
+            INVALID.format(sql="sql", answer="solution") in step.observation
+            and step.tool_call is None
+            and not step.done
+        )
         assert step.reward == unanswered
         assert not env.step("<sql>SELECT 1</sql>").done
         last = env.step("<sql>SELECT 2</sql>")  # the last turn: no solution, the episode ends unanswered

@@ -198,9 +198,7 @@ def pkpo_ref(rs, k, baseline):
         return [0.0 if n == 1 else float((r - (sum(rs) - r) / (n - 1)) / n) for r in rs]
     out = []
     for i in everyone:
-        gain = sum(
-            max(rs[j] for j in s) - max(rs[j] for j in s if j != i) for s in combinations(everyone, k) if i in s
-        )
+        gain = sum(max(rs[j] for j in s) - max(rs[j] for j in s if j != i) for s in combinations(everyone, k) if i in s)
         out.append(float(Fraction(gain, comb(n, k))))
     return out
 
@@ -243,9 +241,21 @@ def options_for(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, k: in
 
 def test_registry_holds_every_estimator_with_explicit_keyword_options():
     assert set(ADVANTAGES) == {
-        "grpo", "rloo", "passk", "passk_full", "passk_bootstrap", "passk_combined",
-        "passk_entropy_adaptive", "pkpo", "max_minus_second", "max_rl", "psr", "nsr", "w_reinforce", "unlikeliness",
-    }  # fmt: skip
+        "grpo",
+        "rloo",
+        "passk",
+        "passk_full",
+        "passk_bootstrap",
+        "passk_combined",
+        "passk_entropy_adaptive",
+        "pkpo",
+        "max_minus_second",
+        "max_rl",
+        "psr",
+        "nsr",
+        "w_reinforce",
+        "unlikeliness",
+    }
     for name, fn in ADVANTAGES.items():
         params = list(inspect.signature(fn).parameters.values())
         assert [p.name for p in params[:2]] == ["rewards", "group_ids"], name
@@ -351,8 +361,9 @@ def test_passk_at_k1_is_grpo_with_population_std(layout, seed):
 @pytest.mark.parametrize("k", [1, 2, 16, 256, 1000])
 def test_passk_exact_at_n_1024(k):
     n, counts = 1024, [1, 2, 3, 10, 100, 512, 1000, 1020, 1023]
-    got_pos, got_neg = _passk_pos_neg(torch.full((len(counts),), float(n), dtype=torch.float64),
-                                      torch.tensor(counts, dtype=torch.float64), k)  # fmt: skip
+    got_pos, got_neg = _passk_pos_neg(
+        torch.full((len(counts),), float(n), dtype=torch.float64), torch.tensor(counts, dtype=torch.float64), k
+    )
     for i, c in enumerate(counts):
         q = Fraction(comb(n - c, k), comb(n, k))  # 1 − ρ, exact
         want = math.sqrt(q / (1 - q)) if 0 < q < 1 else 0.0  # q/(1−q) rounded once, then sqrt
@@ -558,6 +569,7 @@ def test_max_minus_second_ties_and_singletons():
 
 # ----------------------------------------------------------------------------- max_rl
 
+
 # Tajwar et al. 2026 (MaxRL, arXiv 2602.02710), released code Zanette-Labs/MaxRL at
 # 76e04d1e7863b397edbcb83d5bdc76104eedd020, verl/trainer/ppo/core_algos.py
 # compute_p_normalization_outcome_advantage (the estimator `p_normalization` that math/smollm.sh
@@ -604,12 +616,22 @@ def release_max_rl(rewards: torch.Tensor, group_ids: torch.Tensor, epsilon: floa
     """The release's advantages of one-token rows, in float64 (so that what is compared is the formula,
     not float32 rounding), times its N (the size of the first row's group) to undo its extra 1/N."""
     index = group_ids.tolist()
-    out, _ = released_p_normalization(rewards.double()[:, None], torch.ones(len(index), 1, dtype=torch.float64), index, epsilon)
+    out, _ = released_p_normalization(
+        rewards.double()[:, None], torch.ones(len(index), 1, dtype=torch.float64), index, epsilon
+    )
     return out[:, 0] * index.count(index[0])
 
 
 # a fraction solved (r̄ = 1/4), none (r̄ = 0), all, a group of one (correct, incorrect), r̄ = 3/7, r̄ = 1/2
-MAX_RL_GROUPS = [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0] * 5, [1.0], [0.0], [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 1.0]]
+MAX_RL_GROUPS = [
+    [1.0, 0.0, 0.0, 0.0],
+    [0.0, 0.0, 0.0],
+    [1.0] * 5,
+    [1.0],
+    [0.0],
+    [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+    [0.0, 1.0],
+]
 
 
 @pytest.mark.parametrize("first", range(len(MAX_RL_GROUPS)))  # which group the release takes its N from
@@ -785,9 +807,15 @@ def test_unlikeliness_matches_naive_loop(std, beta, layout, seed):
 # 0.25, run on these two groups of 4 (old_log_probs one row per token below, eos_mask 1 on the
 # tokens given; group "b" has every sample correct):
 RELEASED_UNLIKELY_ROWS = [  # (uid, reward, per-token old log-probs)
-    ("a", 1.0, [-0.1, -0.3]), ("a", 1.0, [-2.0, -1.0]), ("a", 0.0, [-1.0, -0.5]), ("a", 0.0, [-3.0, -0.2]),
-    ("b", 1.0, [-0.5, -0.5]), ("b", 1.0, [-0.2, -0.1]), ("b", 1.0, [-1.5, -0.4]), ("b", 1.0, [-0.9, -0.6]),
-]  # fmt: skip
+    ("a", 1.0, [-0.1, -0.3]),
+    ("a", 1.0, [-2.0, -1.0]),
+    ("a", 0.0, [-1.0, -0.5]),
+    ("a", 0.0, [-3.0, -0.2]),
+    ("b", 1.0, [-0.5, -0.5]),
+    ("b", 1.0, [-0.2, -0.1]),
+    ("b", 1.0, [-1.5, -0.4]),
+    ("b", 1.0, [-0.9, -0.6]),
+]
 RELEASED_UNLIKELY = [0.7385474, 0.9847299, -0.8616387, -0.8616387, -0.3872935, -1.1618806, 1.1618806, 0.3872935]
 
 
@@ -801,12 +829,16 @@ def test_unlikeliness_equals_the_released_code():
 
 
 def test_unlikeliness_options_and_injected_logprobs():
-    assert ADVANTAGES.declares("unlikeliness", "mean_logprobs") and "mean_logprobs" not in ADVANTAGES.options("unlikeliness")
+    assert ADVANTAGES.declares("unlikeliness", "mean_logprobs") and "mean_logprobs" not in ADVANTAGES.options(
+        "unlikeliness"
+    )
     with pytest.raises(ValueError, match=r"rank_penalty \(β_rank\) must be in \[0, 1\]"):
         ADVANTAGES.get_checked("unlikeliness", "adv", {"rank_penalty": 2.0})
     with pytest.raises(ValueError, match="mean_logprobs must have the shape of rewards"):
         ADVANTAGES["unlikeliness"](torch.ones(3), torch.zeros(3, dtype=torch.long), mean_logprobs=torch.zeros(2))
-    nan = ADVANTAGES["unlikeliness"](torch.ones(3), torch.zeros(3, dtype=torch.long), mean_logprobs=torch.tensor([float("nan"), -1.0, -2.0]))
+    nan = ADVANTAGES["unlikeliness"](
+        torch.ones(3), torch.zeros(3, dtype=torch.long), mean_logprobs=torch.tensor([float("nan"), -1.0, -2.0])
+    )
     assert nan.isfinite().all() and nan[0] == nan.max()  # no usable mass ranks least likely: the largest reward
 
 
@@ -817,7 +849,9 @@ def test_the_other_signs_rows_get_exactly_zero_gradient(name, silent):
 
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
     lp = torch.full((4, 3), -1.0, requires_grad=True)
-    loss, _ = policy_loss(lp, lp.detach() - 0.05, ADVANTAGES[name](rewards, torch.zeros(4, dtype=torch.long)), torch.ones(4, 3))
+    loss, _ = policy_loss(
+        lp, lp.detach() - 0.05, ADVANTAGES[name](rewards, torch.zeros(4, dtype=torch.long)), torch.ones(4, 3)
+    )
     loss.backward()
     assert (lp.grad[rewards == silent] == 0).all() and (lp.grad[rewards != silent] != 0).all()
 

@@ -104,7 +104,10 @@ def test_token_budget_batches_against_the_greedy_reference(seed, segments, max_t
 def test_token_budget_edge_cases():
     assert token_budget_batches(torch.zeros(0, dtype=torch.long), 10) == []
     assert [b.tolist() for b in token_budget_batches(torch.tensor([5, 5, 5]), 10)] == [[0, 1], [2]]  # ties by index
-    assert [b.tolist() for b in token_budget_batches(torch.tensor([50, 40]), 10)] == [[0], [1]]  # each over-long row alone
+    assert [b.tolist() for b in token_budget_batches(torch.tensor([50, 40]), 10)] == [
+        [0],
+        [1],
+    ]  # each over-long row alone
     assert [b.tolist() for b in token_budget_batches(torch.tensor([3, 1, 2]), None)] == [[0, 2, 1]]
     with pytest.raises(ValueError, match="max_tokens must be >= 1 or None"):
         token_budget_batches(torch.tensor([3]), 0)
@@ -119,8 +122,17 @@ def random_padded(gen, B, Lp, T):
     cols = torch.arange(Lp + T)
     mask = ((cols >= Lp - p[:, None]) & (cols < Lp + c[:, None])).long()
     ids = torch.randint(4, 90, (B, Lp + T), generator=gen) * mask
-    return {"input_ids": ids, "attention_mask": mask, "response_mask": mask[:, Lp:].clone(),
-            "old_logprobs": -torch.rand(B, T, generator=gen) * mask[:, Lp:], "rewards": torch.rand(B, generator=gen)}, p, c
+    return (
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "response_mask": mask[:, Lp:].clone(),
+            "old_logprobs": -torch.rand(B, T, generator=gen) * mask[:, Lp:],
+            "rewards": torch.rand(B, generator=gen),
+        },
+        p,
+        c,
+    )
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -131,10 +143,16 @@ def test_crop_padding_drops_only_all_padding_columns(seed):
     part = {k: v[rows] for k, v in batch.items()}
     out = crop_padding(part)
     Lp, t = int(p[rows].max()), max(1, int(c[rows].max()))
-    assert out["input_ids"].shape == (len(rows), Lp + t) and out["response_mask"].shape == out["old_logprobs"].shape == (len(rows), t)
+    assert out["input_ids"].shape == (len(rows), Lp + t) and out["response_mask"].shape == out[
+        "old_logprobs"
+    ].shape == (len(rows), t)
     assert torch.equal(out["input_ids"][out["attention_mask"].bool()], part["input_ids"][part["attention_mask"].bool()])
-    assert torch.equal(out["old_logprobs"], part["old_logprobs"][:, :t]) and torch.equal(out["rewards"], part["rewards"])
-    assert torch.equal(segment_lengths(out["attention_mask"], out["response_mask"]), torch.stack([p[rows], c[rows]], -1))
+    assert torch.equal(out["old_logprobs"], part["old_logprobs"][:, :t]) and torch.equal(
+        out["rewards"], part["rewards"]
+    )
+    assert torch.equal(
+        segment_lengths(out["attention_mask"], out["response_mask"]), torch.stack([p[rows], c[rows]], -1)
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -151,7 +169,9 @@ def test_weighted_token_budget_micro_aggregates_sum_to_full(mode, seed, budget):
     for rows in token_budget_batches(segment_lengths(batch["attention_mask"], mask), budget):
         part = crop_padding({**{k: v[rows] for k, v in batch.items()}, "values": values[rows]})
         w = aggregation_weight(part["response_mask"], mask, mode)
-        total += w * reference_aggregate(part["values"], part["response_mask"], mode, T)  # max_len = max_new_tokens, not the crop
+        total += w * reference_aggregate(
+            part["values"], part["response_mask"], mode, T
+        )  # max_len = max_new_tokens, not the crop
     assert float(total) == pytest.approx(float(full), abs=1e-6)
 
 

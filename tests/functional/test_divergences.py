@@ -254,7 +254,10 @@ def test_fully_masked_batch_is_zero():
     [
         ({"name": "kl"}, r"unknown f-divergence 'kl'; valid names: \['alpha', 'chi2', 'forward"),
         ({"name": "js", "alpha": 0.3}, r"unknown option\(s\) \['alpha'\] of f-divergence 'js'; accepted: \[\]"),
-        ({"name": "alpha", "beta": 1}, r"unknown option\(s\) \['beta'\] of f-divergence 'alpha'; accepted: \['alpha'\]"),
+        (
+            {"name": "alpha", "beta": 1},
+            r"unknown option\(s\) \['beta'\] of f-divergence 'alpha'; accepted: \['alpha'\]",
+        ),
         ({"name": "alpha", "alpha": 1.0}, r"alpha in \(0, 1\), got 1.0"),
         ({"name": "alpha", "alpha": 0.0}, "got 0.0"),
         ({"level": "row"}, "level must be 'token' or 'sequence', got 'row'"),

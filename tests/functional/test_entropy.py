@@ -6,11 +6,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, EntropyState, entropy_bonus, initial_state, top_entropy
+from lit_rlvr.functional.entropy import (
+    ENTROPY_CONTROLS,
+    TOKEN_MASKS,
+    EntropyState,
+    entropy_bonus,
+    initial_state,
+    top_entropy,
+)
 from lit_rlvr.functional.logprobs import token_entropy
 from lit_rlvr.functional.losses import policy_loss
 
-H = torch.tensor([[0.91, 0.02, 1.73, 0.40, 0.40, 2.50], [0.05, 1.10, 0.40, 0.33, 0.00, 0.00], [3.20, 0.60, 0.07, 0.00, 0.00, 0.00]])
+H = torch.tensor(
+    [[0.91, 0.02, 1.73, 0.40, 0.40, 2.50], [0.05, 1.10, 0.40, 0.33, 0.00, 0.00], [3.20, 0.60, 0.07, 0.00, 0.00, 0.00]]
+)
 MASK = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]])
 
 # trl 1.16.0 (installed; the same function at huggingface/trl f2cd5771), GRPOTrainer.get_high_entropy_mask
@@ -91,13 +100,30 @@ def test_entropy_bonus_aggregates_like_the_loss_and_its_gradient_raises_entropy(
 # EntController(init_ent_coef=0.002, max_ent_coef=0.005, min_ent_coef=0.0, delta_ent_coef=0.001,
 # target_ent=0.2, use_adapt_ent=True), its (value, entropy_loss_enabled) before and after update(h):
 SKYWORK_ENTROPIES = [0.35, 0.25, 0.19, 0.1, 0.15, 0.12, 0.18, 0.2, 0.21, 0.3, 0.05]
-SKYWORK_STATES = [(0.002, 1), (0.001, 0), (0.0, 0), (0.001, 1), (0.002, 1), (0.003, 1), (0.004, 1), (0.005, 1), (0.004, 0),
-                  (0.003, 0), (0.002, 0), (0.003, 1)]  # fmt: skip
+SKYWORK_STATES = [
+    (0.002, 1),
+    (0.001, 0),
+    (0.0, 0),
+    (0.001, 1),
+    (0.002, 1),
+    (0.003, 1),
+    (0.004, 1),
+    (0.005, 1),
+    (0.004, 0),
+    (0.003, 0),
+    (0.002, 0),
+    (0.003, 1),
+]
 
 
 def test_adaptive_control_equals_skywork_or1():
-    options = {"entropy_coef": 0.002, "entropy_coef_max": 0.005, "entropy_coef_min": 0.0, "entropy_coef_delta": 0.001,
-               "entropy_target": 0.2}  # fmt: skip
+    options = {
+        "entropy_coef": 0.002,
+        "entropy_coef_max": 0.005,
+        "entropy_coef_min": 0.0,
+        "entropy_coef_delta": 0.001,
+        "entropy_target": 0.2,
+    }
     ENTROPY_CONTROLS.get_checked("adaptive", "control", options)
     state = initial_state("adaptive", options)
     states = [state]
@@ -120,11 +146,17 @@ def test_static_control_is_constant_and_refuses_zero():
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"entropy_coef": 0.5, "entropy_coef_max": 0.1}, r"entropy_coef_min \(0.0\) <= entropy_coef \(0.5\) <= entropy_coef_max \(0.1\)"),
+        (
+            {"entropy_coef": 0.5, "entropy_coef_max": 0.1},
+            r"entropy_coef_min \(0.0\) <= entropy_coef \(0.5\) <= entropy_coef_max \(0.1\)",
+        ),
         ({"entropy_coef_delta": 0.0}, "entropy_coef_delta must be > 0"),
         ({"entropy_target": -1.0}, "entropy_target must be > 0"),
         ({"entropy_target": float("nan")}, "entropy_target must be a finite number"),
-        ({"use_adaptive_entropy": True}, r"unknown option\(s\) \['use_adaptive_entropy'\] of entropy control 'adaptive'"),
+        (
+            {"use_adaptive_entropy": True},
+            r"unknown option\(s\) \['use_adaptive_entropy'\] of entropy control 'adaptive'",
+        ),
     ],
 )
 def test_adaptive_options_are_checked_with_trl_names(options, match):

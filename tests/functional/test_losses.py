@@ -101,8 +101,15 @@ def test_policy_loss_and_gradient_match_naive_loop(seed, B, T, mode, dual_clip, 
     lp, old, adv, mask = make_batch(seed, B, T, per_token_adv)
     max_len = T + 5 if mode == "seq_mean_token_sum_norm" else None
     loss, _ = policy_loss(
-        lp, old, adv, mask, clip_low=CLIP_LOW, clip_high=CLIP_HIGH, dual_clip=dual_clip,
-        agg=mode, max_len=max_len,
+        lp,
+        old,
+        adv,
+        mask,
+        clip_low=CLIP_LOW,
+        clip_high=CLIP_HIGH,
+        dual_clip=dual_clip,
+        agg=mode,
+        max_len=max_len,
     )
     (grad,) = torch.autograd.grad(loss, lp)
     lp_ref = lp.detach().clone().requires_grad_(True)
@@ -117,9 +124,7 @@ def test_designed_rows_cover_every_clip_case(dual_clip):
     """Guards the comparison above: every branch is exercised, and each gives its formula."""
     lp, old, adv, mask = make_batch(0, 3, 3, per_token_adv=False)
     ratios = torch.exp(lp - old).detach()
-    cases = [
-        [clip_case(ratios[b, t].item(), adv[b].item(), dual_clip) for t in range(3)] for b in (0, 1)
-    ]
+    cases = [[clip_case(ratios[b, t].item(), adv[b].item(), dual_clip) for t in range(3)] for b in (0, 1)]
     # Row 0 (A > 0): ρ = 0.5 < 1 − ε_low is NOT clipped, min picks ρA. Row 1 (A < 0): ρ = 3 is
     # unclipped without the dual clip.
     last = "dual" if dual_clip else "inside"
@@ -163,9 +168,7 @@ def test_policy_loss_stats_match_counts(seed, dual_clip):
 def test_per_row_advantages_equal_broadcast_per_token():
     lp, old, adv, mask = make_batch(3, 5, 6, per_token_adv=False)
     a, _ = policy_loss(lp, old, adv, mask, dual_clip=3.0, agg="seq_mean_token_mean")
-    b, _ = policy_loss(
-        lp, old, adv[:, None].expand(5, 6), mask, dual_clip=3.0, agg="seq_mean_token_mean"
-    )
+    b, _ = policy_loss(lp, old, adv[:, None].expand(5, 6), mask, dual_clip=3.0, agg="seq_mean_token_mean")
     torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
@@ -369,8 +372,11 @@ def test_a_registered_aggregation_carries_its_accumulation_weight():
         gen = torch.Generator().manual_seed(0)
         values, mask = torch.randn(6, 4, generator=gen), (torch.rand(6, 4, generator=gen) > 0.3).long()
         full = aggregate(values, mask, "test_row_max_mean")
-        parts = sum(aggregation_weight(mask[i:i + 2], mask, "test_row_max_mean") * aggregate(values[i:i + 2], mask[i:i + 2], "test_row_max_mean")
-                    for i in range(0, 6, 2))
+        parts = sum(
+            aggregation_weight(mask[i : i + 2], mask, "test_row_max_mean")
+            * aggregate(values[i : i + 2], mask[i : i + 2], "test_row_max_mean")
+            for i in range(0, 6, 2)
+        )
         assert float(parts) == pytest.approx(float(full), abs=1e-6)
     finally:
         AGGREGATIONS.pop("test_row_max_mean")

@@ -27,16 +27,24 @@ def trajectories(seed: int, B: int, max_turns: int):
 def reference(rows, max_turns: int) -> dict[str, float]:
     """The behaviour, counted one trajectory at a time."""
     B = len(rows)
-    ref = {"turns": sum(r[0] for r in rows) / B, "tool_calls": sum(len(r[1]) for r in rows) / B,
-           "tool_errors": sum(r[2] for r in rows) / B, "env_failed": sum(r[3] for r in rows) / B,
-           "single_turn": sum(r[0] == 1 for r in rows) / B}  # fmt: skip
+    ref = {
+        "turns": sum(r[0] for r in rows) / B,
+        "tool_calls": sum(len(r[1]) for r in rows) / B,
+        "tool_errors": sum(r[2] for r in rows) / B,
+        "env_failed": sum(r[3] for r in rows) / B,
+        "single_turn": sum(r[0] == 1 for r in rows) / B,
+    }
     ref.update({f"turns_{t}": sum(r[0] == t for r in rows) / B for t in range(1, max_turns + 1)})
     return ref
 
 
 def tensors(rows):
-    return (torch.tensor([r[0] for r in rows]), torch.tensor([len(r[1]) for r in rows]), torch.tensor([r[2] for r in rows]),
-            torch.tensor([r[3] for r in rows]))  # fmt: skip
+    return (
+        torch.tensor([r[0] for r in rows]),
+        torch.tensor([len(r[1]) for r in rows]),
+        torch.tensor([r[2] for r in rows]),
+        torch.tensor([r[3] for r in rows]),
+    )
 
 
 @pytest.mark.parametrize("seed,B,max_turns", [(0, 1, 1), (1, 7, 3), (2, 40, 5), (3, 16, 2)])
@@ -55,11 +63,15 @@ def test_the_shells_over_several_updates_equal_the_core_over_all_the_data():
         metric.update(*tensors(rows[lo:hi]))
         distinct.update([[tuple(r[1]) for r in rows[lo:hi]]])
     assert {k: float(v) for k, v in metric.compute().items()} == pytest.approx(reference(rows, 4), rel=1e-12)
-    assert float(distinct.compute()) == pytest.approx(sum(len({tuple(r[1]) for r in rows[lo:hi]}) for lo, hi in ((0, 7), (7, 8), (8, 30))) / 3)
+    assert float(distinct.compute()) == pytest.approx(
+        sum(len({tuple(r[1]) for r in rows[lo:hi]}) for lo, hi in ((0, 7), (7, 8), (8, 30))) / 3
+    )
 
 
 def test_edge_cases_no_trajectory_and_bad_shapes():
-    empty = behaviour_means(behaviour_sums(*(torch.zeros(0, dtype=torch.long),) * 3, torch.zeros(0, dtype=torch.bool), max_turns=2))
+    empty = behaviour_means(
+        behaviour_sums(*(torch.zeros(0, dtype=torch.long),) * 3, torch.zeros(0, dtype=torch.bool), max_turns=2)
+    )
     assert all(torch.isnan(v) for v in empty.values()) and sorted(empty) == sorted(reference([(1, [], 0, False)], 2))
     assert distinct_tool_sequences([[(), ()], [("a",), ()]]).tolist() == [1, 2]  # no call is one behaviour
     with pytest.raises(ValueError, match="max_turns=2 must be >= 1 and >= every trajectory's turns"):
@@ -73,7 +85,12 @@ def test_a_multi_turn_panel_reports_the_behaviour_and_asks_for_it():
     rows = trajectories(9, 4, 3)
     correct = torch.tensor([[True, False], [False, False]])
     args = dict(answers=[["1", "2"], [None, "3"]], texts=[["a", "b"], ["c", "d"]], rewards=correct.flatten().float())
-    panel.update(correct, **args, behaviour=tensors(rows), tool_sequences=[[tuple(r[1]) for r in rows[:2]], [tuple(r[1]) for r in rows[2:]]])
+    panel.update(
+        correct,
+        **args,
+        behaviour=tensors(rows),
+        tool_sequences=[[tuple(r[1]) for r in rows[:2]], [tuple(r[1]) for r in rows[2:]]],
+    )
     values = {k: float(v) for k, v in panel.compute().items()}
     assert {k: values[k] for k in reference(rows, 3)} == pytest.approx(reference(rows, 3))
     assert "distinct_tool_sequences" in values and values["pass@1"] == 0.25

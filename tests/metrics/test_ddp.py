@@ -8,7 +8,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from lit_rlvr.functional.metrics import majority_at_k, pass_at_k_curve
-from lit_rlvr.metrics import DistinctToolSequences, MajorityAtK, MeanTokenEntropy, PassAtK, TurnBehaviour, ZeroVarianceShare
+from lit_rlvr.metrics import (
+    DistinctToolSequences,
+    MajorityAtK,
+    MeanTokenEntropy,
+    PassAtK,
+    TurnBehaviour,
+    ZeroVarianceShare,
+)
 
 KS = (1, 2, 4, 8)
 
@@ -29,15 +36,31 @@ def shard_data(rank: int) -> dict:
     turns = torch.randint(0, 4, (B,), generator=gen)
     calls = torch.minimum(turns, torch.randint(0, 3, (B,), generator=gen))
     behaviour = (turns, calls, torch.minimum(calls, torch.randint(0, 2, (B,), generator=gen)), turns == 0)
-    sequences = [[tuple("ab"[int(x)] for x in torch.randint(0, 2, (int(c),), generator=gen)) for c in calls[g::2]] for g in range(2)]
-    return dict(correct=correct, answers=answers, rewards=rewards, group_ids=group_ids, entropy=entropy, mask=mask,
-                behaviour=behaviour, sequences=sequences)  # fmt: skip
+    sequences = [
+        [tuple("ab"[int(x)] for x in torch.randint(0, 2, (int(c),), generator=gen)) for c in calls[g::2]]
+        for g in range(2)
+    ]
+    return dict(
+        correct=correct,
+        answers=answers,
+        rewards=rewards,
+        group_ids=group_ids,
+        entropy=entropy,
+        mask=mask,
+        behaviour=behaviour,
+        sequences=sequences,
+    )
 
 
 def compute_all(data_by_rank: list[dict]) -> dict:
     metrics = dict(
-        passk=PassAtK(k=KS), pass4=PassAtK(k=4), maj=MajorityAtK(k=KS), zv=ZeroVarianceShare(), ent=MeanTokenEntropy(),
-        turns=TurnBehaviour(max_turns=3), tools=DistinctToolSequences(),
+        passk=PassAtK(k=KS),
+        pass4=PassAtK(k=4),
+        maj=MajorityAtK(k=KS),
+        zv=ZeroVarianceShare(),
+        ent=MeanTokenEntropy(),
+        turns=TurnBehaviour(max_turns=3),
+        tools=DistinctToolSequences(),
     )
     for data in data_by_rank:
         for c, a, r, g in zip(data["correct"], data["answers"], data["rewards"], data["group_ids"]):

@@ -167,8 +167,13 @@ class PassAtKModule(pl.LightningModule):
 
 def test_scalar_metric_object_logs_in_a_lightning_module(tmp_path):
     batches = [random_correct(P, 16, s) for s, P in enumerate([5, 2, 9])]
-    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=tmp_path)  # fmt: skip
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     (result,) = trainer.validate(PassAtKModule(batches), verbose=False)
     counts = [(16, int(c)) for b in batches for c in b.sum(1)]
     for k in (1, 16):
@@ -192,7 +197,10 @@ def test_plot_draws_the_ladder_against_log2_k():
 
 def test_plot_of_several_ladders_on_a_given_axis_draws_one_labelled_curve_each():
     plt = pytest.importorskip("matplotlib.pyplot")
-    early, late = pass_at_k_curve(random_correct(10, 8, 1), k=(1, 8)), pass_at_k_curve(random_correct(10, 8, 2), k=(1, 2, 8))
+    early, late = (
+        pass_at_k_curve(random_correct(10, 8, 1), k=(1, 8)),
+        pass_at_k_curve(random_correct(10, 8, 2), k=(1, 2, 8)),
+    )
     _, ax = plt.subplots()
     fig, same_ax = PassAtK(k=(1, 8)).plot([early, late], ax=ax)
     assert fig is None and same_ax is ax  # torchmetrics: no new figure when an axis is given

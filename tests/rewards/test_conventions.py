@@ -129,12 +129,15 @@ def test_conventions_are_told_apart_by_parameter_names(user_rewards):
         detect_convention(load_function("os.path.join"))
 
 
-@pytest.mark.parametrize(("ref", "match"), [
-    ("trl_rewards.nope", "module 'trl_rewards' has no attribute 'nope'"),
-    ("no_such_module_xyz.f", "No module named 'no_such_module_xyz'"),
-    ("missing/file.py:compute_score", "no file"),
-    ("trl_rewards", "expected 'package.module.function'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ref", "match"),
+    [
+        ("trl_rewards.nope", "module 'trl_rewards' has no attribute 'nope'"),
+        ("no_such_module_xyz.f", "No module named 'no_such_module_xyz'"),
+        ("missing/file.py:compute_score", "no file"),
+        ("trl_rewards", "expected 'package.module.function'"),
+    ],
+)
 def test_a_wrong_import_path_is_a_clear_error(user_rewards, ref, match):
     with pytest.raises(ImportError, match=match):
         load_function(ref)
@@ -150,9 +153,24 @@ def _echo(f: RewardFunc, *args, **kwargs) -> dict:
 def test_trl_function_gets_trls_arguments_standard_and_conversational(user_rewards):
     f = RewardFunc("trl_rewards.echo_call")
     state = TrainerState(global_step=7, epoch=0, max_steps=10)
-    called = _echo(f, "out", "4", id="q/0", prompt="2+2?", solution="4", completion_ids=[5, 6], trainer_state=state, reward="echo_call")
-    assert called == {"prompts": ["2+2?"], "completions": ["out"], "completion_ids": [[5, 6]], "step": 7,
-                      "columns": ["answer", "id", "solution"]}  # fmt: skip
+    called = _echo(
+        f,
+        "out",
+        "4",
+        id="q/0",
+        prompt="2+2?",
+        solution="4",
+        completion_ids=[5, 6],
+        trainer_state=state,
+        reward="echo_call",
+    )
+    assert called == {
+        "prompts": ["2+2?"],
+        "completions": ["out"],
+        "completion_ids": [[5, 6]],
+        "step": 7,
+        "columns": ["answer", "id", "solution"],
+    }
     messages = [{"role": "user", "content": "2+2?"}]
     chat = _echo(f, "out", None, id="q/0", prompt=messages, solution="4")
     assert chat["prompts"] == [messages] and chat["completions"] == [[{"role": "assistant", "content": "out"}]]
@@ -160,8 +178,12 @@ def test_trl_function_gets_trls_arguments_standard_and_conversational(user_rewar
 
 
 def test_verl_function_gets_verls_arguments_and_its_dict_or_float(user_rewards):
-    row = {"id": "g/0", "prompt": [{"role": "user", "content": "q"}], "data_source": "openai/gsm8k",
-           "extra_info": {"split": "train", "index": 0}}  # fmt: skip
+    row = {
+        "id": "g/0",
+        "prompt": [{"role": "user", "content": "q"}],
+        "data_source": "openai/gsm8k",
+        "extra_info": {"split": "train", "index": 0},
+    }
     f = RewardFunc(f"{user_rewards['verl']}:compute_score", options={"bonus": 0.5})
     assert f.convention == "verl" and f("so #### 18", "18", **row).reward == 1.5
     with pytest.raises(NotImplementedError):  # in the scorer: that item's `error`
@@ -169,10 +191,17 @@ def test_verl_function_gets_verls_arguments_and_its_dict_or_float(user_rewards):
     assert RewardFunc(f"{user_rewards['verl']}:plain_score")("18", "18", **row).reward == 1.0
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, ("not_applicable", 0.0)), (True, ("ok", 1.0)), (-1, ("ok", -1.0)), (2.5, ("ok", 2.5)),
-    ("1.0", ("error", 0.0)), ([1.0], ("error", 0.0)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, ("not_applicable", 0.0)),
+        (True, ("ok", 1.0)),
+        (-1, ("ok", -1.0)),
+        (2.5, ("ok", 2.5)),
+        ("1.0", ("error", 0.0)),
+        ([1.0], ("error", 0.0)),
+    ],
+)
 def test_values_become_results(value, expected):
     r = as_value(value)
     assert (r.status, r.reward) == expected
@@ -189,14 +218,18 @@ def test_in_workers_a_raise_a_hang_or_a_death_costs_only_its_item(user_rewards):
         statuses = [s.status for s in scores]
         assert [s.reward for s in scores] == [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
         assert statuses == ["ok", "error", "ok", "timeout", "ok", "error", "ok"]
-        assert "RuntimeError: reward failed" in scores[1].results[0].reason and "worker died" in scores[5].results[0].reason
+        assert (
+            "RuntimeError: reward failed" in scores[1].results[0].reason
+            and "worker died" in scores[5].results[0].reason
+        )
         assert [s.reward for s in mix.score(scorer, ["7"], [row])] == [1.0]  # the pool is whole again
 
 
 @pytest.mark.timeout(120)
 def test_async_and_negative_rewards_in_workers_match_in_process(user_rewards):
-    mix = RewardMix.from_config(["trl_rewards.contains_solution", "trl_rewards.slow_length_bonus"], [1.0, 2.0],
-                                correctness="contains_solution")  # fmt: skip
+    mix = RewardMix.from_config(
+        ["trl_rewards.contains_solution", "trl_rewards.slow_length_bonus"], [1.0, 2.0], correctness="contains_solution"
+    )
     rows = [{"id": "a", "prompt": "p", "solution": "7"}, {"id": "b", "prompt": "p", "solution": None}]
     completions = ["7", "a long 7 answer"]
     with BatchScorer(workers=0, rewards=mix.records) as local, BatchScorer(workers=1, rewards=mix.records) as pool:
@@ -229,8 +262,13 @@ def test_an_async_reward_past_the_deadline_times_out_and_the_next_call_works(use
     assert bonus("x", None, prompt="p", timeout_s=5.0).reward == 0.5  # a fresh event loop after the interrupted one
 
 
-VERL_ROW = {"id": "gsm8k/0", "prompt": [{"role": "user", "content": "q"}], "data_source": "openai/gsm8k", "answer": "1234",
-            "extra_info": {"split": "train", "index": 0}}  # fmt: skip
+VERL_ROW = {
+    "id": "gsm8k/0",
+    "prompt": [{"role": "user", "content": "q"}],
+    "data_source": "openai/gsm8k",
+    "answer": "1234",
+    "extra_info": {"split": "train", "index": 0},
+}
 
 
 @pytest.mark.timeout(120)
@@ -246,16 +284,33 @@ def test_verls_own_scorers_get_only_the_arguments_their_signature_takes(user_rew
     assert [s.status for s in scores] == ["ok"] * 3 and [s.reward for s in scores] == [1.0, 0.0, 0.0]
     flexible = RewardMix.from_config([ref], options={"compute_score": {"method": "flexible", "format_score": 0.1}})
     with BatchScorer(workers=0, rewards=flexible.records) as scorer:
-        assert [s.reward for s in flexible.score(scorer, completions, [VERL_ROW] * 3)] == [0.1, 1.0, 0.1]  # "1,234" as verl: kept
+        assert [s.reward for s in flexible.score(scorer, completions, [VERL_ROW] * 3)] == [
+            0.1,
+            1.0,
+            0.1,
+        ]  # "1,234" as verl: kept
 
 
-@pytest.mark.parametrize(("ref", "row", "match"), [
-    ("verl_builtin:needs_a_tokenizer", VERL_ROW,
-     r"reward function 'needs_a_tokenizer' \(.*, verl convention\) cannot be called on row 'gsm8k/0': missing a required argument: 'tokenizer'"),
-    ("verl:compute_score", {**VERL_ROW, "extra_info": '{"split": "train"}'},
-     r"cannot be called on row 'gsm8k/0': row 'gsm8k/0': extra_info must be a dict, as verl's rows carry it; got a str"),
-    ("trl_rewards.contains_solution", {"id": "t/0", "prompt": "p"}, r"missing a required argument: 'solution' \(the row gives \['id', 'prompt'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ref", "row", "match"),
+    [
+        (
+            "verl_builtin:needs_a_tokenizer",
+            VERL_ROW,
+            r"reward function 'needs_a_tokenizer' \(.*, verl convention\) cannot be called on row 'gsm8k/0': missing a required argument: 'tokenizer'",
+        ),
+        (
+            "verl:compute_score",
+            {**VERL_ROW, "extra_info": '{"split": "train"}'},
+            r"cannot be called on row 'gsm8k/0': row 'gsm8k/0': extra_info must be a dict, as verl's rows carry it; got a str",
+        ),
+        (
+            "trl_rewards.contains_solution",
+            {"id": "t/0", "prompt": "p"},
+            r"missing a required argument: 'solution' \(the row gives \['id', 'prompt'",
+        ),
+    ],
+)
 def test_a_call_the_function_cannot_take_fails_at_start_up(user_rewards, ref, row, match):
     head, _, name = ref.partition(":")
     ref = f"{user_rewards[head]}:{name}" if head in user_rewards else ref
@@ -281,8 +336,9 @@ def test_trls_reward_factories_and_their_products_run_as_trl_runs_them():
     scoring = ScoringOptions(
         reward_funcs=["trl.rewards.get_soft_overlong_punishment", get_repetition_penalty_reward(ngram_size=2)],
         options={"get_soft_overlong_punishment": {"max_completion_len": 100, "soft_punish_cache": 20}},
-        correctness="soft_overlong_punishment_reward", workers=1,
-    )  # fmt: skip
+        correctness="soft_overlong_punishment_reward",
+        workers=1,
+    )
     mix = scoring.mix()
     assert mix.names == ["soft_overlong_punishment_reward", "repetition_penalty_reward"]
     mix.check_rows(rows)
@@ -293,7 +349,10 @@ def test_trls_reward_factories_and_their_products_run_as_trl_runs_them():
     repetition = get_repetition_penalty_reward(ngram_size=2)(ids)
     assert [s.parts for s in scores] == list(zip(overlong, repetition))
     assert overlong[0] == -0.5 and repetition[1] == 0.0 and repetition[3] < 0  # the cases the data covers
-    with pytest.raises(ValueError, match=r"reward factory 'trl.rewards.get_soft_overlong_punishment' cannot be called with options \{\}"):
+    with pytest.raises(
+        ValueError,
+        match=r"reward factory 'trl.rewards.get_soft_overlong_punishment' cannot be called with options \{\}",
+    ):
         ScoringOptions(reward_funcs=["trl.rewards.get_soft_overlong_punishment"])
 
 
@@ -306,11 +365,16 @@ def lambda_free_pid(completions, **kwargs):
 def test_python_callables_are_rewards_picklable_in_workers_the_rest_in_process_with_a_warning():
     """ScoringOptions(reward_funcs=[fn]) used to raise "argument of type 'function' is not iterable"."""
     here = os.getpid()
-    scoring = ScoringOptions(reward_funcs=[lambda_free_pid, lambda completions, **kw: [float(os.getpid())] * len(completions)],
-                             correctness="lambda_free_pid", workers=1)  # fmt: skip
+    scoring = ScoringOptions(
+        reward_funcs=[lambda_free_pid, lambda completions, **kw: [float(os.getpid())] * len(completions)],
+        correctness="lambda_free_pid",
+        workers=1,
+    )
     mix = scoring.mix()
     assert mix.names == ["lambda_free_pid", "<lambda>"] and mix.terms[0].source.endswith(":lambda_free_pid")
-    with pytest.warns(UserWarning, match="'<lambda>' runs in the training process, not in a killable worker: it is not picklable"):
+    with pytest.warns(
+        UserWarning, match="'<lambda>' runs in the training process, not in a killable worker: it is not picklable"
+    ):
         scorer = scoring.scorer()
     with scorer:
         (score,) = mix.score(scorer, ["x"], [{"id": "q", "prompt": "p"}])
@@ -333,7 +397,9 @@ def test_a_whole_batch_failure_scores_the_batch_as_errors_and_only_trl_functions
     mix = RewardMix.from_config(["trl_rewards.contains_solution"], whole_batch=["contains_solution"])
     with BatchScorer(workers=0, rewards=mix.records) as scorer:
         scores = mix.score(scorer, ["7", "raise"], [{"id": "q", "prompt": "p", "solution": "7"}] * 2)
-    assert [s.status for s in scores] == ["error", "error"] and "RuntimeError: reward failed" in scores[0].results[0].reason
+    assert [s.status for s in scores] == ["error", "error"] and "RuntimeError: reward failed" in scores[0].results[
+        0
+    ].reason
     with pytest.raises(ValueError, match="scoring.whole_batch: 'compute_score' is a verl function"):
         RewardMix.from_config([f"{user_rewards['verl']}:compute_score"], whole_batch=["compute_score"])
     with pytest.raises(ValueError, match=r"scoring.whole_batch names 'nope', which is not one of"):

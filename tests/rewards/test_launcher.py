@@ -62,7 +62,9 @@ def probe_module(tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(120)
-def test_workers_of_every_scorer_come_from_one_launcher_and_see_the_asking_processs_state(probe_module, tmp_path, monkeypatch):
+def test_workers_of_every_scorer_come_from_one_launcher_and_see_the_asking_processs_state(
+    probe_module, tmp_path, monkeypatch
+):
     launcher = Launcher.get(_PRELOAD)  # started before the probe's folder, variable and directory below
     monkeypatch.setenv("LIT_RLVR_LAUNCHER_PROBE", "set-after-the-launcher")
     monkeypatch.chdir(tmp_path)
@@ -71,9 +73,10 @@ def test_workers_of_every_scorer_come_from_one_launcher_and_see_the_asking_proce
         pids = {w.proc.pid for w in a._workers + b._workers}
         assert len(pids) == 3 and os.getpid() not in pids
         launcher_pid = str(launcher.proc.pid)
-        assert a.score(["env", "cwd", "ppid"], [row("set-after-the-launcher"), row(str(tmp_path)), row(launcher_pid)]) == [
-            ScoreResult(1.0, "ok")
-        ] * 3
+        assert (
+            a.score(["env", "cwd", "ppid"], [row("set-after-the-launcher"), row(str(tmp_path)), row(launcher_pid)])
+            == [ScoreResult(1.0, "ok")] * 3
+        )
         # a worker that dies is replaced by a fork of the same launcher, which runs the next items
         results = b.score(["die", "ppid", "env"], [row(""), row(launcher_pid), row("set-after-the-launcher")])
         assert results[0] == ScoreResult(0.0, "error", "worker died (exit code 3)")

@@ -157,7 +157,7 @@ def test_integer_literals_skip_antlr_with_latex2sympys_result():
     """The fast path returns exactly what math-verify's latex2sympy call returns."""
     rng = random.Random(0)
     literals = ["0", "-0", "00", "007", "+5", "-5", "1,234", "12,345,678", "999", "1" * 400]
-    literals += [f"{rng.choice(['', '-', '+'])}{rng.randint(0, 10**rng.randint(1, 30))}" for _ in range(60)]
+    literals += [f"{rng.choice(['', '-', '+'])}{rng.randint(0, 10 ** rng.randint(1, 30))}" for _ in range(60)]
     literals += [f"{rng.randint(1, 10**12):,}" for _ in range(30)]
     for literal in literals:
         assert math_reward._INTEGER_LITERAL.fullmatch(literal), literal
@@ -208,7 +208,11 @@ def test_options_reach_verify(math_verify_reference):
     ]
     for completion, gold, options in cases:
         assert REWARDS["math"].score(completion, gold, id="o").reward == math_verify_reference(completion, gold) == 0.0
-        assert REWARDS["math"].score(completion, gold, id="o", **options).reward == math_verify_reference(completion, gold, **options) == 1.0
+        assert (
+            REWARDS["math"].score(completion, gold, id="o", **options).reward
+            == math_verify_reference(completion, gold, **options)
+            == 1.0
+        )
 
 
 def test_every_option_is_passed_to_verify(monkeypatch):
@@ -264,8 +268,23 @@ FALSE_NEGATIVES = [  # refused by the shape rules of the previous screen; all ch
 
 @pytest.mark.parametrize(
     "answer",
-    [*FALSE_NEGATIVES, "x^2y^3", "2^{10}\\cdot 3^{5}", "9^{9999}", "10^{12345}", "(x+1)^{9999}", "5!", "11,\\! 111,\\! 100", "e^{i\\pi}"]
-    + ["\\left( 3, \\frac{\\pi}{2} \\right)", "\\binom{100}{50}", "30^\\circ", "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}"],
+    [
+        *FALSE_NEGATIVES,
+        "x^2y^3",
+        "2^{10}\\cdot 3^{5}",
+        "9^{9999}",
+        "10^{12345}",
+        "(x+1)^{9999}",
+        "5!",
+        "11,\\! 111,\\! 100",
+        "e^{i\\pi}",
+    ]
+    + [
+        "\\left( 3, \\frac{\\pi}{2} \\right)",
+        "\\binom{100}{50}",
+        "30^\\circ",
+        "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}",
+    ],
 )
 def test_screen_accepts(answer):
     assert screen_answer(answer) is None
@@ -308,7 +327,8 @@ MAIN_THREAD_ONLY = {
 @pytest.mark.parametrize("extraction", EXTRACTIONS)
 @pytest.mark.parametrize(
     ("name", "where"),
-    [(name, where) for name in sorted(ADVERSARIAL) for where in ("main", "thread")] + [(name, "main") for name in sorted(MAIN_THREAD_ONLY)],
+    [(name, where) for name in sorted(ADVERSARIAL) for where in ("main", "thread")]
+    + [(name, "main") for name in sorted(MAIN_THREAD_ONLY)],
 )
 def test_adversarial_inputs_score_zero_within_deadline(name, where, extraction):
     completion, out = {**ADVERSARIAL, **MAIN_THREAD_ONLY}[name], {}

@@ -28,7 +28,18 @@ ALLOWED = {
 def test_corpus_is_varied():
     families = {case["family"] for case in CASES}
     assert len(CASES) >= 300 and len({case["id"] for case in CASES}) == len(CASES)
-    assert {"plain", "boxes", "late_final", "units", "percent", "sets", "intervals", "matrices", "fractions", "long"} <= families
+    assert {
+        "plain",
+        "boxes",
+        "late_final",
+        "units",
+        "percent",
+        "sets",
+        "intervals",
+        "matrices",
+        "fractions",
+        "long",
+    } <= families
 
 
 @pytest.mark.timeout(300)

@@ -63,7 +63,11 @@ def test_math500_every_answer(shared_data):
     for row in rows:
         for completion, extractions in _math500_rewritings(row["answer"]).items():
             for extraction in extractions:
-                assert _score(completion, row["answer"], row["unique_id"], extraction) == 1.0, (row, completion, extraction)
+                assert _score(completion, row["answer"], row["unique_id"], extraction) == 1.0, (
+                    row,
+                    completion,
+                    extraction,
+                )
 
 
 @pytest.mark.parametrize("extraction", ["math_verify", "boxed"])
@@ -73,14 +77,25 @@ def test_math500_other_problems_answer_scores_zero(shared_data, extraction):
     for i, row in enumerate(rows):
         other = rows[(i + 250) % len(rows)]["answer"]
         expected = 1.0 if other.strip() == row["answer"].strip() else 0.0
-        assert _score(f"\\boxed{{{other}}}", row["answer"], row["unique_id"], extraction) == expected, (row["answer"], other)
+        assert _score(f"\\boxed{{{other}}}", row["answer"], row["unique_id"], extraction) == expected, (
+            row["answer"],
+            other,
+        )
 
 
 def _competition_golds(shared_data: Path) -> list[tuple[str, object]]:
-    golds = [(f"aime24-{r['id']}", r["answer"]) for r in _jsonl(shared_data / "aime24" / "qwen25math_aime24_test.jsonl")]
-    golds += [(f"aime24-ds-{i}", r["answer"]) for i, r in enumerate(json.load((shared_data / "aime24" / "deepscaler_aime.json").open()))]
+    golds = [
+        (f"aime24-{r['id']}", r["answer"]) for r in _jsonl(shared_data / "aime24" / "qwen25math_aime24_test.jsonl")
+    ]
+    golds += [
+        (f"aime24-ds-{i}", r["answer"])
+        for i, r in enumerate(json.load((shared_data / "aime24" / "deepscaler_aime.json").open()))
+    ]
     golds += [(f"amc23-{r['id']}", r["answer"]) for r in _jsonl(shared_data / "amc23" / "qwen25math_amc23_test.jsonl")]
-    golds += [(f"amc-ds-{i}", r["answer"]) for i, r in enumerate(json.load((shared_data / "amc23" / "deepscaler_amc_2022_2023.json").open()))]
+    golds += [
+        (f"amc-ds-{i}", r["answer"])
+        for i, r in enumerate(json.load((shared_data / "amc23" / "deepscaler_amc_2022_2023.json").open()))
+    ]
     return golds
 
 
@@ -88,7 +103,9 @@ def _competition_golds(shared_data: Path) -> list[tuple[str, object]]:
 def test_aime_amc_formats(shared_data, extraction):
     golds = _competition_golds(shared_data)
     assert len(golds) == 30 + 30 + 40 + 83
-    assert any(isinstance(a, float) for _, a in golds) and any(isinstance(a, str) and a.startswith("0") for _, a in golds)
+    assert any(isinstance(a, float) for _, a in golds) and any(
+        isinstance(a, str) and a.startswith("0") for _, a in golds
+    )
     for rid, answer in golds:
         value = float(answer)
         assert value.is_integer(), (rid, answer)

@@ -46,7 +46,11 @@ ROWS = [{"id": "q"}] * 3
 def test_a_failed_item_is_missing_from_its_rewards_mean_not_a_zero():
     """The mean used to count an error as 0: 1 of 3 here, where the reward scored 1 of 2."""
     module = Logged()
-    batch = scores((ScoreResult(1.0), ScoreResult(0.5)), (raised(), ScoreResult(0.5)), (ScoreResult(0.0), ScoreResult(0.0, "timeout")))
+    batch = scores(
+        (ScoreResult(1.0), ScoreResult(0.5)),
+        (raised(), ScoreResult(0.5)),
+        (ScoreResult(0.0), ScoreResult(0.0, "timeout")),
+    )
     RewardReport(["accuracy", "format"])(module, batch, ROWS, "train", same)
     assert module.values["train/reward/accuracy"] == 0.5 and module.values["train/reward/format"] == 0.5
     assert module.values["train/reward_status/error"] == 1 / 6 and module.values["train/reward_errors"] == 1.0
@@ -64,8 +68,10 @@ def test_a_failing_reward_is_named_with_its_traceback(caplog):
     warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
     (warning,) = warnings  # the first failure of the run (and every loud batch); later quiet ones at INFO
     assert [r.getMessage().split(": ", 2)[1] for r in records if r.levelno == logging.INFO] == ["reward 'format'"] * 2
-    assert warning.startswith("train rewards (step 3, rank 0): reward 'format': 2 of 3 items failed (status error or timeout), "
-                              "each scored 0; train/reward_errors counts the errors: 3 scored: ok 1, error 2; first error: KeyError: 'solution'")
+    assert warning.startswith(
+        "train rewards (step 3, rank 0): reward 'format': 2 of 3 items failed (status error or timeout), "
+        "each scored 0; train/reward_errors counts the errors: 3 scored: ok 1, error 2; first error: KeyError: 'solution'"
+    )
     assert "Traceback (most recent call last):" in warning and warning.rstrip().endswith("KeyError: 'solution'")
     assert all("'accuracy'" not in r.getMessage() for r in records)
 
@@ -73,10 +79,18 @@ def test_a_failing_reward_is_named_with_its_traceback(caplog):
 def test_a_reward_that_times_out_is_warned_about_too(caplog):
     """Only status `error` used to be warned about; a reward that always ran out of time was silent."""
     with caplog.at_level(logging.WARNING, logger="lit_rlvr.rewards.report"):
-        RewardReport([])(Logged(), scores((ScoreResult(0.0, "timeout"),), (ScoreResult(1.0),)), [{"reward": "math"}] * 2, "val/gsm8k", same)
+        RewardReport([])(
+            Logged(),
+            scores((ScoreResult(0.0, "timeout"),), (ScoreResult(1.0),)),
+            [{"reward": "math"}] * 2,
+            "val/gsm8k",
+            same,
+        )
     (record,) = [r for r in caplog.records if r.name == "lit_rlvr.rewards.report"]
-    assert record.getMessage() == ("val/gsm8k rewards (step 3, rank 0): reward 'math': 1 of 2 items failed (status error or timeout), "
-                                   "each scored 0: 2 scored: ok 1, timeout 1; first timeout: no reason given")
+    assert record.getMessage() == (
+        "val/gsm8k rewards (step 3, rank 0): reward 'math': 1 of 2 items failed (status error or timeout), "
+        "each scored 0: 2 scored: ok 1, timeout 1; first timeout: no reason given"
+    )
 
 
 def test_a_reward_that_raises_on_every_item_stops_the_run_after_max_failed_steps():
@@ -85,13 +99,20 @@ def test_a_reward_that_raises_on_every_item_stops_the_run_after_max_failed_steps
     for _ in range(2):
         report(Logged(), failing, ROWS, "train", same)
         report(Logged(), failing, ROWS, "val/set", same)  # validation neither counts nor resets
-    report(Logged(), scores((ScoreResult(1.0), raised()), (ScoreResult(0.0), ScoreResult(1.0))), ROWS, "train", same)  # resets
+    report(
+        Logged(), scores((ScoreResult(1.0), raised()), (ScoreResult(0.0), ScoreResult(1.0))), ROWS, "train", same
+    )  # resets
     for _ in range(2):
         report(Logged(), failing, ROWS, "train", same)
-    with pytest.raises(RuntimeError, match=r"reward 'format' raised on every item, on every rank, for 3 training batches in a row "
-                                           r"\(model.scoring.max_failed_steps=3\).*first error here: KeyError: 'solution'\nTraceback"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"reward 'format' raised on every item, on every rank, for 3 training batches in a row "
+        r"\(model.scoring.max_failed_steps=3\).*first error here: KeyError: 'solution'\nTraceback",
+    ):
         report(Logged(), failing, ROWS, "train", same)
-    timeouts = scores((ScoreResult(1.0), ScoreResult(0.0, "timeout")),)
+    timeouts = scores(
+        (ScoreResult(1.0), ScoreResult(0.0, "timeout")),
+    )
     never = RewardReport(["accuracy", "format"], max_failed_steps=1)
     never(Logged(), timeouts, ROWS, "train", same)  # timeouts do not count toward it
 
@@ -120,15 +141,34 @@ def test_a_fit_with_a_reward_that_always_raises_stops_with_its_name_and_tracebac
     from lit_rlvr.module import RLVRModule
     from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
 
-    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=toy_prompts(4), name="toy"), batch_size=2)
+    dm = PromptDataModule(
+        tokenizer=str(tiny_model_dir), train=DatasetSpec(files=toy_prompts(4), name="toy"), batch_size=2
+    )
     scoring = ScoringOptions(workers=0, reward_funcs=[always_raises], max_failed_steps=2)
-    module = RLVRModule(PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=2, max_new_tokens=4, seed=0), scoring=scoring)
-    trainer = Trainer(max_steps=10, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False, callbacks=[RolloutCallback(engine="hf")])  # fmt: skip
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=2, max_new_tokens=4, seed=0), scoring=scoring
+    )
+    trainer = Trainer(
+        max_steps=10,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[RolloutCallback(engine="hf")],
+    )
     with caplog.at_level(logging.WARNING, logger="lit_rlvr.rewards.report"):
-        with pytest.raises(RuntimeError, match=r"reward 'always_raises' raised on every item.*for 2 training batches in a row.*"
-                                               r"first error here: KeyError: 'solution'\nTraceback[^$]*in always_raises"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"reward 'always_raises' raised on every item.*for 2 training batches in a row.*"
+            r"first error here: KeyError: 'solution'\nTraceback[^$]*in always_raises",
+        ):
             trainer.fit(module, datamodule=dm)
-    first, second = [r.getMessage() for r in caplog.records if r.name == "lit_rlvr.rewards.report"]  # every batch of it is loud
-    assert first.startswith("train rewards (step 0, rank 0): reward 'always_raises': 4 of 4 items failed") and "in always_raises" in first
+    first, second = [
+        r.getMessage() for r in caplog.records if r.name == "lit_rlvr.rewards.report"
+    ]  # every batch of it is loud
+    assert (
+        first.startswith("train rewards (step 0, rank 0): reward 'always_raises': 4 of 4 items failed")
+        and "in always_raises" in first
+    )
     assert second.startswith("train rewards (step 1, rank 0)")  # the second batch: the run stops there

@@ -90,9 +90,14 @@ def test_pool_survives_hanging_and_dying_items(probe, toy_db):
     completions, rows = _mixed_batch(toy_db)
     expected = BatchScorer(workers=0).score(completions, rows)
     killed = ("timeout", "killed after the hard deadline of 2 s")
-    bad = {"hang": killed, "spin": killed, "die": ("error", "worker died (exit code 3)"),
-           "segv": ("error", "worker died (killed by SIGSEGV)"), "raise": ("error", "RuntimeError: probe failed"),
-           "nan": ("error", "reward nan outside [0, 1]")}  # fmt: skip
+    bad = {
+        "hang": killed,
+        "spin": killed,
+        "die": ("error", "worker died (exit code 3)"),
+        "segv": ("error", "worker died (killed by SIGSEGV)"),
+        "raise": ("error", "RuntimeError: probe failed"),
+        "nan": ("error", "reward nan outside [0, 1]"),
+    }
     for k, completion in enumerate(bad):  # interleave the misbehaving items with good ones
         position = 3 + 7 * k
         completions.insert(position, completion)
@@ -179,7 +184,11 @@ def test_malformed_gold_raises_after_the_batch(toy_db):
     [
         (["a"], [], "must pair up"),
         (["a"], [{"id": "r", "answer": "1"}], "needs 'reward' and 'answer'"),
-        (["a"], [{"id": "r", "reward": "chess", "answer": "1"}], "unknown reward .chess. in rows; valid names: .*.math."),
+        (
+            ["a"],
+            [{"id": "r", "reward": "chess", "answer": "1"}],
+            "unknown reward .chess. in rows; valid names: .*.math.",
+        ),
     ],
 )
 def test_score_validates_rows(completions, rows, match):

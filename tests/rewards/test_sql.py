@@ -131,7 +131,9 @@ def test_spider_result_eq_matches_brute_force(seed, order_matters, n_rows, n_col
     rng = random.Random(seed * 1000 + n_rows * 10 + n_cols)
     for _ in range(25):
         gold = _random_table(rng, n_rows, n_cols)
-        pred = _variant(rng, gold) if rng.random() < 0.8 else _random_table(rng, n_rows, rng.choice([n_cols, n_cols + 1]))
+        pred = (
+            _variant(rng, gold) if rng.random() < 0.8 else _random_table(rng, n_rows, rng.choice([n_cols, n_cols + 1]))
+        )
         assert spider_result_eq(gold, pred, order_matters) == _brute_spider(gold, pred, order_matters), (gold, pred)
 
 
@@ -179,7 +181,9 @@ def db_copy(request, tmp_path):
     target = tmp_path / "concert_singer.sqlite"
     if request.param == "toy":
         return _toy_db(target)
-    source = request.getfixturevalue("shared_data") / "spider_dev" / "database" / "concert_singer" / "concert_singer.sqlite"
+    source = (
+        request.getfixturevalue("shared_data") / "spider_dev" / "database" / "concert_singer" / "concert_singer.sqlite"
+    )
     shutil.copyfile(source, target)
     return target
 
@@ -216,14 +220,23 @@ def test_sql_multiset_and_distinct(db_copy):
     assert score("SELECT DISTINCT Country FROM singer") == 0.0
     assert score("SELECT DISTINCT Country FROM singer", "bird") == 1.0
     assert score("SELECT Country FROM singer WHERE 0") == 0.0
-    assert REWARDS["sql"]("SELECT Name FROM singer WHERE 0", "SELECT Age FROM singer WHERE Age > 99", db_path=str(db_copy), id="q") == 1.0
+    assert (
+        REWARDS["sql"](
+            "SELECT Name FROM singer WHERE 0", "SELECT Age FROM singer WHERE Age > 99", db_path=str(db_copy), id="q"
+        )
+        == 1.0
+    )
 
 
 def test_sql_statuses_and_errors(db_copy):
-    score = lambda pred, **kw: REWARDS["sql"].score(pred, "SELECT Name FROM singer", db_path=str(db_copy), id="q7", **kw)
+    score = lambda pred, **kw: REWARDS["sql"].score(
+        pred, "SELECT Name FROM singer", db_path=str(db_copy), id="q7", **kw
+    )
     assert score("SELECT Name FROM singer").status == "ok"
     assert score("no sql here").status == "no_answer"
-    assert score("SELECT nope FROM singer").status == "error" and score("SELECT nope FROM singer").reason.startswith("sqlite:")
+    assert score("SELECT nope FROM singer").status == "error" and score("SELECT nope FROM singer").reason.startswith(
+        "sqlite:"
+    )
     assert score("```sql\nDELETE FROM singer\n```").status == "rejected"
     with pytest.raises(ValueError, match="mode must be one of"):
         score("SELECT Name FROM singer", mode="exact")
@@ -255,7 +268,9 @@ ADVERSARIAL_SQL = [
 def test_adversarial_sql_scores_zero_within_deadline_and_leaves_db_intact(db_copy, sql):
     before = _sha256(db_copy)
     start = time.perf_counter()
-    result = REWARDS["sql"].score(f"```sql\n{sql}\n```", "SELECT Name FROM singer", db_path=str(db_copy), id="adv", timeout_s=0.5)
+    result = REWARDS["sql"].score(
+        f"```sql\n{sql}\n```", "SELECT Name FROM singer", db_path=str(db_copy), id="adv", timeout_s=0.5
+    )
     elapsed = time.perf_counter() - start
     assert result.reward == 0.0, result
     if sql in NOT_READ_ONLY:

@@ -13,7 +13,13 @@ def _spider_rows(shared_data: Path) -> tuple[list[dict], list[dict]]:
     runnable, missing = [], []
     for i, q in enumerate(json.load((base / "dev.json").open())):
         db = base / "database" / q["db_id"] / f"{q['db_id']}.sqlite"
-        row = {"id": f"spider-dev-{i}", "prompt": q["question"], "answer": q["query"], "reward": "sql", "db_path": str(db)}
+        row = {
+            "id": f"spider-dev-{i}",
+            "prompt": q["question"],
+            "answer": q["query"],
+            "reward": "sql",
+            "db_path": str(db),
+        }
         (runnable if db.exists() else missing).append(row)
     return runnable, missing
 
@@ -42,4 +48,6 @@ def test_wrong_queries_on_spider(shared_data):
     assert score("SELECT DISTINCT country FROM singer", unordered) == 0.0  # duplicates count
     assert score("SELECT DISTINCT country FROM singer", unordered, "bird") == 1.0
     assert score("SELECT count(*) FROM singer WHERE age > 40", "SELECT count(*) FROM singer WHERE age > 30") == 0.0
-    assert score("SELECT name FROM singer WHERE 0", "SELECT song_name FROM singer WHERE age > 1000") == 1.0  # both empty
+    assert (
+        score("SELECT name FROM singer WHERE 0", "SELECT song_name FROM singer WHERE age > 1000") == 1.0
+    )  # both empty

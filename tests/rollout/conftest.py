@@ -56,7 +56,14 @@ def _turns_found(rest: list[int], script: list[list[int]]) -> int:
     """How many of ``script``'s turns occur in ``rest``, in order."""
     pos, turn = 0, 0
     while turn < len(script):
-        at = next((i for i in range(pos, len(rest) - len(script[turn]) + 1) if rest[i : i + len(script[turn])] == script[turn]), None)
+        at = next(
+            (
+                i
+                for i in range(pos, len(rest) - len(script[turn]) + 1)
+                if rest[i : i + len(script[turn])] == script[turn]
+            ),
+            None,
+        )
         if at is None:
             break
         pos, turn = at + len(script[turn]), turn + 1

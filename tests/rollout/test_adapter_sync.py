@@ -75,7 +75,12 @@ def train_and_check(engine, lora, tok, steps: int = 3) -> list[float]:
     for step in range(steps + 1):
         if step:
             optimizer_step(lora, opt, tok)
-            stale = (torch.tensor(engine.probe_logprobs(*probe)) - sequence_logprob(lora.eval(), *probe)).abs().mean().item()
+            stale = (
+                (torch.tensor(engine.probe_logprobs(*probe)) - sequence_logprob(lora.eval(), *probe))
+                .abs()
+                .mean()
+                .item()
+            )
             assert stale > 10 * default_fingerprint_atol(lora), stale
         engine.update_weights(lora)
         errors.append(check_engine_is_the_policy(engine, lora, tok))
@@ -106,7 +111,9 @@ def test_colocated_adapter_sync_follows_the_trained_policy(tiny_model_dir):
         assert engine.stats().sync_bytes == base_bytes(lora) + 4 * adapter_bytes(lora)
         assert engine.llm.llm_engine.list_loras() == {4} and [p.name for p in engine._adapters.root.iterdir()] == ["v4"]
         # an adapter vLLM's loader refuses (here a rank above the engine's max_lora_rank 8) is named, not served
-        with pytest.raises(ValueError, match=r"vLLM refused the policy's LoRA adapter .*rank 16 is greater than max_lora_rank 8"):
+        with pytest.raises(
+            ValueError, match=r"vLLM refused the policy's LoRA adapter .*rank 16 is greater than max_lora_rank 8"
+        ):
             engine.update_weights(lora_policy(tiny_model_dir, r=16))
     assert not engine._adapters.root.exists()
 
@@ -119,13 +126,19 @@ def test_model_vllm_serves_no_lora_for_fails_at_start_or_syncs_merged(tmp_path):
     from lit_rlvr.demo.tiny import build_char_tokenizer
 
     tok = build_char_tokenizer()
-    config = GPT2Config(vocab_size=len(tok), n_positions=128, n_embd=64, n_layer=1, n_head=2, bos_token_id=1, eos_token_id=2)
+    config = GPT2Config(
+        vocab_size=len(tok), n_positions=128, n_embd=64, n_layer=1, n_head=2, bos_token_id=1, eos_token_id=2
+    )
     torch.manual_seed(0)
     GPT2LMHeadModel(config).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32),
-                          LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn"], init_lora_weights=False))  # fmt: skip
-    with pytest.raises(ValueError, match=r"rollout.adapter_sync=true: vLLM serves no LoRA adapters for this model .*GPT2LMHeadModel"):
+    lora = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn"], init_lora_weights=False),
+    )
+    with pytest.raises(
+        ValueError, match=r"rollout.adapter_sync=true: vLLM serves no LoRA adapters for this model .*GPT2LMHeadModel"
+    ):
         build_engine("vllm", model=lora, tokenizer=tok, adapter_sync=True, **ENGINE)
     with build_engine("vllm", model=lora, tokenizer=tok, adapter_sync="auto", **ENGINE) as engine:
         assert engine.adapter is None
@@ -156,14 +169,26 @@ def test_bucketed_sync_gives_the_streamed_sync_weights_bit_for_bit(tiny_model_di
         policies.append(policy)
     with sync_weights(policies[0]) as weights:
         chunks = [[name for name, _ in bucket] for bucket in buckets(weights, 2**20)]
-    fused = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "gate_up", "up_proj": "gate_up"}  # vLLM's layers
+    fused = {
+        "q_proj": "qkv",
+        "k_proj": "qkv",
+        "v_proj": "qkv",
+        "gate_proj": "gate_up",
+        "up_proj": "gate_up",
+    }  # vLLM's layers
 
     def vllm_layer(name: str) -> tuple[str, str | None]:
         module, proj, _ = name.rsplit(".", 2)
         return module, fused.get(proj)
 
-    split = [(a[-1], b[0]) for a, b in zip(chunks, chunks[1:]) if vllm_layer(a[-1]) == vllm_layer(b[0]) and vllm_layer(b[0])[1]]
-    assert len(chunks) >= 3 and split, chunks  # one fused vLLM layer (layer 1's gate_up) gets its weights from two files
+    split = [
+        (a[-1], b[0])
+        for a, b in zip(chunks, chunks[1:])
+        if vllm_layer(a[-1]) == vllm_layer(b[0]) and vllm_layer(b[0])[1]
+    ]
+    assert len(chunks) >= 3 and split, (
+        chunks
+    )  # one fused vLLM layer (layer 1's gate_up) gets its weights from two files
 
     with build_engine("vllm", model=policies[0], tokenizer=tok, sync_bucket_mb=1, **ENGINE) as engine:
         engine.update_weights(policies[0])  # streamed, one tensor at a time
@@ -172,8 +197,14 @@ def test_bucketed_sync_gives_the_streamed_sync_weights_bit_for_bit(tiny_model_di
         assert any(not torch.equal(streamed[n], p) for n, p in _parameters(engine).items())
         posted = []
         update = vllm_module._LLMSyncClient.update_weights
-        monkeypatch.setattr(vllm_module._LLMSyncClient, "update_weights", lambda self, info: posted.append(info["names"]) or update(self, info))
-        monkeypatch.setattr(vllm_module.VLLMEngine, "_in_process", lambda self: False)  # the multi-process executors' path
+        monkeypatch.setattr(
+            vllm_module._LLMSyncClient,
+            "update_weights",
+            lambda self, info: posted.append(info["names"]) or update(self, info),
+        )
+        monkeypatch.setattr(
+            vllm_module.VLLMEngine, "_in_process", lambda self: False
+        )  # the multi-process executors' path
         engine.update_weights(policies[0])
         bucketed = _parameters(engine)
         assert [sorted(c) for c in chunks] == posted
@@ -201,14 +232,29 @@ def _fit(tiny_model_dir, files, adapter_sync, steps: int = 3):
             self.steps[-1]["rollouts"] = batch.rollouts.completion_ids
 
     seed_everything(0)  # the adapter's initial A
-    dm = PromptDataModule(tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"), batch_size=2, seed=0)
+    dm = PromptDataModule(
+        tokenizer=str(tiny_model_dir), train=DatasetSpec(files=files, name="toy"), batch_size=2, seed=0
+    )
     policy = PolicyOptions(str(tiny_model_dir), lora=LoraOptions(r=4, alpha=8, target_modules="all-linear"))
-    module = RLVRModule(policy, sampling=SamplingParams(n=4, max_new_tokens=6, seed=0), scoring=ScoringOptions(workers=0),
-                        optimizer=lambda p: torch.optim.AdamW(p, lr=5e-2))  # fmt: skip
+    module = RLVRModule(
+        policy,
+        sampling=SamplingParams(n=4, max_new_tokens=6, seed=0),
+        scoring=ScoringOptions(workers=0),
+        optimizer=lambda p: torch.optim.AdamW(p, lr=5e-2),
+    )
     rollout = RolloutCallback(engine="vllm", engine_options=ENGINE, adapter_sync=adapter_sync)
     record = Record()
-    trainer = Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[rollout, record])  # fmt: skip
+    trainer = Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[rollout, record],
+    )
     trainer.fit(module, datamodule=dm)
     adapter = {n: p.detach().clone() for n, p in module.policy.named_parameters() if "lora_" in n}
     return record.steps, adapter, rollout
@@ -235,8 +281,16 @@ def test_vllm_server_adapter_sync_follows_the_trained_policy(tiny_model_dir, tmp
     the adapter alone through /v1/load_lora_adapter; the previous adapter is unloaded."""
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     lora = lora_policy(tiny_model_dir)
-    engine = build_engine("vllm_server", model=lora, tokenizer=tok, adapter_sync=True, log_dir=str(tmp_path),
-                          generate_timeout_s=60, sync_timeout_s=120, **ENGINE)  # fmt: skip
+    engine = build_engine(
+        "vllm_server",
+        model=lora,
+        tokenizer=tok,
+        adapter_sync=True,
+        log_dir=str(tmp_path),
+        generate_timeout_s=60,
+        sync_timeout_s=120,
+        **ENGINE,
+    )
     try:
         train_and_check(engine, lora, tok, steps=3)
         assert engine.model_name == "lit_rlvr_policy_v4"
@@ -245,7 +299,9 @@ def test_vllm_server_adapter_sync_follows_the_trained_policy(tiny_model_dir, tmp
         models = requests.get(f"{server.url}/v1/models", headers=server.headers, timeout=30).json()["data"]
         assert [m["id"] for m in models] == [engine.served_model, "lit_rlvr_policy_v4"]
         log = server.log_path.read_text()
-        assert "--enable-lora" in json.dumps(server.proc.args) and "Removed LoRA adapter: name 'lit_rlvr_policy_v3'" in log
+        assert (
+            "--enable-lora" in json.dumps(server.proc.args) and "Removed LoRA adapter: name 'lit_rlvr_policy_v3'" in log
+        )
     finally:
         engine.close()
     assert not engine._adapters.root.exists()

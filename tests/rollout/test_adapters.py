@@ -26,7 +26,13 @@ def lora_policy(seed: int = 0, **config):
     tok = build_char_tokenizer()
     base = build_tiny_llama(tok, num_layers=2, hidden_size=64, num_heads=2, intermediate_size=128, seed=seed)
     torch.manual_seed(seed)
-    settings = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"], "init_lora_weights": False, **config}
+    settings = {
+        "r": 4,
+        "lora_alpha": 8,
+        "target_modules": ["q_proj", "v_proj", "down_proj"],
+        "init_lora_weights": False,
+        **config,
+    }
     return base, get_peft_model(copy.deepcopy(base), LoraConfig(**settings))
 
 
@@ -47,7 +53,9 @@ def test_base_weights_are_the_frozen_base_not_the_merged_policy():
         merged = {k: v.clone() for k, v in weights}
     assert got.keys() == base.state_dict().keys()
     assert all(torch.equal(got[k], v) for k, v in base.state_dict().items())
-    assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"], got["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        merged["model.layers.0.self_attn.q_proj.weight"], got["model.layers.0.self_attn.q_proj.weight"]
+    )
 
 
 @needs_vllm
@@ -64,10 +72,14 @@ def test_stored_adapter_is_what_vllm_loads(tmp_path):
     assert stored.name == "lit_rlvr_policy_v3" and stored.version == 3
     helper = PEFTHelper.from_local_dir(str(stored.path), max_position_embeddings=512)
     assert (helper.r, helper.vllm_lora_scaling_factor) == (4, 2.0)
-    loaded = LoRAModel.from_local_checkpoint(str(stored.path), {"q_proj", "v_proj", "down_proj"}, helper, lora_model_id=3, device="cpu")
+    loaded = LoRAModel.from_local_checkpoint(
+        str(stored.path), {"q_proj", "v_proj", "down_proj"}, helper, lora_model_id=3, device="cpu"
+    )
     layer = loaded.get_lora("model.layers.1.mlp.down_proj")
     peft_layer = lora.base_model.model.model.layers[1].mlp.down_proj
-    assert torch.equal(layer.lora_a, peft_layer.lora_A["default"].weight) and torch.equal(layer.lora_b, peft_layer.lora_B["default"].weight)
+    assert torch.equal(layer.lora_a, peft_layer.lora_A["default"].weight) and torch.equal(
+        layer.lora_b, peft_layer.lora_B["default"].weight
+    )
     ref = sum(t.numel() * t.element_size() for t in get_peft_model_state_dict(lora).values())
     assert stored.nbytes == ref
     assert store.write(lora, version=4, write=False) is None and sorted(p.name for p in store.root.iterdir()) == ["v3"]

@@ -19,7 +19,9 @@ def test_finished_rows_are_dropped_before_an_eighth_of_the_batch_is_dead():
     mask = (torch.arange(Lp) >= Lp - torch.tensor([len(r) for r in rows])[:, None]).long()
     fed: list[int] = []  # rows of every decode forward (one new token each)
     hook = model.model.register_forward_pre_hook(
-        lambda mod, a, kw: fed.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None, with_kwargs=True)  # fmt: skip
+        lambda mod, a, kw: fed.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None,
+        with_kwargs=True,
+    )
     torch.manual_seed(0)
     tokens, _, _ = hf.decode_fast(model, ids, mask, SamplingParams(max_new_tokens=40), eos, tok.pad_token_id, tok)
     hook.remove()

@@ -12,7 +12,15 @@ from torch import nn
 
 from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
 from lit_rlvr.policy import sequence_logprob
-from lit_rlvr.rollout import HFEngine, WeightSyncError, build_engine, check_fingerprint, logprob_drift, probe_sequence, run_with_timeout
+from lit_rlvr.rollout import (
+    HFEngine,
+    WeightSyncError,
+    build_engine,
+    check_fingerprint,
+    logprob_drift,
+    probe_sequence,
+    run_with_timeout,
+)
 from lit_rlvr.rollout import engine as engine_mod
 
 
@@ -67,7 +75,9 @@ def tiny():
     return tok, build_tiny_llama(tok, num_layers=1, seed=0)
 
 
-@pytest.mark.parametrize(("shift", "atol", "fails"), [(0.0, 1e-6, False), (5e-4, 1e-3, False), (2e-3, 1e-3, True), (float("nan"), 1.0, True)])
+@pytest.mark.parametrize(
+    ("shift", "atol", "fails"), [(0.0, 1e-6, False), (5e-4, 1e-3, False), (2e-3, 1e-3, True), (float("nan"), 1.0, True)]
+)
 def test_check_fingerprint_threshold(tiny, shift, atol, fails):
     tok, model = tiny
     probe = probe_sequence(len(tok))
@@ -140,7 +150,9 @@ def test_engine_rejects_bad_timeouts(tiny, value):
 def test_build_engine_hf_and_errors(tiny):
     tok, model = tiny
     assert isinstance(build_engine("hf", model=model, tokenizer=tok), HFEngine)
-    with pytest.raises(ValueError, match=r"engine: unknown rollout engine 'trt'; valid names: \['auto', 'hf', 'vllm', 'vllm_server'\]"):
+    with pytest.raises(
+        ValueError, match=r"engine: unknown rollout engine 'trt'; valid names: \['auto', 'hf', 'vllm', 'vllm_server'\]"
+    ):
         build_engine("trt", model=model, tokenizer=tok)
     with pytest.raises(ValueError, match="needs the live policy model and its tokenizer"):
         build_engine("hf", model=model)

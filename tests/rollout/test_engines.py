@@ -32,7 +32,9 @@ from lit_rlvr.rollout.hf import process_logits
 HAS_VLLM_SPEC = importlib.util.find_spec("vllm") is not None
 ENGINE_KINDS = [
     "hf",
-    pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.skipif(not HAS_VLLM_SPEC, reason="vllm is not installed")]),
+    pytest.param(
+        "vllm", marks=[pytest.mark.slow, pytest.mark.skipif(not HAS_VLLM_SPEC, reason="vllm is not installed")]
+    ),
 ]
 TIMEOUT = 180  # seconds per test, including the module's engine start for the first one
 WALL: dict[str, float] = {}
@@ -44,7 +46,9 @@ def engine(request, tiny_model_dir):
     t0 = time.perf_counter()
     set_num_threads = torch.set_num_threads
     if kind == "hf":
-        eng = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir))
+        eng = HFEngine(
+            AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
+        )
     else:
         if not vllm_available():
             pytest.skip("vllm is installed but `import vllm` fails")
@@ -89,7 +93,9 @@ def prompts(tok, texts=("12+3=", "7", "abc:")):
 def trainer_logprobs(policy, rollouts, pad_id, temperature):
     pad = rollouts.to_padded(pad_id)
     with torch.no_grad():
-        lp, _ = completion_logprobs(policy, pad["input_ids"], pad["attention_mask"], pad["response_mask"].shape[1], temperature)
+        lp, _ = completion_logprobs(
+            policy, pad["input_ids"], pad["attention_mask"], pad["response_mask"].shape[1], temperature
+        )
     return pad, lp
 
 
@@ -101,13 +107,18 @@ def test_engine_follows_protocol(engine):
     if isinstance(engine, VLLMEngine):
         assert engine.enable_sleep_mode is False  # CPU: sleep mode refused politely
         # the context prompts are checked against at set-up: vLLM's own, not the model's 512 positions
-        assert context_length(engine, None) == (256, "vLLM's max_model_len: rollout.init_args.engine_options.max_model_len")
+        assert context_length(engine, None) == (
+            256,
+            "vLLM's max_model_len: rollout.init_args.engine_options.max_model_len",
+        )
     else:
         assert context_length(engine, engine.model) == (512, "the policy's max_position_embeddings (its config.json)")
 
 
 @pytest.mark.timeout(TIMEOUT)
-@pytest.mark.parametrize(("texts", "n", "max_new_tokens"), [(("12+3=",), 1, 1), (("12+3=", "7", "abc:"), 4, 10), (("x",) * 2, 3, 33)])
+@pytest.mark.parametrize(
+    ("texts", "n", "max_new_tokens"), [(("12+3=",), 1, 1), (("12+3=", "7", "abc:"), 4, 10), (("x",) * 2, 3, 33)]
+)
 def test_generate_shapes_groups_and_finish_reasons(engine, tok, texts, n, max_new_tokens):
     ps = prompts(tok, texts)
     r = engine.generate(ps, SamplingParams(n=n, max_new_tokens=max_new_tokens, seed=0))
@@ -158,7 +169,9 @@ def test_sampler_logprobs_equal_trainer_logprobs(engine, policy, tok, temperatur
 def test_sampler_logprobs_are_of_the_truncated_distribution(engine, policy, tok, temperature, top_k, top_p):
     """Reference: log_softmax of the policy's logits after temperature, top-k, top-p (brute force per row)."""
     engine.update_weights(policy)
-    r = engine.generate(prompts(tok), SamplingParams(n=3, temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=12, seed=3))
+    r = engine.generate(
+        prompts(tok), SamplingParams(n=3, temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=12, seed=3)
+    )
     for b, (ids, lps) in enumerate(zip(r.completion_ids, r.sampler_logprobs)):
         prompt = r.prompt_ids[b // r.n]
         full = torch.tensor([prompt + ids])

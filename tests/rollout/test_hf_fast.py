@@ -85,7 +85,9 @@ def test_stop_strings_end_the_row_and_cut_the_text(model, tok, prompts):
     for ids, reason, text, stopped in zip(out.completion_ids, out.finish_reasons, out.texts, by_string):
         full = tok.decode(ids, skip_special_tokens=True)
         if stopped:  # the stop string completes with the last token, not before
-            assert any(s in full for s in params.stop) and not any(s in tok.decode(ids[:-1], skip_special_tokens=True) for s in params.stop)
+            assert any(s in full for s in params.stop) and not any(
+                s in tok.decode(ids[:-1], skip_special_tokens=True) for s in params.stop
+            )
             assert text.endswith(tuple(params.stop))
         elif reason == "length":
             assert len(ids) == params.max_new_tokens and not any(s in full for s in params.stop)
@@ -147,7 +149,11 @@ def test_same_seed_same_rollouts_and_caller_rng_untouched(model, tok, prompts):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "params",
-    [CASES["stop_strings"], SamplingParams(n=4, temperature=0.5, top_k=10, max_new_tokens=24, seed=2), SamplingParams(n=6, max_new_tokens=24, seed=0)],
+    [
+        CASES["stop_strings"],
+        SamplingParams(n=4, temperature=0.5, top_k=10, max_new_tokens=24, seed=2),
+        SamplingParams(n=6, max_new_tokens=24, seed=0),
+    ],
 )
 def test_keeping_finished_rows_changes_nothing(tok, params):
     """Dropping finished rows from the batch and KV cache gives what keeping them (padded) gives."""
@@ -175,6 +181,7 @@ def test_sharded_world_uses_generate(model, tok, prompts, monkeypatch):
     monkeypatch.setattr(hf, "_sharded_world", lambda: True)
     synced = []
     real_generate = type(model).generate
+
     def generate(self, **kw):  # records the flag; one process cannot run the collectives themselves
         synced.append(kw.pop("synced_gpus"))
         return real_generate(self, **kw)
@@ -202,7 +209,9 @@ def test_unknown_decode_mode_is_refused(model, tok):
 def test_lora_policy_fast_equals_generate(tok, prompts):
     peft = pytest.importorskip("peft")
     base = build_tiny_llama(tok, num_layers=2, seed=2)
-    model = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)).eval()
+    model = peft.get_peft_model(
+        base, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    ).eval()
     fast, gen = engines(model, tok)
     assert fast.fast
     params = SamplingParams(n=3, max_new_tokens=16, seed=1)

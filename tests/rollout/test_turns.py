@@ -15,10 +15,15 @@ from lit_rlvr.envs import EnvironmentBase, EnvSpec, Step, resolve_environment
 from lit_rlvr.rollout.turns import TurnLoop, TurnOptions
 from lit_rlvr.rollout.types import SamplingParams
 
-
 ENGINE_KINDS = [
     "hf",
-    pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")]),
+    pytest.param(
+        "vllm",
+        marks=[
+            pytest.mark.slow,
+            pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
+        ],
+    ),
 ]
 
 
@@ -28,11 +33,15 @@ def real_engine(request, tiny_model_dir):
     from lit_rlvr.rollout import HFEngine, VLLMEngine, vllm_available
 
     if request.param == "hf":
-        engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir))
+        engine = HFEngine(
+            AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
+        )
     else:
         if not vllm_available():
             pytest.skip("vllm is installed but `import vllm` fails")
-        engine = VLLMEngine(tiny_model_dir, dtype="float32", max_model_len=256, kv_cache_memory_bytes=32 * 2**20, enforce_eager=True)
+        engine = VLLMEngine(
+            tiny_model_dir, dtype="float32", max_model_len=256, kv_cache_memory_bytes=32 * 2**20, enforce_eager=True
+        )
     yield engine
     engine.close()
 
@@ -74,38 +83,65 @@ def char_ids(tok, text):
     return [i for ch in text for i in tok(ch, add_special_tokens=False).input_ids]
 
 
-def test_trained_ids_are_the_engines_plus_the_environments_even_where_retokenizing_would_change_them(chat_model_dir, scripted):
+def test_trained_ids_are_the_engines_plus_the_environments_even_where_retokenizing_would_change_them(
+    chat_model_dir, scripted
+):
     tok = AutoTokenizer.from_pretrained(chat_model_dir)
-    prompt = tok.apply_chat_template([{"role": "user", "content": "How many singers?"}], add_generation_prompt=True, tokenize=True, return_dict=False)
-    turns = [[char_ids(tok, "<sql>SELECT count(*) FROM singer</sql>"), char_ids(tok, "<solution>SELECT 6</solution>") + [tok.eos_token_id]],
-             [char_ids(tok, "<solution>SELECT 5</solution>") + [tok.eos_token_id]]]  # fmt: skip
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "How many singers?"}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    turns = [
+        [
+            char_ids(tok, "<sql>SELECT count(*) FROM singer</sql>"),
+            char_ids(tok, "<solution>SELECT 6</solution>") + [tok.eos_token_id],
+        ],
+        [char_ids(tok, "<solution>SELECT 5</solution>") + [tok.eos_token_id]],
+    ]
     for text_turns in turns:
-        assert text_turns[0] != tok(tok.decode(text_turns[0]), add_special_tokens=False).input_ids  # re-encoding would change them
+        assert (
+            text_turns[0] != tok(tok.decode(text_turns[0]), add_special_tokens=False).input_ids
+        )  # re-encoding would change them
     engine = scripted(tok, {tuple(prompt): turns})
     obs = "\n<observation>6</observation>\n"
     loop = TurnLoop(tok, TurnOptions(max_turns=4))
-    out = loop.generate(engine, [prompt], [{"id": "q"}], SamplingParams(n=2, max_new_tokens=64, seed=0),
-                        spec(lambda: Scripted([obs], stop=("</sql>", "</solution>"))))  # fmt: skip
+    out = loop.generate(
+        engine,
+        [prompt],
+        [{"id": "q"}],
+        SamplingParams(n=2, max_new_tokens=64, seed=0),
+        spec(lambda: Scripted([obs], stop=("</sql>", "</solution>"))),
+    )
     obs_ids = tok(obs, add_special_tokens=False).input_ids
     assert out.completion_ids[0] == turns[0][0] + obs_ids + turns[0][1]
     assert out.loss_mask[0] == [1] * len(turns[0][0]) + [0] * len(obs_ids) + [1] * len(turns[0][1])
     engine_lp = [-0.5 - 0.01 * j for j in range(len(turns[0][0]))]
     assert out.sampler_logprobs[0][: len(turns[0][0]) + len(obs_ids)] == engine_lp + [0.0] * len(obs_ids)
-    assert out.completion_ids[1] == turns[1][0] + obs_ids + []  # the second script has one turn: the env's answer, then an empty turn
+    assert (
+        out.completion_ids[1] == turns[1][0] + obs_ids + []
+    )  # the second script has one turn: the env's answer, then an empty turn
     assert [e.status for e in out.episodes] == ["done", "done"] and out.episodes[0].turns == 2
     assert out.episodes[0].tool_calls == (f"call1:{tok.decode(turns[0][0], skip_special_tokens=True)}",)
-    assert engine.calls[0][1].stop == ("</sql>", "</solution>") and engine.calls[0][1].n == 2  # the first turn: one grouped call
+    assert (
+        engine.calls[0][1].stop == ("</sql>", "</solution>") and engine.calls[0][1].n == 2
+    )  # the first turn: one grouped call
     assert [len(c[0]) for c in engine.calls] == [1, 2] and {c[1].n for c in engine.calls[1:]} == {1}
 
 
 def test_chat_observations_close_the_models_turn_and_open_the_next(chat_model_dir, scripted):
     tok = AutoTokenizer.from_pretrained(chat_model_dir)
-    prompt = tok.apply_chat_template([{"role": "user", "content": "Copy the number."}], add_generation_prompt=True, tokenize=True, return_dict=False)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Copy the number."}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     ended = tok("<sql>SELECT 1</sql>", add_special_tokens=False).input_ids  # ended at a stop string, not at <|im_end|>
     closed = tok("Number: 7", add_special_tokens=False).input_ids + [tok.eos_token_id]
     engine = scripted(tok, {tuple(prompt): [[ended, closed], [closed, ended]]})
-    out = TurnLoop(tok, TurnOptions(max_turns=2)).generate(engine, [prompt], [{"id": "q"}], SamplingParams(n=2, max_new_tokens=32),
-                                                          spec(lambda: Scripted([[{"role": "user", "content": "1 row"}]])))  # fmt: skip
+    out = TurnLoop(tok, TurnOptions(max_turns=2)).generate(
+        engine,
+        [prompt],
+        [{"id": "q"}],
+        SamplingParams(n=2, max_new_tokens=32),
+        spec(lambda: Scripted([[{"role": "user", "content": "1 row"}]])),
+    )
     env_a = [t for m, t in split_runs(out.completion_ids[0], out.loss_mask[0]) if not m][0]
     env_b = [t for m, t in split_runs(out.completion_ids[1], out.loss_mask[1]) if not m][0]
     assert tok.decode(env_a) == "<|im_end|>\n<|im_start|>user\n1 row<|im_end|>\n<|im_start|>assistant\n"
@@ -119,7 +155,9 @@ def test_max_turns_one_without_environment_text_is_the_single_turn_rollout_bit_f
     prompts = [tok("C375=026:").input_ids, tok("C12=3:").input_ids]
     params = SamplingParams(n=3, max_new_tokens=7, temperature=1.0, seed=11)
     single = engine.generate(prompts, params)
-    multi = TurnLoop(tok, TurnOptions(max_turns=1)).generate(engine, prompts, [{"id": "a"}, {"id": "b"}], params, spec(lambda: Scripted(["x"])))
+    multi = TurnLoop(tok, TurnOptions(max_turns=1)).generate(
+        engine, prompts, [{"id": "a"}, {"id": "b"}], params, spec(lambda: Scripted(["x"]))
+    )
     assert multi.completion_ids == single.completion_ids and multi.sampler_logprobs == single.sampler_logprobs
     assert multi.finish_reasons == single.finish_reasons and multi.texts == single.texts
     a, b = single.to_padded(tok.pad_token_id), multi.to_padded(tok.pad_token_id)
@@ -146,19 +184,29 @@ def test_a_hung_or_crashing_environment_costs_only_its_trajectory(tiny_model_dir
 
     prompts = [tok(p).input_ids for p in ("A1:", "B2:", "C3:", "D4:")]
     engine = scripted(tok, {tuple(p): [[tok("12?").input_ids, tok("3;").input_ids]] for p in prompts})
-    specs = [spec(lambda: Hangs(["ok"])), spec(lambda: Crashes(["ok"])), spec(lambda: Scripted(["ok"])), spec(lambda: BadReset(["ok"]))]
+    specs = [
+        spec(lambda: Hangs(["ok"])),
+        spec(lambda: Crashes(["ok"])),
+        spec(lambda: Scripted(["ok"])),
+        spec(lambda: BadReset(["ok"])),
+    ]
     t0 = time.perf_counter()
     try:
         out = TurnLoop(tok, TurnOptions(max_turns=3, step_timeout_s=0.5)).generate(
-            engine, prompts, [{"id": str(i)} for i in range(4)], SamplingParams(n=1, max_new_tokens=8), specs)
+            engine, prompts, [{"id": str(i)} for i in range(4)], SamplingParams(n=1, max_new_tokens=8), specs
+        )
     finally:
         release.set()
     assert time.perf_counter() - t0 < 10
     statuses = [(e.status, e.reward) for e in out.episodes]
     assert statuses == [("env_timeout", 0.0), ("env_error", 0.0), ("done", 1.0), ("env_error", 0.0)]
     assert "did not return within 0.5 s (model.environment.step_timeout_s)" in out.episodes[0].reason
-    assert out.episodes[1].reason == "RuntimeError: the database is gone" and out.episodes[3].reason == "KeyError: 'db_id'"
-    assert set(out.loss_mask[0]) == set(out.loss_mask[1]) == {0} and out.completion_ids[3] == [] and 1 in out.loss_mask[2]
+    assert (
+        out.episodes[1].reason == "RuntimeError: the database is gone" and out.episodes[3].reason == "KeyError: 'db_id'"
+    )
+    assert (
+        set(out.loss_mask[0]) == set(out.loss_mask[1]) == {0} and out.completion_ids[3] == [] and 1 in out.loss_mask[2]
+    )
     assert out.completion_ids[2] == tok("12?").input_ids + tok("ok").input_ids + tok("3;").input_ids
 
 
@@ -171,11 +219,17 @@ def test_budgets_turn_caps_observation_cuts_and_the_context(tiny_model_dir, scri
     params = SamplingParams(n=1, max_new_tokens=4)
 
     def run(context=None, **options):
-        return TurnLoop(tok, TurnOptions(**options), context=context).generate(engine, [prompt], [{"id": "p"}], params, env)
+        return TurnLoop(tok, TurnOptions(**options), context=context).generate(
+            engine, [prompt], [{"id": "p"}], params, env
+        )
 
     capped = run(max_turns=2, max_observation_chars=20, max_total_tokens=100)
     runs = split_runs(capped.completion_ids[0], capped.loss_mask[0])
-    assert [len(r[1]) for r in runs] == [4, len(tok("=" * 20 + "…(30 more characters)").input_ids), 4]  # turn cap: sampling.max_new_tokens
+    assert [len(r[1]) for r in runs] == [
+        4,
+        len(tok("=" * 20 + "…(30 more characters)").input_ids),
+        4,
+    ]  # turn cap: sampling.max_new_tokens
     assert capped.episodes[0].status == "max_turns" and capped.finish_reasons[0] == "length"
     per_turn = run(max_turns=3, max_turn_tokens=6, max_total_tokens=200)
     assert [len(r[1]) for r in split_runs(per_turn.completion_ids[0], per_turn.loss_mask[0]) if r[0]] == [6, 6, 6]
@@ -215,12 +269,15 @@ def test_countdown_trajectories_are_engine_and_environment_tokens_turn_by_turn(r
 def countdown_rollouts(engine, tok):
     rows = [{"id": "c1", "digits": "375", "answer": "26"}, {"id": "c2", "digits": "129", "answer": "11"}]
     prompts = [tok("C375=026:").input_ids, tok("C129=011:").input_ids]
-    return TurnLoop(tok, TurnOptions(max_turns=3)).generate(engine, prompts, rows, SamplingParams(n=4, max_new_tokens=6, seed=1),
-                                                            resolve_environment("countdown"))  # fmt: skip
+    return TurnLoop(tok, TurnOptions(max_turns=3)).generate(
+        engine, prompts, rows, SamplingParams(n=4, max_new_tokens=6, seed=1), resolve_environment("countdown")
+    )
 
 
 def check_countdown(out, tok, returned):
-    model_runs = [ids for c, m in zip(out.completion_ids, out.loss_mask) for is_model, ids in split_runs(c, m) if is_model]
+    model_runs = [
+        ids for c, m in zip(out.completion_ids, out.loss_mask) for is_model, ids in split_runs(c, m) if is_model
+    ]
     assert sorted(map(tuple, model_runs)) == sorted(tuple(r) for r in returned if r)
     for c, m, e in zip(out.completion_ids, out.loss_mask, out.episodes):
         runs = split_runs(c, m)
@@ -233,10 +290,20 @@ def check_countdown(out, tok, returned):
 def test_rollouts_check_the_mask_and_pad_it_and_options_check_themselves():
     from lit_rlvr.rollout.types import Episode, Rollouts
 
-    r = Rollouts([[5, 6]], [[1, 2, 3], [4]], [[-1.0, 0.0, -2.0], [-1.0]], ["stop", "stop"], n=2, loss_mask=[[1, 0, 1], [1]],
-                 episodes=[Episode(1.0, "done"), Episode(None, "max_turns")])  # fmt: skip
+    r = Rollouts(
+        [[5, 6]],
+        [[1, 2, 3], [4]],
+        [[-1.0, 0.0, -2.0], [-1.0]],
+        ["stop", "stop"],
+        n=2,
+        loss_mask=[[1, 0, 1], [1]],
+        episodes=[Episode(1.0, "done"), Episode(None, "max_turns")],
+    )
     padded = r.to_padded(0)
-    assert padded["loss_mask"].tolist() == [[1, 0, 1], [1, 0, 0]] and padded["response_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert padded["loss_mask"].tolist() == [[1, 0, 1], [1, 0, 0]] and padded["response_mask"].tolist() == [
+        [1, 1, 1],
+        [1, 0, 0],
+    ]
     assert "loss_mask" not in Rollouts([[5]], [[1]], [[0.0]], ["stop"], n=1).to_padded(0)  # single-turn: unchanged
     with pytest.raises(ValueError, match="Rollouts.loss_mask: expected one 0/1 per completion token"):
         Rollouts([[5]], [[1, 2]], [[0.0, 0.0]], ["stop"], n=1, loss_mask=[[1]])
@@ -244,8 +311,12 @@ def test_rollouts_check_the_mask_and_pad_it_and_options_check_themselves():
         Rollouts([[5]], [[1]], [[0.0]], ["stop"], n=1, episodes=[])
     with pytest.raises(ValueError, match="Episode.status must be one of"):
         Episode(0.0, "finished")
-    for bad, message in (({"max_turns": 0}, "model.environment.max_turns must be >= 1, got 0"), ({"max_total_tokens": 0}, "model.environment.max_total_tokens"),
-                         ({"step_timeout_s": 0}, "model.environment.step_timeout_s must be > 0"), ({"max_observation_chars": 3}, "max_observation_chars")):
+    for bad, message in (
+        ({"max_turns": 0}, "model.environment.max_turns must be >= 1, got 0"),
+        ({"max_total_tokens": 0}, "model.environment.max_total_tokens"),
+        ({"step_timeout_s": 0}, "model.environment.step_timeout_s must be > 0"),
+        ({"max_observation_chars": 3}, "max_observation_chars"),
+    ):
         with pytest.raises(ValueError, match=message):
             TurnOptions(**bad)
 
@@ -258,17 +329,24 @@ def test_the_environment_group_resolves_each_rows_environment_and_checks_itself(
 
     env = EnvironmentOptions("countdown", options={"calculator": {"reward": "math"}}, max_turns=2)
     specs = env.specs([{"id": "a"}, {"id": "b", "environment": "calculator"}, {"id": "c"}])
-    assert [s.identity for s in specs] == ["countdown@1", "calculator@1", "countdown@1"] and specs[0] is specs[2]  # resolved once
+    assert [s.identity for s in specs] == ["countdown@1", "calculator@1", "countdown@1"] and specs[0] is specs[
+        2
+    ]  # resolved once
     assert specs[1].options == {"reward": "math"}
     assert env.identity([{"id": "a"}, {"id": "b", "environment": "calculator"}]) == {
         "environments": ["calculator@1", "countdown@1"],
-        "turns": {"max_turns": 2, "max_turn_tokens": None, "max_total_tokens": None, "max_observation_chars": 4000}}  # fmt: skip
+        "turns": {"max_turns": 2, "max_turn_tokens": None, "max_total_tokens": None, "max_observation_chars": 4000},
+    }
     again = pickle.loads(pickle.dumps(env))  # a checkpoint's hyper-parameters, a spawned rank
     assert again == env and again.specs([{"id": "a"}])[0].identity == "countdown@1"
     assert EnvironmentOptions(**{"name": "countdown", "max_turns": 4}).turns == TurnOptions(max_turns=4)  # plain data
-    with pytest.raises(ValueError, match=r"model.environment.name: unknown environment 'countdwn'; valid names: \[.*'countdown'"):
+    with pytest.raises(
+        ValueError, match=r"model.environment.name: unknown environment 'countdwn'; valid names: \[.*'countdown'"
+    ):
         EnvironmentOptions("countdwn")
-    with pytest.raises(ValueError, match=r"model.environment.options: unknown option\(s\) \['rows'\] of environment 'sql'"):
+    with pytest.raises(
+        ValueError, match=r"model.environment.options: unknown option\(s\) \['rows'\] of environment 'sql'"
+    ):
         EnvironmentOptions(None, options={"sql": {"rows": 3}})
     with pytest.raises(ValueError, match="row 'x' has no 'environment' field and model.environment.name is null"):
         EnvironmentOptions(None).specs([{"id": "x"}])

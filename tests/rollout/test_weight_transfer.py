@@ -40,5 +40,13 @@ def test_chunks_of_at_most_chunk_bytes_go_into_a_private_folder_that_is_removed_
     sender = FileTrainerWeightTransferEngine.trainer_init(init, client=client, source=list(weights.items()))
     sender.send_weights()
     start, (folder, mode, names, posted), (folder2, _, names2, _), finish = client.calls[1:]
-    assert (start, finish, mode, folder, names, posted, names2) == ("start", "finish", 0o700, folder2, ["a", "b"], ["a", "b"], ["c"])
+    assert (start, finish, mode, folder, names, posted, names2) == (
+        "start",
+        "finish",
+        0o700,
+        folder2,
+        ["a", "b"],
+        ["a", "b"],
+        ["c"],
+    )
     assert folder.parent == tmp_path and list(tmp_path.iterdir()) == []  # nothing left of the sync

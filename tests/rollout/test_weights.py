@@ -21,7 +21,9 @@ def tok():
 def lora_model(tok, targets=("q_proj", "v_proj", "down_proj"), modules_to_save=None, seed=0):
     base = build_tiny_llama(tok, num_layers=2, hidden_size=64, num_heads=2, intermediate_size=128, seed=seed)
     torch.manual_seed(seed)
-    cfg = LoraConfig(r=4, lora_alpha=16, target_modules=list(targets), init_lora_weights=False, modules_to_save=modules_to_save)
+    cfg = LoraConfig(
+        r=4, lora_alpha=16, target_modules=list(targets), init_lora_weights=False, modules_to_save=modules_to_save
+    )
     return base, get_peft_model(copy.deepcopy(base), cfg)
 
 

@@ -37,7 +37,9 @@ def weights_digest(module) -> str:
     digest = hashlib.sha256()
     for name, tensor in sorted(module.state_dict().items()):
         digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(dtype=__import__("torch").uint8).numpy().tobytes())
+        digest.update(
+            tensor.detach().cpu().contiguous().view(-1).view(dtype=__import__("torch").uint8).numpy().tobytes()
+        )
     return digest.hexdigest()
 
 
@@ -58,11 +60,17 @@ class BatchRecorder(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        self._write({
-            "step": trainer.global_step, "position": list(batch.position), "prompt_ids": batch.prompt_ids,
-            "completions": batch.rollouts.completion_ids, "logprobs": batch.rollouts.sampler_logprobs,
-            "loss": float(loss), "anchors": 0 if batch.anchor is None else len(batch.anchor.rewards),
-        })  # fmt: skip
+        self._write(
+            {
+                "step": trainer.global_step,
+                "position": list(batch.position),
+                "prompt_ids": batch.prompt_ids,
+                "completions": batch.rollouts.completion_ids,
+                "logprobs": batch.rollouts.sampler_logprobs,
+                "loss": float(loss),
+                "anchors": 0 if batch.anchor is None else len(batch.anchor.rewards),
+            }
+        )
 
     def on_fit_end(self, trainer, pl_module):
         self._write({"weights": weights_digest(pl_module.policy)})

@@ -1,6 +1,6 @@
 """A few RLVRModule steps with live HF rollouts under FSDP2 on 2 CPU processes.
 
-    python fsdp2_fit.py MODEL_DIR PROMPTS_JSONL OUT_JSON
+python fsdp2_fit.py MODEL_DIR PROMPTS_JSONL OUT_JSON
 """
 
 from __future__ import annotations
@@ -28,15 +28,34 @@ def main(model_dir: str, prompts: str, out: str) -> None:
     torch.set_num_threads(1)
     REWARDS.register("test_contains_seven")(contains_seven)
     dm = PromptDataModule(tokenizer=model_dir, train=DatasetSpec(files=prompts, name="toy"), batch_size=2, seed=0)
-    module = RLVRModule(PolicyOptions(model_dir), sampling=SamplingParams(n=4, max_new_tokens=6, seed=0), scoring=ScoringOptions(workers=0), max_grad_norm=None)  # default: fused AdamW
-    trainer = Trainer(max_steps=2, accelerator="cpu", devices=2, logger=False, enable_checkpointing=False,
-                      strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1),
-                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                      callbacks=[RolloutCallback(engine="hf")])
+    module = RLVRModule(
+        PolicyOptions(model_dir),
+        sampling=SamplingParams(n=4, max_new_tokens=6, seed=0),
+        scoring=ScoringOptions(workers=0),
+        max_grad_norm=None,
+    )  # default: fused AdamW
+    trainer = Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        devices=2,
+        logger=False,
+        enable_checkpointing=False,
+        strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[RolloutCallback(engine="hf")],
+    )
     trainer.fit(module, datamodule=dm)
     with open(f"{out}.rank{trainer.global_rank}", "w") as f:
-        json.dump({"steps": trainer.global_step, "loss": float(trainer.callback_metrics["train/loss"]),
-                   "fused": trainer.optimizers[0].defaults["fused"]}, f)  # fmt: skip
+        json.dump(
+            {
+                "steps": trainer.global_step,
+                "loss": float(trainer.callback_metrics["train/loss"]),
+                "fused": trainer.optimizers[0].defaults["fused"],
+            },
+            f,
+        )
 
 
 if __name__ == "__main__":

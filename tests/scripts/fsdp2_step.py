@@ -16,8 +16,8 @@ from lightning import Callback, Trainer
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.utils.data import DataLoader
 
-from lit_rlvr.module import RLVRModule
 from lit_rlvr.contracts import TrainBatch
+from lit_rlvr.module import RLVRModule
 from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
 from lit_rlvr.rewards import REWARDS
 from lit_rlvr.rollout.types import Rollouts
@@ -50,12 +50,27 @@ def fixed_batch(tokenizer) -> TrainBatch:
 def main(model_dir: str, out: str, devices: int) -> None:
     torch.set_num_threads(1)
     REWARDS.register("seven")(contains_seven)
-    module = RLVRModule(PolicyOptions(model_dir), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=lambda p: torch.optim.SGD(p, lr=0.5))
+    module = RLVRModule(
+        PolicyOptions(model_dir),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        scoring=ScoringOptions(workers=0),
+        max_grad_norm=None,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.5),
+    )
     strategy = ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1) if devices > 1 else "auto"
     record = RecordLoss()
-    trainer = Trainer(max_steps=1, accelerator="cpu", devices=devices, strategy=strategy, logger=False,
-                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                      num_sanity_val_steps=0, callbacks=[record])
+    trainer = Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        devices=devices,
+        strategy=strategy,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[record],
+    )
     loader = DataLoader([fixed_batch(module.tokenizer)], batch_size=None, collate_fn=lambda b: b)
     trainer.fit(module, train_dataloaders=loader)
     params = {}

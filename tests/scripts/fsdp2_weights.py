@@ -37,7 +37,9 @@ STREAMS = {  # name -> (model, the stream as a context manager)
 
 
 def build(kind: str):
-    base = build_tiny_llama(build_char_tokenizer(), num_layers=2, hidden_size=64, num_heads=2, intermediate_size=128, seed=0)
+    base = build_tiny_llama(
+        build_char_tokenizer(), num_layers=2, hidden_size=64, num_heads=2, intermediate_size=128, seed=0
+    )
     if kind == "plain":
         return base, base
     torch.manual_seed(0)
@@ -65,7 +67,14 @@ def check(stream: str, mesh) -> dict:
             del tensor
     names = len(seen)
     moved = max((v.to_local() - shards[k]).abs().max().item() for k, v in model.state_dict().items())
-    return {"err": err, "plain": plain, "max_alive": alive, "tensors": names, "expected": len(reference), "shard_moved": moved}
+    return {
+        "err": err,
+        "plain": plain,
+        "max_alive": alive,
+        "tensors": names,
+        "expected": len(reference),
+        "shard_moved": moved,
+    }
 
 
 def main(out: str) -> None:

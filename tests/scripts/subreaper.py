@@ -21,7 +21,9 @@ PR_SET_CHILD_SUBREAPER = 36
 def main(out: str, command: list[str]) -> int:
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
-    main_pid = os.posix_spawnp(command[0], command, os.environ, setpgroup=0)  # a group of its own: os.killpg(main_pid, …)
+    main_pid = os.posix_spawnp(
+        command[0], command, os.environ, setpgroup=0
+    )  # a group of its own: os.killpg(main_pid, …)
     exits: dict[int, int] = {}
     while True:
         try:

@@ -39,7 +39,9 @@ class PromptKeyedEngine(EngineBase):
     def _generate(self, prompt_ids, params) -> Rollouts:
         texts = [ANSWERS[(sum(p) * 7 + 3 * j + len(p)) % len(ANSWERS)] for p in prompt_ids for j in range(params.n)]
         ids = [self.tokenizer(t).input_ids for t in texts]
-        return Rollouts([list(p) for p in prompt_ids], ids, [[-1.0] * len(c) for c in ids], ["stop"] * len(ids), params.n, texts)
+        return Rollouts(
+            [list(p) for p in prompt_ids], ids, [[-1.0] * len(c) for c in ids], ["stop"] * len(ids), params.n, texts
+        )
 
     def probe_logprobs(self, prompt_ids, completion_ids):
         raise NotImplementedError
@@ -52,8 +54,12 @@ def write_sets(root: Path) -> list[ValSet]:
     sets = []
     for name, size in (("small", 5), ("large", 9)):
         path = root / f"{name}.jsonl"
-        path.write_text("".join(json.dumps({"prompt": f"{name} {i}+{i % 4}=", "answer": str(i % 4 + 3), "reward": "math"}) + "\n"
-                                for i in range(size)))  # fmt: skip
+        path.write_text(
+            "".join(
+                json.dumps({"prompt": f"{name} {i}+{i % 4}=", "answer": str(i % 4 + 3), "reward": "math"}) + "\n"
+                for i in range(size)
+            )
+        )
         sets.append(ValSet(files=str(path), name=name, n_samples=4))
     return sets
 
@@ -62,11 +68,22 @@ def main(model_dir: str, out: str, devices: int) -> None:
     torch.set_num_threads(1)
     root = Path(out).parent
     dm = PromptDataModule(tokenizer=model_dir, val=write_sets(root), val_batch_size=2)
-    module = RLVRModule(PolicyOptions(model_dir), sampling=SamplingParams(n=4, max_new_tokens=8), scoring=ScoringOptions(workers=1), evaluation=EvalOptions(retention_reference=str(root / "base_counts.json")))
+    module = RLVRModule(
+        PolicyOptions(model_dir),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        scoring=ScoringOptions(workers=1),
+        evaluation=EvalOptions(retention_reference=str(root / "base_counts.json")),
+    )
     rollout = RolloutCallback(engine=PromptKeyedEngine(module.tokenizer), fingerprint=False)
-    trainer = Trainer(accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto", logger=False,
-                      enable_progress_bar=False, enable_model_summary=False,
-                      callbacks=[rollout, PassCountsWriter(f"{out}.counts.json")])  # fmt: skip
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[rollout, PassCountsWriter(f"{out}.counts.json")],
+    )
     results = trainer.validate(module, datamodule=dm)
     if trainer.is_global_zero:
         Path(f"{out}.metrics.json").write_text(json.dumps(results))

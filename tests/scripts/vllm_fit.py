@@ -100,8 +100,11 @@ class Record(Callback):
         step = {"step": trainer.global_step, "rows": batch.rows, "prompt_ids": batch.prompt_ids}
         if self.cb is not None:
             r = batch.rollouts
-            step.update(rollout_prompt_ids=r.prompt_ids, completions=r.completion_ids,
-                        drift=self.cb.last_metrics["rollout/drift"])
+            step.update(
+                rollout_prompt_ids=r.prompt_ids,
+                completions=r.completion_ids,
+                drift=self.cb.last_metrics["rollout/drift"],
+            )
         self.result["steps"].append(step)
         if trainer.global_step == 0:
             batch.rollouts = fixed_rollouts(pl_module.tokenizer, batch.prompt_ids)
@@ -110,7 +113,9 @@ class Record(Callback):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         self.result["steps"][-1]["loss"] = float(loss)
         if trainer.global_step == 1:  # after the first optimizer step (and, with an engine, its sync)
-            self.result["params"] = {n: full(p).detach().flatten()[:64].tolist() for n, p in pl_module.policy.named_parameters()}
+            self.result["params"] = {
+                n: full(p).detach().flatten()[:64].tolist() for n, p in pl_module.policy.named_parameters()
+            }
             self.result["probe_logprobs"] = sequence_logprob(pl_module.policy, *self.probe).tolist()
         if self.cb is not None:
             self.check_engine(pl_module)
@@ -120,11 +125,13 @@ class Record(Callback):
         """The engine against the trainer on the probe, independently of the callback's own check."""
         engine_lp = torch.tensor(self.cb.engine.probe_logprobs(*self.probe))
         trainer_lp = sequence_logprob(pl_module.policy, *self.probe)  # a collective under FSDP2: every rank
-        self.result["syncs"].append({
-            "callback_err": self.cb.last_fingerprint_err,
-            "err": (engine_lp - trainer_lp).abs().max().item(),
-            "engine_logprobs": engine_lp.tolist(),
-        })
+        self.result["syncs"].append(
+            {
+                "callback_err": self.cb.last_fingerprint_err,
+                "err": (engine_lp - trainer_lp).abs().max().item(),
+                "engine_logprobs": engine_lp.tolist(),
+            }
+        )
         self.write()
 
     def write(self):
@@ -165,26 +172,56 @@ class Fail(Callback):
 def module(model_dir: str) -> RLVRModule:
     # seq_mean_token_mean: with equal rows per rank the mean of the ranks' losses is the global
     # batch's loss (token_mean would weight each rank by its own token count)
-    return RLVRModule(PolicyOptions(model_dir), sampling=SamplingParams(n=N, max_new_tokens=8, seed=0), loss=LossOptions(aggregation="seq_mean_token_mean"), scoring=ScoringOptions(workers=0), max_grad_norm=None, optimizer=lambda p: torch.optim.SGD(p, lr=0.5))
+    return RLVRModule(
+        PolicyOptions(model_dir),
+        sampling=SamplingParams(n=N, max_new_tokens=8, seed=0),
+        loss=LossOptions(aggregation="seq_mean_token_mean"),
+        scoring=ScoringOptions(workers=0),
+        max_grad_norm=None,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.5),
+    )
 
 
 def trainer(devices, strategy, callbacks, max_steps) -> Trainer:
-    return Trainer(max_steps=max_steps, accelerator="cpu", devices=devices, strategy=strategy, logger=False,
-                   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                   num_sanity_val_steps=0, callbacks=callbacks)
+    return Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=devices,
+        strategy=strategy,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+    )
 
 
 def fit(args) -> None:
-    engine_kwargs = {"dtype": "float32", "max_model_len": 128, "kv_cache_memory_bytes": 16 * 2**20, "enforce_eager": True,
-                     "tensor_parallel_size": args.tp}
+    engine_kwargs = {
+        "dtype": "float32",
+        "max_model_len": 128,
+        "kv_cache_memory_bytes": 16 * 2**20,
+        "enforce_eager": True,
+        "tensor_parallel_size": args.tp,
+    }
     engine_kwargs = engine_kwargs if args.engine == "vllm" else {}
     if args.engine == "vllm_server":  # one server for both ranks (given by URL): rank 0 syncs it
         engine_kwargs = {"urls": [args.url], "api_key": args.api_key}
-    cb = RolloutCallback(engine=args.engine, engine_options=engine_kwargs, fingerprint_atol=1e-4, drift_every_n_steps=1,
-                         generate_timeout_s=120, sync_timeout_s=args.sync_timeout, max_staleness=args.max_staleness)  # fmt: skip
+    cb = RolloutCallback(
+        engine=args.engine,
+        engine_options=engine_kwargs,
+        fingerprint_atol=1e-4,
+        drift_every_n_steps=1,
+        generate_timeout_s=120,
+        sync_timeout_s=args.sync_timeout,
+        max_staleness=args.max_staleness,
+    )
     callbacks = [cb, Record(args.out, cb)] + ([Fail(args.fail)] if args.fail else [])
     strategy = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1) if args.mode == "fsdp2" else "ddp"
-    dm = PromptDataModule(tokenizer=args.model_dir, train=DatasetSpec(files=args.prompts, name="toy"), batch_size=2, seed=0)
+    dm = PromptDataModule(
+        tokenizer=args.model_dir, train=DatasetSpec(files=args.prompts, name="toy"), batch_size=2, seed=0
+    )
     trainer(2, strategy, callbacks, args.steps).fit(module(args.model_dir), datamodule=dm)
 
 

