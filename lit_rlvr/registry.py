@@ -1,6 +1,6 @@
 """A name → function registry that checks its entries' options: advantages, divergences, rewards, ….
 
-Swappable pieces are chosen by name from config (STYLE.md §3), each with keyword options
+Swappable pieces are chosen by name from config (CONTRIBUTING.md, "Registries"), each with keyword options
 (``advantage: passk`` + ``{k: 4}``). A :class:`Registry` is a ``dict`` that makes every way of
 getting that wrong a specific error at start-up, through one path (:meth:`Registry.get_checked`)
 shared by every registry of the library and of its users:

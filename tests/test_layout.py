@@ -1,4 +1,4 @@
-"""The package layout is the data flow: no import runs back up it (STYLE.md §1).
+"""The package layout is the data flow: no import runs back up it (CONTRIBUTING.md, "Layers").
 
 Every ``lit_rlvr`` import statement (module level or inside a function) is an edge between two
 top-level parts of the package; each part may import only the parts listed here.

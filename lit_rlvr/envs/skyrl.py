@@ -14,7 +14,7 @@ Where it departs from SkyRL's generator, and why:
 - The reward of a trajectory is the sum of its steps' rewards (SkyRL places each at the end of its
   turn's tokens; the outcome estimators it feeds sum them).
 - A ``postprocessed_action`` is not used: SkyRL re-tokenizes it, which would train on tokens the
-  model did not sample (STYLE.md §14); a warning says so once.
+  model did not sample (tokens in, tokens out: CONTRIBUTING.md, "Typed contracts"); a warning says so once.
 - A row without ``reward_spec`` gets ``{"method": "rule", "ground_truth": row["answer"]}``, the form of
   SkyRL's datasets, so lit_rlvr rows (``prompt``, ``answer``) run as they are.
 - ``init`` may only append messages to the prompt (they become environment tokens after it): the

@@ -1,4 +1,4 @@
-"""The functional core: pure torch functions, no Lightning, no config objects (STYLE.md §2).
+"""The functional core: pure torch functions, no Lightning, no config objects (CONTRIBUTING.md, "A functional core in thin shells").
 
 Data flow: rollouts → rewards → :mod:`~lit_rlvr.functional.advantages` →
 :mod:`~lit_rlvr.functional.losses` (+ :mod:`~lit_rlvr.functional.covariance`,

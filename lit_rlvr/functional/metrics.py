@@ -1,6 +1,6 @@
 """Evaluation metrics as pure functions: pass@k ladders, maj@k, and diversity-collapse signals.
 
-The :mod:`lit_rlvr.metrics` classes are thin ``torchmetrics.Metric`` shells over these (STYLE.md §2):
+The :mod:`lit_rlvr.metrics` classes are thin ``torchmetrics.Metric`` shells over these (CONTRIBUTING.md, "A functional core in thin shells"):
 each function below returns per-prompt (or per-group) values whose sums are the metric states, so
 distributed reduction is a plain sum.
 

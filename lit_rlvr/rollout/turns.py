@@ -5,8 +5,8 @@ A batch of P prompts × n samples becomes B trajectories, each with its own envi
 token prefix (prompt + every earlier turn's tokens), so the loop runs on every engine (``hf``,
 colocated ``vllm``, ``vllm_server``; vLLM's prefix caching absorbs the re-prefill); then every
 live environment steps on its turn's text, in threads, under a deadline. The trajectory's tokens
-are exactly what the engine returned plus what the environment added, tokenized once (STYLE.md
-§14; SkyRL's generator, verl's agent loop, TRL after #5224): the model's tokens are never decoded
+are exactly what the engine returned plus what the environment added, tokenized once (SkyRL's
+generator, verl's agent loop, TRL after #5224): the model's tokens are never decoded
 and re-encoded, so a chat template that would tokenize the text differently cannot change them.
 The result is a :class:`~lit_rlvr.rollout.types.Rollouts` whose completion is every turn's tokens,
 with ``loss_mask`` (1 on the model's tokens, 0 on the environment's), the sampler's log-probs on
