@@ -21,9 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # One pytest worker per core plus one (pytest-xdist), each test on one torch thread: the slow tests
-# wait on processes they start (DDP/FSDP2 ranks, vLLM engines). Measured on 2 cores: 9 min 37 s with
-# 2 workers, 8 min 47 s with 3, when every reward worker was a fresh interpreter; since they fork
-# from a launcher, 5 min 45 s with 2 and 5 min 47 s with 3, back to back (CONTRIBUTING.md).
+# wait on processes they start (DDP/FSDP2 ranks, vLLM engines). How long it takes: CONTRIBUTING.md.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: install lint
 	OMP_NUM_THREADS=1 LIT_RLVR_TEST_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
