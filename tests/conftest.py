@@ -200,7 +200,7 @@ def print_config():
 
 @pytest.fixture
 def script_in_process():
-    """``run(path, function, *args)``: a function of a test script (``tests/scripts/*.py``) called in this
+    """``run(path, function, *args)``: a function of a test script (``tests/integration/scripts/*.py``) called in this
     process on one torch thread, as the script's own processes run, instead of a ``python script.py``
     launch: for the one-process references the multi-process tests compare with (an interpreter
     start, ~6 s of imports on 2 cores, saved). The global RNG, the thread count and the reward

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO_ROOT
+
 SCRIPTS = Path(__file__).parent / "scripts"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
 
@@ -197,7 +199,7 @@ def test_strategy_flags_parse_as_users_type_them():
                 [
                     "fit",
                     "--config",
-                    str(Path(__file__).resolve().parents[1] / "configs/math/base.yaml"),
+                    str(REPO_ROOT / "configs/math/base.yaml"),
                     f"--trainer.strategy={flag}",
                     "--trainer.devices=8",
                     "--print_config",
@@ -222,7 +224,7 @@ def scale_out_commands() -> list[list[str]]:
     import re
     import shlex
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "generation.md").read_text()
+    text = (REPO_ROOT / "docs" / "generation.md").read_text()
     section = text[text.index("### Scaling out") :]
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
     commands = []
@@ -245,7 +247,7 @@ def test_every_documented_scale_out_command_parses():
 
     commands = scale_out_commands()
     assert len(commands) == 6 and {c[0] for c in commands} == {"fit", "cache"}
-    root = Path(__file__).resolve().parents[1]
+    root = REPO_ROOT
     for args in commands:
         args = [str(root / a) if a.startswith("configs/") else a for a in args]
         out = io.StringIO()
