@@ -271,6 +271,48 @@ def tool_tokenizer():
     )
 
 
+class CounterEnv:
+    """A TRL environment as TRL's docs write one: reset, tools with typed, documented arguments, get_reward
+    (1 when the counter reaches the row's answer)."""
+
+    def reset(self, **kwargs) -> str | None:
+        self.counter = 0
+        self.target = int(kwargs["answer"])
+        return None
+
+    def increment(self, step: int) -> int:
+        """
+        Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+
+        Returns:
+            The updated counter value.
+        """
+        if step > 100:
+            raise ValueError("step too large")
+        self.counter += step
+        return self.counter
+
+    def get_reward(self) -> float:
+        return float(self.counter == self.target)
+
+
+def counter_call(step: int) -> str:
+    """A completion (a Qwen2.5 tool call, then the end of the turn) that calls ``increment(step)``."""
+    return f'<tool_call>\n{{"name": "increment", "arguments": {{"step": {step}}}}}\n</tool_call><|im_end|>'
+
+
+@pytest.fixture(scope="session")
+def trl_counter():
+    """The TRL counter environment shared by the adapter and peer tests: ``env`` (the class), ``path``
+    (its ``module:Class``, as a config names it) and ``call(step)`` (a completion calling its tool)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(env=CounterEnv, path=f"{CounterEnv.__module__}:CounterEnv", call=counter_call)
+
+
 @pytest.fixture(scope="session")
 def spider_dev(shared_data) -> Path:
     """Spider dev (questions and SQLite databases) under the shared data; skips when absent."""
