@@ -214,18 +214,6 @@ def test_dynamic_sampling_without_a_mixed_group_stops_saying_what_it_saw(tiny_mo
         main(args)
 
 
-def test_dynamic_sampling_true_is_the_group_with_its_defaults(print_config):
-    config = print_config(
-        "fit", "--config", str(ROOT / "configs/demo/base.yaml"), "--config", str(ROOT / "configs/demo/dapo.yaml")
-    )
-    assert config["model"]["init_args"]["dynamic_sampling"] is True
-    from lit_rlvr.options import DynamicSampling
-
-    assert DynamicSampling().max_batches_per_step == 10
-    with pytest.raises(ValueError, match=r"model.dynamic_sampling.max_batches_per_step must be an integer > 0, got 0"):
-        DynamicSampling(max_batches_per_step=0)
-
-
 # ---------------------------------------------------------------------------------------------- 2
 
 
