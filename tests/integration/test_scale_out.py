@@ -208,17 +208,6 @@ def test_strategy_flags_parse_as_users_type_them():
         assert yaml.safe_load(out.getvalue())["trainer"]["strategy"] == flag
 
 
-def test_fsdp2_is_a_registered_strategy_that_shards_every_device():
-    from lightning.pytorch.strategies import StrategyRegistry
-
-    from lit_rlvr.strategies import FSDP2Strategy
-
-    assert StrategyRegistry["fsdp2"]["strategy"] is FSDP2Strategy
-    strategy = StrategyRegistry.get("fsdp2")
-    strategy.num_nodes, strategy.parallel_devices = 2, [None] * 4  # 2 nodes x 4 devices
-    assert strategy.num_processes == 4 and strategy._tensor_parallel_size == 1
-
-
 def scale_out_commands() -> list[list[str]]:
     """The `lit-rlvr …` commands of docs/generation.md's "Scaling out" block (torchrun lines from `-m lit_rlvr.cli`)."""
     import re
