@@ -402,9 +402,8 @@ def test_every_shell_command_in_the_docs_is_checked():
             if program in ("lit-rlvr", "vllm"):
                 continue  # test_every_command_in_the_docs_parses, test_the_vllm_serve_commands_in_the_docs_parse_with_vllms_own_parser
             elif program == "torchrun":
-                assert words[words.index("-m") + 1] == "lit_rlvr.cli", (
-                    words
-                )  # parsed by tests/integration/test_scale_out.py
+                # parsed by tests/integration/test_scale_out.py
+                assert words[words.index("-m") + 1] == "lit_rlvr.cli", words
             elif program == "make":
                 variables = {w.partition("=")[0] for w in words[1:] if "=" in w} | set(env)
                 assert {w for w in words[1:] if "=" not in w} <= MAKE_TARGETS and variables <= MAKE_VARIABLES, (
