@@ -24,7 +24,7 @@ python3 -c "import torch, lightning, transformers; print('torch', torch.__versio
 for strategy in fsdp fsdp2; do  # Qwen2.5-0.5B's shape, bf16, 8 prompts x 8 samples x 256 tokens per step
   (cd benchmarks && timeout 240 python3 gpu_step.py --strategy "$strategy") 2>&1 | grep '^{' | tee -a "$out/gpu_check.txt" || echo "gpu_step --strategy $strategy FAILED" | tee -a "$out/gpu_check.txt"
 done
-timeout 180 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py 2>&1 | tail -5 | tee -a "$out/gpu_check.txt"
+timeout 180 python3 -m pytest -q -p no:cacheprovider -m gpu tests/integration/test_gpu.py 2>&1 | tail -5 | tee -a "$out/gpu_check.txt"
 # Generation layouts (sync colocated vs vllm serve sync/async): needs vLLM and 2 GPUs, so it runs only
 # where both are there (the lent machine has neither vLLM nor a second GPU: this prints why it skipped).
 if python3 -c "import vllm, torch, sys; sys.exit(torch.cuda.device_count() < 2)" 2>/dev/null; then

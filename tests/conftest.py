@@ -200,7 +200,7 @@ def print_config():
 
 @pytest.fixture
 def script_in_process():
-    """``run(path, function, *args)``: a function of a test script (``tests/scripts/*.py``) called in this
+    """``run(path, function, *args)``: a function of a test script (``tests/integration/scripts/*.py``) called in this
     process on one torch thread, as the script's own processes run, instead of a ``python script.py``
     launch: for the one-process references the multi-process tests compare with (an interpreter
     start, ~6 s of imports on 2 cores, saved). The global RNG, the thread count and the reward
@@ -269,6 +269,48 @@ def tool_tokenizer():
         additional_special_tokens=specials[1:],
         chat_template=qwen2_5_chat_template,
     )
+
+
+class CounterEnv:
+    """A TRL environment as TRL's docs write one: reset, tools with typed, documented arguments, get_reward
+    (1 when the counter reaches the row's answer)."""
+
+    def reset(self, **kwargs) -> str | None:
+        self.counter = 0
+        self.target = int(kwargs["answer"])
+        return None
+
+    def increment(self, step: int) -> int:
+        """
+        Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+
+        Returns:
+            The updated counter value.
+        """
+        if step > 100:
+            raise ValueError("step too large")
+        self.counter += step
+        return self.counter
+
+    def get_reward(self) -> float:
+        return float(self.counter == self.target)
+
+
+def counter_call(step: int) -> str:
+    """A completion (a Qwen2.5 tool call, then the end of the turn) that calls ``increment(step)``."""
+    return f'<tool_call>\n{{"name": "increment", "arguments": {{"step": {step}}}}}\n</tool_call><|im_end|>'
+
+
+@pytest.fixture(scope="session")
+def trl_counter():
+    """The TRL counter environment shared by the adapter and peer tests: ``env`` (the class), ``path``
+    (its ``module:Class``, as a config names it) and ``call(step)`` (a completion calling its tool)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(env=CounterEnv, path=f"{CounterEnv.__module__}:CounterEnv", call=counter_call)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 one rank fails, hangs or dies while the other is told so by name.
 
 The fits that go through it (a failing vLLM engine, a rank stuck in its weight sync, a dead DDP rank)
-are in tests/test_multiprocess_vllm.py and tests/test_faults.py.
+are in tests/integration/test_multiprocess_vllm.py and tests/integration/test_faults.py.
 """
 
 from __future__ import annotations

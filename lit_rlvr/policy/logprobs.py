@@ -4,7 +4,7 @@ Used by the trainer (current log-probs), the reference cache (stored log π_ref)
 engines' weight-sync fingerprint and the drift check, so all of them agree on positions, padding
 and temperature.
 
-Two forwards give the same per-token log-probs (to float rounding; ``tests/test_padding_free.py``):
+Two forwards give the same per-token log-probs (to float rounding; ``tests/policy/test_padding_free.py``):
 
 - padded (:func:`completion_logprobs`): the ``Rollouts.to_padded`` layout, position ids from the
   attention mask, logits only for the completion window (``logits_to_keep``);

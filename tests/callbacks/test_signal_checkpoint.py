@@ -1,7 +1,7 @@
 """SignalCheckpoint in one process: its handler replaces Lightning's, the stop comes at the step's end.
 
 The multi-process behaviour (DDP, a signal to the group or to one rank) is tested through
-``lit-rlvr fit`` in tests/test_faults.py.
+``lit-rlvr fit`` in tests/integration/test_faults.py.
 """
 
 from __future__ import annotations

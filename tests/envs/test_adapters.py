@@ -114,43 +114,12 @@ def test_skyrl_sums_step_rewards_and_refuses_a_rewritten_prompt(skyrl_sql_root):
         del sys.modules[module.__name__]
 
 
-class CounterEnv:
-    """A TRL environment as TRL's docs write one: reset, tools with typed, documented arguments, get_reward."""
-
-    def reset(self, **kwargs) -> str | None:
-        self.counter = 0
-        self.target = int(kwargs["answer"])
-        return None
-
-    def increment(self, step: int) -> int:
-        """
-        Increment the internal counter.
-
-        Args:
-            step: Value to add to the counter.
-
-        Returns:
-            The updated counter value.
-        """
-        if step > 100:
-            raise ValueError("step too large")
-        self.counter += step
-        return self.counter
-
-    def get_reward(self) -> float:
-        return float(self.counter == self.target)
-
-
-def call(step: int) -> str:
-    return f'<tool_call>\n{{"name": "increment", "arguments": {{"step": {step}}}}}\n</tool_call><|im_end|>'
-
-
-def test_trl_environment_class_runs_its_tools_and_reward(tool_tokenizer):
-    spec = resolve_environment(f"{__name__}:CounterEnv")
-    assert spec.name == "trl" and spec.version.startswith(f"trl:{__name__}:CounterEnv:src-")
+def test_trl_environment_class_runs_its_tools_and_reward(tool_tokenizer, trl_counter):
+    spec = resolve_environment(trl_counter.path)
+    assert spec.name == "trl" and spec.version.startswith(f"trl:{trl_counter.path}:src-")
     env = spec.make(tokenizer=tool_tokenizer)
     assert env.reset({"id": "t", "prompt": "Count to 7", "answer": "7"}, max_turns=4) is None
-    first = env.step(call(3))
+    first = env.step(trl_counter.call(3))
     assert first.observation == [{"role": "tool", "name": "increment", "content": "3"}]
     assert (first.tool_call, first.tool_error, first.done, first.reward) == (
         "increment({'step': 3})",
@@ -158,19 +127,19 @@ def test_trl_environment_class_runs_its_tools_and_reward(tool_tokenizer):
         False,
         0.0,
     )
-    failed = env.step(call(500))
+    failed = env.step(trl_counter.call(500))
     assert failed.tool_error and failed.observation[0]["content"] == "{'error': 'step too large'}"
-    assert env.step(call(4)).reward == 1.0
+    assert env.step(trl_counter.call(4)).reward == 1.0
     final = env.step("The counter is 7.<|im_end|>")  # no tool call: the episode ends
     assert (final.done, final.reward, final.tool_call) == (True, 1.0, None)
     env.reset({"id": "t", "answer": "3"}, max_turns=1)
-    last = env.step(call(3))  # the last turn allowed: its call is not run (TRL's last iteration)
+    last = env.step(trl_counter.call(3))  # the last turn allowed: its call is not run (TRL's last iteration)
     assert (last.done, last.reward) == (True, 0.0)
     with pytest.raises(ValueError, match="needs the policy's tokenizer"):
         spec.make()
 
 
-def test_the_docs_worked_examples_configure_the_adapters_they_say(tool_tokenizer, tmp_path, monkeypatch):
+def test_the_docs_worked_examples_configure_the_adapters_they_say(tool_tokenizer, trl_counter, tmp_path, monkeypatch):
     """docs/agents.md's skyrl-gym and TRL examples, as a user copies them: the configs resolve to the
     adapters, the TRL class runs its tool, and its tools are listed in the prompt."""
     import re
@@ -197,7 +166,7 @@ def test_the_docs_worked_examples_configure_the_adapters_they_say(tool_tokenizer
     environment = EnvironmentOptions(**config["model"]["environment"])
     env = environment.specs([{"id": "t"}])[0].make(tokenizer=tool_tokenizer)
     env.reset({"id": "t", "prompt": "Count to 7"}, max_turns=environment.max_turns)
-    first = env.step(call(7))
+    first = env.step(trl_counter.call(7))
     assert first.observation == [{"role": "tool", "name": "increment", "content": "7"}] and first.reward == 1.0
     prompt = tool_tokenizer.decode(
         encode_prompt({"prompt": "Count to 7"}, tool_tokenizer, PromptFormat(**config["data"]["prompt"]))

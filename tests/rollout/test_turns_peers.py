@@ -124,32 +124,6 @@ def test_skyrl_sqlenv_trajectories_have_skyrls_tokens_and_loss_mask(tool_tokeniz
 # ----------------------------------------------------------------------------- TRL
 
 
-class CounterEnv:
-    """A TRL environment as TRL's docs write one: reset, tools with typed, documented arguments, get_reward."""
-
-    def reset(self, **kwargs) -> str | None:
-        self.counter = 0
-        return None
-
-    def increment(self, step: int) -> int:
-        """
-        Increment the internal counter.
-
-        Args:
-            step: Value to add to the counter.
-
-        Returns:
-            The updated counter value.
-        """
-        if step > 100:
-            raise ValueError("step too large")
-        self.counter += step
-        return self.counter
-
-    def get_reward(self) -> float:
-        return float(self.counter == 7)
-
-
 def trl_tool_call_loop(tok, prompt_messages, prompt_ids, first_ids, first_logprobs, next_turns, envs, iterations):
     """TRL's own ``GRPOTrainer._tool_call_loop`` (trl 1.16), run on a stand-in for the trainer that holds what the
     loop reads: the per-sample tool dicts of the environments, the tokenizer, and generation by ``next_turns``."""
@@ -157,7 +131,7 @@ def trl_tool_call_loop(tok, prompt_messages, prompt_ids, first_ids, first_logpro
     from trl.chat_template_utils import add_response_schema, parse_response
 
     add_response_schema(tok)
-    tools = [CounterEnv.increment]
+    tools = [type(envs[0]).increment]
     trainer = types.SimpleNamespace(
         max_tool_calling_iterations=iterations,
         use_vllm=False,
@@ -190,23 +164,23 @@ def trl_tool_call_loop(tok, prompt_messages, prompt_ids, first_ids, first_logpro
     return completion_ids, tool_mask, logprobs, calls, failures
 
 
-def call(step: int) -> str:
-    return f'<tool_call>\n{{"name": "increment", "arguments": {{"step": {step}}}}}\n</tool_call><|im_end|>'
-
-
-def test_trl_environment_trajectories_have_trls_tokens_tool_mask_and_logprobs(tool_tokenizer, scripted):
+def test_trl_environment_trajectories_have_trls_tokens_tool_mask_and_logprobs(tool_tokenizer, trl_counter, scripted):
     from trl.chat_template_utils import add_response_schema
 
     tok = add_response_schema(tool_tokenizer)
     question = [{"role": "user", "content": "Add 3 and 4 with the counter."}]
     prompt = tok.apply_chat_template(
-        question, tools=[CounterEnv.increment], add_generation_prompt=True, tokenize=True, return_dict=False
+        question, tools=[trl_counter.env.increment], add_generation_prompt=True, tokenize=True, return_dict=False
     )
     encode = lambda text: tok(text, add_special_tokens=False).input_ids  # noqa: E731
     scripts = [
-        [encode(call(3)), encode(call(4)), encode("The counter is 7.<|im_end|>")],
+        [encode(trl_counter.call(3)), encode(trl_counter.call(4)), encode("The counter is 7.<|im_end|>")],
         [encode("It is 7.<|im_end|>")],
-        [encode(call(500)), encode(call(7)), encode(call(1))],  # a failing call, then more calls than TRL iterates
+        [
+            encode(trl_counter.call(500)),
+            encode(trl_counter.call(7)),
+            encode(trl_counter.call(1)),
+        ],  # a failing call, then more calls than TRL iterates
     ]
     engine = scripted(tok, {tuple(prompt): scripts})
     iterations = 2
@@ -216,7 +190,7 @@ def test_trl_environment_trajectories_have_trls_tokens_tool_mask_and_logprobs(to
         [prompt],
         [row],
         SamplingParams(n=len(scripts), max_new_tokens=256),
-        resolve_environment(f"{__name__}:CounterEnv"),
+        resolve_environment(trl_counter.path),
     )
     first = engine.outputs[0]
 
@@ -224,7 +198,7 @@ def test_trl_environment_trajectories_have_trls_tokens_tool_mask_and_logprobs(to
         out = engine.generate(prefixes, SamplingParams(n=1, max_new_tokens=256))
         return out.completion_ids, out.sampler_logprobs
 
-    envs = [CounterEnv() for _ in scripts]
+    envs = [trl_counter.env() for _ in scripts]
     for env in envs:
         env.reset(**row)
     first_lp = [[-0.5 - 0.01 * j for j in range(len(ids))] for ids in first]

@@ -38,8 +38,9 @@ from lit_rlvr.options import (
 )
 from lit_rlvr.rewards.base import STATUSES
 from lit_rlvr.rollout.types import Rollouts
+from tests.conftest import REPO_ROOT
 
-METRICS_DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+METRICS_DOC = REPO_ROOT / "docs" / "operations.md"
 PLACEHOLDERS = {
     "<set>": r"[^/]+",
     "<k>": r"\d+",

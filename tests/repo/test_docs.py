@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO_ROOT
+
+ROOT = REPO_ROOT
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 READ_BY_USERS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *DOCS]
 
@@ -319,7 +321,7 @@ def load_test_module(name: str):
 
 
 def test_the_architecture_layer_table_is_the_layout_tests():
-    """docs/architecture.md's rooms and who may import whom are tests/test_layout.py's ``ALLOWED``."""
+    """docs/architecture.md's rooms and who may import whom are tests/repo/test_layout.py's ``ALLOWED``."""
     layout = load_test_module("test_layout")
     text = (ROOT / "docs" / "architecture.md").read_text().split("<!-- layers-table -->", 1)[1].strip()
     rows = [line for line in text.split("\n\n", 1)[0].splitlines() if line.startswith("| `")]
@@ -336,7 +338,7 @@ def test_the_architecture_layer_table_is_the_layout_tests():
         if table.get(room) != layout.ALLOWED.get(room)
     }
     assert not wrong, (
-        f"docs/architecture.md's layer table is not tests/test_layout.py's ALLOWED; these rows should read: {wrong}"
+        f"docs/architecture.md's layer table is not tests/repo/test_layout.py's ALLOWED; these rows should read: {wrong}"
     )
 
 
@@ -387,7 +389,7 @@ def check_python(words: list[str]) -> None:
 
 def test_every_shell_command_in_the_docs_is_checked():
     """Each command line a user may copy is run or parsed: `lit-rlvr` and `vllm serve` lines by the tests
-    above, `torchrun` by tests/test_scale_out.py, and here `make` targets and variables, `pip` extras,
+    above, `torchrun` by tests/integration/test_scale_out.py, and here `make` targets and variables, `pip` extras,
     `python` scripts and test paths. A new kind of command needs its check."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extras = set(pyproject["project"]["optional-dependencies"])
@@ -400,7 +402,8 @@ def test_every_shell_command_in_the_docs_is_checked():
             if program in ("lit-rlvr", "vllm"):
                 continue  # test_every_command_in_the_docs_parses, test_the_vllm_serve_commands_in_the_docs_parse_with_vllms_own_parser
             elif program == "torchrun":
-                assert words[words.index("-m") + 1] == "lit_rlvr.cli", words  # parsed by tests/test_scale_out.py
+                # parsed by tests/integration/test_scale_out.py
+                assert words[words.index("-m") + 1] == "lit_rlvr.cli", words
             elif program == "make":
                 variables = {w.partition("=")[0] for w in words[1:] if "=" in w} | set(env)
                 assert {w for w in words[1:] if "=" not in w} <= MAKE_TARGETS and variables <= MAKE_VARIABLES, (

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "lit_rlvr"
+from tests.conftest import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "lit_rlvr"
 CORE = {
     "registry",
     "plugins",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import io
-from pathlib import Path
 
 import pytest
 import yaml
 
 from lit_rlvr.cli import main
+from tests.conftest import REPO_ROOT
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = REPO_ROOT / "configs"
 METHOD_FILES = sorted(
     p
     for domain in ("math", "sql")

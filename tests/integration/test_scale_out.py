@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO_ROOT
+
 SCRIPTS = Path(__file__).parent / "scripts"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
 
@@ -197,7 +199,7 @@ def test_strategy_flags_parse_as_users_type_them():
                 [
                     "fit",
                     "--config",
-                    str(Path(__file__).resolve().parents[1] / "configs/math/base.yaml"),
+                    str(REPO_ROOT / "configs/math/base.yaml"),
                     f"--trainer.strategy={flag}",
                     "--trainer.devices=8",
                     "--print_config",
@@ -206,23 +208,12 @@ def test_strategy_flags_parse_as_users_type_them():
         assert yaml.safe_load(out.getvalue())["trainer"]["strategy"] == flag
 
 
-def test_fsdp2_is_a_registered_strategy_that_shards_every_device():
-    from lightning.pytorch.strategies import StrategyRegistry
-
-    from lit_rlvr.strategies import FSDP2Strategy
-
-    assert StrategyRegistry["fsdp2"]["strategy"] is FSDP2Strategy
-    strategy = StrategyRegistry.get("fsdp2")
-    strategy.num_nodes, strategy.parallel_devices = 2, [None] * 4  # 2 nodes x 4 devices
-    assert strategy.num_processes == 4 and strategy._tensor_parallel_size == 1
-
-
 def scale_out_commands() -> list[list[str]]:
     """The `lit-rlvr …` commands of docs/generation.md's "Scaling out" block (torchrun lines from `-m lit_rlvr.cli`)."""
     import re
     import shlex
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "generation.md").read_text()
+    text = (REPO_ROOT / "docs" / "generation.md").read_text()
     section = text[text.index("### Scaling out") :]
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
     commands = []
@@ -245,7 +236,7 @@ def test_every_documented_scale_out_command_parses():
 
     commands = scale_out_commands()
     assert len(commands) == 6 and {c[0] for c in commands} == {"fit", "cache"}
-    root = Path(__file__).resolve().parents[1]
+    root = REPO_ROOT
     for args in commands:
         args = [str(root / a) if a.startswith("configs/") else a for a in args]
         out = io.StringIO()

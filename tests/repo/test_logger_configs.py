@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from lit_rlvr.cli import main
+from tests.conftest import REPO_ROOT
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = REPO_ROOT / "configs"
 DEMO_METHODS = sorted(
     p.stem
     for p in (CONFIGS / "demo").glob("*.yaml")

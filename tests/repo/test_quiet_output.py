@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO_ROOT
+
+ROOT = REPO_ROOT
 NOISE = {
     "torch's LeafSpec deprecation (Lightning's code)": r"LeafSpec",
     "Lightning's cloud-logger tip": r"Tip: For seamless cloud logging",

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-_spec = importlib.util.spec_from_file_location("lit_rlvr_tests_conftest", Path(__file__).with_name("conftest.py"))
-conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(conftest)
+import tests.conftest as conftest
 
 
 def test_the_tree_check_sees_new_changed_and_deleted_files(tmp_path):

@@ -32,12 +32,13 @@ import torch
 
 from lit_rlvr.cli import main
 from lit_rlvr.rollout import ENGINES
+from tests.conftest import REPO_ROOT
 
 _spec = importlib.util.spec_from_file_location("lit_rlvr_test_faults_helpers", Path(__file__).with_name("faults.py"))
 faults = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(faults)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
 
 PLUGIN = '''
@@ -211,18 +212,6 @@ def test_dynamic_sampling_without_a_mixed_group_stops_saying_what_it_saw(tiny_mo
         ),
     ):
         main(args)
-
-
-def test_dynamic_sampling_true_is_the_group_with_its_defaults(print_config):
-    config = print_config(
-        "fit", "--config", str(ROOT / "configs/demo/base.yaml"), "--config", str(ROOT / "configs/demo/dapo.yaml")
-    )
-    assert config["model"]["init_args"]["dynamic_sampling"] is True
-    from lit_rlvr.options import DynamicSampling
-
-    assert DynamicSampling().max_batches_per_step == 10
-    with pytest.raises(ValueError, match=r"model.dynamic_sampling.max_batches_per_step must be an integer > 0, got 0"):
-        DynamicSampling(max_batches_per_step=0)
 
 
 # ---------------------------------------------------------------------------------------------- 2
@@ -411,7 +400,7 @@ def test_a_signal_saves_a_checkpoint_exits_non_zero_and_the_run_resumes(tiny_mod
     assert not checkpoint.exists()  # the run finished: no stale state for a later --ckpt_path=last
 
 
-SUBREAPER = ROOT / "tests" / "scripts" / "subreaper.py"
+SUBREAPER = ROOT / "tests" / "integration" / "scripts" / "subreaper.py"
 
 
 def ddp_signal_run(args: list[str], folder: Path, plugin_dir: Path, target: str) -> tuple[dict[int, int], float, str]:

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO_ROOT
+
+ROOT = REPO_ROOT
 DOC = ROOT / "docs" / "migration.md"
 SECTIONS = ("trainer.", "model.", "data.", "rollout.", "export.", "pass_counts.", "seed_everything", "ckpt_path")
 

