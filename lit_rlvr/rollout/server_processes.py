@@ -431,3 +431,23 @@ def owned_server_args(server_args: list[str]) -> list[str]:
         f"{flags[dest] or 'a positional argument (a model)'} is set by lit_rlvr (option: {_OWNED[dest]})"
         for dest in given
     ]
+
+
+def check_server_options(
+    *,
+    weight_transfer: str = "file",
+    nccl_master_address: str | None = None,
+    max_concurrent_requests: int = 64,
+    server_args: list[str] | None = None,
+    **_,
+) -> None:
+    """Refuse an unknown transfer, NCCL without a rendezvous, no concurrency, or ``server_args``
+    that vLLM refuses or that set what lit_rlvr sets itself on a started server (at start-up)."""
+    if weight_transfer not in ("file", "nccl"):
+        raise ValueError(f"weight_transfer must be 'file' or 'nccl', got {weight_transfer!r}")
+    if weight_transfer == "nccl" and not nccl_master_address:
+        raise ValueError("weight_transfer=nccl needs nccl_master_address (the trainer's address)")
+    if max_concurrent_requests < 1:
+        raise ValueError(f"max_concurrent_requests must be >= 1, got {max_concurrent_requests}")
+    if owned := owned_server_args(server_args) if server_args else []:
+        raise ValueError("rollout.init_args.engine_options.server_args: " + "; ".join(owned))
