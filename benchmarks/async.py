@@ -1,7 +1,7 @@
 """Generation layouts on CPU: synchronous colocated vs server synchronous vs server asynchronous (k = 1, 2).
 
     python benchmarks/async.py            # P=8 × G=8 × T=64 per step, 0.5M-param Llama, 2 rounds × 8 timed steps
-    python benchmarks/async.py --quick    # a smaller model and fewer steps: checks the script (< 5 minutes)
+    python benchmarks/async.py --quick    # a smaller model and fewer steps: checks the script (< 5 minutes; --out or a temp folder)
     python benchmarks/async.py --gpu      # on a GPU machine with vLLM: server on GPU 1, trainer on GPU 0
 
 Every run goes through ``lit-rlvr fit`` as a user would type it, on the same work (same prompts,
@@ -192,7 +192,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "such as the test suite; the steps are then not comparable with bound runs",
     )
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS), metavar="LAYOUT")
-    parser.add_argument("--out", help="file name under benchmarks/results/ or an absolute path")
+    parser.add_argument(
+        "--out", help="file name under benchmarks/results/ or an absolute path (--quick: default a temporary folder)"
+    )
     cfg = parser.parse_args(argv)
     if cfg.quick:
         cfg.steps, cfg.warmup, cfg.rounds, cfg.new_tokens = 2, 1, 1, 32
@@ -249,7 +251,9 @@ def main(argv: list[str] | None = None) -> None:
         *rows,
     ]
     print("\n".join(rows))
-    path = common.write_result(cfg.out or ("async_quick.md" if cfg.quick else "async.md"), lines)
+    path = common.write_result(
+        common.result_name(cfg.out, cfg.quick, "async_quick.md" if cfg.quick else "async.md"), lines
+    )
     print(f"wrote {path}")
     if "server async k=1" in ratios:
         print(f"async_step_ratio={ratios['server async k=1']:.3f}")

@@ -572,6 +572,20 @@ def git_rev() -> str:
         return "unknown"
 
 
+def result_name(out: str | None, quick: bool, default: str) -> str:
+    """Where a run's report goes: ``out`` when the caller gives one; else, for a ``--quick`` run (it checks the
+    script, its numbers are no result), ``default`` in a new temporary folder, so that nothing untracked is left
+    in the tree; else ``default`` under benchmarks/results/.
+
+    Example:
+        >>> result_name("x.md", True, "a.md"), result_name(None, False, "a.md")
+        ('x.md', 'a.md')
+    """
+    if out:
+        return out
+    return str(Path(tempfile.mkdtemp(prefix="lit_rlvr_bench_")) / default) if quick else default
+
+
 def write_result(name: str, lines: list[str]) -> Path:
     """Write ``benchmarks/results/<name>`` (or ``name`` itself if absolute) and return its path."""
     path = Path(name) if Path(name).is_absolute() else RESULTS / name

@@ -137,8 +137,11 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="subsets; finishes in < 1 min")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rewards.md")
+    parser.add_argument("--out", type=Path, help="default benchmarks/results/rewards.md (--quick: a temporary folder)")
     args = parser.parse_args()
+    args.out = Path(
+        common.result_name(args.out and str(args.out), args.quick, str(ROOT / "benchmarks" / "results" / "rewards.md"))
+    )
     if not args.data.is_dir():
         sys.exit(f"real data not found at {args.data} (pass --data)")
     from lit_rlvr.rewards import BatchScorer

@@ -119,6 +119,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads in all (split over the processes)")
     parser.add_argument("--engines", nargs="+", default=["hf", "vllm"])
     parser.add_argument("--strategy", default="ddp", choices=["ddp", "fsdp2"])
+    parser.add_argument("--out", help="file name under benchmarks/results/ or an absolute path")
     cfg = parser.parse_args()
     if cfg.quick:
         cfg.steps, cfg.rounds, cfg.engines = 4, 1, ["hf"]
@@ -165,7 +166,7 @@ def main() -> None:
             extra = f" | {step_ratio:.2f}× | {tok_ratio:.2f}×" if devices == 2 else " | | "
             lines.append(f"| {engine} | {devices} | {cells}{extra} |")
     print("\n".join(lines[-2 * len(cfg.engines) - 2 :]))
-    path = common.write_result("scale_out_quick.md" if cfg.quick else "scale_out.md", lines)
+    path = common.write_result(cfg.out or ("scale_out_quick.md" if cfg.quick else "scale_out.md"), lines)
     print(f"wrote {path}")
     print(f"scale_out_step_ratio={ratio:.3f}")
 

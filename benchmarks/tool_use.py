@@ -11,9 +11,9 @@ environment, where the model may check expressions (``3+7*5?`` → ``=38``) befo
 (``configs/demo/agents/cache.yaml``); per job ``lit-rlvr fit --config configs/demo/agents/base.yaml
 --config configs/demo/agents/<method>.yaml`` (its CSV log holds the curves over training) and
 ``lit-rlvr validate`` of the export with ``configs/demo/agents/record.yaml`` (64 held-out prompts ×
-8 trajectories). Every job runs through :class:`diversity_collapse.Study` (two at a time, one torch
+8 trajectories). Every job runs through :class:`study_runner.Study` (two at a time, one torch
 thread each; a rerun skips what is recorded), the hypotheses (:data:`HYPOTHESES`) are judged by study
-3's rule (:func:`diversity_collapse.sign_seen`) on the paired differences over base × seed.
+3's rule (:func:`study_stats.sign_seen`) on the paired differences over base × seed.
 Report: ``benchmarks/results/study_tools.md`` with ``study_tools_curves.png`` and
 ``study_tools_pareto.png`` (``--smoke``: in the work folder).
 """
@@ -29,9 +29,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import diversity_collapse as dc
+import study3
+import study4
+import study_methods
+import study_runner
+import study_stats
 
-ROOT, RESULTS = dc.ROOT, dc.RESULTS
+ROOT, RESULTS = study_runner.ROOT, study_runner.RESULTS
 AGENTS = "configs/demo/agents"
 VAL = "countdown_val"  # 64 held-out (digits, target) pairs in record.yaml's validation
 METHODS = ("grpo", "dph_f", "passk", "max_rl")  # the order inside a block
@@ -58,35 +62,35 @@ SMOKE = ToolSetting(
 
 # study_tools_plan.md's table, written before any run
 HYPOTHESES = (
-    dc.Hypothesis(
+    study_stats.Hypothesis(
         "T1",
         "grpo",
         "base",
         {"tool_calls": "-", "single_turn": "+"},
         "VerlTool (arXiv 2509.01055) and verl's text2sql tutorial: tool calls decrease after dozens of RL steps",
     ),
-    dc.Hypothesis(
+    study_stats.Hypothesis(
         "T2",
         "dph_f",
         "grpo",
         {"tool_calls": "+", "distinct_tool_sequences": "+"},
         "DPH-RL (arXiv 2509.07430): a mass-covering divergence to the initial policy keeps its modes; here its tool use",
     ),
-    dc.Hypothesis(
+    study_stats.Hypothesis(
         "T3",
         "dph_f",
         "grpo",
         {"pass@1": "-=", "pass@8": "+"},
         "study 4 (single turn, this machine): DPH-F − GRPO −0.048 ± 0.018 pass@1, +0.104 ± 0.036 pass@16",
     ),
-    dc.Hypothesis(
+    study_stats.Hypothesis(
         "T4",
         "max_rl",
         "grpo",
         {"pass@1": "+=", "pass@8": "+"},
         "the MaxRL paper (arXiv 2602.02710): it Pareto-dominates GRPO",
     ),
-    dc.Hypothesis(
+    study_stats.Hypothesis(
         "T5",
         "passk",
         "grpo",
@@ -108,14 +112,14 @@ TITLES = {
 CURVES = ("reward", "single_turn", "tool_calls", "distinct_tool_sequences")  # train/<name>, logged every 4 steps
 
 
-def jobs(setting: ToolSetting = TOOLS) -> list[dc.Job]:
+def jobs(setting: ToolSetting = TOOLS) -> list[study_runner.Job]:
     """Every method on every base × seed, in study 3's block order, the methods in :data:`METHODS` order inside a block."""
-    blocks = [(b, s) for b, s in dc.STUDY3_BLOCKS if b in setting.bases and s in setting.seeds]
-    return [dc.Job(m, m, b, s, steps=setting.steps, domain="agents") for b, s in blocks for m in METHODS]
+    blocks = [(b, s) for b, s in study3.STUDY3_BLOCKS if b in setting.bases and s in setting.seeds]
+    return [study_runner.Job(m, m, b, s, steps=setting.steps, domain="agents") for b, s in blocks for m in METHODS]
 
 
-class ToolStudy(dc.Study):
-    """:class:`diversity_collapse.Study` on the multi-turn demo's configs."""
+class ToolStudy(study_runner.Study):
+    """:class:`study_runner.Study` on the multi-turn demo's configs."""
 
     def __init__(self, work: Path, setting: ToolSetting, slots: int = 2, deadline: datetime | None = None):
         super().__init__(work, slots, deadline=deadline, validate_flags=setting.validate_flags)
@@ -129,7 +133,7 @@ class ToolStudy(dc.Study):
 
     def prepare(self) -> None:  # type: ignore[override]
         """The demo's data, then per base seed (two at a time) its warm start and its multi-turn reference cache."""
-        self.lit("demo-data", "--out_dir", str(dc.DATA), log="prepare")
+        self.lit("demo-data", "--out_dir", str(study_runner.DATA), log="prepare")
 
         def base(seed: int) -> None:
             out = self.base_dir(seed)
@@ -182,7 +186,7 @@ class ToolStudy(dc.Study):
             log=label.replace("/", "_"),
         )
 
-    def fit_args(self, job: dc.Job) -> list[str]:
+    def fit_args(self, job: study_runner.Job) -> list[str]:
         out, base = self.run_dir(job), self.base_dir(job.base_seed)
         cache = [f"--data.cache.path={base / 'ref_cache'}"] if job.method.startswith("dph") else []
         return [
@@ -220,7 +224,7 @@ class ToolStudy(dc.Study):
 
 def run(study: ToolStudy) -> None:
     """The plan: bases and caches, the bases' validations, then every job (a rerun skips what is recorded)."""
-    dc.claim_work(study.work, study.setting, dc.machine_record(study.slots))
+    study4.claim_work(study.work, study.setting, study4.machine_record(study.slots))
     study.prepare()
     study.run(jobs(study.setting))
 
@@ -234,20 +238,25 @@ def key(metric: str) -> str:
 
 def judge(by: dict, variant: str, against: str, metric: str, want: str | None) -> str:
     """One part of a hypothesis: the paired difference, the sign study 3's rule gives and, with ``want``, MET or MISS."""
-    diffs = dc.paired(by, variant, key(metric), against)
-    name = lambda v: "its base" if v == "base" else dc.NAMES[v]  # noqa: E731
+    diffs = study_stats.paired(by, variant, key(metric), against)
+    name = lambda v: "its base" if v == "base" else study_methods.NAMES[v]  # noqa: E731
     if not diffs:
-        return f"- {dc.NAMES[variant]} − {name(against)}, {TITLES[metric]}: not run"
-    return dc.sign_line(diffs, f"{dc.NAMES[variant]} − {name(against)}, {TITLES[metric]}", want, pairs="pairs")
+        return f"- {study_methods.NAMES[variant]} − {name(against)}, {TITLES[metric]}: not run"
+    return study_stats.sign_line(
+        diffs, f"{study_methods.NAMES[variant]} − {name(against)}, {TITLES[metric]}", want, pairs="pairs"
+    )
 
 
 def verdicts(by: dict) -> list[str]:
     lines = []
     for h in HYPOTHESES:
         parts = [judge(by, h.variant, h.against, m, want) for m, want in h.allowed.items()]
-        held = dc.verdict(parts, [TITLES[m] for m in h.allowed])
-        against = "its base" if h.against == "base" else dc.NAMES[h.against]
-        lines += [f"\n**{h.name}: {held}** — {dc.NAMES[h.variant]} − {against}; source: {h.source}.\n", *parts]
+        held = study_stats.verdict(parts, [TITLES[m] for m in h.allowed])
+        against = "its base" if h.against == "base" else study_methods.NAMES[h.against]
+        lines += [
+            f"\n**{h.name}: {held}** — {study_methods.NAMES[h.variant]} − {against}; source: {h.source}.\n",
+            *parts,
+        ]
     lines += ["\nNot judged (reported with the sign the rule gives):\n"]
     lines += [
         judge(by, v, a, m, None) for v, a in NOT_JUDGED for m in ("pass@1", "pass@8", "tool_calls", "single_turn")
@@ -261,37 +270,41 @@ def table(by: dict, variants: list[str]) -> list[str]:
     for v in variants:
         if rs := by.get(v, []):
             cells = [
-                dc.cell([r[key(c)] for r in rs if key(c) in r], 2 if c in ("turns", "distinct_tool_sequences") else 3)
+                study_stats.cell(
+                    [r[key(c)] for r in rs if key(c) in r], 2 if c in ("turns", "distinct_tool_sequences") else 3
+                )
                 for c in COLUMNS
             ]
-            lines.append(f"| {dc.NAMES.get(v, v)} | {len(rs)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {study_methods.NAMES.get(v, v)} | {len(rs)} | " + " | ".join(cells) + " |")
     return lines
 
 
 def paired_rows(by: dict, variants: list[str], against: str) -> list[str]:
-    head = "its base" if against == "base" else dc.NAMES[against]
+    head = "its base" if against == "base" else study_methods.NAMES[against]
     lines = [
         f"| method − {head} | pairs | " + " | ".join(f"Δ {TITLES[c]}" for c in COLUMNS) + " |",
         "|---|---|" + "---|" * len(COLUMNS),
     ]
     for v in variants:
-        ds = [dc.paired(by, v, key(c), against) for c in COLUMNS]
+        ds = [study_stats.paired(by, v, key(c), against) for c in COLUMNS]
         if ds[0]:
             lines.append(
-                f"| {dc.NAMES[v]} | {len(ds[0])} | " + " | ".join(dc.cell(d, 3, signed=True) for d in ds) + " |"
+                f"| {study_methods.NAMES[v]} | {len(ds[0])} | "
+                + " | ".join(study_stats.cell(d, 3, signed=True) for d in ds)
+                + " |"
             )
     return lines
 
 
 def runs_table(by: dict, blocks: list[tuple[str, str]]) -> list[str]:
     lines = [
-        "| base × seed | base | " + " | ".join(dc.NAMES[m] for m in METHODS) + " |",
+        "| base × seed | base | " + " | ".join(study_methods.NAMES[m] for m in METHODS) + " |",
         "|---|---|" + "---|" * len(METHODS),
     ]
     for b, s in blocks:
         cells = []
         for v in ("base", *METHODS):
-            r = next((r for r in by.get(v, []) if dc.block_of(r) == (b, s)), None)
+            r = next((r for r in by.get(v, []) if study_stats.block_of(r) == (b, s)), None)
             cells.append(
                 f"{r[key('pass@1')]:.3f} / {r[key('pass@8')]:.3f} / {r[key('tool_calls')]:.2f} / {r[key('single_turn')]:.2f}"
                 if r
@@ -311,8 +324,8 @@ def mean_curve(study: ToolStudy, labels: list[str], column: str) -> tuple[list[f
     steps = sorted(s for s, vs in per_step.items() if len(vs) == len(labels))
     return (
         steps,
-        [dc.mean(per_step[s]) for s in steps],
-        [0 if math.isnan(h := dc.ci(per_step[s])) else h for s in steps],
+        [study_stats.mean(per_step[s]) for s in steps],
+        [0 if math.isnan(h := study_stats.ci(per_step[s])) else h for s in steps],
     )
 
 
@@ -336,7 +349,7 @@ def curves_plot(study: ToolStudy, by: dict, out: Path, title: str) -> None:
             ):
                 steps, mu, h = mean_curve(study, labels, prefix + name)
                 if steps:
-                    ax.plot(steps, mu, color=colours[m], label=dc.NAMES[m])
+                    ax.plot(steps, mu, color=colours[m], label=study_methods.NAMES[m])
                     ax.fill_between(
                         steps,
                         [a - b for a, b in zip(mu, h)],
@@ -350,7 +363,7 @@ def curves_plot(study: ToolStudy, by: dict, out: Path, title: str) -> None:
                 )
     for ax, name in zip(axes[1], ("pass@1", "single_turn", "tool_calls", "distinct_tool_sequences")):
         if base := [r[key(name)] for r in by.get("base", []) if key(name) in r]:
-            ax.axhline(dc.mean(base), color="black", ls="--", lw=0.8, label="base (final validation)")
+            ax.axhline(study_stats.mean(base), color="black", ls="--", lw=0.8, label="base (final validation)")
     for ax in axes.flat:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -378,15 +391,15 @@ def pareto_plot(by: dict, out: Path, title: str) -> None:
                 continue
             xs, ys = [r[key(x)] for r in rs], [r[key(y)] for r in rs]
             ax.scatter(xs, ys, s=12, alpha=0.35, color=colours[v])
-            err = [0 if math.isnan(dc.ci(vs)) else dc.ci(vs) for vs in (xs, ys)]
+            err = [0 if math.isnan(study_stats.ci(vs)) else study_stats.ci(vs) for vs in (xs, ys)]
             ax.errorbar(
-                dc.mean(xs),
-                dc.mean(ys),
+                study_stats.mean(xs),
+                study_stats.mean(ys),
                 xerr=err[0],
                 yerr=err[1],
                 capsize=3,
                 color=colours[v],
-                label=dc.NAMES.get(v, v),
+                label=study_methods.NAMES.get(v, v),
                 marker="*" if v == "base" else "o",
                 markersize=11 if v == "base" else 7,
             )
@@ -402,12 +415,12 @@ def pareto_plot(by: dict, out: Path, title: str) -> None:
 def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> None:
     """The report study_tools_plan.md declares, from the work folder alone; complete base × seed blocks only."""
     setting, smoke = study.setting, study.setting != TOOLS
-    by = dc.group(study.records())
-    blocks = dc.complete_blocks(by, METHODS)
+    by = study_stats.group(study.records())
+    blocks = study3.complete_blocks(by, METHODS)
     planned = jobs(setting)
     missing = [j.label for j in planned if j.label not in study.done_labels()]
-    cut = sorted(r["label"] for v in (*METHODS, "base") for r in by.get(v, []) if dc.block_of(r) not in blocks)
-    by = dc.in_blocks(by, blocks, (*METHODS, "base"))
+    cut = sorted(r["label"] for v in (*METHODS, "base") for r in by.get(v, []) if study_stats.block_of(r) not in blocks)
+    by = study_stats.in_blocks(by, blocks, (*METHODS, "base"))
     shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
     seconds = study.work / "seconds.txt"
     sections = [
@@ -421,8 +434,8 @@ def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> Non
             else []
         ),
         "Plan, hypotheses and rule committed before these runs: [`study_tools_plan.md`](study_tools_plan.md). Command: "
-        f"`python benchmarks/tool_use.py{' --smoke' if smoke else ''} --slots 2`; every record in `{dc._shown(study.metrics)}`, "
-        f"each run's `lit-rlvr` commands in `{dc._shown(study.work / 'logs')}`"
+        f"`python benchmarks/tool_use.py{' --smoke' if smoke else ''} --slots 2`; every record in `{study_runner._shown(study.metrics)}`, "
+        f"each run's `lit-rlvr` commands in `{study_runner._shown(study.work / 'logs')}`"
         + (
             " (wall time of each invocation, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")"
             if seconds.exists()
@@ -434,7 +447,7 @@ def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> Non
         "rollout seed 1000 + RL seed, the base validated with the same seed. Mean ± 95% t-interval over runs, the worst "
         "(lowest) run in brackets.\n",
         "## Machine and bases\n",
-        *dc.study4_machine_lines(study, dc.Study4Setting("", setting.bases, setting.seeds, setting.steps)),
+        *study4.study4_machine_lines(study, study4.Study4Setting("", setting.bases, setting.seeds, setting.steps)),
         f"\nComplete base × seed blocks (all {len(METHODS)} methods recorded): {shown} ({len(blocks)} of "
         f"{len(planned) // len(METHODS)}); runs of incomplete blocks, left out of every table: "
         f"{', '.join(f'`{c}`' for c in cut) or 'none'}; planned runs not recorded: {', '.join(f'`{m}`' for m in missing) or 'none'}.\n",
@@ -444,7 +457,7 @@ def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> Non
         curves_plot(study, by, curves, title)
         pareto_plot(by, pareto, title)
         power = (
-            f"With {len(blocks)} pairs the interval's t is {dc.T95[len(blocks) - 1]}: a `=` can be a lack of power, not evidence "
+            f"With {len(blocks)} pairs the interval's t is {study_stats.T95[len(blocks) - 1]}: a `=` can be a lack of power, not evidence "
             "of no difference."
             if 2 <= len(blocks) <= 10
             else "With fewer than 2 pairs there is no interval: every sign reads `=`."
@@ -465,10 +478,10 @@ def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> Non
             "\n## Every run (held-out pass@1 / pass@8 / tool calls / single-turn share)\n",
             *runs_table(by, blocks),
             "\n### Training seconds per step (two jobs at a time on 2 cores; not a criterion)\n",
-            *dc.study4_seconds_table(study, METHODS),
+            *study4.study4_seconds_table(study, METHODS),
         ]
-    sections += dc.commands_section(study, "method", lambda v: v in METHODS)
-    dc.publish(sections, out)
+    sections += study_runner.commands_section(study, "method", lambda v: v in METHODS)
+    study_runner.publish(sections, out)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -503,7 +516,7 @@ def main(argv: list[str] | None = None) -> None:
         args.deadline,
     )
     if args.report_only:
-        dc.claim_work(study.work, setting, None)
+        study4.claim_work(study.work, setting, None)
     else:
         t0 = time.perf_counter()
         run(study)

@@ -1,7 +1,7 @@
 """Weight sync of a LoRA policy into a colocated vLLM engine: merged full sync vs adapter-only, and buckets.
 
     python benchmarks/weight_sync.py            # 57M-param Llama, LoRA r = 16 on every linear layer
-    python benchmarks/weight_sync.py --quick    # a 17M-param Llama, fewer syncs: checks the script (< 2 minutes)
+    python benchmarks/weight_sync.py --quick    # a 17M-param Llama, fewer syncs: checks the script (< 2 minutes; --out or a temp folder)
     python benchmarks/weight_sync.py --gpu      # on a GPU machine with vLLM: policy and engine on GPU 0
 
 Contenders, each a ``VLLMEngine`` (``lit_rlvr.rollout.build_engine("vllm", ...)``) in a worker process
@@ -152,7 +152,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--bucket-mb", type=int, help="the bucketed contender's sync_bucket_mb")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", help="file name under benchmarks/results/ or an absolute path")
+    parser.add_argument(
+        "--out", help="file name under benchmarks/results/ or an absolute path (--quick: default a temporary folder)"
+    )
     parser.add_argument("--note", help="a line added under the machine's (e.g. that the machine was loaded)")
     return parser.parse_args(argv)
 
@@ -195,7 +197,11 @@ def main(argv: list[str] | None = None) -> None:
     ]
     print("\n".join(line for line in lines if line.startswith("|")))
     path = common.write_result(
-        cfg.out or ("weight_sync_quick.md" if cfg.quick else "weight_sync_gpu.md" if cfg.gpu else "weight_sync.md"),
+        common.result_name(
+            cfg.out,
+            cfg.quick,
+            "weight_sync_quick.md" if cfg.quick else "weight_sync_gpu.md" if cfg.gpu else "weight_sync.md",
+        ),
         lines,
     )
     print(f"wrote {path}")

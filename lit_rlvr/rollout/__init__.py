@@ -20,7 +20,8 @@ from lit_rlvr.rollout.engine import (
 )
 from lit_rlvr.rollout.hf import HFEngine
 from lit_rlvr.rollout.options import AsyncOptions, RolloutOptions
-from lit_rlvr.rollout.server import ServerError, VLLMServer, VLLMServerEngine
+from lit_rlvr.rollout.server import VLLMServerEngine
+from lit_rlvr.rollout.server_processes import ServerError, VLLMServer
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.vllm import VLLMEngine
 

@@ -1,4 +1,4 @@
-"""Run ``vllm serve`` as a child that dies with the trainer (started by :class:`~lit_rlvr.rollout.server.VLLMServer`).
+"""Run ``vllm serve`` as a child that dies with the trainer (started by :class:`~lit_rlvr.rollout.server_processes.VLLMServer`).
 
 ``python server_guard.py -- <vllm serve arguments>``: this process asks the kernel for SIGTERM
 when its parent (the trainer) dies, even by ``kill -9`` (``PR_SET_PDEATHSIG``), and on SIGTERM or

@@ -13,13 +13,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from datetime import UTC
 
-import diversity_collapse as dc  # noqa: E402
+import diversity_collapse  # noqa: E402
+import study1  # noqa: E402
+import study2  # noqa: E402
+import study3  # noqa: E402
+import study4  # noqa: E402
+import study_methods  # noqa: E402
+import study_runner  # noqa: E402
+import study_stats  # noqa: E402
 
-SELECT = f"val/{dc.SELECT}"
+SELECT = f"val/{study_runner.SELECT}"
 
 
-def study_with(tmp_path: Path, records: list[dict]) -> dc.Study:
-    study = dc.Study(tmp_path)
+def study_with(tmp_path: Path, records: list[dict]) -> study_runner.Study:
+    study = study_runner.Study(tmp_path)
     study.metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
     return study
 
@@ -29,7 +36,7 @@ def record(label: str, p1: float, p16: float) -> dict:
 
 
 def test_rule_picks_highest_pass16_among_configurations_that_raise_pass1_by_004(tmp_path):
-    a, b, c = list(dc.ABLATION)[:3]
+    a, b, c = list(study1.ABLATION)[:3]
     study = study_with(
         tmp_path,
         [
@@ -39,40 +46,40 @@ def test_rule_picks_highest_pass16_among_configurations_that_raise_pass1_by_004(
             record(f"{c}/b0/s0", 0.43, 0.99),
         ],
     )
-    name, flags, _ = dc.choose_dph(study)
-    assert name == b and flags == dc.ABLATION[b]  # c has the highest pass@16 but raises pass@1 by 0.03 only
+    name, flags, _ = study1.choose_dph(study)
+    assert name == b and flags == study1.ABLATION[b]  # c has the highest pass@16 but raises pass@1 by 0.03 only
 
 
 def test_rule_compares_with_the_base_validated_with_the_ablations_seeds_only(tmp_path):
     """Validations of base 0 with other seeds (the robust part adds them) do not move the threshold."""
-    a, b = list(dc.ABLATION)[:2]
+    a, b = list(study1.ABLATION)[:2]
     records = [record("base/b0/s0", 0.41, 0.98), record(f"{a}/b0/s0", 0.46, 0.85), record(f"{b}/b0/s0", 0.445, 0.94)]
-    before = dc.choose_dph(study_with(tmp_path, records))[0]
-    after = dc.choose_dph(
+    before = study1.choose_dph(study_with(tmp_path, records))[0]
+    after = study1.choose_dph(
         study_with(tmp_path, [*records, record("base/b0/s1", 0.39, 0.98), record("base/b0/s2", 0.39, 0.98)])
     )[0]
     assert before == after == a
 
 
 def test_rule_without_a_qualifying_configuration_takes_the_best_sum(tmp_path):
-    a, b = list(dc.ABLATION)[:2]
+    a, b = list(study1.ABLATION)[:2]
     study = study_with(
         tmp_path, [record("base/b0/s0", 0.50, 0.98), record(f"{a}/b0/s0", 0.45, 0.90), record(f"{b}/b0/s0", 0.40, 0.97)]
     )
-    name, _, why = dc.choose_dph(study)
+    name, _, why = study1.choose_dph(study)
     assert name == b and "no configuration reached" in why[0]
-    assert dc.mean([0.1, 0.3]) == pytest.approx(0.2)
+    assert study_stats.mean([0.1, 0.3]) == pytest.approx(0.2)
 
 
 def test_methods_preset_runs_every_method_config_against_grpo_with_its_knob_swept():
-    jobs = dc.methods_jobs()
+    jobs = study1.methods_jobs()
     configs = {p.stem for p in (Path(__file__).resolve().parents[2] / "configs" / "demo").glob("*.yaml")}
-    assert set(dc.METHODS) <= configs and set(dc.METHODS) <= set(
-        dc.EXPECTED
+    assert set(study_methods.METHODS) <= configs and set(study_methods.METHODS) <= set(
+        study_methods.EXPECTED
     )  # EXPECTED also holds the baselines (study 3)
     labels = {j.label for j in jobs}
     assert len(labels) == len(jobs)
-    for method in ("grpo", *dc.METHODS):  # every method at its config's setting on 2 bases × 3 seeds
+    for method in ("grpo", *study_methods.METHODS):  # every method at its config's setting on 2 bases × 3 seeds
         assert {f"{method}/b{b}/s{s}" for b in (0, 1) for s in (0, 1, 2)} <= labels
     assert {
         "clip_cov_0.005/b0/s0",
@@ -81,10 +88,10 @@ def test_methods_preset_runs_every_method_config_against_grpo_with_its_knob_swep
     } <= labels and "nsr_0.1/b0/s0" not in labels
 
 
-@pytest.mark.parametrize("method", sorted(m for m, (flags, _) in dc.METHODS.items() if flags))
+@pytest.mark.parametrize("method", sorted(m for m, (flags, _) in study_methods.METHODS.items() if flags))
 def test_each_knob_value_of_the_sweep_parses_and_reaches_its_option(method, print_config):
     root = Path(__file__).resolve().parents[2] / "configs" / "demo"
-    flags, values = dc.METHODS[method]
+    flags, values = study_methods.METHODS[method]
     value = values[1]
     config = print_config(
         "fit", "--config", str(root / "base.yaml"), "--config", str(root / f"{method}.yaml"), *flags(value)
@@ -107,7 +114,7 @@ def test_each_knob_value_of_the_sweep_parses_and_reaches_its_option(method, prin
 
 
 def test_expectations_are_checked_against_paired_differences_and_misses_said(tmp_path):
-    held = f"val/{dc.HELD_OUT}"
+    held = f"val/{study_runner.HELD_OUT}"
     records = [
         {"label": f"grpo/b{b}/s{s}", f"{held}/pass@1": 0.40, f"{held}/pass@16": 0.70} for b in (0, 1) for s in (0, 1, 2)
     ]
@@ -121,11 +128,13 @@ def test_expectations_are_checked_against_paired_differences_and_misses_said(tmp
         for b in (0, 1)
         for s in (0, 1, 2)
     ]
-    by = dc.group(records)
-    assert dc.expectation_check(by, "nsr", 16).endswith("expected +, seen +: MET")
-    assert dc.expectation_check(by, "nsr", 1).endswith("expected =, seen =: MET")
-    assert dc.expectation_check(by, "psr", 1).endswith("expected =, seen +: MISS")  # a miss is reported as a miss
-    assert dc.expectation_check(by, "kl_cov", 1) == "- kl_cov pass@1: not run"
+    by = study_stats.group(records)
+    assert study_methods.expectation_check(by, "nsr", 16).endswith("expected +, seen +: MET")
+    assert study_methods.expectation_check(by, "nsr", 1).endswith("expected =, seen =: MET")
+    assert study_methods.expectation_check(by, "psr", 1).endswith(
+        "expected =, seen +: MISS"
+    )  # a miss is reported as a miss
+    assert study_methods.expectation_check(by, "kl_cov", 1) == "- kl_cov pass@1: not run"
 
 
 # ---------------------------------------------------------------------------- study 2: the demo's regime
@@ -133,7 +142,7 @@ def test_expectations_are_checked_against_paired_differences_and_misses_said(tmp
 
 def sel(label: str, p1: float, p16: float, held1: float = 0.0) -> dict:
     """A validation record: selection pass@1/16 (what the rule reads) and a held-out pass@1."""
-    return {**record(label, p1, p16), f"val/{dc.HELD_OUT}/pass@1": held1}
+    return {**record(label, p1, p16), f"val/{study_runner.HELD_OUT}/pass@1": held1}
 
 
 def test_regime_rule_reads_the_selection_split_against_each_candidates_own_base(tmp_path):
@@ -148,7 +157,7 @@ def test_regime_rule_reads_the_selection_split_against_each_candidates_own_base(
         sel("ws200/b0/s0", 0.35, 0.70, 0.21),
         sel("ws200/b0/s1", 0.37, 0.70, 0.21),
     ]
-    name, why = dc.choose_regime(study_with(tmp_path, records))
+    name, why = study2.choose_regime(study_with(tmp_path, records))
     assert name == "ws200" and why[0].startswith("highest mean selection Δpass@1 (+0.150)")
     assert "| `ref` | 450 | 2e-04 | 120 | 2 | 0.050 ± 0.000 | +0.050 | -0.150 ± 0.000 | yes |" in why
 
@@ -161,15 +170,17 @@ def test_regime_rule_needs_pass16_to_fall_and_breaks_near_ties_by_the_cheaper_de
         sel("lr5e-5/b0/s0", 0.50, 0.90),  # +0.100
         sel("ws200_lr1e-4/b0/s0", 0.295, 0.80),
     ]  # +0.095: within 0.01, fewer warm-start steps
-    name, why = dc.choose_regime(study_with(tmp_path, records))
+    name, why = study2.choose_regime(study_with(tmp_path, records))
     assert name == "ws200_lr1e-4" and "within 0.01" in why[0] and "not confirmed" not in why[0]
     assert any(line.startswith("| `lr1e-4` |") and line.endswith("| no |") for line in why)
 
 
 def test_regime_rule_below_the_bar_is_not_confirmed(tmp_path):
-    name, why = dc.choose_regime(study_with(tmp_path, [sel("base/b0/s0", 0.40, 0.95), sel("ref/b0/s0", 0.43, 0.80)]))
+    name, why = study2.choose_regime(
+        study_with(tmp_path, [sel("base/b0/s0", 0.40, 0.95), sel("ref/b0/s0", 0.43, 0.80)])
+    )
     assert name == "ref" and "not confirmed" in why[0]
-    assert dc.choose_regime(study_with(tmp_path, []))[0] is None
+    assert study2.choose_regime(study_with(tmp_path, []))[0] is None
 
 
 @pytest.mark.parametrize(
@@ -188,18 +199,22 @@ def test_regime_criterion_needs_the_mean_gain_and_a_ci_above_zero(tmp_path, gain
             sel(f"base_ws200/b{b}/s{s + 3}", 0.2, 0.9, 0.30),
             sel(f"confirm_ws200/b{b}/s{s + 3}", 0.2, 0.9, 0.30 + g),
         ]
-    ok, deltas, line = dc.regime_criterion(study_with(tmp_path, records), "ws200")
+    ok, deltas, line = study2.regime_criterion(study_with(tmp_path, records), "ws200")
     assert ok is met and deltas == pytest.approx(list(gains)) and line.startswith("MET" if met else "NOT MET")
 
 
 def test_regime_report_lists_every_run_the_choice_and_the_criterion(tmp_path):
     full = lambda label, x: {
         "label": label,
-        **{f"val/{s}/pass@{k}": x for s in (dc.SELECT, dc.HELD_OUT, dc.OOD) for k in (1, 16, 32)},  # noqa: E731
-        f"val/{dc.HELD_OUT}/distinct_correct_answers": 2.0,
+        **{
+            f"val/{s}/pass@{k}": x
+            for s in (study_runner.SELECT, study_runner.HELD_OUT, study_runner.OOD)
+            for k in (1, 16, 32)
+        },  # noqa: E731
+        f"val/{study_runner.HELD_OUT}/distinct_correct_answers": 2.0,
     }
     records = [full(f"base_ws200/b0/s{s}", 0.2) for s in (0, 1)] + [full(f"ws200/b0/s{s}", 0.1) for s in (0, 1)]
-    records[-1][f"val/{dc.SELECT}/pass@1"] = records[-2][f"val/{dc.SELECT}/pass@1"] = (
+    records[-1][f"val/{study_runner.SELECT}/pass@1"] = records[-2][f"val/{study_runner.SELECT}/pass@1"] = (
         0.35  # +0.15 on the selection split
     )
     records += [full(f"base_ws200/b{b}/s{s}", 0.2) for b in (0, 1) for s in (3, 4, 5)]
@@ -207,9 +222,9 @@ def test_regime_report_lists_every_run_the_choice_and_the_criterion(tmp_path):
     study = study_with(tmp_path / "work", records)
     (study.work / "logs").mkdir()
     (study.work / "logs" / "ws200_b0_s0.log").write_text(
-        f"\n$ lit-rlvr fit --config {dc.ROOT}/configs/demo/grpo.yaml --seed_everything=0\n"
+        f"\n$ lit-rlvr fit --config {study_runner.ROOT}/configs/demo/grpo.yaml --seed_everything=0\n"
     )
-    dc.write_regime_report(study, tmp_path / "report.md")
+    study2.write_regime_report(study, tmp_path / "report.md")
     text = (tmp_path / "report.md").read_text()
     assert "**Chosen: `ws200`**" in text and "**Acceptance criterion MET: held-out Δpass@1 0.140 ± " in text
     assert (
@@ -222,20 +237,26 @@ def test_regime_report_lists_every_run_the_choice_and_the_criterion(tmp_path):
 # ---------------------------------------------------------------------------- study 3: every method in study 2's regime
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "demo"
-CHOSEN = dc.COVERAGE["cov_thr4_exp_all"]
+CHOSEN = study3.COVERAGE["cov_thr4_exp_all"]
 
 
 def test_study3_jobs_run_every_method_on_ws200_bases_for_160_steps_with_parts_a_b_c():
-    coverage, robust, sweeps = dc.coverage_jobs(), dc.study3_robust_jobs(CHOSEN), dc.study3_sweep_jobs(CHOSEN)
+    coverage, robust, sweeps = (
+        study3.coverage_jobs(),
+        study3.study3_robust_jobs(CHOSEN),
+        study3.study3_sweep_jobs(CHOSEN),
+    )
     jobs = coverage + robust + sweeps
     assert all(j.warm == "ws200" and j.steps == 160 for j in jobs)
     assert len({j.label for j in jobs}) == len(jobs) == 4 * 2 + 17 * 6 + 15 * 2
-    assert {j.label for j in coverage} == {f"{n}/b0/s{s}" for n in dc.COVERAGE for s in (0, 1)}
-    assert {m for m in dc.STUDY3_METHODS} <= {p.stem for p in CONFIGS.glob("*.yaml")} and set(
-        dc.STUDY3_METHODS[1:]
-    ) <= set(dc.EXPECTED)
-    assert {j.label for j in robust} == {f"{m}/b{b}/s{s}" for m in dc.STUDY3_METHODS for b in (0, 1) for s in (0, 1, 2)}
-    assert [j.method for j in robust[:17]] == list(dc.STUDY3_METHODS) and robust[
+    assert {j.label for j in coverage} == {f"{n}/b0/s{s}" for n in study3.COVERAGE for s in (0, 1)}
+    assert {m for m in study3.STUDY3_METHODS} <= {p.stem for p in CONFIGS.glob("*.yaml")} and set(
+        study3.STUDY3_METHODS[1:]
+    ) <= set(study_methods.EXPECTED)
+    assert {j.label for j in robust} == {
+        f"{m}/b{b}/s{s}" for m in study3.STUDY3_METHODS for b in (0, 1) for s in (0, 1, 2)
+    }
+    assert [j.method for j in robust[:17]] == list(study3.STUDY3_METHODS) and robust[
         17
     ].seed == 1  # base, seed, method: methods interleaved
     flags = {j.method: j.overrides for j in robust}
@@ -251,16 +272,18 @@ def test_study3_jobs_run_every_method_on_ws200_bases_for_160_steps_with_parts_a_
     assert not any(j.variant.startswith(("psr", "nsr")) for j in sweeps)
 
 
-@pytest.mark.parametrize("method", sorted(dc.BASELINE_KNOBS))
+@pytest.mark.parametrize("method", sorted(study_methods.BASELINE_KNOBS))
 def test_each_baseline_knob_value_parses_and_reaches_its_option_through_the_study_command(
     method, print_config, tmp_path
 ):
     """The flags go through the Study's own fit command (the job's flags before its timer callback)."""
-    study = dc.Study(tmp_path)
-    flags, values = dc.KNOBS[method]
+    study = study_runner.Study(tmp_path)
+    flags, values = study_methods.KNOBS[method]
 
     def config(value: str | None) -> dict:
-        args = study.fit_args(dc.Job(method, method, 0, 0, flags(value) if value else [], steps=160, warm="ws200"))
+        args = study.fit_args(
+            study_runner.Job(method, method, 0, 0, flags(value) if value else [], steps=160, warm="ws200")
+        )
         return print_config(*args)
 
     swept, shipped, default = config(values[1]), config(values[0]), config(None)
@@ -271,8 +294,10 @@ def test_each_baseline_knob_value_parses_and_reaches_its_option_through_the_stud
 
 
 def test_the_switch_step_of_passk_then_pass1_reaches_its_schedule(print_config, tmp_path):
-    args = dc.Study(tmp_path).fit_args(
-        dc.Job("passk_then_pass1_40", "passk_then_pass1", 0, 0, dc.KNOBS["passk_then_pass1"][0]("40"))
+    args = study_runner.Study(tmp_path).fit_args(
+        study_runner.Job(
+            "passk_then_pass1_40", "passk_then_pass1", 0, 0, study_methods.KNOBS["passk_then_pass1"][0]("40")
+        )
     )
     schedule = print_config(*args)["trainer"]["callbacks"][0]
     assert schedule["class_path"] == "lit_rlvr.callbacks.AdvantageSchedule"
@@ -281,32 +306,36 @@ def test_the_switch_step_of_passk_then_pass1_reaches_its_schedule(print_config, 
 
 def full(label: str, p1: float, p16: float, ood: float = 0.05, distinct: float = 2.0) -> dict:
     """A validation record on the three sets (selection = held-out here)."""
-    out = {"label": label, f"val/{dc.OOD}/pass@1": ood, f"val/{dc.HELD_OUT}/distinct_correct_answers": distinct}
-    for s in (dc.SELECT, dc.HELD_OUT):
+    out = {
+        "label": label,
+        f"val/{study_runner.OOD}/pass@1": ood,
+        f"val/{study_runner.HELD_OUT}/distinct_correct_answers": distinct,
+    }
+    for s in (study_runner.SELECT, study_runner.HELD_OUT):
         out |= {f"val/{s}/pass@1": p1, f"val/{s}/pass@16": p16, f"val/{s}/pass@32": min(1.0, p16 + 0.05)}
     return out
 
 
 def test_study3_coverage_rule_reads_the_ws200_base_validated_with_the_candidates_seeds(tmp_path):
-    a, b, c, d = dc.COVERAGE
+    a, b, c, d = study3.COVERAGE
     records = [full(f"base_ws200/b0/s{s}", 0.16, 0.84) for s in (0, 1)] + [
         full("base_ws200/b0/s2", 0.50, 0.84)
     ]  # s2: part B's, ignored
     records += [full(f"{a}/b0/s{s}", 0.22, 0.80) for s in (0, 1)] + [full(f"{b}/b0/s{s}", 0.21, 0.83) for s in (0, 1)]
     records += [full(f"{c}/b0/s{s}", 0.19, 0.90) for s in (0, 1)] + [full(f"{d}/b0/s{s}", 0.20, 0.81) for s in (0, 1)]
-    name, flags, why = dc.choose_dph(study_with(tmp_path, records), dc.COVERAGE, dc.STUDY3_BASE)
-    assert name == b and flags == dc.COVERAGE[b]  # c has the best pass@16 but gains 0.03 only
+    name, flags, why = study1.choose_dph(study_with(tmp_path, records), study3.COVERAGE, study3.STUDY3_BASE)
+    assert name == b and flags == study3.COVERAGE[b]  # c has the best pass@16 but gains 0.03 only
     assert "base 0.160" in why[0]
 
 
-def timings(study: dc.Study, seconds: dict[str, float], steps: int = 160) -> None:
+def timings(study: study_runner.Study, seconds: dict[str, float], steps: int = 160) -> None:
     study.timings.write_text(
         "".join(json.dumps({"label": label, "train_seconds": t, "steps": steps}) + "\n" for label, t in seconds.items())
     )
 
 
 def test_part_d_reruns_the_methods_slower_than_grpo_by_more_than_10_percent_at_grpos_median_seconds(tmp_path):
-    study = dc.Study(tmp_path)
+    study = study_runner.Study(tmp_path)
     timings(
         study,
         {
@@ -317,21 +346,21 @@ def test_part_d_reruns_the_methods_slower_than_grpo_by_more_than_10_percent_at_g
             "dapo/b1/s0": 999.0,
         },
     )
-    assert dc.slower_than_grpo(study) == ["rkl"]
-    jobs = dc.wallclock_jobs(study, CHOSEN, methods=dc.slower_than_grpo(study), warm="ws200")
+    assert study3.slower_than_grpo(study) == ["rkl"]
+    jobs = study1.wallclock_jobs(study, CHOSEN, methods=study3.slower_than_grpo(study), warm="ws200")
     assert [j.label for j in jobs] == [f"rkl_time110s/b0/s{s}" for s in (0, 1, 2)]
     assert all(
         j.warm == "ws200" and j.steps == 100_000 and j.overrides == ["--trainer.max_time=00:00:01:50"] for j in jobs
     )
     assert (
-        dc.wallclock_jobs(study, CHOSEN, methods=("dph_f",))[0].overrides[:4] == CHOSEN
+        study1.wallclock_jobs(study, CHOSEN, methods=("dph_f",))[0].overrides[:4] == CHOSEN
     )  # study 1's call is unchanged
 
 
 def test_study3_report_tables_expectations_and_views_on_hand_made_records(tmp_path):
     records = [full(f"base_ws200/b{b}/s{s}", 0.15, 0.80) for b in (0, 1) for s in (0, 1, 2)]
-    records += [full(f"{n}/b0/s{s}", 0.25, 0.80) for n in dc.COVERAGE for s in (0, 1)]
-    for m in dc.STUDY3_METHODS:
+    records += [full(f"{n}/b0/s{s}", 0.25, 0.80) for n in study3.COVERAGE for s in (0, 1)]
+    for m in study3.STUDY3_METHODS:
         up = {"grpo": 0.0, "dph_f": 0.10, "psr": -0.05}.get(m, 0.0)
         records += [
             full(f"{m}/b{b}/s{s}", 0.25 + 0.01 * s, 0.70 + up + 0.01 * b, ood=0.04) for b in (0, 1) for s in (0, 1, 2)
@@ -346,7 +375,7 @@ def test_study3_report_tables_expectations_and_views_on_hand_made_records(tmp_pa
         study,
         {r["label"]: 110.0 + 40 * r["label"].startswith("rkl") for r in records if not r["label"].startswith("base")},
     )
-    dc.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
+    study3.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
     text = (tmp_path / "study3.md").read_text()
     assert (tmp_path / "study3.png").stat().st_size > 0 and "Study 1 (`study_plan.md`" in text
     assert "**Chosen: `cov_thr6_exp_all`**" in text  # all candidates tie: the first, by the rule's order
@@ -365,7 +394,7 @@ def test_study3_report_tables_expectations_and_views_on_hand_made_records(tmp_pa
 
 
 def test_the_coverage_table_counts_d_pef_anchor_samples_and_rl_prompts():
-    lines = dc.coverage_sizes([0, 1, 2, 4, 6, 8, 3, 2], n=8)
+    lines = study3.coverage_sizes([0, 1, 2, 4, 6, 8, 3, 2], n=8)
     assert "| `cov_thr6_exp_all` | 6 | exp | 2 of 8 | 16 | 6 |" in lines
     assert (
         "| `cov_thr2_exp_all` | 2 | exp | 6 of 8 | 48 | 2 |" in lines
@@ -376,7 +405,7 @@ def test_the_coverage_table_counts_d_pef_anchor_samples_and_rl_prompts():
 def test_no_new_job_starts_while_the_pause_file_exists(tmp_path):
     pause, ran = tmp_path / "PAUSE", []
     pause.touch()
-    study = dc.Study(tmp_path / "work", slots=1, pause=pause, poll=0.02)
+    study = study_runner.Study(tmp_path / "work", slots=1, pause=pause, poll=0.02)
     worker = threading.Thread(target=study.parallel, args=([lambda: ran.append(1)],))
     worker.start()
     time.sleep(0.2)
@@ -390,11 +419,14 @@ def test_no_job_starts_after_the_deadline_and_the_skipped_are_named(tmp_path):
     from datetime import datetime, timedelta
 
     ran = []
-    study = dc.Study(tmp_path / "work", slots=1, deadline=datetime.now(UTC) + timedelta(hours=1))
-    study.parallel([dc._labelled(lambda: ran.append("a"), "grpo/b0/s0")])
+    study = study_runner.Study(tmp_path / "work", slots=1, deadline=datetime.now(UTC) + timedelta(hours=1))
+    study.parallel([study_runner._labelled(lambda: ran.append("a"), "grpo/b0/s0")])
     study.deadline = datetime.now(UTC) - timedelta(seconds=1)
     study.parallel(
-        [dc._labelled(lambda: ran.append("b"), "grpo/b1/s0"), dc._labelled(lambda: ran.append("c"), "dapo/b1/s0")]
+        [
+            study_runner._labelled(lambda: ran.append("b"), "grpo/b1/s0"),
+            study_runner._labelled(lambda: ran.append("c"), "dapo/b1/s0"),
+        ]
     )
     assert ran == ["a"] and study.skipped == ["grpo/b1/s0", "dapo/b1/s0"]
 
@@ -403,19 +435,19 @@ def test_amendment_1_runs_part_b_block_by_block_and_the_report_reads_complete_bl
     from datetime import datetime, timedelta
 
     records = [full(f"base_ws200/b{b}/s0", 0.15, 0.80) for b in (0, 1)]
-    records += [full(f"{m}/b0/s0", 0.25, 0.70 + 0.1 * (m == "dph_f")) for m in dc.STUDY3_METHODS]
+    records += [full(f"{m}/b0/s0", 0.25, 0.70 + 0.1 * (m == "dph_f")) for m in study3.STUDY3_METHODS]
     records += [full("grpo/b1/s0", 0.99, 0.99), full("dapo/b1/s0", 0.99, 0.99)]  # a block the deadline cut
     study = study_with(tmp_path / "work", records)
     study.deadline = datetime.now(UTC) - timedelta(seconds=1)
     ran = []
     monkeypatch.setattr(study, "prepare", lambda **kw: ran.append("prepare"))
     monkeypatch.setattr(study, "run", lambda jobs: ran.append([j.label for j in jobs]))
-    dc.run_study3_amended(study)
+    study3.run_study3_amended(study)
     assert ran == ["prepare"]  # past the deadline: no block starts
     assert len(study.skipped) == 6 * 17 - 17 - 2 and study.skipped[0] == "rkl/b1/s0"  # b0/s0 is done, b1/s0 half
-    assert dc.complete_blocks(dc.group(study.records())) == [("b0", "s0")]
+    assert study3.complete_blocks(study_stats.group(study.records())) == [("b0", "s0")]
     timings(study, {r["label"]: 100.0 for r in records if not r["label"].startswith("base")})
-    dc.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
+    study3.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
     text = (tmp_path / "study3.md").read_text()
     assert "**Amendment 1" in text and "complete base × seed blocks: (b0, s0) (1)" in text
     assert "`base_ws200/b1/s0`, `dapo/b1/s0`, `grpo/b1/s0`" in text and "83 planned runs not started" in text
@@ -425,14 +457,14 @@ def test_amendment_1_runs_part_b_block_by_block_and_the_report_reads_complete_bl
 
 
 def test_a_method_equal_to_grpo_run_for_run_is_named_as_never_acting():
-    by = dc.group(
+    by = study_stats.group(
         [
             full(f"{m}/b0/s{s}", 0.2 + 0.01 * s, 0.7 + 0.05 * (m == "dph_f"))
             for m in ("grpo", "dph_f", "entropy_adaptive")
             for s in (0, 1)
         ]
     )
-    (line,) = dc.identical_to_grpo(by)
+    (line,) = study3.identical_to_grpo(by)
     assert line.startswith("\nadaptive entropy's runs equal GRPO's on every number above, run for run")
 
 
@@ -441,23 +473,25 @@ def test_the_full_plan_refuses_to_skip_dph_runs_recorded_at_another_coverage(tmp
     ran = []
     monkeypatch.setattr(study, "prepare", lambda **kw: None)
     monkeypatch.setattr(study, "run", lambda jobs: ran.append(len(jobs)))
-    monkeypatch.setattr(dc, "choose_dph", lambda *a: ("cov_thr6_exp_all", dc.COVERAGE["cov_thr6_exp_all"], ["why"]))
+    monkeypatch.setattr(
+        study3, "choose_dph", lambda *a: ("cov_thr6_exp_all", study3.COVERAGE["cov_thr6_exp_all"], ["why"])
+    )
     with pytest.raises(SystemExit, match="1 DPH runs of part B are recorded at their shipped coverage"):
-        dc.run_study3(study)
+        study3.run_study3(study)
     study.metrics.write_text(
         json.dumps(full("dph_f/b0/s0", 0.2, 0.8)) + "\n"
     )  # DPH-F at the shipped coverage, chosen again: kept
-    monkeypatch.setattr(dc, "slower_than_grpo", lambda study: [])
-    monkeypatch.setattr(dc, "wallclock_jobs", lambda *a, **k: [])
-    dc.run_study3(study)
-    assert ran[-3:] == [len(dc.STUDY3_METHODS) * 6, len(dc.study3_sweep_jobs([])), 0]
+    monkeypatch.setattr(study3, "slower_than_grpo", lambda study: [])
+    monkeypatch.setattr(study3, "wallclock_jobs", lambda *a, **k: [])
+    study3.run_study3(study)
+    assert ran[-3:] == [len(study3.STUDY3_METHODS) * 6, len(study3.study3_sweep_jobs([])), 0]
 
 
 def test_amendment_2_completes_part_b_then_sweeps_method_by_method_dph_first_until_the_deadline(tmp_path, monkeypatch):
     from datetime import datetime, timedelta
 
     records = [full(f"base_ws200/b{b}/s{s}", 0.15, 0.80) for b in (0, 1) for s in (0, 1, 2)]
-    records += [full(f"{m}/b{b}/s{s}", 0.25, 0.70) for m in dc.STUDY3_METHODS for b in (0, 1) for s in (0, 1, 2)]
+    records += [full(f"{m}/b{b}/s{s}", 0.25, 0.70) for m in study3.STUDY3_METHODS for b in (0, 1) for s in (0, 1, 2)]
     study = study_with(tmp_path / "work", records)
     study.deadline = datetime.now(UTC) + timedelta(hours=1)
     ran = []
@@ -467,19 +501,19 @@ def test_amendment_2_completes_part_b_then_sweeps_method_by_method_dph_first_unt
         ran.append([j.label for j in jobs])
         with study.metrics.open("a") as f:
             f.writelines(json.dumps(full(j.label, 0.2, 0.8)) + "\n" for j in jobs if j.variant != j.method)
-        if len(ran) == len(dc.STUDY3_BLOCKS) + 1:
+        if len(ran) == len(study3.STUDY3_BLOCKS) + 1:
             study.deadline = datetime.now(UTC) - timedelta(seconds=1)
 
     monkeypatch.setattr(study, "run", run)
-    dc.run_study3_amendment2(study)
+    study3.run_study3_amendment2(study)
     assert len(ran) == 7 and all(len(g) == 17 for g in ran[:6])  # part B's blocks first (the Study skips the recorded)
     assert ran[6] == ["dph_f_0.5/b0/s0", "dph_f_2.0/b0/s0"]
     assert study.skipped[:2] == ["dph_js_2.0/b0/s0", "dph_js_8.0/b0/s0"] and len(study.skipped) == 30 - 2
     assert all(
-        not any(f.startswith("--data.cache") for f in j.overrides) for j in dc.study3_sweep_jobs([])
+        not any(f.startswith("--data.cache") for f in j.overrides) for j in study3.study3_sweep_jobs([])
     )  # shipped coverage
     timings(study, {r["label"]: 100.0 for r in study.records() if not r["label"].startswith("base")})
-    dc.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
+    study3.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
     text = (tmp_path / "study3.md").read_text()
     assert (
         "**Amendments 1 and 2" in text
@@ -490,7 +524,7 @@ def test_amendment_2_completes_part_b_then_sweeps_method_by_method_dph_first_unt
 
 
 def test_a_swept_knob_that_gave_the_same_numbers_at_every_value_is_named_and_load_notes_are_shown(tmp_path):
-    by = dc.group(
+    by = study_stats.group(
         [
             full("dapo/b0/s0", 0.25, 0.71),
             full("dapo_0.2/b0/s0", 0.25, 0.71),
@@ -502,15 +536,15 @@ def test_a_swept_knob_that_gave_the_same_numbers_at_every_value_is_named_and_loa
             full("grpo_5e-5/b0/s0", 0.2, 0.7),
         ]
     )  # GRPO's 2e-4 missing: not named
-    (line,) = dc.inert_knobs(by)
+    (line,) = study3.inert_knobs(by)
     assert (
         line
         == "\nDAPO's clip_high gave the same numbers at 0.28, 0.2, 0.4 (base 0, seed 0), run for run: the knob never acted in these runs."
     )
-    study = dc.Study(tmp_path)
-    assert dc.load_notes(study) == []
+    study = study_runner.Study(tmp_path)
+    assert study_runner.load_notes(study) == []
     (tmp_path / "load_notes.txt").write_text("from 14:15 the tests ran too\n\n")
-    assert dc.load_notes(study) == ["", "Load: from 14:15 the tests ran too"]
+    assert study_runner.load_notes(study) == ["", "Load: from 14:15 the tests ran too"]
 
 
 def test_the_documented_study_commands_parse():
@@ -521,7 +555,7 @@ def test_the_documented_study_commands_parse():
     commands = re.findall(r"`python benchmarks/diversity_collapse.py ([^`]*)`", results)
     assert any("--amendment 2" in c for c in commands) and any("--amendment 3" in c for c in commands), commands
     for command in commands:
-        args = dc.parse_args(shlex.split(command))
+        args = diversity_collapse.parse_args(shlex.split(command))
         assert args.preset in ("study3", "study4", "regime", "regime_confirm", "methods", "study", "budget") and (
             args.deadline is None or args.preset == "study3"
         )
@@ -535,13 +569,13 @@ def test_amendment_3_runs_part_a_then_the_last_sweeps_part_d_by_fastest_runs_the
     records = [full(f"base_ws200/b{b}/s{s}", 0.15, 0.80) for b in (0, 1) for s in (0, 1, 2)]
     records += [
         full(f"{m}/b{b}/s{s}", 0.25, 0.70 + 0.05 * (m == "dph_f"))
-        for m in dc.STUDY3_METHODS
+        for m in study3.STUDY3_METHODS
         for b in (0, 1)
         for s in (0, 1, 2)
     ]
     study = study_with(tmp_path / "work", records)
     # PSR's median is 1.5× GRPO's (load), its fastest run 1.0×: not re-run; RKL's fastest is 1.2×: re-run
-    seconds = {f"{m}/b{b}/s{s}": 100.0 for m in dc.STUDY3_METHODS for b in (0, 1) for s in (0, 1, 2)}
+    seconds = {f"{m}/b{b}/s{s}": 100.0 for m in study3.STUDY3_METHODS for b in (0, 1) for s in (0, 1, 2)}
     seconds |= {f"psr/b{b}/s{s}": 150.0 for b in (0, 1) for s in (0, 1, 2)} | {"psr/b1/s2": 100.0}
     seconds |= {f"rkl/b{b}/s{s}": 120.0 for b in (0, 1) for s in (0, 1, 2)}
     timings(study, seconds)
@@ -564,27 +598,27 @@ def test_amendment_3_runs_part_a_then_the_last_sweeps_part_d_by_fastest_runs_the
             study.deadline = datetime.now(UTC) - timedelta(seconds=1)
 
     monkeypatch.setattr(study, "run", run)
-    dc.run_study3_amendment3(study)
-    assert ran[0] == [j.label for j in dc.coverage_jobs()] and len(ran[0]) == 8
+    study3.run_study3_amendment3(study)
+    assert ran[0] == [j.label for j in study3.coverage_jobs()] and len(ran[0]) == 8
     assert ran[1] == ["unlikeliness_0.1/b0/s0", "unlikeliness_0.5/b0/s0"]
     assert ran[2] == ["rkl_time100s/b0/s0", "rkl_time100s/b0/s1", "rkl_time100s/b0/s2"]  # GRPO's median base-0 seconds
-    assert ran[3] == [f"cov_thr4_all_all/b{b}/s{s}" for b, s in dc.STUDY3_BLOCKS]  # part A's two are skipped
-    assert study.skipped == [f"dph_js_cov_thr4_all_all/b{b}/s{s}" for b, s in dc.STUDY3_BLOCKS]
-    dph_js = dc.chosen_coverage_jobs("cov_thr4_all_all", dc.COVERAGE["cov_thr4_all_all"])[1]
+    assert ran[3] == [f"cov_thr4_all_all/b{b}/s{s}" for b, s in study3.STUDY3_BLOCKS]  # part A's two are skipped
+    assert study.skipped == [f"dph_js_cov_thr4_all_all/b{b}/s{s}" for b, s in study3.STUDY3_BLOCKS]
+    dph_js = study3.chosen_coverage_jobs("cov_thr4_all_all", study3.COVERAGE["cov_thr4_all_all"])[1]
     assert "--data.cache.anchor_samples=all" in dph_js[0].overrides and not any(
         "anchor.coef" in f for f in dph_js[0].overrides
     )
     assert (
-        dc.chosen_coverage_jobs(dc.STUDY3_SHIPPED_COVERAGE, [])[0] == []
+        study3.chosen_coverage_jobs(study3.STUDY3_SHIPPED_COVERAGE, [])[0] == []
     )  # the shipped coverage: part B's DPH-F runs stand
     # the rule reads part A's blocks only, though the chosen candidate now has a run on every block
-    assert dc.choose_dph(study, dc.COVERAGE, dc.STUDY3_BASE, dc.STUDY3_PART_A)[0] == "cov_thr4_all_all"
+    assert study1.choose_dph(study, study3.COVERAGE, study3.STUDY3_BASE, study3.STUDY3_PART_A)[0] == "cov_thr4_all_all"
     assert (
         "| cov_thr4_all_all | 2 | 0.300 | 0.900 | yes |"
-        in dc.choose_dph(study, dc.COVERAGE, dc.STUDY3_BASE, dc.STUDY3_PART_A)[2]
+        in study1.choose_dph(study, study3.COVERAGE, study3.STUDY3_BASE, study3.STUDY3_PART_A)[2]
     )
     timings(study, {**seconds, **{label: 100.0 for g in ran for label in g}})
-    dc.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
+    study3.write_study3_report(study, tmp_path / "study3.md", tmp_path / "study3.png")
     text = (tmp_path / "study3.md").read_text()
     assert (
         "**Amendments 1, 2 and 3" in text
@@ -605,15 +639,15 @@ def test_amendment_3_runs_part_a_then_the_last_sweeps_part_d_by_fastest_runs_the
 
 
 def test_the_shipped_coverage_candidate_is_checked_against_part_bs_dph_f_digit_for_digit():
-    by = dc.group(
+    by = study_stats.group(
         [
             full("dph_f/b0/s0", 0.25, 0.75),
             full("dph_f/b0/s1", 0.25, 0.75),
-            full(f"{dc.STUDY3_SHIPPED_COVERAGE}/b0/s0", 0.25, 0.75),
-            full(f"{dc.STUDY3_SHIPPED_COVERAGE}/b0/s1", 0.25, 0.76),
+            full(f"{study3.STUDY3_SHIPPED_COVERAGE}/b0/s0", 0.25, 0.75),
+            full(f"{study3.STUDY3_SHIPPED_COVERAGE}/b0/s1", 0.25, 0.76),
         ]
     )
-    (line,) = dc.reproduced(by)
+    (line,) = study3.reproduced(by)
     assert "1 of its 2 runs equal part B's DPH-F run on the same base × seed on every number above (b0/s0)" in line
 
 
@@ -621,26 +655,26 @@ def test_the_shipped_coverage_candidate_is_checked_against_part_bs_dph_f_digit_f
 
 
 def test_study4_runs_the_four_arms_on_both_ws200_bases_for_160_steps_in_study3s_block_order():
-    jobs = dc.study4_jobs()
+    jobs = study4.study4_jobs()
     assert len({j.label for j in jobs}) == len(jobs) == 4 * 2 * 3
-    assert all(j.warm == "ws200" and j.steps == 160 for j in jobs) and set(dc.STUDY4_METHODS) <= {
+    assert all(j.warm == "ws200" and j.steps == 160 for j in jobs) and set(study4.STUDY4_METHODS) <= {
         p.stem for p in CONFIGS.glob("*.yaml")
     }
     assert [j.label for j in jobs[:5]] == ["grpo/b0/s0", "dph_f/b0/s0", "passk/b0/s0", "max_rl/b0/s0", "grpo/b1/s0"]
-    assert [(j.base_seed, j.seed) for j in jobs[::4]] == list(dc.STUDY3_BLOCKS)
+    assert [(j.base_seed, j.seed) for j in jobs[::4]] == list(study3.STUDY3_BLOCKS)
     flags = {j.method: j.overrides for j in jobs}
     assert (
         flags["dph_f"] == CHOSEN and flags["grpo"] == flags["passk"] == flags["max_rl"] == []
     )  # study 3's chosen coverage, pinned
-    smoke = dc.study4_jobs(dc.STUDY4_SMOKE)
+    smoke = study4.study4_jobs(study4.STUDY4_SMOKE)
     assert [j.label for j in smoke] == ["grpo/b0/s0", "dph_f/b0/s0", "passk/b0/s0", "max_rl/b0/s0"] and {
         j.warm for j in smoke
     } == {"smoke"}
 
 
 def test_the_study4_arms_reach_their_estimators_through_the_study_command(print_config, tmp_path):
-    study = dc.Study(tmp_path)
-    configs = {j.method: print_config(*study.fit_args(j)) for j in dc.study4_jobs()[:4]}
+    study = study_runner.Study(tmp_path)
+    configs = {j.method: print_config(*study.fit_args(j)) for j in study4.study4_jobs()[:4]}
     losses = {m: c["model"]["init_args"]["loss"] for m, c in configs.items()}
     assert {m: loss["advantage"] for m, loss in losses.items()} == {
         "grpo": "grpo",
@@ -657,7 +691,7 @@ def test_the_study4_arms_reach_their_estimators_through_the_study_command(print_
     )
 
 
-def study4_records(maxrl_p16: float = 0.05, blocks=dc.STUDY3_BLOCKS) -> list[dict]:
+def study4_records(maxrl_p16: float = 0.05, blocks=study3.STUDY3_BLOCKS) -> list[dict]:
     """Hand-made runs: MaxRL = GRPO in pass@1, above in pass@16; DPH-F below in pass@1 and above in pass@16; Pass@k = GRPO."""
     records = []
     for b, s in blocks:
@@ -694,10 +728,10 @@ def test_study4_report_judges_each_hypothesis_by_study3s_rule_and_names_its_miss
         "threads_per_job": 1,
         "argv": "--preset study4 --slots 2",
     }
-    dc.claim_work(study.work, dc.STUDY4, record)
+    study4.claim_work(study.work, study4.STUDY4, record)
     (study.base_dir(0, warm="ws200")).mkdir(parents=True)
     (study.base_dir(0, warm="ws200") / "model.safetensors").write_bytes(b"not the weights")
-    dc.write_study4_report(study, dc.STUDY4, tmp_path / "study4.md", tmp_path / "study4.png")
+    study4.write_study4_report(study, study4.STUDY4, tmp_path / "study4.md", tmp_path / "study4.png")
     text = (tmp_path / "study4.md").read_text()
     assert (tmp_path / "study4.png").stat().st_size > 0 and "SMOKE" not in text
     assert (
@@ -732,7 +766,7 @@ def test_study4_report_judges_each_hypothesis_by_study3s_rule_and_names_its_miss
 def test_study4_report_reads_complete_blocks_only_and_names_the_rest(tmp_path):
     records = [r for r in study4_records() if r["label"] not in ("max_rl/b1/s2", "passk/b1/s2")]
     study = study_with(tmp_path / "work", records)
-    dc.write_study4_report(study, dc.STUDY4, tmp_path / "study4.md", tmp_path / "study4.png")
+    study4.write_study4_report(study, study4.STUDY4, tmp_path / "study4.md", tmp_path / "study4.png")
     text = (tmp_path / "study4.md").read_text()
     assert "(b0, s2) (5 of 6)" in text and "`base_ws200/b1/s2`, `dph_f/b1/s2`, `grpo/b1/s2`" in text
     assert "planned runs not recorded: `passk/b1/s2`, `max_rl/b1/s2`" in text
@@ -750,18 +784,20 @@ def machine(**changes) -> dict:
 
 
 def test_a_study4_work_folder_refuses_another_setting_and_another_machine_kind(tmp_path):
-    dc.claim_work(tmp_path, dc.STUDY4, machine())
-    dc.claim_work(tmp_path, dc.STUDY4, machine(commit="def"))  # a resume at a later commit is noted, not refused
+    study4.claim_work(tmp_path, study4.STUDY4, machine())
+    study4.claim_work(
+        tmp_path, study4.STUDY4, machine(commit="def")
+    )  # a resume at a later commit is noted, not refused
     assert [json.loads(line)["commit"] for line in (tmp_path / "machine.jsonl").read_text().splitlines()] == [
         "abc",
         "def",
     ]
     with pytest.raises(SystemExit, match="flags differ"):
-        dc.claim_work(tmp_path, dc.STUDY4, machine(flags=["avx2"]))
+        study4.claim_work(tmp_path, study4.STUDY4, machine(flags=["avx2"]))
     with pytest.raises(SystemExit, match="torch differ: 2.13.0\\+cpu here 2.14.0"):
-        dc.claim_work(tmp_path, dc.STUDY4, machine(torch="2.14.0"))
+        study4.claim_work(tmp_path, study4.STUDY4, machine(torch="2.14.0"))
     with pytest.raises(SystemExit, match="the smoke check and the study must not share a work folder"):
-        dc.claim_work(tmp_path, dc.STUDY4_SMOKE, None)  # --report-only checks the setting too
+        study4.claim_work(tmp_path, study4.STUDY4_SMOKE, None)  # --report-only checks the setting too
     assert len((tmp_path / "machine.jsonl").read_text().splitlines()) == 2
 
 
@@ -771,11 +807,11 @@ def test_a_rerun_of_study4_skips_the_recorded_runs(tmp_path, monkeypatch):
         [full("base_ws200/b0/s0", 0.15, 0.8), full("grpo/b0/s0", 0.25, 0.7), full("dph_f/b0/s0", 0.2, 0.8)],
     )
     prepared, ran = [], []
-    monkeypatch.setattr(dc, "machine_record", lambda slots: machine())
+    monkeypatch.setattr(study4, "machine_record", lambda slots: machine())
     monkeypatch.setattr(study, "prepare", lambda **kw: prepared.append(kw))
     monkeypatch.setattr(study, "validate", lambda label, *a: ran.append(label))  # the bases' validations
     monkeypatch.setattr(study, "run_job", lambda job: ran.append(job.label))
-    dc.run_study4(study)
+    study4.run_study4(study)
     assert prepared == [{"base_seeds": [0, 1], "sql_seeds": [], "warms": ("ws200",)}]
     assert ran[:5] == [
         "base_ws200/b0/s1",
@@ -784,14 +820,14 @@ def test_a_rerun_of_study4_skips_the_recorded_runs(tmp_path, monkeypatch):
         "base_ws200/b1/s1",
         "base_ws200/b1/s2",
     ]
-    assert ran[5:] == [j.label for j in dc.study4_jobs()[2:]] and len(ran[5:]) == 22
+    assert ran[5:] == [j.label for j in study4.study4_jobs()[2:]] and len(ran[5:]) == 22
 
 
 def test_smoke_is_study4s_and_its_validations_are_smaller(tmp_path):
     with pytest.raises(SystemExit):
-        dc.parse_args(["--preset", "study3", "--smoke"])
-    assert dc.parse_args(["--preset", "study4", "--smoke"]).smoke
-    study = dc.Study(tmp_path, validate_flags=dc.STUDY4_SMOKE.validate_flags)
+        diversity_collapse.parse_args(["--preset", "study3", "--smoke"])
+    assert diversity_collapse.parse_args(["--preset", "study4", "--smoke"]).smoke
+    study = study_runner.Study(tmp_path, validate_flags=study4.STUDY4_SMOKE.validate_flags)
     seen = []
     study.lit = lambda *args, log: seen.append(args)
     study.validate("grpo/b0/s0", tmp_path / "hf", 0, "countdown", None, tmp_path / "counts.json")

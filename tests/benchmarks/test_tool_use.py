@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import diversity_collapse as dc  # noqa: E402
+import study3  # noqa: E402
 import tool_use as tu  # noqa: E402
 
 AGENTS = Path(__file__).resolve().parents[2] / "configs" / "demo" / "agents"
@@ -17,7 +17,7 @@ def test_the_study_runs_four_methods_on_two_bases_by_three_seeds_in_block_order_
     jobs = tu.jobs()
     assert len({j.label for j in jobs}) == len(jobs) == 4 * 2 * 3 and all(j.steps == 120 for j in jobs)
     assert [j.label for j in jobs[:5]] == ["grpo/b0/s0", "dph_f/b0/s0", "passk/b0/s0", "max_rl/b0/s0", "grpo/b1/s0"]
-    assert [(j.base_seed, j.seed) for j in jobs[::4]] == list(dc.STUDY3_BLOCKS)
+    assert [(j.base_seed, j.seed) for j in jobs[::4]] == list(study3.STUDY3_BLOCKS)
     assert set(tu.METHODS) <= {p.stem for p in AGENTS.glob("*.yaml")}
     assert [j.label for j in tu.jobs(tu.SMOKE)] == ["grpo/b0/s0", "dph_f/b0/s0", "passk/b0/s0", "max_rl/b0/s0"]
 
@@ -63,7 +63,7 @@ def record(label: str, p1: float, p8: float, tools: float, single: float, sequen
 def records() -> list[dict]:
     """GRPO collapses its tool use and gains pass@1; DPH-F keeps the tools; MaxRL = GRPO; Pass@k keeps a little more."""
     out = []
-    for b, s in dc.STUDY3_BLOCKS:
+    for b, s in study3.STUDY3_BLOCKS:
         w = 0.002 * s  # pairs that differ a little
         out += [
             record(f"base/b{b}/s{s}", 0.10, 0.45, 0.55, 0.50),

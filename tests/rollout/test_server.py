@@ -122,7 +122,7 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
     from lit_rlvr.cli import main
     from lit_rlvr.policy import sequence_logprob
     from lit_rlvr.rollout import SamplingParams, ServerError, build_engine, probe_sequence, vllm_available
-    from lit_rlvr.rollout import server as server_module
+    from lit_rlvr.rollout import server_processes as server_module
 
     if not vllm_available():
         pytest.skip("`import vllm` fails")

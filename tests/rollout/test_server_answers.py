@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lit_rlvr.rollout import SamplingParams, ServerError, build_engine
+from lit_rlvr.rollout import SamplingParams, ServerError, build_engine, server_processes
 from lit_rlvr.rollout import server as server_module
 
 HANG = object()  # a route that never answers (a stopped server)
@@ -230,9 +230,9 @@ def test_a_given_server_whose_weight_routes_answer_without_the_key_is_warned_abo
 def test_a_server_that_stops_answering_ends_the_wait_naming_it(monkeypatch):
     """A stopped server (SIGSTOP) accepts connections and never answers: its /health goes silent
     and the wait ends after _UNHEALTHY_FOR_S, not at the request's timeout."""
-    monkeypatch.setattr(server_module, "_HEALTH_EVERY_S", 0.2)
-    monkeypatch.setattr(server_module, "_HEALTH_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(server_module, "_UNHEALTHY_FOR_S", 2.0)
+    monkeypatch.setattr(server_processes, "_HEALTH_EVERY_S", 0.2)
+    monkeypatch.setattr(server_processes, "_HEALTH_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(server_processes, "_UNHEALTHY_FOR_S", 2.0)
     with FakeVLLM() as server, server.engine() as engine:
         server.routes["/v1/completions"] = server.routes["/health"] = lambda body: (200, HANG)
         t0 = time.monotonic()

@@ -12,7 +12,7 @@ import pytest
 
 from lit_rlvr.callbacks import RolloutCallback
 from lit_rlvr.rollout import VLLMServer
-from lit_rlvr.rollout.server import new_log, private_folder
+from lit_rlvr.rollout.server_processes import new_log, private_folder
 
 
 def test_a_started_server_binds_loopback_unless_remote_weight_routes_are_allowed(tmp_path):

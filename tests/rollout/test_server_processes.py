@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.rollout import server as server_module
-from lit_rlvr.rollout.server import ServerProcesses
+from lit_rlvr.rollout import server_processes as server_module
+from lit_rlvr.rollout.server_processes import ServerProcesses
 
 GUARD = Path(server_module.__file__).with_name("server_guard.py")
 # the "API server": starts an "engine core" it never waits for (a killed one stays a zombie, as in vLLM until it reaps it)

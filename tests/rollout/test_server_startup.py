@@ -11,7 +11,7 @@ import time
 import pytest
 
 from lit_rlvr.rollout import ServerError, VLLMServer, build_engine
-from lit_rlvr.rollout.server import free_port
+from lit_rlvr.rollout.server_processes import free_port
 
 
 def test_a_url_that_does_not_answer_is_named_at_start_up():
