@@ -39,31 +39,43 @@ clean-venv:
 	rm -rf $(VENV)
 
 # ---------------------------------------------------------------------------- the CPU demo
-# Warm start (or reuse; its own base measurement is skipped: the base is validated below) → reference
-# cache → validate the base (32 samples for the table; and as fit validates, 8 samples, for the
-# curves' step 0) → for each method: fit (validating every 40 steps, CSV logs in
-# $(DEMO)/runs/logs/<method>) → validate the exported policy → Pass@k table and PNG, and the curves
-# over training. GRPO shows the collapse, DPH-F the cure.
+# Data → warm start (or reuse; its own base measurement is skipped: the base is validated below; two
+# torch threads) → then two lanes, each process on one torch thread, so both cores work: DPH-RL's
+# reference cache beside the base's validations (32 samples for the table; and as fit validates, 8
+# samples, for the curves' step 0) → each method's fit (validating every 40 steps, CSV logs in
+# $(DEMO)/runs/logs/<method>) and the validation of its export, two methods at a time → Pass@k table
+# and PNG, and the curves over training. GRPO shows the collapse, DPH-F the cure. A lane's output goes
+# to $(DEMO)/logs/<lane>.log; a failing lane prints its log's tail and stops the demo.
 DEMO := artifacts/demo
 LIT := $(VENV)/bin/lit-rlvr
 DEMO_METHODS ?= grpo dph_f
-RECORD := --config configs/demo/record.yaml --trainer.callbacks.init_args.path=$(DEMO)/metrics.jsonl
+DEMO_LOGS := $(DEMO)/logs
+RECORD := --config configs/demo/record.yaml
+# `$(call lane,NAME)`: the shell words that send a lane's output to its log, or print its tail and fail.
+lane = > $(DEMO_LOGS)/$(1).log 2>&1 || { tail -n 30 $(DEMO_LOGS)/$(1).log; echo "make demo: $(1) failed (log: $(DEMO_LOGS)/$(1).log)"; exit 1; }
+# One method's lane: fit, then validate the export at 32 samples (metrics in $(DEMO)/metrics_<method>.jsonl).
+DEMO_METHOD = $(LIT) fit --config configs/demo/base.yaml --config configs/demo/$$0.yaml \
+	&& $(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=$$0 \
+		--trainer.callbacks.init_args.path=$(DEMO)/metrics_$$0.jsonl --model.policy.path=$(DEMO)/runs/$$0/hf \
+		--model.evaluation.retention_reference=$(DEMO)/base_pass_counts.json
 
 .PHONY: demo
-demo: export OMP_NUM_THREADS := 2
+demo: export OMP_NUM_THREADS := 1
 demo: install
-	$(LIT) warmstart --config configs/demo/warmstart.yaml --out_dir $(DEMO)/base --eval_samples 0
+	mkdir -p $(DEMO_LOGS)
+	rm -f $(DEMO)/metrics.jsonl $(DEMO)/metrics_*.jsonl
 	$(LIT) demo-data --out_dir $(DEMO)/data
-	$(LIT) cache --config configs/demo/cache.yaml
-	rm -f $(DEMO)/metrics.jsonl
-	$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=base \
-		--pass_counts.path=$(DEMO)/base_pass_counts.json
-	$(LIT) validate --config configs/demo/base.yaml --trainer.logger.init_args.version=base --verbose=false
-	for method in $(DEMO_METHODS); do \
-		$(LIT) fit --config configs/demo/base.yaml --config configs/demo/$$method.yaml || exit 1; \
-		$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=$$method \
-			--model.policy.path=$(DEMO)/runs/$$method/hf --model.evaluation.retention_reference=$(DEMO)/base_pass_counts.json || exit 1; \
-	done
+	$(LIT) warmstart --config configs/demo/warmstart.yaml --out_dir $(DEMO)/base --eval_samples 0 --threads 2
+	@echo "make demo: the reference cache and the base's validations, side by side (logs in $(DEMO_LOGS))"
+	{ $(LIT) cache --config configs/demo/cache.yaml $(call lane,cache); } & cache=$$!; \
+	{ $(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=base \
+		--trainer.callbacks.init_args.path=$(DEMO)/metrics_base.jsonl --pass_counts.path=$(DEMO)/base_pass_counts.json \
+		&& $(LIT) validate --config configs/demo/base.yaml --trainer.logger.init_args.version=base --verbose=false; \
+	} $(call lane,base) || { kill $$cache 2>/dev/null; exit 1; }; \
+	wait $$cache
+	@echo "make demo: fit and validate $(DEMO_METHODS), two at a time"
+	printf '%s\n' $(DEMO_METHODS) | xargs -P 2 -I{} sh -c '{ $(DEMO_METHOD); } $(call lane,$$0)' {}
+	cat $(DEMO)/metrics_base.jsonl $(foreach m,$(DEMO_METHODS),$(DEMO)/metrics_$(m).jsonl) > $(DEMO)/metrics.jsonl
 	$(LIT) report $(DEMO)/metrics.jsonl --out $(DEMO)/passk.png
 	$(LIT) report --curves $(DEMO)/curves.png --base $(DEMO)/runs/logs/base $(addprefix $(DEMO)/runs/logs/,$(DEMO_METHODS))
 
