@@ -25,7 +25,8 @@ group                   key                what it sets
 
 The sampling group is shared: the rollout callback reads the module's (a Python user who builds
 both gets one value, never two that disagree), and ``lit-rlvr cache`` takes the same class for
-the reference samples. ``docs/configuration.md`` lists every key.
+the reference samples. The default of ``model.optimizer``, :func:`default_optimizer`, is here too.
+``docs/configuration.md`` lists every key.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ __all__ = [
     "SamplingParams",
     "ScoringOptions",
     "TurnOptions",
+    "default_optimizer",
 ]
 
 
@@ -508,6 +510,23 @@ class EvalOptions:
         """The validation sampling: ``train`` with this group's overrides (``n`` is set per set)."""
         overrides = {k: getattr(self, k) for k in ("temperature", "top_p", "top_k", "max_new_tokens")}
         return replace(train, n=1, **{k: v for k, v in overrides.items() if v is not None})
+
+
+_FUSED_ADAMW_DEVICES = ("cpu", "cuda", "xpu", "mps")  # where torch has a fused AdamW kernel
+
+
+def default_optimizer(params) -> torch.optim.Optimizer:
+    """AdamW at the papers' learning rate (1e-6; docs/methods.md §2–3), fused where torch has the kernel.
+
+    The fused kernel is the same update (as Hugging Face ``Trainer``'s default
+    ``adamw_torch_fused``) in one call over all parameters, where the default CPU implementation
+    loops over them in Python (one CPU thread, measured: 0.67 vs 2.55 ms a step for 1.1M parameters,
+    6.2 vs 33.5 ms for 9.9M).
+    """
+    params = list(params)
+    devices = {p.device.type for p in params}
+    fused = bool(params) and devices <= set(_FUSED_ADAMW_DEVICES) and all(p.is_floating_point() for p in params)
+    return torch.optim.AdamW(params, lr=1e-6, weight_decay=0.0, fused=fused or None)
 
 
 G = TypeVar("G")
