@@ -48,7 +48,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lit_rlvr.checkpoint import load_training_state, save_training_state
-from lit_rlvr.contracts import AnchorBatch, PromptData, StepData, TrainBatch, ValBatch, require
+from lit_rlvr.contracts import AnchorBatch, StepData, TrainBatch, ValBatch, check_prompt_data, require_rollouts
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import split_indices
 from lit_rlvr.functional.correction import correction_weights
@@ -283,27 +283,14 @@ class RLVRModule(LightningModule):
             self.scorer = self.scoring.scorer()
         datamodule = self.trainer.datamodule  # None: plain dataloaders, nothing to check here
         if datamodule is not None:
-            require(datamodule, PromptData, "RLVRModule", "DataModule")
-            _check_tokenizer(datamodule.tokenizer, self.tokenizer)
-            self.reward_mix.check_rows(datamodule.all_rows(), "data")  # every row can be scored, before any generation
-            if self.environment is not None:
-                self.environment.specs(datamodule.all_rows())  # every row has an environment
-            if ADVANTAGES.trait(
-                self.loss.advantage, "binary_rewards", default=False
-            ):  # each row's own reward, now known
-                self.reward_mix.require_binary(f"model.loss.advantage={self.loss.advantage!r}", datamodule.all_rows())
+            pi_ref = self.reference if stage == "fit" else None  # training: the reference cache must be π_ref's
+            check_prompt_data(
+                datamodule, self.tokenizer, self.reward_mix, self.advantage_name, self.environment, pi_ref, self.anchor
+            )
             for name, n in datamodule.val_samples_per_prompt.items():
                 self.val_panels.panel(name, n)
-        if stage != "fit":
-            return
-        self.reference.setup()  # before a checkpoint is restored: π_ref is the initial policy
-        if datamodule is not None and datamodule.reference_cache is not None:
-            self.reference.check_cache(datamodule.reference_cache)  # the anchors' log π_ref must be this policy's
-            datamodule.reference_cache.check(
-                environment=self.environment and self.environment.identity(datamodule.train_rows)
-            )
-        elif self.anchor is not None and datamodule is not None:
-            raise ValueError("model.anchor (DPH-RL) needs data.cache: build it with `lit-rlvr cache` first")
+        if stage == "fit":
+            self.reference.setup()  # before a checkpoint is restored: π_ref is the initial policy
 
     @override
     def teardown(self, stage: str) -> None:
@@ -319,7 +306,7 @@ class RLVRModule(LightningModule):
     @override
     def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
         """Rollouts → rewards → advantages → token selections → optimizer steps on L_exp (+ η L_pef) (docs/methods.md §5)."""
-        rollouts = _require_rollouts(batch)
+        rollouts = require_rollouts(batch)
         rows = [row for row in batch.rows for _ in range(rollouts.n)]  # (B,) prompt-major
         texts, completion_ids = (
             rollouts.final_turns()
@@ -675,7 +662,7 @@ class RLVRModule(LightningModule):
         Returns the batch's per-prompt correct counts (``{"set", "ids", "num_correct"}``) for
         callbacks such as :class:`~lit_rlvr.callbacks.PassCountsWriter`.
         """
-        rollouts = _require_rollouts(batch)
+        rollouts = require_rollouts(batch)
         name, n = batch.set_name, batch.n_samples
         panel = self.val_panels.panel(name, n).to(self.device)
         # padding prompts only keep the ranks in step (EvalShardSampler): generated, never counted
@@ -766,33 +753,6 @@ class RLVRModule(LightningModule):
         control = load_training_state(checkpoint, self.generator)
         if control is not None and self.entropy_state is not None:
             self.entropy_state = EntropyState(float(control["coef"]), bool(control["active"]))
-
-
-def _require_rollouts(batch: TrainBatch | ValBatch):
-    if not isinstance(batch, (TrainBatch, ValBatch)):
-        raise TypeError(
-            f"RLVRModule takes lit_rlvr.contracts.TrainBatch / ValBatch batches (PromptDataModule makes them), got "
-            f"{type(batch).__name__}"
-        )
-    if batch.rollouts is None:
-        raise RuntimeError(
-            "batch has no rollouts: add a lit_rlvr.callbacks.RolloutCallback to the Trainer's callbacks "
-            "(the CLI adds one by default)"
-        )
-    return batch.rollouts
-
-
-def _check_tokenizer(theirs, tokenizer) -> None:
-    """The prompts must be token ids of the policy's own tokenizer: refuse a DataModule whose tokenizer differs."""
-    if theirs is None or theirs is tokenizer:
-        return
-    probe = "Solve 12 + 7 = ? Answer: \\boxed{19}"
-    if len(theirs) != len(tokenizer) or theirs(probe).input_ids != tokenizer(probe).input_ids:
-        raise ValueError(
-            f"data.tokenizer ({getattr(theirs, 'name_or_path', '?')!r}) does not tokenize like the policy's "
-            f"({getattr(tokenizer, 'name_or_path', '?')!r}); give the DataModule the policy's path "
-            "(the CLI links data.tokenizer to model.policy.path)"
-        )
 
 
 def _read_json(path: str | None, key: str):

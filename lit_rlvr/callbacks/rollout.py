@@ -50,7 +50,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
 from lit_rlvr.callbacks.rollout_producer import AsyncRollouts
-from lit_rlvr.contracts import PromptData, RolloutHost, TrainBatch, ValBatch, require
+from lit_rlvr.contracts import PromptData, RolloutHost, TrainBatch, ValBatch, checked_batch, require
 from lit_rlvr.policy import gathered_parameters
 from lit_rlvr.ranks import RankGroup
 from lit_rlvr.rollout.engine import (
@@ -235,7 +235,7 @@ class RolloutCallback(Callback):
         self._step_at_batch_start = trainer.global_step
         metrics = self._sync_between_batches(pl_module) if self._must_sync() else {}
         params = self.train_params(trainer.global_step, self._rank)
-        batch = _checked(batch, TrainBatch)
+        batch = checked_batch(batch, TrainBatch, "RolloutCallback")
         with gathered_parameters(trainer):  # FSDP1 only: the live HF engine samples the full policy
             if self.asynchronous is None:
                 batch.rollouts, generated = self._generate(batch.prompt_ids, batch.rows, params, "rollout")
@@ -275,7 +275,7 @@ class RolloutCallback(Callback):
     def on_validation_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        batch = _checked(batch, ValBatch)
+        batch = checked_batch(batch, ValBatch, "RolloutCallback")
         params = validation_sampling(self.val_sampling, int(batch.n_samples), batch_idx, dataloader_idx, self._rank)
         with gathered_parameters(trainer):
             batch.rollouts, metrics = self._generate(batch.prompt_ids, batch.rows, params, "val_rollout")
@@ -452,16 +452,6 @@ def rollout_metrics(
         f"{prefix}/mean_len": tokens / B,
         f"{prefix}/truncated": sum(r == "length" for r in rollouts.finish_reasons) / B,
     }
-
-
-def _checked(batch: Any, kind: type) -> Any:
-    """``batch`` if it is a ``kind`` (the DataModule's contract), else a ``TypeError`` naming both."""
-    if not isinstance(batch, kind):
-        raise TypeError(
-            f"RolloutCallback takes lit_rlvr.contracts.{kind.__name__} batches (PromptDataModule makes them), got "
-            f"{type(batch).__name__}"
-        )
-    return batch
 
 
 def _sum_or_none(*seconds: float | None) -> float | None:
