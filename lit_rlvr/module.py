@@ -35,9 +35,7 @@ per-prompt pass counts in :class:`~lit_rlvr.callbacks.HFExport` and
 from __future__ import annotations
 
 import io
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,16 +46,24 @@ from torch import Tensor
 from typing_extensions import override
 
 from lit_rlvr.checkpoint import load_training_state, save_training_state
-from lit_rlvr.contracts import AnchorBatch, StepData, TrainBatch, ValBatch, check_prompt_data, require_rollouts
+from lit_rlvr.contracts import (
+    AnchorBatch,
+    Rollouts,
+    StepData,
+    TrainBatch,
+    ValBatch,
+    check_prompt_data,
+    require_rollouts,
+)
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import split_indices
 from lit_rlvr.functional.correction import correction_weights
 from lit_rlvr.functional.divergences import f_divergence
 from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, EntropyState, entropy_bonus, initial_state
 from lit_rlvr.functional.losses import aggregate, kl_estimate, masked_row_mean, nonfinite_count, policy_loss, token_mean
-from lit_rlvr.functional.metrics import behaviour_means, behaviour_sums, distinct_tool_sequences
 from lit_rlvr.lockstep import Lockstep
-from lit_rlvr.metrics.panel import ValidationPanels, solved_prompts
+from lit_rlvr.metrics.behaviour import batch_behaviour
+from lit_rlvr.metrics.panel import ValidationPanels, is_last_val_batch
 from lit_rlvr.options import (
     DEFAULT_SAMPLING,
     AnchorOptions,
@@ -225,10 +231,8 @@ class RLVRModule(LightningModule):
             self.reward_mix.names if self.reward_mix.terms else [], scoring.max_failed_steps
         )
         self.scorer = None
-        self.val_panels = ValidationPanels(
-            evaluation.pass_k, environment and environment.turns.max_turns
-        )  # one per validation set
-        self.reference_pass_counts = _read_json(evaluation.retention_reference, "model.evaluation.retention_reference")
+        max_turns = environment and environment.turns.max_turns
+        self.val_panels = ValidationPanels(evaluation.pass_k, max_turns, evaluation.reference_pass_counts())  # by set
 
     # ------------------------------------------------------------------ configuration
     def set_advantage(self, name: str, options: dict[str, Any] | None = None, loss: LossOptions | None = None) -> None:
@@ -307,13 +311,7 @@ class RLVRModule(LightningModule):
     def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
         """Rollouts → rewards → advantages → token selections → optimizer steps on L_exp (+ η L_pef) (docs/methods.md §5)."""
         rollouts = require_rollouts(batch)
-        rows = [row for row in batch.rows for _ in range(rollouts.n)]  # (B,) prompt-major
-        texts, completion_ids = (
-            rollouts.final_turns()
-        )  # multi-turn: each trajectory's last turn, unless its environment scored it
-        scores = self.score(
-            texts, rows, prefix="train", completion_ids=completion_ids, given=rollouts.environment_rewards()
-        )
+        scores = self.score_rollouts(rollouts, batch.rows, "train")
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (B,) Σ_k w_k r_k
         data = StepData.from_rollouts(rollouts, self.tokenizer.pad_token_id, rewards).to(self.device)
         data = self.start_of_step(data)
@@ -334,8 +332,7 @@ class RLVRModule(LightningModule):
             minis = split_indices(len(data), self.batching.mini_batch_size, self.generator) if len(data) else []
             for i in range(steps):
                 losses.append(self.optimizer_step_on(data.select(minis[i]) if i < len(minis) else None, anchor, filler))
-        self.log_step(data, keep, losses)
-        self.log_behaviour(rollouts)
+        self.log_step(data, keep, losses, rollouts)
         if self.entropy is not None and losses:  # every rank has the same optimizer steps: the reduction is in step
             self.update_entropy_control(losses)
         return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
@@ -360,31 +357,25 @@ class RLVRModule(LightningModule):
         data.entropies = masked_row_mean(entropy, data.loss_tokens)
         return data
 
-    def score(
-        self,
-        texts: list[str],
-        rows: list[dict],
-        prefix: str,
-        with_answers: bool = False,
-        completion_ids: list[list[int]] | None = None,
-        given: list[float | None] | None = None,
+    def score_rollouts(
+        self, rollouts: Rollouts, prompts: list[dict], prefix: str, with_answers: bool = False
     ) -> list[MixedScore]:
-        """Every reward of :attr:`reward_mix` on every completion, in the reward workers (with the
-        correctness term's canonical answers for validation), logged by :class:`~lit_rlvr.rewards.report.RewardReport`;
-        ``given``: rewards an environment gave (those completions are not scored again)."""
-        scores = (
-            self.reward_mix.score(
+        """P·n scores, prompt-major: every reward of :attr:`reward_mix` on each trajectory's final turn
+        (an environment's own reward is kept), in the reward workers (with the correctness term's
+        answers for validation), logged under ``prefix`` by :class:`~lit_rlvr.rewards.report.RewardReport`."""
+        texts, ids = rollouts.final_turns()  # multi-turn: each trajectory's last turn
+        rows = [row for row in prompts for _ in range(rollouts.n)]  # (P·n,)
+        given, state, scores = rollouts.environment_rewards(), TrainerState.of(self._trainer), []
+        if rows:  # none: only padding prompts on this rank
+            scores = self.reward_mix.score(
                 self.scorer,
                 texts,
                 rows,
                 with_answers=with_answers,
-                completion_ids=completion_ids,
-                trainer_state=TrainerState.of(self._trainer),
+                completion_ids=ids,
+                trainer_state=state,
                 given=given,
             )
-            if rows
-            else []
-        )
         self.reward_report(self, scores, rows, prefix, self.lockstep.reduce_tensor)
         return scores
 
@@ -627,20 +618,10 @@ class RLVRModule(LightningModule):
             else self.environment.turns.total_tokens(self.sampling)
         )
 
-    def log_behaviour(self, rollouts) -> None:
-        """Multi-turn rollouts: their behaviour (``train/turns``, ``train/turns_<t>``, ``train/tool_calls``, …,
-        ``train/distinct_tool_sequences``; :mod:`lit_rlvr.metrics.behaviour`), as validation reports it."""
-        behaviour = rollouts.behaviour()
-        if behaviour is None:
-            return
-        B = len(rollouts.completion_ids)
-        values = behaviour_means(behaviour_sums(*behaviour, self.environment.turns.max_turns))
-        values["distinct_tool_sequences"] = distinct_tool_sequences(rollouts.tool_sequences()).double().mean()
-        self.log_dict({f"train/{k}": v.float() for k, v in values.items()}, batch_size=B)
-
-    def log_step(self, data: StepData, keep: Tensor, losses: list[dict[str, Tensor]]) -> None:
-        """Log every loss component of the step and what it trained on (the rollouts' own statistics
-        are the rollout callback's: ``rollout/mean_len``, ``rollout/truncated``)."""
+    def log_step(self, data: StepData, keep: Tensor, losses: list[dict[str, Tensor]], rollouts: Rollouts) -> None:
+        """Log every loss component of the step, what it trained on and multi-turn rollouts' behaviour
+        (:func:`~lit_rlvr.metrics.behaviour.batch_behaviour`; the rollouts' own statistics are the
+        rollout callback's: ``rollout/mean_len``, ``rollout/truncated``)."""
         B = len(keep)
         mean = {k: torch.stack([p[k] for p in losses if k in p]).mean() for k in (losses[0] if losses else {})}
         self.log_dict({f"train/{k}": v for k, v in mean.items() if k != "loss"}, batch_size=B)
@@ -653,6 +634,9 @@ class RLVRModule(LightningModule):
             "train/kept_rows": keep.float().mean(),
         }
         self.log_dict(stats, batch_size=B)
+        if (behaviour := rollouts.behaviour()) is not None:  # as validation reports it
+            values = batch_behaviour(behaviour, rollouts.tool_sequences(), self.environment.turns.max_turns)
+            self.log_dict({f"train/{k}": v for k, v in values.items()}, batch_size=len(rollouts.completion_ids))
 
     # ------------------------------------------------------------------ validation
     @override
@@ -662,52 +646,20 @@ class RLVRModule(LightningModule):
         Returns the batch's per-prompt correct counts (``{"set", "ids", "num_correct"}``) for
         callbacks such as :class:`~lit_rlvr.callbacks.PassCountsWriter`.
         """
-        rollouts = require_rollouts(batch)
-        name, n = batch.set_name, batch.n_samples
-        panel = self.val_panels.panel(name, n).to(self.device)
+        rollouts, name = require_rollouts(batch), batch.set_name
         # padding prompts only keep the ranks in step (EvalShardSampler): generated, never counted
         real = [p for p, pad in enumerate(batch.padding) if not pad]
         prompts, rollouts = [batch.rows[p] for p in real], rollouts.of_prompts(real)
-        texts = [rollouts.texts[p * n : (p + 1) * n] for p in range(len(real))]  # (P, n)
-        final, final_ids = rollouts.final_turns()  # (P·n,) what the rewards score; the ids for TRL's rewards
-        scores = self.score(
-            final,
-            [row for row in prompts for _ in range(n)],
-            prefix=f"val/{name}",
-            with_answers=True,
-            completion_ids=final_ids,
-            given=rollouts.environment_rewards(),
+        scores = self.score_rollouts(rollouts, prompts, f"val/{name}", with_answers=True)
+        ids, datamodule = [row["id"] for row in prompts], self.trainer.datamodule
+        base = datamodule.base_pass_counts if datamodule is not None else None  # the reference cache's
+        behaviour, tools = rollouts.behaviour(), rollouts.tool_sequences()
+        correct = self.val_panels.add(
+            name, batch.n_samples, ids, scores, rollouts.texts, base, behaviour, tools, self.device
         )
-        rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (P·n,)
-        correct = (torch.tensor([s.correct for s in scores], dtype=torch.float32) > 0.5).view(
-            -1, n
-        )  # (P, n) by the correctness reward
-        ids = [row["id"] for row in prompts]
-        panel.update(
-            correct,
-            answers=[[s.answer for s in scores[p * n : (p + 1) * n]] for p in range(len(prompts))],
-            texts=texts,
-            rewards=rewards,
-            base_solved=solved_prompts(self.base_pass_counts(name), ids),
-            behaviour=rollouts.behaviour(),
-            tool_sequences=rollouts.tool_sequences(),
-        )
-        if batch_idx + 1 == self._num_val_batches(dataloader_idx):
+        if is_last_val_batch(self.trainer, batch_idx, dataloader_idx):
             self.log_panel(name)  # logged inside its dataloader: listed under it, not under every set
         return {"set": name, "ids": ids, "num_correct": correct.sum(-1).tolist()}
-
-    def _num_val_batches(self, dataloader_idx: int) -> int | float:
-        """Batches this validation runs on dataloader ``dataloader_idx`` (inf for a loader without a length)."""
-        trainer = self.trainer
-        return (trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches)[dataloader_idx]
-
-    def base_pass_counts(self, set_name: str) -> dict[str, int] | None:
-        """The base policy's per-prompt pass counts for a set: ``model.evaluation.retention_reference``'s,
-        else the reference cache's (training prompts), else None."""
-        if self.reference_pass_counts is not None:
-            return self.reference_pass_counts.get(set_name, {})
-        datamodule = self.trainer.datamodule
-        return datamodule.base_pass_counts if datamodule is not None else None
 
     def log_panel(self, name: str) -> None:
         """Log set ``name``'s panel as ``val/<name>/<metric>`` and reset it (nothing if it has no update).
@@ -753,13 +705,3 @@ class RLVRModule(LightningModule):
         control = load_training_state(checkpoint, self.generator)
         if control is not None and self.entropy_state is not None:
             self.entropy_state = EntropyState(float(control["coef"]), bool(control["active"]))
-
-
-def _read_json(path: str | None, key: str):
-    """The parsed JSON file at ``path`` (None for None), with an error naming the config key."""
-    if path is None:
-        return None
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{key}: cannot read {path!r} as JSON ({err})") from err

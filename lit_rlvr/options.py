@@ -31,10 +31,12 @@ the reference samples. The default of ``model.optimizer``, :func:`default_optimi
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import torch
@@ -510,6 +512,17 @@ class EvalOptions:
         """The validation sampling: ``train`` with this group's overrides (``n`` is set per set)."""
         overrides = {k: getattr(self, k) for k in ("temperature", "top_p", "top_k", "max_new_tokens")}
         return replace(train, n=1, **{k: v for k, v in overrides.items() if v is not None})
+
+    def reference_pass_counts(self) -> dict[str, dict[str, int]] | None:
+        """``retention_reference`` read: ``{set name: {prompt id: correct samples}}`` (None without one)."""
+        if self.retention_reference is None:
+            return None
+        try:
+            return json.loads(Path(self.retention_reference).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(
+                f"model.evaluation.retention_reference: cannot read {self.retention_reference!r} as JSON ({err})"
+            ) from err
 
 
 _FUSED_ADAMW_DEVICES = ("cpu", "cuda", "xpu", "mps")  # where torch has a fused AdamW kernel
