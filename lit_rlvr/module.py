@@ -1,35 +1,19 @@
-"""RLVRModule: the RLVR recipe as a LightningModule.
+"""RLVRModule: the RLVR recipe as a LightningModule (docs/methods.md).
 
-One training step (docs/methods.md; :meth:`RLVRModule.training_step` reads in this order):
+One training step, as :meth:`RLVRModule.training_step` reads:
 
-    rollouts (RolloutCallback) → rewards (the reward workers) → StepData → π_θ before the step,
-    where a piece needs it → advantages (ADVANTAGES[name]) → rows to train (dynamic sampling)
-    → token selections (forking tokens, Clip-Cov/KL-Cov, §8) → for each PPO epoch and mini-batch,
-    one optimizer step over micro-batches of
+    rollouts (RolloutCallback) → rewards → StepData → π_θ before the step, where a piece needs it
+    → advantages (ADVANTAGES[name]) → rows to train (dynamic sampling) → token selections (§8)
+    → for each PPO epoch and mini-batch, one optimizer step over micro-batches of
     policy loss (POLICY_LOSSES[name], §1, §8) − c · entropy bonus (§8.3)
-    + η · f-divergence on cached π_ref anchors (DPH-RL, §2) + β · online KL to π_ref (RKL baseline, §1)
+    + η · f-divergence on cached π_ref anchors (DPH-RL, §2) + β · online KL to π_ref (§1.6)
 
-Every method of both papers is this module with other option groups (:mod:`lit_rlvr.options`):
-GRPO/DAPO/Dr.GRPO/RLOO pick an advantage and an aggregation (``loss``); DPH-RL sets ``anchor``
-(η and the divergence) and gets anchor batches from the reference cache through the DataModule;
-Pass@k Training picks a ``passk*`` advantage; RKL sets ``kl`` (β); the entropy and diversity
-methods of §8 pick a policy loss (Clip-Cov, KL-Cov), a token mask (forking tokens), an entropy
-bonus (``entropy``) or an advantage (NSR, W-REINFORCE, the unlikeliness reward).
-
-Optimisation is manual, because one rollout batch feeds ``batching.ppo_epochs`` × mini-batches
-optimizer steps, each accumulated over micro-batches whose losses are weighted so that
-accumulation does not change the update, also across data-parallel ranks (docs/methods.md §5).
-The step's tensors are one typed :class:`~lit_rlvr.contracts.StepData`, split into micro-batches
-once (each one forward). What is not the recipe lives elsewhere: the ranks' lock-step and the
-micro-batch weights in :class:`~lit_rlvr.lockstep.Lockstep`, loading the policy in
-:mod:`lit_rlvr.policy.loading`, π_ref in :class:`~lit_rlvr.policy.ReferencePolicy`, rollouts and
-weight sync in :class:`~lit_rlvr.callbacks.RolloutCallback`, reward logging in
-:class:`~lit_rlvr.rewards.report.RewardReport`, the stall guard of dynamic sampling in
-:class:`~lit_rlvr.options.DynamicSampling`, the validation metrics in
-:class:`~lit_rlvr.metrics.ValidationPanels`, the RNG state of checkpoints in
-:mod:`lit_rlvr.checkpoint` and safe checkpoint reading in :mod:`lit_rlvr.upgrade`, export and
-per-prompt pass counts in :class:`~lit_rlvr.callbacks.HFExport` and
-:class:`~lit_rlvr.callbacks.PassCountsWriter`.
+Every method of both papers is this module with other option groups (:mod:`lit_rlvr.options`).
+Optimisation is manual: one rollout batch feeds ``ppo_epochs`` × mini-batches optimizer steps,
+each accumulated over micro-batches weighted so that accumulation, also across data-parallel
+ranks, does not change the update (§5; :class:`~lit_rlvr.lockstep.Lockstep`). What is not the
+recipe lives beside it: rollouts in :class:`~lit_rlvr.callbacks.RolloutCallback`, the start-up
+checks in :mod:`lit_rlvr.contracts`, the validation metrics in :class:`~lit_rlvr.metrics.ValidationPanels`.
 """
 
 from __future__ import annotations
@@ -78,9 +62,9 @@ from lit_rlvr.options import (
     RolloutCorrection,
     SamplingParams,
     ScoringOptions,
-    as_group,
     default_optimizer,
     group_outcomes,
+    module_groups,
     plain,
 )
 from lit_rlvr.policy import (
@@ -100,33 +84,27 @@ from lit_rlvr.upgrade import CHECKPOINT_FORMAT, read_checkpoint, upgrade_checkpo
 class RLVRModule(LightningModule):
     """A policy trained with verifiable rewards; the method is chosen by its option groups.
 
+    Each group is a class of :mod:`lit_rlvr.options`, which says what it sets; docs/configuration.md
+    lists every key.
+
     Args:
-        policy: what to load (:class:`~lit_rlvr.options.PolicyOptions`: path, dtype, LoRA, …).
-        sampling: the training rollouts (:class:`~lit_rlvr.options.SamplingParams`): ``n`` is the
-            group size G, ``max_new_tokens`` the length cap (also Dr. GRPO's normaliser),
-            ``temperature`` also that of the trainer's log-probs, so the ratio compares like with
-            like (the DPH-RL anchor term always uses 1.0, the temperature of the stored π_ref
-            log-probs), ``seed`` the rollouts' seed (offset per step and rank). The rollout
-            callback reads it from here.
+        policy: what to load (:class:`~lit_rlvr.options.PolicyOptions`).
+        sampling: the training rollouts (:class:`~lit_rlvr.options.SamplingParams`; ``n`` is the
+            group size G), which the rollout callback reads from here; ``temperature`` is also the
+            trainer's log-probs' (DPH-RL's anchor term uses 1.0, its cached π_ref's).
         loss: the policy loss (:class:`~lit_rlvr.options.LossOptions`).
         anchor: DPH-RL's anchor term (:class:`~lit_rlvr.options.AnchorOptions`; None = off).
         kl: the online KL penalty (:class:`~lit_rlvr.options.KLOptions`; None = off).
-        entropy: the entropy bonus and its coefficient's control (:class:`~lit_rlvr.options.EntropyOptions`;
-            None = off). The adaptive coefficient is state, saved in checkpoints.
+        entropy: the entropy bonus (:class:`~lit_rlvr.options.EntropyOptions`; None = off).
         batching: optimizer steps and forward passes (:class:`~lit_rlvr.options.BatchingOptions`).
         scoring: the reward workers (:class:`~lit_rlvr.options.ScoringOptions`).
         evaluation: validation (:class:`~lit_rlvr.options.EvalOptions`).
         rollout_correction: importance weights between the sampler and the trainer's π_old
-            (:class:`~lit_rlvr.options.RolloutCorrection`; None = off: π_old is the sampler's
-            log-probs, unless ``recompute_old_logprobs``).
-        environment: multi-turn rollouts (:class:`~lit_rlvr.options.EnvironmentOptions`; None = single-turn):
-            the environment and turn limits the rollout callback samples with, in training and
-            validation. A trajectory's reward is its environment's when it gives one, else the
-            reward functions' on its final turn (docs/agents.md); Dr. GRPO's normaliser is then the
-            whole trajectory's token budget (``environment.max_total_tokens``).
-        dynamic_sampling: drop groups whose rewards are all equal (DAPO;
-            :class:`~lit_rlvr.options.DynamicSampling`: ``true`` = its defaults, None/``false`` = off),
-            stopping after ``max_batches_per_step`` batches in a row without an optimizer step.
+            (:class:`~lit_rlvr.options.RolloutCorrection`; None = off).
+        environment: multi-turn rollouts (:class:`~lit_rlvr.options.EnvironmentOptions`; None =
+            single-turn; docs/agents.md).
+        dynamic_sampling: DAPO's filter of groups with equal rewards
+            (:class:`~lit_rlvr.options.DynamicSampling`; ``true`` = its defaults, None/``false`` = off).
         recompute_old_logprobs: use the trainer's log-probs at rollout time as π_old instead of
             the sampler's.
         max_grad_norm: gradient clipping (None = off).
@@ -134,9 +112,8 @@ class RLVRModule(LightningModule):
         lr_scheduler: optional scheduler factory, stepped once per optimizer step.
         seed: seeds the module's own generator (bootstrap advantages, mini-batch shuffling).
 
-    Every group may also be given as a mapping of its fields: the hyper-parameters are stored as
-    plain data (:func:`~lit_rlvr.options.plain`), which every Lightning logger writes and
-    ``load_from_checkpoint`` reads back into the groups.
+    A group may also be given as a mapping of its fields: the hyper-parameters are stored as plain
+    data (:func:`~lit_rlvr.options.plain`), which loggers write and ``load_from_checkpoint`` reads back.
     """
 
     def __init__(
@@ -160,78 +137,32 @@ class RLVRModule(LightningModule):
         seed: int = 0,
     ):
         super().__init__()
-        policy, sampling, loss = (
-            as_group(PolicyOptions, policy),
-            as_group(SamplingParams, sampling),
-            as_group(LossOptions, loss),
-        )
-        anchor, kl, entropy = (
-            as_group(AnchorOptions, anchor),
-            as_group(KLOptions, kl),
-            as_group(EntropyOptions, entropy),
-        )
-        batching, scoring, evaluation = (
-            as_group(BatchingOptions, batching),
-            as_group(ScoringOptions, scoring),
-            as_group(EvalOptions, evaluation),
-        )
-        rollout_correction, environment = (
-            as_group(RolloutCorrection, rollout_correction),
-            as_group(EnvironmentOptions, environment),
-        )
-        dynamic_sampling = (
-            DynamicSampling() if dynamic_sampling is True else as_group(DynamicSampling, dynamic_sampling or None)
-        )
-        groups = dict(
-            policy=policy,
-            sampling=sampling,
-            loss=loss,
-            anchor=anchor,
-            kl=kl,
-            entropy=entropy,
-            batching=batching,
-            scoring=scoring,
-            evaluation=evaluation,
-            rollout_correction=rollout_correction,
-            dynamic_sampling=dynamic_sampling,
-            environment=environment,
-        )
-        self.save_hyperparameters(
-            {
-                **{k: plain(v) for k, v in groups.items()},
-                "recompute_old_logprobs": recompute_old_logprobs,
-                "max_grad_norm": max_grad_norm,
-                "seed": seed,
-            }
-        )
+        groups = module_groups(locals())  # each as its group, also when given as a mapping (a checkpoint's)
+        flags = {"recompute_old_logprobs": recompute_old_logprobs, "max_grad_norm": max_grad_norm, "seed": seed}
+        self.save_hyperparameters({**{k: plain(v) for k, v in groups.items()}, **flags})
         self.automatic_optimization = False
-        if sampling.temperature <= 0:
-            raise ValueError(f"model.sampling.temperature must be > 0 (sampled rollouts), got {sampling.temperature}")
-        self.sampling = sampling
-        self.val_sampling = evaluation.sampling(sampling)
-        self.anchor, self.kl, self.batching, self.scoring, self.evaluation = anchor, kl, batching, scoring, evaluation
-        self.entropy = entropy
+        for key, group in groups.items():  # self.sampling, self.loss, self.anchor, …
+            if key != "policy":  # self.policy is the model
+                setattr(self, key, group)
+        self.val_sampling = self.evaluation.sampling(self.sampling)
+        entropy = self.entropy  # its adaptive coefficient is state, saved in checkpoints
         self.entropy_state = initial_state(entropy.control, entropy.options) if entropy is not None else None
-        self.rollout_correction = rollout_correction
-        self.dynamic_sampling, self.environment = dynamic_sampling, environment
         self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
-        self.reward_mix = (
-            scoring.mix()
-        )  # the rewards, their weights and the correctness term (before the advantage's check)
-        self.set_advantage(loss.advantage, loss.advantage_options, loss)
+        self.reward_mix = self.scoring.mix()  # the rewards, their weights and the correctness term
+        self.set_advantage(self.loss.advantage, self.loss.advantage_options)  # checked against G and the rewards
         self.configured_loss = self.loss  # self.loss may be switched by an AdvantageSchedule
-        self.micro_batching = batching.micro_batching
-        self.policy, self.tokenizer = load_policy(policy)
-        self.reference = ReferencePolicy(self.policy, online=kl is not None)
+        self.micro_batching = self.batching.micro_batching
+        self.policy, self.tokenizer = load_policy(groups["policy"])
+        self.reference = ReferencePolicy(self.policy, online=self.kl is not None)
         self.optimizer_factory = optimizer
         self.lr_scheduler_factory = lr_scheduler
         self.generator = torch.Generator().manual_seed(seed)
         self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
         self.reward_report = RewardReport(
-            self.reward_mix.names if self.reward_mix.terms else [], scoring.max_failed_steps
+            self.reward_mix.names if self.reward_mix.terms else [], self.scoring.max_failed_steps
         )
         self.scorer = None
-        max_turns = environment and environment.turns.max_turns
+        evaluation, max_turns = self.evaluation, self.environment and self.environment.turns.max_turns
         self.val_panels = ValidationPanels(evaluation.pass_k, max_turns, evaluation.reference_pass_counts())  # by set
 
     # ------------------------------------------------------------------ configuration

@@ -568,6 +568,42 @@ def as_group(cls: type[G], value: G | Mapping[str, Any] | None) -> G | None:
     return cls(**values)
 
 
+MODULE_GROUPS: dict[str, type] = {
+    "policy": PolicyOptions,
+    "sampling": SamplingParams,
+    "loss": LossOptions,
+    "anchor": AnchorOptions,
+    "kl": KLOptions,
+    "entropy": EntropyOptions,
+    "batching": BatchingOptions,
+    "scoring": ScoringOptions,
+    "evaluation": EvalOptions,
+    "rollout_correction": RolloutCorrection,
+    "dynamic_sampling": DynamicSampling,
+    "environment": EnvironmentOptions,
+}  # RLVRModule's arguments that are option groups (``model.<key>``), in the order of its hyper-parameters
+
+
+def module_groups(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """:class:`~lit_rlvr.module.RLVRModule`'s option groups from its arguments (keyed as
+    :data:`MODULE_GROUPS`), each read by :func:`as_group` (a checkpoint's plain hyper-parameters
+    into the group); ``dynamic_sampling: true`` is that group's defaults, ``false`` off. The
+    training rollouts must be sampled (``model.sampling.temperature`` > 0).
+
+    Example:
+        >>> groups = module_groups({"sampling": DEFAULT_SAMPLING, "kl": {"coef": 0.1}, "dynamic_sampling": True})
+        >>> groups["kl"], groups["dynamic_sampling"], groups["anchor"]
+        (KLOptions(coef=0.1, estimator='k3', value_cap=None), DynamicSampling(max_batches_per_step=10), None)
+    """
+    groups = {key: as_group(cls, arguments.get(key)) for key, cls in MODULE_GROUPS.items() if key != "dynamic_sampling"}
+    dynamic = arguments.get("dynamic_sampling")
+    groups["dynamic_sampling"] = DynamicSampling() if dynamic is True else as_group(DynamicSampling, dynamic or None)
+    sampling = groups["sampling"]
+    if sampling.temperature <= 0:
+        raise ValueError(f"model.sampling.temperature must be > 0 (sampled rollouts), got {sampling.temperature}")
+    return {key: groups[key] for key in MODULE_GROUPS}
+
+
 def plain(value: Any) -> Any:
     """An option group as plain data (nested dicts, lists, numbers, strings), as loggers and checkpoints store it.
 
