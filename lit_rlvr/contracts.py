@@ -11,7 +11,7 @@ micro-batches, so a misspelled field is an error rather than a silently missing 
 ``AttributeError`` in the middle of a run. :class:`~lit_rlvr.module.RLVRModule` satisfies all of
 them; so must a user's module that replaces it. The module's own checks of what reaches it are
 here too: :func:`require_rollouts` of each batch, :func:`check_prompt_data` of the DataModule
-once at set-up.
+and :func:`check_trainer` of the Trainer once at set-up.
 """
 
 from __future__ import annotations
@@ -76,6 +76,12 @@ class RowTensors:
         Each is exactly one forward."""
         rows = batching.split(self.attention_mask, self.response_mask, packed)
         return [self.select(idx).crop() for idx in rows]
+
+    @property
+    def forward_args(self) -> tuple[Tensor, Tensor, int]:
+        """``(input_ids, attention_mask, T)``: what a forward over these rows takes, T the completion
+        columns it returns log-probs of (:func:`~lit_rlvr.policy.completion_logprobs`)."""
+        return self.input_ids, self.attention_mask, self.response_mask.shape[1]
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -397,6 +403,18 @@ def check_prompt_data(
         cache.check(environment=environment and environment.identity(datamodule.train_rows))
     elif anchor is not None:
         raise ValueError("model.anchor (DPH-RL) needs data.cache: build it with `lit-rlvr cache` first")
+
+
+def check_trainer(trainer: Any) -> None:
+    """Refuse Lightning's gradient clipping (``trainer.gradient_clip_val``): the module optimises
+    manually and clips its gradients itself, and Lightning's own message would not say where clipping is set."""
+    clip = trainer.gradient_clip_val
+    if clip:
+        raise ValueError(
+            f"Trainer(gradient_clip_val={clip}): RLVRModule optimises manually and clips its gradients "
+            f"itself: set model.max_grad_norm={clip} (RLVRModule(max_grad_norm=...)) and leave "
+            "trainer.gradient_clip_val unset"
+        )
 
 
 def check_tokenizer(theirs: Any, tokenizer: Any) -> None:

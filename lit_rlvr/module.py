@@ -18,7 +18,6 @@ checks in :mod:`lit_rlvr.contracts`, the validation metrics in :class:`~lit_rlvr
 
 from __future__ import annotations
 
-import io
 from collections import Counter
 from typing import Any
 
@@ -37,14 +36,13 @@ from lit_rlvr.contracts import (
     TrainBatch,
     ValBatch,
     check_prompt_data,
+    check_trainer,
     require_rollouts,
 )
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import split_indices
-from lit_rlvr.functional.correction import correction_weights
-from lit_rlvr.functional.divergences import f_divergence
 from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, EntropyState, entropy_bonus, initial_state
-from lit_rlvr.functional.losses import aggregate, kl_estimate, masked_row_mean, nonfinite_count, policy_loss, token_mean
+from lit_rlvr.functional.losses import masked_row_mean, nonfinite_count, policy_loss, token_mean
 from lit_rlvr.lockstep import Lockstep
 from lit_rlvr.metrics.behaviour import batch_behaviour
 from lit_rlvr.metrics.panel import ValidationPanels, is_last_val_batch
@@ -78,7 +76,7 @@ from lit_rlvr.policy import (
 from lit_rlvr.rewards.combine import MixedScore
 from lit_rlvr.rewards.conventions import TrainerState
 from lit_rlvr.rewards.report import RewardReport
-from lit_rlvr.upgrade import CHECKPOINT_FORMAT, read_checkpoint, upgrade_checkpoint
+from lit_rlvr.upgrade import CHECKPOINT_FORMAT, upgrade_checkpoint, upgraded_checkpoint
 
 
 class RLVRModule(LightningModule):
@@ -192,15 +190,9 @@ class RLVRModule(LightningModule):
 
     @override
     def configure_callbacks(self) -> list:
-        """No callbacks of the module's own; refuses Lightning's gradient clipping first (it is called
-        before Lightning checks the Trainer, whose message would not say where clipping is set here)."""
-        clip = self.trainer.gradient_clip_val
-        if clip:
-            raise ValueError(
-                f"Trainer(gradient_clip_val={clip}): RLVRModule optimises manually and clips its gradients "
-                f"itself: set model.max_grad_norm={clip} (RLVRModule(max_grad_norm=...)) and leave "
-                "trainer.gradient_clip_val unset"
-            )
+        """No callbacks of the module's own; refuses Lightning's gradient clipping first (this hook runs
+        before Lightning checks the Trainer: :func:`~lit_rlvr.contracts.check_trainer`)."""
+        check_trainer(self.trainer)
         return []
 
     @override
@@ -278,10 +270,7 @@ class RLVRModule(LightningModule):
         old, entropy = self.logprobs(data, with_entropy=True)
         data.token_logprobs, data.token_entropy = old, entropy
         if self.rollout_correction is not None:  # π_old is the trainer's; the sampler's tokens are re-weighted
-            c = self.rollout_correction
-            data.is_weights, stats = correction_weights(
-                old, data.old_logprobs, data.loss_tokens, c.mode, c.clip_max, c.clip_min
-            )
+            data.is_weights, stats = self.rollout_correction.weights(old, data.old_logprobs, data.loss_tokens)
             self.log_dict({f"train/{k}": v for k, v in stats.items()}, batch_size=len(old))
         if trainer_old:
             data.old_logprobs = old
@@ -386,14 +375,7 @@ class RLVRModule(LightningModule):
         similar length; every data-parallel rank runs as many forwards (:attr:`lockstep`)."""
         temperature = self.sampling.temperature if temperature is None else temperature
         return batched_completion_logprobs(
-            model or self.policy,
-            rows.input_ids,
-            rows.attention_mask,
-            rows.response_mask.shape[1],
-            temperature,
-            with_entropy,
-            self.micro_batching,
-            self.lockstep.most,
+            model or self.policy, *rows.forward_args, temperature, with_entropy, self.micro_batching, self.lockstep.most
         )
 
     def forward_logprobs(
@@ -406,16 +388,7 @@ class RLVRModule(LightningModule):
         """Differentiable log-probs ``(b, T)`` (and entropies, differentiable with ``entropy_grad``) of
         one micro-batch (:meth:`~lit_rlvr.contracts.RowTensors.micro_batches`): one forward."""
         temperature = self.sampling.temperature if temperature is None else temperature
-        return completion_logprobs(
-            self.policy,
-            part.input_ids,
-            part.attention_mask,
-            part.response_mask.shape[1],
-            temperature,
-            with_entropy,
-            self.packs,
-            entropy_grad,
-        )
+        return completion_logprobs(self.policy, *part.forward_args, temperature, with_entropy, self.packs, entropy_grad)
 
     @property
     def packs(self) -> bool:
@@ -500,12 +473,7 @@ class RLVRModule(LightningModule):
                 entropy, mask, loss_options.aggregation, max_len, part.token_mask
             )
         if self.kl is not None:
-            kl = aggregate(
-                kl_estimate(logprobs, part.need("ref_logprobs"), self.kl.estimator, value_cap=self.kl.value_cap),
-                mask,
-                loss_options.aggregation,
-                max_len=max_len,
-            )
+            kl = self.kl.penalty(logprobs, part.need("ref_logprobs"), mask, loss_options.aggregation, max_len)
             parts["kl"] = kl.detach()
             loss = loss + self.kl.coef * kl
         parts["loss"] = loss
@@ -514,15 +482,7 @@ class RLVRModule(LightningModule):
     def anchor_loss(self, anchor: AnchorBatch) -> Tensor:
         """L_pef: f-divergence to π_ref estimated on cached π_ref samples only (DPH-RL, §2)."""
         logprobs, _ = self.forward_logprobs(anchor, temperature=1.0)
-        return f_divergence(
-            logprobs,
-            anchor.ref_logprobs,
-            anchor.loss_tokens,
-            self.anchor.divergence,
-            level=self.anchor.level,
-            value_cap=self.anchor.value_cap,
-            **self.anchor.options,
-        )
+        return self.anchor.divergence_loss(logprobs, anchor.ref_logprobs, anchor.loss_tokens)
 
     def update_entropy_control(self, losses: list[dict[str, Tensor]]) -> None:
         """Log the entropy bonus's coefficient of this step, then move it with the step's entropy (§8.3).
@@ -611,16 +571,10 @@ class RLVRModule(LightningModule):
     @classmethod
     @override
     def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs):
-        """Lightning's ``load_from_checkpoint`` on a checkpoint read safely by
-        :func:`~lit_rlvr.upgrade.read_checkpoint` (its sha256 verified, ``weights_only``: a file that
-        would run code is refused) and upgraded in memory from the 0.1 layout
-        (:func:`~lit_rlvr.upgrade.upgrade_checkpoint`; the file is not changed)."""
-        checkpoint = read_checkpoint(checkpoint_path)
-        upgrade_checkpoint(checkpoint)
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)
-        buffer.seek(0)
-        return super().load_from_checkpoint(buffer, map_location, hparams_file, strict, weights_only=True, **kwargs)
+        """Lightning's ``load_from_checkpoint`` on a checkpoint read safely and upgraded in memory from the
+        0.1 layout (:func:`~lit_rlvr.upgrade.upgraded_checkpoint`; the file is not changed)."""
+        stream = upgraded_checkpoint(checkpoint_path)
+        return super().load_from_checkpoint(stream, map_location, hparams_file, strict, weights_only=True, **kwargs)
 
     @override
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -43,15 +43,17 @@ import torch
 from torch import Tensor
 
 from lit_rlvr.functional.advantages import ADVANTAGES
-from lit_rlvr.functional.correction import CORRECTIONS, _check_bounds
-from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES
+from lit_rlvr.functional.correction import CORRECTIONS, _check_bounds, correction_weights
+from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES, f_divergence
 from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS
 from lit_rlvr.functional.losses import (
     KL_ESTIMATORS,
     POLICY_LOSSES,
     PolicyLoss,
+    aggregate,
     checked_aggregation,
     checked_policy_loss,
+    kl_estimate,
 )
 from lit_rlvr.functional.metrics import mixed_reward_rows
 from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
@@ -233,6 +235,13 @@ class AnchorOptions:
         DIVERGENCE_LEVELS.get_checked(self.level, "model.anchor.level")
         _positive("model.anchor.value_cap", self.value_cap, allow_none=True)
 
+    def divergence_loss(self, logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor) -> Tensor:
+        """L_pef of one anchor micro-batch, before η: the f-divergence estimated on ``(b, T)`` log-probs of
+        the cached π_ref samples (:func:`~lit_rlvr.functional.divergences.f_divergence`)."""
+        return f_divergence(
+            logprobs, ref_logprobs, mask, self.divergence, level=self.level, value_cap=self.value_cap, **self.options
+        )
+
 
 @dataclass(frozen=True)
 class KLOptions:
@@ -255,6 +264,12 @@ class KLOptions:
         _positive("model.kl.coef", self.coef)
         KL_ESTIMATORS.get_checked(self.estimator, "model.kl.estimator")
         _positive("model.kl.value_cap", self.value_cap, allow_none=True)
+
+    def penalty(self, logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, aggregation: str, max_len: int) -> Tensor:
+        """KL(π_θ‖π_ref) of one micro-batch, before β: the per-token estimate on ``(b, T)`` log-probs
+        (:func:`~lit_rlvr.functional.losses.kl_estimate`), aggregated as the policy loss is."""
+        kl = kl_estimate(logprobs, ref_logprobs, self.estimator, value_cap=self.value_cap)
+        return aggregate(kl, mask, aggregation, max_len=max_len)
 
 
 @dataclass(frozen=True)
@@ -280,6 +295,11 @@ class RolloutCorrection:
     def __post_init__(self):
         CORRECTIONS.get_checked(self.mode, "model.rollout_correction.mode")
         _check_bounds(self.clip_min, self.clip_max)
+
+    def weights(self, trainer_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor) -> tuple[Tensor, dict]:
+        """``(B, T)`` importance weights of the sampler's tokens and their statistics
+        (:func:`~lit_rlvr.functional.correction.correction_weights`)."""
+        return correction_weights(trainer_logprobs, sampler_logprobs, mask, self.mode, self.clip_max, self.clip_min)
 
 
 @dataclass(frozen=True)
