@@ -41,8 +41,8 @@ from lit_rlvr.contracts import (
 )
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import split_indices
-from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, EntropyState, entropy_bonus, initial_state
-from lit_rlvr.functional.losses import masked_row_mean, nonfinite_count, policy_loss, token_mean
+from lit_rlvr.functional.entropy import EntropyState, entropy_bonus
+from lit_rlvr.functional.losses import masked_row_mean, nonfinite_count, token_mean
 from lit_rlvr.lockstep import Lockstep
 from lit_rlvr.metrics.behaviour import batch_behaviour
 from lit_rlvr.metrics.panel import ValidationPanels, is_last_val_batch
@@ -143,8 +143,7 @@ class RLVRModule(LightningModule):
             if key != "policy":  # self.policy is the model
                 setattr(self, key, group)
         self.val_sampling = self.evaluation.sampling(self.sampling)
-        entropy = self.entropy  # its adaptive coefficient is state, saved in checkpoints
-        self.entropy_state = initial_state(entropy.control, entropy.options) if entropy is not None else None
+        self.entropy_state = self.entropy.initial_state() if self.entropy is not None else None  # saved in checkpoints
         self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
         self.reward_mix = self.scoring.mix()  # the rewards, their weights and the correctness term
         self.set_advantage(self.loss.advantage, self.loss.advantage_options)  # checked against G and the rewards
@@ -321,23 +320,13 @@ class RLVRModule(LightningModule):
         """
         loss, mask = self.loss, data.loss_tokens
         if loss.token_mask is not None:
-            data.token_mask = TOKEN_MASKS[loss.token_mask](
-                data.need("token_entropy"), mask, **loss.token_mask_options
-            ).float()
+            data.token_mask = loss.kept_tokens(data.need("token_entropy"), mask)
         if loss.entry.select is not None:
             adv = data.advantages
             adv = adv.unsqueeze(-1).expand_as(mask) if adv.dim() == 1 else adv
             old = torch.nan_to_num(data.old_logprobs, nan=float("-inf"))
-            data.selected = loss.entry.choose(
-                data.need("token_logprobs"),
-                old,
-                adv,
-                mask.bool(),
-                clip_low=loss.clip_low,
-                clip_high=loss.clip_high,
-                dual_clip=loss.dual_clip,
-                generator=self.generator,
-                **loss.policy_loss_options,
+            data.selected = loss.covariance_selection(
+                data.need("token_logprobs"), old, adv, mask.bool(), self.generator
             )
         data.token_logprobs = data.token_entropy = None
         return data
@@ -449,20 +438,9 @@ class RLVRModule(LightningModule):
         loss_options, max_len, mask = self.loss, self.completion_tokens, part.loss_tokens
         bonus = self.entropy_state is not None and self.entropy_state.applied != 0.0
         logprobs, entropy = self.forward_logprobs(part, with_entropy=True, entropy_grad=bonus)
-        loss, stats = policy_loss(
-            logprobs,
-            part.old_logprobs,
-            part.need("advantages"),
-            mask,
-            clip_low=loss_options.clip_low,
-            clip_high=loss_options.clip_high,
-            dual_clip=loss_options.dual_clip,
-            agg=loss_options.aggregation,
-            max_len=max_len,
-            token_weights=part.token_weights,
-            loss=loss_options.entry,
-            options=loss_options.policy_loss_options,
-            selected=part.selected,
+        advantages, weights = part.need("advantages"), part.token_weights
+        loss, stats = loss_options.objective(
+            logprobs, part.old_logprobs, advantages, mask, max_len, weights, part.selected
         )
         parts = {"policy": loss.detach(), **{k: torch.as_tensor(v).detach() for k, v in stats.items()}}
         parts["entropy"] = token_mean(entropy.detach(), mask)
@@ -497,8 +475,7 @@ class RLVRModule(LightningModule):
             ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world
         )
         self.log("train/entropy_coef", self.entropy_state.applied, batch_size=1)
-        update = ENTROPY_CONTROLS[self.entropy.control]
-        self.entropy_state = update(self.entropy_state, entropy, **self.entropy.options)
+        self.entropy_state = self.entropy.next_state(self.entropy_state, entropy)
 
     @property
     def completion_tokens(self) -> int:

@@ -45,7 +45,7 @@ from torch import Tensor
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.correction import CORRECTIONS, _check_bounds, correction_weights
 from lit_rlvr.functional.divergences import DIVERGENCE_LEVELS, DIVERGENCES, f_divergence
-from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS
+from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, EntropyState, initial_state
 from lit_rlvr.functional.losses import (
     KL_ESTIMATORS,
     POLICY_LOSSES,
@@ -54,6 +54,7 @@ from lit_rlvr.functional.losses import (
     checked_aggregation,
     checked_policy_loss,
     kl_estimate,
+    policy_loss,
 )
 from lit_rlvr.functional.metrics import mixed_reward_rows
 from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
@@ -187,6 +188,55 @@ class LossOptions:
         """Whether the loss chooses tokens from π_θ's token statistics (a token mask, a covariance selection)."""
         return self.token_mask is not None or self.entry.select is not None
 
+    def objective(
+        self,
+        logprobs: Tensor,
+        old_logprobs: Tensor,
+        advantages: Tensor,
+        mask: Tensor,
+        max_len: int,
+        token_weights: Tensor | None = None,
+        selected: Tensor | None = None,
+    ) -> tuple[Tensor, dict]:
+        """L_exp of one micro-batch and its statistics: :attr:`entry` with these clips, options and
+        aggregation on ``(b, T)`` log-probs (:func:`~lit_rlvr.functional.losses.policy_loss`, §1, §8)."""
+        return policy_loss(
+            logprobs,
+            old_logprobs,
+            advantages,
+            mask,
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            dual_clip=self.dual_clip,
+            agg=self.aggregation,
+            max_len=max_len,
+            token_weights=token_weights,
+            loss=self.entry,
+            options=self.policy_loss_options,
+            selected=selected,
+        )
+
+    def kept_tokens(self, entropy: Tensor, mask: Tensor) -> Tensor:
+        """``(B, T)`` float: the tokens :attr:`token_mask` keeps, from π_θ's token entropies ``(B, T)`` (§8.2)."""
+        return TOKEN_MASKS[self.token_mask](entropy, mask, **self.token_mask_options).float()
+
+    def covariance_selection(
+        self, token_logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, generator: torch.Generator
+    ) -> Tensor:
+        """``(B, T)`` bool: the tokens :attr:`entry`'s selection picks (Clip-Cov, KL-Cov, §8.1) from π_θ's
+        and π_old's log-probs and the per-token advantages, each ``(B, T)``."""
+        return self.entry.choose(
+            token_logprobs,
+            old_logprobs,
+            advantages,
+            mask,
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            dual_clip=self.dual_clip,
+            generator=generator,
+            **self.policy_loss_options,
+        )
+
 
 @dataclass(frozen=True)
 class EntropyOptions:
@@ -205,6 +255,14 @@ class EntropyOptions:
 
     def __post_init__(self):
         ENTROPY_CONTROLS.get_checked(self.control, "model.entropy.control", self.options, "model.entropy.options")
+
+    def initial_state(self) -> EntropyState:
+        """The coefficient's state before the first step (:func:`~lit_rlvr.functional.entropy.initial_state`)."""
+        return initial_state(self.control, self.options)
+
+    def next_state(self, state: EntropyState, entropy: float) -> EntropyState:
+        """The coefficient's state after a step whose mean token entropy was ``entropy`` (:attr:`control`)."""
+        return ENTROPY_CONTROLS[self.control](state, entropy, **self.options)
 
 
 @dataclass(frozen=True)
