@@ -59,7 +59,7 @@ def raw_run(
     from lit_rlvr.functional.advantages import ADVANTAGES
     from lit_rlvr.functional.batching import aggregation_weight, crop_padding
     from lit_rlvr.functional.losses import policy_loss
-    from lit_rlvr.module import default_optimizer
+    from lit_rlvr.options import default_optimizer
     from lit_rlvr.policy import MicroBatching, completion_logprobs, packs_sequences
     from lit_rlvr.rewards import BatchScorer
     from lit_rlvr.rollout.hf import HFEngine

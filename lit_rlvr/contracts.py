@@ -9,7 +9,9 @@ micro-batches, so a misspelled field is an error rather than a silently missing 
 (:class:`RolloutHost`, :class:`PolicyHost`, :class:`AdvantageHost`) and checks it at set-up with
 :func:`require`, so a module that lacks a piece fails with the missing names, not with an
 ``AttributeError`` in the middle of a run. :class:`~lit_rlvr.module.RLVRModule` satisfies all of
-them; so must a user's module that replaces it.
+them; so must a user's module that replaces it. The module's own checks of what reaches it are
+here too: :func:`require_rollouts` of each batch, :func:`check_prompt_data` of the DataModule
+and :func:`check_trainer` of the Trainer once at set-up.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import crop_padding
 from lit_rlvr.policy.logprobs import MicroBatching
 from lit_rlvr.rollout.turns import EnvironmentOptions
@@ -73,6 +76,12 @@ class RowTensors:
         Each is exactly one forward."""
         rows = batching.split(self.attention_mask, self.response_mask, packed)
         return [self.select(idx).crop() for idx in rows]
+
+    @property
+    def forward_args(self) -> tuple[Tensor, Tensor, int]:
+        """``(input_ids, attention_mask, T)``: what a forward over these rows takes, T the completion
+        columns it returns log-probs of (:func:`~lit_rlvr.policy.completion_logprobs`)."""
+        return self.input_ids, self.attention_mask, self.response_mask.shape[1]
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -323,3 +332,99 @@ def _members(protocol: type) -> list[str]:
     names = list(getattr(protocol, "__annotations__", {}))
     names += [n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")]
     return list(dict.fromkeys(names))
+
+
+def checked_batch(batch: Any, kinds: type | tuple[type, ...], who: str) -> Any:
+    """``batch`` if it is one of ``kinds`` (the DataModule's batches), else a ``TypeError`` naming ``who`` and them.
+
+    Example:
+        >>> checked_batch({"rows": []}, TrainBatch, "RolloutCallback")
+        Traceback (most recent call last):
+        ...
+        TypeError: RolloutCallback takes lit_rlvr.contracts.TrainBatch batches (PromptDataModule makes them), got dict
+    """
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(batch, kinds):
+        raise TypeError(
+            f"{who} takes lit_rlvr.contracts.{' / '.join(k.__name__ for k in kinds)} batches (PromptDataModule makes "
+            f"them), got {type(batch).__name__}"
+        )
+    return batch
+
+
+def require_rollouts(batch: TrainBatch | ValBatch) -> Rollouts:
+    """The rollouts the rollout callback attached to ``batch`` (P·n completions), what
+    :class:`~lit_rlvr.module.RLVRModule` trains and validates on; an error saying what is missing otherwise."""
+    if checked_batch(batch, (TrainBatch, ValBatch), "RLVRModule").rollouts is None:
+        raise RuntimeError(
+            "batch has no rollouts: add a lit_rlvr.callbacks.RolloutCallback to the Trainer's callbacks "
+            "(the CLI adds one by default)"
+        )
+    return batch.rollouts
+
+
+def check_prompt_data(
+    datamodule: PromptData,
+    tokenizer: Any,
+    rewards: Any,
+    advantage: str,
+    environment: EnvironmentOptions | None = None,
+    reference: Any = None,
+    anchor: Any = None,
+) -> None:
+    """The start-up check of a DataModule against the module, before any generation.
+
+    Args:
+        datamodule: must provide :class:`PromptData`; its prompts must be ``tokenizer``'s ids
+            (:func:`check_tokenizer`).
+        tokenizer: the policy's.
+        rewards: the module's :class:`~lit_rlvr.rewards.combine.RewardMix`: every row can be
+            scored, and, for an ``advantage`` that needs binary rewards, each row's own reward is binary.
+        advantage: the configured advantage estimator's name.
+        environment: multi-turn rollouts: every row has an environment (None: single-turn).
+        reference: training only: the :class:`~lit_rlvr.policy.ReferencePolicy` that the
+            DataModule's reference cache must have been computed by (None: not training).
+        anchor: DPH-RL's anchor term (:class:`~lit_rlvr.options.AnchorOptions`; None: off): training
+            with it needs the reference cache.
+    """
+    require(datamodule, PromptData, "RLVRModule", "DataModule")
+    check_tokenizer(datamodule.tokenizer, tokenizer)
+    rows = datamodule.all_rows()
+    rewards.check_rows(rows, "data")  # every row can be scored, before any generation
+    if environment is not None:
+        environment.specs(rows)  # every row has an environment
+    if ADVANTAGES.trait(advantage, "binary_rewards", default=False):  # each row's own reward, now known
+        rewards.require_binary(f"model.loss.advantage={advantage!r}", rows)
+    if reference is None:
+        return
+    cache = datamodule.reference_cache
+    if cache is not None:
+        reference.check_cache(cache)  # the anchors' log π_ref must be this policy's
+        cache.check(environment=environment and environment.identity(datamodule.train_rows))
+    elif anchor is not None:
+        raise ValueError("model.anchor (DPH-RL) needs data.cache: build it with `lit-rlvr cache` first")
+
+
+def check_trainer(trainer: Any) -> None:
+    """Refuse Lightning's gradient clipping (``trainer.gradient_clip_val``): the module optimises
+    manually and clips its gradients itself, and Lightning's own message would not say where clipping is set."""
+    clip = trainer.gradient_clip_val
+    if clip:
+        raise ValueError(
+            f"Trainer(gradient_clip_val={clip}): RLVRModule optimises manually and clips its gradients "
+            f"itself: set model.max_grad_norm={clip} (RLVRModule(max_grad_norm=...)) and leave "
+            "trainer.gradient_clip_val unset"
+        )
+
+
+def check_tokenizer(theirs: Any, tokenizer: Any) -> None:
+    """The prompts must be token ids of the policy's own tokenizer: refuse a DataModule whose tokenizer differs."""
+    if theirs is None or theirs is tokenizer:
+        return
+    probe = "Solve 12 + 7 = ? Answer: \\boxed{19}"
+    if len(theirs) != len(tokenizer) or theirs(probe).input_ids != tokenizer(probe).input_ids:
+        raise ValueError(
+            f"data.tokenizer ({getattr(theirs, 'name_or_path', '?')!r}) does not tokenize like the policy's "
+            f"({getattr(tokenizer, 'name_or_path', '?')!r}); give the DataModule the policy's path "
+            "(the CLI links data.tokenizer to model.policy.path)"
+        )

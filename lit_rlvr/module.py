@@ -1,43 +1,24 @@
-"""RLVRModule: the RLVR recipe as a LightningModule.
+"""RLVRModule: the RLVR recipe as a LightningModule (docs/methods.md).
 
-One training step (docs/methods.md; :meth:`RLVRModule.training_step` reads in this order):
+One training step, as :meth:`RLVRModule.training_step` reads:
 
-    rollouts (RolloutCallback) → rewards (the reward workers) → StepData → π_θ before the step,
-    where a piece needs it → advantages (ADVANTAGES[name]) → rows to train (dynamic sampling)
-    → token selections (forking tokens, Clip-Cov/KL-Cov, §8) → for each PPO epoch and mini-batch,
-    one optimizer step over micro-batches of
+    rollouts (RolloutCallback) → rewards → StepData → π_θ before the step, where a piece needs it
+    → advantages (ADVANTAGES[name]) → rows to train (dynamic sampling) → token selections (§8)
+    → for each PPO epoch and mini-batch, one optimizer step over micro-batches of
     policy loss (POLICY_LOSSES[name], §1, §8) − c · entropy bonus (§8.3)
-    + η · f-divergence on cached π_ref anchors (DPH-RL, §2) + β · online KL to π_ref (RKL baseline, §1)
+    + η · f-divergence on cached π_ref anchors (DPH-RL, §2) + β · online KL to π_ref (§1.6)
 
-Every method of both papers is this module with other option groups (:mod:`lit_rlvr.options`):
-GRPO/DAPO/Dr.GRPO/RLOO pick an advantage and an aggregation (``loss``); DPH-RL sets ``anchor``
-(η and the divergence) and gets anchor batches from the reference cache through the DataModule;
-Pass@k Training picks a ``passk*`` advantage; RKL sets ``kl`` (β); the entropy and diversity
-methods of §8 pick a policy loss (Clip-Cov, KL-Cov), a token mask (forking tokens), an entropy
-bonus (``entropy``) or an advantage (NSR, W-REINFORCE, the unlikeliness reward).
-
-Optimisation is manual, because one rollout batch feeds ``batching.ppo_epochs`` × mini-batches
-optimizer steps, each accumulated over micro-batches whose losses are weighted so that
-accumulation does not change the update, also across data-parallel ranks (docs/methods.md §5).
-The step's tensors are one typed :class:`~lit_rlvr.contracts.StepData`, split into micro-batches
-once (each one forward). What is not the recipe lives elsewhere: the ranks' lock-step and the
-micro-batch weights in :class:`~lit_rlvr.lockstep.Lockstep`, loading the policy in
-:mod:`lit_rlvr.policy.loading`, π_ref in :class:`~lit_rlvr.policy.ReferencePolicy`, rollouts and
-weight sync in :class:`~lit_rlvr.callbacks.RolloutCallback`, reward logging in
-:class:`~lit_rlvr.rewards.report.RewardReport`, the stall guard of dynamic sampling in
-:class:`~lit_rlvr.options.DynamicSampling`, the validation metrics in
-:class:`~lit_rlvr.metrics.ValidationPanels`, the RNG state of checkpoints in
-:mod:`lit_rlvr.checkpoint` and safe checkpoint reading in :mod:`lit_rlvr.upgrade`, export and
-per-prompt pass counts in :class:`~lit_rlvr.callbacks.HFExport` and
-:class:`~lit_rlvr.callbacks.PassCountsWriter`.
+Every method of both papers is this module with other option groups (:mod:`lit_rlvr.options`).
+Optimisation is manual: one rollout batch feeds ``ppo_epochs`` × mini-batches optimizer steps,
+each accumulated over micro-batches weighted so that accumulation, also across data-parallel
+ranks, does not change the update (§5; :class:`~lit_rlvr.lockstep.Lockstep`). What is not the
+recipe lives beside it: rollouts in :class:`~lit_rlvr.callbacks.RolloutCallback`, the start-up
+checks in :mod:`lit_rlvr.contracts`, the validation metrics in :class:`~lit_rlvr.metrics.ValidationPanels`.
 """
 
 from __future__ import annotations
 
-import io
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,16 +29,23 @@ from torch import Tensor
 from typing_extensions import override
 
 from lit_rlvr.checkpoint import load_training_state, save_training_state
-from lit_rlvr.contracts import AnchorBatch, PromptData, StepData, TrainBatch, ValBatch, require
+from lit_rlvr.contracts import (
+    AnchorBatch,
+    Rollouts,
+    StepData,
+    TrainBatch,
+    ValBatch,
+    check_prompt_data,
+    check_trainer,
+    require_rollouts,
+)
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import split_indices
-from lit_rlvr.functional.correction import correction_weights
-from lit_rlvr.functional.divergences import f_divergence
-from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, EntropyState, entropy_bonus, initial_state
-from lit_rlvr.functional.losses import aggregate, kl_estimate, masked_row_mean, nonfinite_count, policy_loss, token_mean
-from lit_rlvr.functional.metrics import behaviour_means, behaviour_sums, distinct_tool_sequences
+from lit_rlvr.functional.entropy import EntropyState, entropy_bonus
+from lit_rlvr.functional.losses import masked_row_mean, nonfinite_count, token_mean
 from lit_rlvr.lockstep import Lockstep
-from lit_rlvr.metrics.panel import ValidationPanels, solved_prompts
+from lit_rlvr.metrics.behaviour import batch_behaviour
+from lit_rlvr.metrics.panel import ValidationPanels, is_last_val_batch
 from lit_rlvr.options import (
     DEFAULT_SAMPLING,
     AnchorOptions,
@@ -72,8 +60,9 @@ from lit_rlvr.options import (
     RolloutCorrection,
     SamplingParams,
     ScoringOptions,
-    as_group,
+    default_optimizer,
     group_outcomes,
+    module_groups,
     plain,
 )
 from lit_rlvr.policy import (
@@ -87,55 +76,33 @@ from lit_rlvr.policy import (
 from lit_rlvr.rewards.combine import MixedScore
 from lit_rlvr.rewards.conventions import TrainerState
 from lit_rlvr.rewards.report import RewardReport
-from lit_rlvr.upgrade import CHECKPOINT_FORMAT, read_checkpoint, upgrade_checkpoint
-
-_FUSED_ADAMW_DEVICES = ("cpu", "cuda", "xpu", "mps")  # where torch has a fused AdamW kernel
-
-
-def default_optimizer(params) -> torch.optim.Optimizer:
-    """AdamW at the papers' learning rate (1e-6; docs/methods.md §2–3), fused where torch has the kernel.
-
-    The fused kernel is the same update (as Hugging Face ``Trainer``'s default
-    ``adamw_torch_fused``) in one call over all parameters, where the default CPU implementation
-    loops over them in Python (one CPU thread, measured: 0.67 vs 2.55 ms a step for 1.1M parameters,
-    6.2 vs 33.5 ms for 9.9M).
-    """
-    params = list(params)
-    devices = {p.device.type for p in params}
-    fused = bool(params) and devices <= set(_FUSED_ADAMW_DEVICES) and all(p.is_floating_point() for p in params)
-    return torch.optim.AdamW(params, lr=1e-6, weight_decay=0.0, fused=fused or None)
+from lit_rlvr.upgrade import CHECKPOINT_FORMAT, upgrade_checkpoint, upgraded_checkpoint
 
 
 class RLVRModule(LightningModule):
     """A policy trained with verifiable rewards; the method is chosen by its option groups.
 
+    Each group is a class of :mod:`lit_rlvr.options`, which says what it sets; docs/configuration.md
+    lists every key.
+
     Args:
-        policy: what to load (:class:`~lit_rlvr.options.PolicyOptions`: path, dtype, LoRA, …).
-        sampling: the training rollouts (:class:`~lit_rlvr.options.SamplingParams`): ``n`` is the
-            group size G, ``max_new_tokens`` the length cap (also Dr. GRPO's normaliser),
-            ``temperature`` also that of the trainer's log-probs, so the ratio compares like with
-            like (the DPH-RL anchor term always uses 1.0, the temperature of the stored π_ref
-            log-probs), ``seed`` the rollouts' seed (offset per step and rank). The rollout
-            callback reads it from here.
+        policy: what to load (:class:`~lit_rlvr.options.PolicyOptions`).
+        sampling: the training rollouts (:class:`~lit_rlvr.options.SamplingParams`; ``n`` is the
+            group size G), which the rollout callback reads from here; ``temperature`` is also the
+            trainer's log-probs' (DPH-RL's anchor term uses 1.0, its cached π_ref's).
         loss: the policy loss (:class:`~lit_rlvr.options.LossOptions`).
         anchor: DPH-RL's anchor term (:class:`~lit_rlvr.options.AnchorOptions`; None = off).
         kl: the online KL penalty (:class:`~lit_rlvr.options.KLOptions`; None = off).
-        entropy: the entropy bonus and its coefficient's control (:class:`~lit_rlvr.options.EntropyOptions`;
-            None = off). The adaptive coefficient is state, saved in checkpoints.
+        entropy: the entropy bonus (:class:`~lit_rlvr.options.EntropyOptions`; None = off).
         batching: optimizer steps and forward passes (:class:`~lit_rlvr.options.BatchingOptions`).
         scoring: the reward workers (:class:`~lit_rlvr.options.ScoringOptions`).
         evaluation: validation (:class:`~lit_rlvr.options.EvalOptions`).
         rollout_correction: importance weights between the sampler and the trainer's π_old
-            (:class:`~lit_rlvr.options.RolloutCorrection`; None = off: π_old is the sampler's
-            log-probs, unless ``recompute_old_logprobs``).
-        environment: multi-turn rollouts (:class:`~lit_rlvr.options.EnvironmentOptions`; None = single-turn):
-            the environment and turn limits the rollout callback samples with, in training and
-            validation. A trajectory's reward is its environment's when it gives one, else the
-            reward functions' on its final turn (docs/agents.md); Dr. GRPO's normaliser is then the
-            whole trajectory's token budget (``environment.max_total_tokens``).
-        dynamic_sampling: drop groups whose rewards are all equal (DAPO;
-            :class:`~lit_rlvr.options.DynamicSampling`: ``true`` = its defaults, None/``false`` = off),
-            stopping after ``max_batches_per_step`` batches in a row without an optimizer step.
+            (:class:`~lit_rlvr.options.RolloutCorrection`; None = off).
+        environment: multi-turn rollouts (:class:`~lit_rlvr.options.EnvironmentOptions`; None =
+            single-turn; docs/agents.md).
+        dynamic_sampling: DAPO's filter of groups with equal rewards
+            (:class:`~lit_rlvr.options.DynamicSampling`; ``true`` = its defaults, None/``false`` = off).
         recompute_old_logprobs: use the trainer's log-probs at rollout time as π_old instead of
             the sampler's.
         max_grad_norm: gradient clipping (None = off).
@@ -143,9 +110,8 @@ class RLVRModule(LightningModule):
         lr_scheduler: optional scheduler factory, stepped once per optimizer step.
         seed: seeds the module's own generator (bootstrap advantages, mini-batch shuffling).
 
-    Every group may also be given as a mapping of its fields: the hyper-parameters are stored as
-    plain data (:func:`~lit_rlvr.options.plain`), which every Lightning logger writes and
-    ``load_from_checkpoint`` reads back into the groups.
+    A group may also be given as a mapping of its fields: the hyper-parameters are stored as plain
+    data (:func:`~lit_rlvr.options.plain`), which loggers write and ``load_from_checkpoint`` reads back.
     """
 
     def __init__(
@@ -169,81 +135,32 @@ class RLVRModule(LightningModule):
         seed: int = 0,
     ):
         super().__init__()
-        policy, sampling, loss = (
-            as_group(PolicyOptions, policy),
-            as_group(SamplingParams, sampling),
-            as_group(LossOptions, loss),
-        )
-        anchor, kl, entropy = (
-            as_group(AnchorOptions, anchor),
-            as_group(KLOptions, kl),
-            as_group(EntropyOptions, entropy),
-        )
-        batching, scoring, evaluation = (
-            as_group(BatchingOptions, batching),
-            as_group(ScoringOptions, scoring),
-            as_group(EvalOptions, evaluation),
-        )
-        rollout_correction, environment = (
-            as_group(RolloutCorrection, rollout_correction),
-            as_group(EnvironmentOptions, environment),
-        )
-        dynamic_sampling = (
-            DynamicSampling() if dynamic_sampling is True else as_group(DynamicSampling, dynamic_sampling or None)
-        )
-        groups = dict(
-            policy=policy,
-            sampling=sampling,
-            loss=loss,
-            anchor=anchor,
-            kl=kl,
-            entropy=entropy,
-            batching=batching,
-            scoring=scoring,
-            evaluation=evaluation,
-            rollout_correction=rollout_correction,
-            dynamic_sampling=dynamic_sampling,
-            environment=environment,
-        )
-        self.save_hyperparameters(
-            {
-                **{k: plain(v) for k, v in groups.items()},
-                "recompute_old_logprobs": recompute_old_logprobs,
-                "max_grad_norm": max_grad_norm,
-                "seed": seed,
-            }
-        )
+        groups = module_groups(locals())  # each as its group, also when given as a mapping (a checkpoint's)
+        flags = {"recompute_old_logprobs": recompute_old_logprobs, "max_grad_norm": max_grad_norm, "seed": seed}
+        self.save_hyperparameters({**{k: plain(v) for k, v in groups.items()}, **flags})
         self.automatic_optimization = False
-        if sampling.temperature <= 0:
-            raise ValueError(f"model.sampling.temperature must be > 0 (sampled rollouts), got {sampling.temperature}")
-        self.sampling = sampling
-        self.val_sampling = evaluation.sampling(sampling)
-        self.anchor, self.kl, self.batching, self.scoring, self.evaluation = anchor, kl, batching, scoring, evaluation
-        self.entropy = entropy
-        self.entropy_state = initial_state(entropy.control, entropy.options) if entropy is not None else None
-        self.rollout_correction = rollout_correction
-        self.dynamic_sampling, self.environment = dynamic_sampling, environment
+        for key, group in groups.items():  # self.sampling, self.loss, self.anchor, …
+            if key != "policy":  # self.policy is the model
+                setattr(self, key, group)
+        self.val_sampling = self.evaluation.sampling(self.sampling)
+        self.entropy_state = self.entropy.initial_state() if self.entropy is not None else None  # saved in checkpoints
         self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
-        self.reward_mix = (
-            scoring.mix()
-        )  # the rewards, their weights and the correctness term (before the advantage's check)
-        self.set_advantage(loss.advantage, loss.advantage_options, loss)
+        self.reward_mix = self.scoring.mix()  # the rewards, their weights and the correctness term
+        self.set_advantage(self.loss.advantage, self.loss.advantage_options)  # checked against G and the rewards
         self.configured_loss = self.loss  # self.loss may be switched by an AdvantageSchedule
-        self.micro_batching = batching.micro_batching
-        self.policy, self.tokenizer = load_policy(policy)
-        self.reference = ReferencePolicy(self.policy, online=kl is not None)
+        self.micro_batching = self.batching.micro_batching
+        self.policy, self.tokenizer = load_policy(groups["policy"])
+        self.reference = ReferencePolicy(self.policy, online=self.kl is not None)
         self.optimizer_factory = optimizer
         self.lr_scheduler_factory = lr_scheduler
         self.generator = torch.Generator().manual_seed(seed)
         self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
         self.reward_report = RewardReport(
-            self.reward_mix.names if self.reward_mix.terms else [], scoring.max_failed_steps
+            self.reward_mix.names if self.reward_mix.terms else [], self.scoring.max_failed_steps
         )
         self.scorer = None
-        self.val_panels = ValidationPanels(
-            evaluation.pass_k, environment and environment.turns.max_turns
-        )  # one per validation set
-        self.reference_pass_counts = _read_json(evaluation.retention_reference, "model.evaluation.retention_reference")
+        evaluation, max_turns = self.evaluation, self.environment and self.environment.turns.max_turns
+        self.val_panels = ValidationPanels(evaluation.pass_k, max_turns, evaluation.reference_pass_counts())  # by set
 
     # ------------------------------------------------------------------ configuration
     def set_advantage(self, name: str, options: dict[str, Any] | None = None, loss: LossOptions | None = None) -> None:
@@ -272,15 +189,9 @@ class RLVRModule(LightningModule):
 
     @override
     def configure_callbacks(self) -> list:
-        """No callbacks of the module's own; refuses Lightning's gradient clipping first (it is called
-        before Lightning checks the Trainer, whose message would not say where clipping is set here)."""
-        clip = self.trainer.gradient_clip_val
-        if clip:
-            raise ValueError(
-                f"Trainer(gradient_clip_val={clip}): RLVRModule optimises manually and clips its gradients "
-                f"itself: set model.max_grad_norm={clip} (RLVRModule(max_grad_norm=...)) and leave "
-                "trainer.gradient_clip_val unset"
-            )
+        """No callbacks of the module's own; refuses Lightning's gradient clipping first (this hook runs
+        before Lightning checks the Trainer: :func:`~lit_rlvr.contracts.check_trainer`)."""
+        check_trainer(self.trainer)
         return []
 
     @override
@@ -298,27 +209,14 @@ class RLVRModule(LightningModule):
             self.scorer = self.scoring.scorer()
         datamodule = self.trainer.datamodule  # None: plain dataloaders, nothing to check here
         if datamodule is not None:
-            require(datamodule, PromptData, "RLVRModule", "DataModule")
-            _check_tokenizer(datamodule.tokenizer, self.tokenizer)
-            self.reward_mix.check_rows(datamodule.all_rows(), "data")  # every row can be scored, before any generation
-            if self.environment is not None:
-                self.environment.specs(datamodule.all_rows())  # every row has an environment
-            if ADVANTAGES.trait(
-                self.loss.advantage, "binary_rewards", default=False
-            ):  # each row's own reward, now known
-                self.reward_mix.require_binary(f"model.loss.advantage={self.loss.advantage!r}", datamodule.all_rows())
+            pi_ref = self.reference if stage == "fit" else None  # training: the reference cache must be π_ref's
+            check_prompt_data(
+                datamodule, self.tokenizer, self.reward_mix, self.advantage_name, self.environment, pi_ref, self.anchor
+            )
             for name, n in datamodule.val_samples_per_prompt.items():
                 self.val_panels.panel(name, n)
-        if stage != "fit":
-            return
-        self.reference.setup()  # before a checkpoint is restored: π_ref is the initial policy
-        if datamodule is not None and datamodule.reference_cache is not None:
-            self.reference.check_cache(datamodule.reference_cache)  # the anchors' log π_ref must be this policy's
-            datamodule.reference_cache.check(
-                environment=self.environment and self.environment.identity(datamodule.train_rows)
-            )
-        elif self.anchor is not None and datamodule is not None:
-            raise ValueError("model.anchor (DPH-RL) needs data.cache: build it with `lit-rlvr cache` first")
+        if stage == "fit":
+            self.reference.setup()  # before a checkpoint is restored: π_ref is the initial policy
 
     @override
     def teardown(self, stage: str) -> None:
@@ -334,14 +232,8 @@ class RLVRModule(LightningModule):
     @override
     def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
         """Rollouts → rewards → advantages → token selections → optimizer steps on L_exp (+ η L_pef) (docs/methods.md §5)."""
-        rollouts = _require_rollouts(batch)
-        rows = [row for row in batch.rows for _ in range(rollouts.n)]  # (B,) prompt-major
-        texts, completion_ids = (
-            rollouts.final_turns()
-        )  # multi-turn: each trajectory's last turn, unless its environment scored it
-        scores = self.score(
-            texts, rows, prefix="train", completion_ids=completion_ids, given=rollouts.environment_rewards()
-        )
+        rollouts = require_rollouts(batch)
+        scores = self.score_rollouts(rollouts, batch.rows, "train")
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (B,) Σ_k w_k r_k
         data = StepData.from_rollouts(rollouts, self.tokenizer.pad_token_id, rewards).to(self.device)
         data = self.start_of_step(data)
@@ -362,8 +254,7 @@ class RLVRModule(LightningModule):
             minis = split_indices(len(data), self.batching.mini_batch_size, self.generator) if len(data) else []
             for i in range(steps):
                 losses.append(self.optimizer_step_on(data.select(minis[i]) if i < len(minis) else None, anchor, filler))
-        self.log_step(data, keep, losses)
-        self.log_behaviour(rollouts)
+        self.log_step(data, keep, losses, rollouts)
         if self.entropy is not None and losses:  # every rank has the same optimizer steps: the reduction is in step
             self.update_entropy_control(losses)
         return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
@@ -378,41 +269,32 @@ class RLVRModule(LightningModule):
         old, entropy = self.logprobs(data, with_entropy=True)
         data.token_logprobs, data.token_entropy = old, entropy
         if self.rollout_correction is not None:  # π_old is the trainer's; the sampler's tokens are re-weighted
-            c = self.rollout_correction
-            data.is_weights, stats = correction_weights(
-                old, data.old_logprobs, data.loss_tokens, c.mode, c.clip_max, c.clip_min
-            )
+            data.is_weights, stats = self.rollout_correction.weights(old, data.old_logprobs, data.loss_tokens)
             self.log_dict({f"train/{k}": v for k, v in stats.items()}, batch_size=len(old))
         if trainer_old:
             data.old_logprobs = old
         data.entropies = masked_row_mean(entropy, data.loss_tokens)
         return data
 
-    def score(
-        self,
-        texts: list[str],
-        rows: list[dict],
-        prefix: str,
-        with_answers: bool = False,
-        completion_ids: list[list[int]] | None = None,
-        given: list[float | None] | None = None,
+    def score_rollouts(
+        self, rollouts: Rollouts, prompts: list[dict], prefix: str, with_answers: bool = False
     ) -> list[MixedScore]:
-        """Every reward of :attr:`reward_mix` on every completion, in the reward workers (with the
-        correctness term's canonical answers for validation), logged by :class:`~lit_rlvr.rewards.report.RewardReport`;
-        ``given``: rewards an environment gave (those completions are not scored again)."""
-        scores = (
-            self.reward_mix.score(
+        """P·n scores, prompt-major: every reward of :attr:`reward_mix` on each trajectory's final turn
+        (an environment's own reward is kept), in the reward workers (with the correctness term's
+        answers for validation), logged under ``prefix`` by :class:`~lit_rlvr.rewards.report.RewardReport`."""
+        texts, ids = rollouts.final_turns()  # multi-turn: each trajectory's last turn
+        rows = [row for row in prompts for _ in range(rollouts.n)]  # (P·n,)
+        given, state, scores = rollouts.environment_rewards(), TrainerState.of(self._trainer), []
+        if rows:  # none: only padding prompts on this rank
+            scores = self.reward_mix.score(
                 self.scorer,
                 texts,
                 rows,
                 with_answers=with_answers,
-                completion_ids=completion_ids,
-                trainer_state=TrainerState.of(self._trainer),
+                completion_ids=ids,
+                trainer_state=state,
                 given=given,
             )
-            if rows
-            else []
-        )
         self.reward_report(self, scores, rows, prefix, self.lockstep.reduce_tensor)
         return scores
 
@@ -438,23 +320,13 @@ class RLVRModule(LightningModule):
         """
         loss, mask = self.loss, data.loss_tokens
         if loss.token_mask is not None:
-            data.token_mask = TOKEN_MASKS[loss.token_mask](
-                data.need("token_entropy"), mask, **loss.token_mask_options
-            ).float()
+            data.token_mask = loss.kept_tokens(data.need("token_entropy"), mask)
         if loss.entry.select is not None:
             adv = data.advantages
             adv = adv.unsqueeze(-1).expand_as(mask) if adv.dim() == 1 else adv
             old = torch.nan_to_num(data.old_logprobs, nan=float("-inf"))
-            data.selected = loss.entry.choose(
-                data.need("token_logprobs"),
-                old,
-                adv,
-                mask.bool(),
-                clip_low=loss.clip_low,
-                clip_high=loss.clip_high,
-                dual_clip=loss.dual_clip,
-                generator=self.generator,
-                **loss.policy_loss_options,
+            data.selected = loss.covariance_selection(
+                data.need("token_logprobs"), old, adv, mask.bool(), self.generator
             )
         data.token_logprobs = data.token_entropy = None
         return data
@@ -492,14 +364,7 @@ class RLVRModule(LightningModule):
         similar length; every data-parallel rank runs as many forwards (:attr:`lockstep`)."""
         temperature = self.sampling.temperature if temperature is None else temperature
         return batched_completion_logprobs(
-            model or self.policy,
-            rows.input_ids,
-            rows.attention_mask,
-            rows.response_mask.shape[1],
-            temperature,
-            with_entropy,
-            self.micro_batching,
-            self.lockstep.most,
+            model or self.policy, *rows.forward_args, temperature, with_entropy, self.micro_batching, self.lockstep.most
         )
 
     def forward_logprobs(
@@ -512,16 +377,7 @@ class RLVRModule(LightningModule):
         """Differentiable log-probs ``(b, T)`` (and entropies, differentiable with ``entropy_grad``) of
         one micro-batch (:meth:`~lit_rlvr.contracts.RowTensors.micro_batches`): one forward."""
         temperature = self.sampling.temperature if temperature is None else temperature
-        return completion_logprobs(
-            self.policy,
-            part.input_ids,
-            part.attention_mask,
-            part.response_mask.shape[1],
-            temperature,
-            with_entropy,
-            self.packs,
-            entropy_grad,
-        )
+        return completion_logprobs(self.policy, *part.forward_args, temperature, with_entropy, self.packs, entropy_grad)
 
     @property
     def packs(self) -> bool:
@@ -582,20 +438,9 @@ class RLVRModule(LightningModule):
         loss_options, max_len, mask = self.loss, self.completion_tokens, part.loss_tokens
         bonus = self.entropy_state is not None and self.entropy_state.applied != 0.0
         logprobs, entropy = self.forward_logprobs(part, with_entropy=True, entropy_grad=bonus)
-        loss, stats = policy_loss(
-            logprobs,
-            part.old_logprobs,
-            part.need("advantages"),
-            mask,
-            clip_low=loss_options.clip_low,
-            clip_high=loss_options.clip_high,
-            dual_clip=loss_options.dual_clip,
-            agg=loss_options.aggregation,
-            max_len=max_len,
-            token_weights=part.token_weights,
-            loss=loss_options.entry,
-            options=loss_options.policy_loss_options,
-            selected=part.selected,
+        advantages, weights = part.need("advantages"), part.token_weights
+        loss, stats = loss_options.objective(
+            logprobs, part.old_logprobs, advantages, mask, max_len, weights, part.selected
         )
         parts = {"policy": loss.detach(), **{k: torch.as_tensor(v).detach() for k, v in stats.items()}}
         parts["entropy"] = token_mean(entropy.detach(), mask)
@@ -606,12 +451,7 @@ class RLVRModule(LightningModule):
                 entropy, mask, loss_options.aggregation, max_len, part.token_mask
             )
         if self.kl is not None:
-            kl = aggregate(
-                kl_estimate(logprobs, part.need("ref_logprobs"), self.kl.estimator, value_cap=self.kl.value_cap),
-                mask,
-                loss_options.aggregation,
-                max_len=max_len,
-            )
+            kl = self.kl.penalty(logprobs, part.need("ref_logprobs"), mask, loss_options.aggregation, max_len)
             parts["kl"] = kl.detach()
             loss = loss + self.kl.coef * kl
         parts["loss"] = loss
@@ -620,15 +460,7 @@ class RLVRModule(LightningModule):
     def anchor_loss(self, anchor: AnchorBatch) -> Tensor:
         """L_pef: f-divergence to π_ref estimated on cached π_ref samples only (DPH-RL, §2)."""
         logprobs, _ = self.forward_logprobs(anchor, temperature=1.0)
-        return f_divergence(
-            logprobs,
-            anchor.ref_logprobs,
-            anchor.loss_tokens,
-            self.anchor.divergence,
-            level=self.anchor.level,
-            value_cap=self.anchor.value_cap,
-            **self.anchor.options,
-        )
+        return self.anchor.divergence_loss(logprobs, anchor.ref_logprobs, anchor.loss_tokens)
 
     def update_entropy_control(self, losses: list[dict[str, Tensor]]) -> None:
         """Log the entropy bonus's coefficient of this step, then move it with the step's entropy (§8.3).
@@ -643,8 +475,7 @@ class RLVRModule(LightningModule):
             ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world
         )
         self.log("train/entropy_coef", self.entropy_state.applied, batch_size=1)
-        update = ENTROPY_CONTROLS[self.entropy.control]
-        self.entropy_state = update(self.entropy_state, entropy, **self.entropy.options)
+        self.entropy_state = self.entropy.next_state(self.entropy_state, entropy)
 
     @property
     def completion_tokens(self) -> int:
@@ -655,20 +486,10 @@ class RLVRModule(LightningModule):
             else self.environment.turns.total_tokens(self.sampling)
         )
 
-    def log_behaviour(self, rollouts) -> None:
-        """Multi-turn rollouts: their behaviour (``train/turns``, ``train/turns_<t>``, ``train/tool_calls``, …,
-        ``train/distinct_tool_sequences``; :mod:`lit_rlvr.metrics.behaviour`), as validation reports it."""
-        behaviour = rollouts.behaviour()
-        if behaviour is None:
-            return
-        B = len(rollouts.completion_ids)
-        values = behaviour_means(behaviour_sums(*behaviour, self.environment.turns.max_turns))
-        values["distinct_tool_sequences"] = distinct_tool_sequences(rollouts.tool_sequences()).double().mean()
-        self.log_dict({f"train/{k}": v.float() for k, v in values.items()}, batch_size=B)
-
-    def log_step(self, data: StepData, keep: Tensor, losses: list[dict[str, Tensor]]) -> None:
-        """Log every loss component of the step and what it trained on (the rollouts' own statistics
-        are the rollout callback's: ``rollout/mean_len``, ``rollout/truncated``)."""
+    def log_step(self, data: StepData, keep: Tensor, losses: list[dict[str, Tensor]], rollouts: Rollouts) -> None:
+        """Log every loss component of the step, what it trained on and multi-turn rollouts' behaviour
+        (:func:`~lit_rlvr.metrics.behaviour.batch_behaviour`; the rollouts' own statistics are the
+        rollout callback's: ``rollout/mean_len``, ``rollout/truncated``)."""
         B = len(keep)
         mean = {k: torch.stack([p[k] for p in losses if k in p]).mean() for k in (losses[0] if losses else {})}
         self.log_dict({f"train/{k}": v for k, v in mean.items() if k != "loss"}, batch_size=B)
@@ -681,6 +502,9 @@ class RLVRModule(LightningModule):
             "train/kept_rows": keep.float().mean(),
         }
         self.log_dict(stats, batch_size=B)
+        if (behaviour := rollouts.behaviour()) is not None:  # as validation reports it
+            values = batch_behaviour(behaviour, rollouts.tool_sequences(), self.environment.turns.max_turns)
+            self.log_dict({f"train/{k}": v for k, v in values.items()}, batch_size=len(rollouts.completion_ids))
 
     # ------------------------------------------------------------------ validation
     @override
@@ -690,52 +514,20 @@ class RLVRModule(LightningModule):
         Returns the batch's per-prompt correct counts (``{"set", "ids", "num_correct"}``) for
         callbacks such as :class:`~lit_rlvr.callbacks.PassCountsWriter`.
         """
-        rollouts = _require_rollouts(batch)
-        name, n = batch.set_name, batch.n_samples
-        panel = self.val_panels.panel(name, n).to(self.device)
+        rollouts, name = require_rollouts(batch), batch.set_name
         # padding prompts only keep the ranks in step (EvalShardSampler): generated, never counted
         real = [p for p, pad in enumerate(batch.padding) if not pad]
         prompts, rollouts = [batch.rows[p] for p in real], rollouts.of_prompts(real)
-        texts = [rollouts.texts[p * n : (p + 1) * n] for p in range(len(real))]  # (P, n)
-        final, final_ids = rollouts.final_turns()  # (P·n,) what the rewards score; the ids for TRL's rewards
-        scores = self.score(
-            final,
-            [row for row in prompts for _ in range(n)],
-            prefix=f"val/{name}",
-            with_answers=True,
-            completion_ids=final_ids,
-            given=rollouts.environment_rewards(),
+        scores = self.score_rollouts(rollouts, prompts, f"val/{name}", with_answers=True)
+        ids, datamodule = [row["id"] for row in prompts], self.trainer.datamodule
+        base = datamodule.base_pass_counts if datamodule is not None else None  # the reference cache's
+        behaviour, tools = rollouts.behaviour(), rollouts.tool_sequences()
+        correct = self.val_panels.add(
+            name, batch.n_samples, ids, scores, rollouts.texts, base, behaviour, tools, self.device
         )
-        rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (P·n,)
-        correct = (torch.tensor([s.correct for s in scores], dtype=torch.float32) > 0.5).view(
-            -1, n
-        )  # (P, n) by the correctness reward
-        ids = [row["id"] for row in prompts]
-        panel.update(
-            correct,
-            answers=[[s.answer for s in scores[p * n : (p + 1) * n]] for p in range(len(prompts))],
-            texts=texts,
-            rewards=rewards,
-            base_solved=solved_prompts(self.base_pass_counts(name), ids),
-            behaviour=rollouts.behaviour(),
-            tool_sequences=rollouts.tool_sequences(),
-        )
-        if batch_idx + 1 == self._num_val_batches(dataloader_idx):
+        if is_last_val_batch(self.trainer, batch_idx, dataloader_idx):
             self.log_panel(name)  # logged inside its dataloader: listed under it, not under every set
         return {"set": name, "ids": ids, "num_correct": correct.sum(-1).tolist()}
-
-    def _num_val_batches(self, dataloader_idx: int) -> int | float:
-        """Batches this validation runs on dataloader ``dataloader_idx`` (inf for a loader without a length)."""
-        trainer = self.trainer
-        return (trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches)[dataloader_idx]
-
-    def base_pass_counts(self, set_name: str) -> dict[str, int] | None:
-        """The base policy's per-prompt pass counts for a set: ``model.evaluation.retention_reference``'s,
-        else the reference cache's (training prompts), else None."""
-        if self.reference_pass_counts is not None:
-            return self.reference_pass_counts.get(set_name, {})
-        datamodule = self.trainer.datamodule
-        return datamodule.base_pass_counts if datamodule is not None else None
 
     def log_panel(self, name: str) -> None:
         """Log set ``name``'s panel as ``val/<name>/<metric>`` and reset it (nothing if it has no update).
@@ -756,16 +548,10 @@ class RLVRModule(LightningModule):
     @classmethod
     @override
     def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None, **kwargs):
-        """Lightning's ``load_from_checkpoint`` on a checkpoint read safely by
-        :func:`~lit_rlvr.upgrade.read_checkpoint` (its sha256 verified, ``weights_only``: a file that
-        would run code is refused) and upgraded in memory from the 0.1 layout
-        (:func:`~lit_rlvr.upgrade.upgrade_checkpoint`; the file is not changed)."""
-        checkpoint = read_checkpoint(checkpoint_path)
-        upgrade_checkpoint(checkpoint)
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)
-        buffer.seek(0)
-        return super().load_from_checkpoint(buffer, map_location, hparams_file, strict, weights_only=True, **kwargs)
+        """Lightning's ``load_from_checkpoint`` on a checkpoint read safely and upgraded in memory from the
+        0.1 layout (:func:`~lit_rlvr.upgrade.upgraded_checkpoint`; the file is not changed)."""
+        stream = upgraded_checkpoint(checkpoint_path)
+        return super().load_from_checkpoint(stream, map_location, hparams_file, strict, weights_only=True, **kwargs)
 
     @override
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -781,40 +567,3 @@ class RLVRModule(LightningModule):
         control = load_training_state(checkpoint, self.generator)
         if control is not None and self.entropy_state is not None:
             self.entropy_state = EntropyState(float(control["coef"]), bool(control["active"]))
-
-
-def _require_rollouts(batch: TrainBatch | ValBatch):
-    if not isinstance(batch, (TrainBatch, ValBatch)):
-        raise TypeError(
-            f"RLVRModule takes lit_rlvr.contracts.TrainBatch / ValBatch batches (PromptDataModule makes them), got "
-            f"{type(batch).__name__}"
-        )
-    if batch.rollouts is None:
-        raise RuntimeError(
-            "batch has no rollouts: add a lit_rlvr.callbacks.RolloutCallback to the Trainer's callbacks "
-            "(the CLI adds one by default)"
-        )
-    return batch.rollouts
-
-
-def _check_tokenizer(theirs, tokenizer) -> None:
-    """The prompts must be token ids of the policy's own tokenizer: refuse a DataModule whose tokenizer differs."""
-    if theirs is None or theirs is tokenizer:
-        return
-    probe = "Solve 12 + 7 = ? Answer: \\boxed{19}"
-    if len(theirs) != len(tokenizer) or theirs(probe).input_ids != tokenizer(probe).input_ids:
-        raise ValueError(
-            f"data.tokenizer ({getattr(theirs, 'name_or_path', '?')!r}) does not tokenize like the policy's "
-            f"({getattr(tokenizer, 'name_or_path', '?')!r}); give the DataModule the policy's path "
-            "(the CLI links data.tokenizer to model.policy.path)"
-        )
-
-
-def _read_json(path: str | None, key: str):
-    """The parsed JSON file at ``path`` (None for None), with an error naming the config key."""
-    if path is None:
-        return None
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{key}: cannot read {path!r} as JSON ({err})") from err

@@ -345,3 +345,17 @@ def read_checkpoint(path: str | Path | io.BytesIO) -> dict[str, Any]:
             f"run code): {str(err).splitlines()[0]}"
         ) from err
     return checkpoint
+
+
+def upgraded_checkpoint(path: str | Path | io.BytesIO) -> io.BytesIO:
+    """A checkpoint read safely (:func:`read_checkpoint`: its sha256 verified, ``weights_only``, a file
+    that would run code refused) and upgraded in memory from the 0.1 layout (:func:`upgrade_checkpoint`),
+    as the stream Lightning's ``load_from_checkpoint`` reads (the file is not changed)."""
+    import torch
+
+    checkpoint = read_checkpoint(path)
+    upgrade_checkpoint(checkpoint)
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    buffer.seek(0)
+    return buffer

@@ -36,15 +36,15 @@ def test_require_names_every_missing_member():
 
 
 def test_the_module_refuses_a_batch_that_is_not_the_contracts(tiny_model_dir):
-    from lit_rlvr.module import _require_rollouts
+    from lit_rlvr.contracts import require_rollouts
 
     with pytest.raises(TypeError, match="RLVRModule takes lit_rlvr.contracts.TrainBatch / ValBatch batches"):
-        _require_rollouts({"rows": [], "prompt_ids": []})
+        require_rollouts({"rows": [], "prompt_ids": []})
 
 
 def test_a_datamodule_whose_tokenizer_is_not_the_policys_is_refused(tiny_model_dir, tmp_path):
+    from lit_rlvr.contracts import check_tokenizer
     from lit_rlvr.demo.tiny import build_char_tokenizer
-    from lit_rlvr.module import _check_tokenizer
 
     other = build_char_tokenizer("0123456789")
     policy_tok = build_char_tokenizer()
@@ -53,9 +53,9 @@ def test_a_datamodule_whose_tokenizer_is_not_the_policys_is_refused(tiny_model_d
         tokenizer = other
 
     with pytest.raises(ValueError, match="data.tokenizer .* does not tokenize like the policy's"):
-        _check_tokenizer(DM().tokenizer, policy_tok)
+        check_tokenizer(DM().tokenizer, policy_tok)
     DM.tokenizer = build_char_tokenizer()
-    _check_tokenizer(DM().tokenizer, policy_tok)  # an equal tokenizer passes
+    check_tokenizer(DM().tokenizer, policy_tok)  # an equal tokenizer passes
 
 
 # ------------------------------------------------------------------ the step's tensors

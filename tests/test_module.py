@@ -614,7 +614,7 @@ def test_micro_batching_options_are_checked():
 
 def test_default_optimizer_is_fused_adamw_with_the_reference_update():
     """The default AdamW is fused on CPU (one kernel, not a Python loop) and updates as torch's for-loop AdamW."""
-    from lit_rlvr.module import default_optimizer
+    from lit_rlvr.options import default_optimizer
 
     torch.manual_seed(0)
     ref = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]

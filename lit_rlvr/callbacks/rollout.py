@@ -1,44 +1,23 @@
 """The rollout Callback: generate before each batch, sync weights after each optimizer step.
 
-The LightningModule reads as the research recipe (score, advantages, loss); the sampling
-engine is engineering, so it lives here. What to sample is the module's: its ``sampling`` (the
-group size G = ``sampling.n``, temperature, length cap, seed) and ``val_sampling``
-(:class:`~lit_rlvr.contracts.RolloutHost`), so the loss's normaliser and temperature always match
-the rollouts. Per training batch (:class:`~lit_rlvr.contracts.TrainBatch`) the Callback generates
-G completions per prompt with the engine and sets ``batch.rollouts`` (a prompt-major
-:class:`~lit_rlvr.rollout.types.Rollouts`; the module calls ``.to_padded(pad_id)`` for
-``input_ids``, masks, ``old_logprobs`` and ``group_ids``). Lightning hands the same object to
-``training_step``, so the module (and any later Callback) sees the rollouts. Validation (and test)
-batches (:class:`~lit_rlvr.contracts.ValBatch`) get ``batch.n_samples`` samples per prompt.
+What to sample is the module's (:class:`~lit_rlvr.contracts.RolloutHost`: ``sampling``,
+``val_sampling``, ``environment``), so the loss's normaliser and temperature always match the
+rollouts; this Callback decides how (docs/generation.md). Before each training batch
+(:class:`~lit_rlvr.contracts.TrainBatch`) it sets ``batch.rollouts``, G prompt-major completions
+per prompt (:class:`~lit_rlvr.rollout.types.Rollouts`), which ``training_step`` then reads;
+validation and test batches (:class:`~lit_rlvr.contracts.ValBatch`) get ``batch.n_samples`` per
+prompt. Multi-turn rollouts run each row's environment turn by turn
+(:class:`~lit_rlvr.rollout.turns.RolloutSampler`).
 
-Weight sync follows the optimizer, not the batch: after a batch in which ``trainer.global_step``
-advanced (gradient accumulation steps do not count) and every ``sync_every_n_steps`` steps.
-Each sync is verified with the probe fingerprint (:func:`~lit_rlvr.rollout.engine.check_fingerprint`). The engine is
-also re-synced at fit start (a vLLM engine starts from the checkpoint on disk, which after a
-resume or a LoRA wrap is not the policy) and before validation if steps went unsynced.
-
-Under multi-process training (DDP, FSDP2) every rank owns an engine and generates for its own
-prompts, with its own seed (:mod:`lit_rlvr.rollout.seeds`). Every engine operation runs on all
-ranks together (:meth:`~lit_rlvr.ranks.RankGroup.run_on_all`): when it raised, died or hung on one
-rank, every rank raises :class:`~lit_rlvr.ranks.RolloutRankError` naming that rank. The
-fingerprint's trainer-side forward is a collective under FSDP2, so every rank takes the probe's
-log-probs from its engine first, and all check together.
-
-Asynchronous rollouts (``max_staleness: k``, an engine that generates apart from the trainer,
-``engine: vllm_server``): the batches the loop has not reached yet are generated ahead, at most k
-weight versions behind (:mod:`lit_rlvr.callbacks.rollout_producer`); k = 0 is the synchronous
-loop, bit for bit.
-
-Multi-turn rollouts (``model.environment``, the module's too: what to sample): every batch, training
-and validation, runs its rows' environments turn by turn on the engine
-(:class:`~lit_rlvr.rollout.turns.RolloutSampler`); the rows travel with the prompts, ahead of the loop
-too (:meth:`~lit_rlvr.contracts.PromptSource.train_rows_at`).
-
-Logged (:func:`rollout_metrics`): ``rollout/seconds`` and ``rollout/tokens_per_s`` (progress bar),
-``rollout/mean_len``, ``rollout/truncated`` (share of completions cut at ``max_new_tokens``),
-``rollout/drift`` (mean |sampler − trainer log-prob| over the model's tokens, :func:`~lit_rlvr.rollout.engine.logprob_drift`),
-and on syncs ``rollout/sync_seconds`` and ``rollout/fingerprint_err``; asynchronous rollouts log
-their staleness, queue and waits too (:meth:`~lit_rlvr.callbacks.rollout_producer.AsyncRollouts.take`).
+Weight sync follows the optimizer, not the batch: every ``sync_every_n_steps`` optimizer steps,
+at fit start and before validation if steps went unsynced, each verified with the probe
+fingerprint (:func:`~lit_rlvr.rollout.engine.check_fingerprint`). Under DDP or FSDP2 every rank
+owns an engine and every engine operation runs on all ranks together
+(:meth:`~lit_rlvr.ranks.RankGroup.run_on_all`: a failure on one rank raises on every rank).
+Asynchronous rollouts (``max_staleness: k``) are generated ahead, at most k weight versions behind
+(:mod:`lit_rlvr.callbacks.rollout_producer`). Logged: :func:`~lit_rlvr.rollout.metrics.rollout_metrics`,
+``rollout/drift`` (:func:`~lit_rlvr.rollout.engine.logprob_drift`), and on syncs
+``rollout/sync_seconds`` and ``rollout/fingerprint_err``.
 """
 
 from __future__ import annotations
@@ -50,7 +29,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from typing_extensions import override
 
 from lit_rlvr.callbacks.rollout_producer import AsyncRollouts
-from lit_rlvr.contracts import PromptData, RolloutHost, TrainBatch, ValBatch, require
+from lit_rlvr.contracts import PromptData, RolloutHost, TrainBatch, ValBatch, checked_batch, require
 from lit_rlvr.policy import gathered_parameters
 from lit_rlvr.ranks import RankGroup
 from lit_rlvr.rollout.engine import (
@@ -62,7 +41,8 @@ from lit_rlvr.rollout.engine import (
     policy_drift,
     probe_sequence,
 )
-from lit_rlvr.rollout.options import AsyncOptions, RolloutOptions
+from lit_rlvr.rollout.metrics import rollout_metrics
+from lit_rlvr.rollout.options import RolloutOptions
 from lit_rlvr.rollout.seeds import step_sampling, validation_sampling
 from lit_rlvr.rollout.turns import RolloutSampler
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
@@ -125,20 +105,7 @@ class RolloutCallback(Callback):
         sync_bucket_mb: int = SYNC_BUCKET_MB,
     ):
         super().__init__()
-        self.options = RolloutOptions(
-            engine,
-            dict(engine_options or {}),
-            model_path,
-            sync_every_n_steps,
-            fingerprint,
-            fingerprint_atol,
-            drift_every_n_steps,
-            generate_timeout_s,
-            sync_timeout_s,
-            None if max_staleness is None else AsyncOptions(max_staleness, on_stale),
-            adapter_sync,
-            sync_bucket_mb,
-        )
+        self.options = RolloutOptions.from_keys(locals())  # every argument checked, together
         self.engine: RolloutEngine | None = None if isinstance(engine, str) else engine
         self._owns_engine = isinstance(engine, str)
         self.ranks = RankGroup()  # the training ranks, joined at setup: an engine operation fails on all or none
@@ -153,17 +120,11 @@ class RolloutCallback(Callback):
         self._probe: tuple[list[int], list[int]] | None = None
         self._rank = 0
         self.sampler: RolloutSampler | None = None  # single- or multi-turn, the module's environment: made at setup
-        self.asynchronous: AsyncRollouts | None = (
-            None
-            if max_staleness is None
-            else AsyncRollouts(
-                self.options.asynchronous,
-                lambda prompt_ids, rows, params: self.sampler(
-                    self.engine, prompt_ids, rows, params
-                ),  # the engine is built at setup
-                lambda global_step, lane: self.train_params(global_step, self._rank, lane),
-            )
-        )
+        self.asynchronous: AsyncRollouts | None = None
+        if max_staleness is not None:  # they generate with the engine built at setup
+            sample = lambda prompt_ids, rows, params: self.sampler(self.engine, prompt_ids, rows, params)  # noqa: E731
+            params_at = lambda global_step, lane: self.train_params(global_step, self._rank, lane)  # noqa: E731
+            self.asynchronous = AsyncRollouts(self.options.asynchronous, sample, params_at)
 
     @property
     @override
@@ -175,14 +136,12 @@ class RolloutCallback(Callback):
     def build_engine(self, pl_module: LightningModule) -> RolloutEngine:
         """Create the engine for ``pl_module.policy`` (override to customise construction)."""
         o = self.options
-        kwargs = {
-            "generate_timeout_s": o.generate_timeout_s,
-            "sync_timeout_s": o.sync_timeout_s,
-            **o.sync_kwargs(),
-            **o.engine_options,
-        }
         return build_engine(
-            o.engine_kind, model=pl_module.policy, tokenizer=pl_module.tokenizer, model_path=o.model_path, **kwargs
+            o.engine_kind,
+            model=pl_module.policy,
+            tokenizer=pl_module.tokenizer,
+            model_path=o.model_path,
+            **o.engine_kwargs(),
         )
 
     @override
@@ -235,7 +194,7 @@ class RolloutCallback(Callback):
         self._step_at_batch_start = trainer.global_step
         metrics = self._sync_between_batches(pl_module) if self._must_sync() else {}
         params = self.train_params(trainer.global_step, self._rank)
-        batch = _checked(batch, TrainBatch)
+        batch = checked_batch(batch, TrainBatch, "RolloutCallback")
         with gathered_parameters(trainer):  # FSDP1 only: the live HF engine samples the full policy
             if self.asynchronous is None:
                 batch.rollouts, generated = self._generate(batch.prompt_ids, batch.rows, params, "rollout")
@@ -275,7 +234,7 @@ class RolloutCallback(Callback):
     def on_validation_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        batch = _checked(batch, ValBatch)
+        batch = checked_batch(batch, ValBatch, "RolloutCallback")
         params = validation_sampling(self.val_sampling, int(batch.n_samples), batch_idx, dataloader_idx, self._rank)
         with gathered_parameters(trainer):
             batch.rollouts, metrics = self._generate(batch.prompt_ids, batch.rows, params, "val_rollout")
@@ -341,8 +300,7 @@ class RolloutCallback(Callback):
             metrics["rollout/sync_seconds"] = time.perf_counter() - t0
             return self.engine.probe_logprobs(*self._probe) if check else None
 
-        limit = _sum_or_none(o.sync_timeout_s, o.generate_timeout_s if check else 0.0)  # sync + the probe's log-probs
-        engine_lp = self.ranks.run_on_all(f"{self.engine.name} weight sync", push, limit)
+        engine_lp = self.ranks.run_on_all(f"{self.engine.name} weight sync", push, o.sync_limit_s(check))
         if o.fingerprint:
             self.last_fingerprint_err = (
                 self.ranks.run_on_all(  # every rank together: the trainer's forward may be a collective
@@ -396,16 +354,11 @@ class RolloutCallback(Callback):
 
     def drift(self, pl_module: LightningModule, rollouts: Rollouts, temperature: float) -> float:
         """Mean |sampler − trainer log-prob| over the rollouts' completion tokens (:func:`~lit_rlvr.rollout.engine.policy_drift`),
-        the trainer's in the module's micro-batches (``pl_module.micro_batching``)."""
-        pad_id = pl_module.tokenizer.pad_token_id
+        the trainer's in the module's micro-batches (``pl_module.micro_batching``), as many forwards on every rank (FSDP)."""
+        pad_id = pl_module.tokenizer.pad_token_id or 0  # a tokenizer without a pad token: 0
         return policy_drift(
-            pl_module.policy,
-            rollouts,
-            pad_id if pad_id is not None else 0,
-            temperature,
-            pl_module.micro_batching,
-            pl_module.lockstep.most,
-        )  # FSDP: as many forwards on every rank
+            pl_module.policy, rollouts, pad_id, temperature, pl_module.micro_batching, pl_module.lockstep.most
+        )
 
     def train_params(self, global_step: int, rank: int = 0, lane: int = 0) -> SamplingParams:
         """The sampling parameters of the training rollout at ``global_step`` on ``rank`` (:func:`step_sampling`)."""
@@ -423,46 +376,3 @@ class RolloutCallback(Callback):
     ) -> None:
         for key, value in metrics.items():
             pl_module.log(key, float(value), prog_bar=key in prog_bar, batch_size=batch_size, sync_dist=sync_dist)
-
-
-def rollout_metrics(
-    rollouts: Rollouts, seconds: float, generate_seconds: float, prefix: str = "rollout"
-) -> dict[str, float]:
-    """What one batch of rollouts logs under ``prefix`` (``rollout``, ``val_rollout``).
-
-    Args:
-        rollouts: the batch's B completions.
-        seconds: how long the loop waited for them.
-        generate_seconds: how long their generation took (the same, unless generated ahead).
-
-    Returns:
-        ``<prefix>/seconds``, ``<prefix>/tokens_per_s`` (completion tokens per second of
-        generation), ``<prefix>/mean_len`` (tokens per completion), ``<prefix>/truncated`` (share
-        of completions cut at ``max_new_tokens``).
-
-    Example:
-        >>> r = Rollouts([[1]], [[5, 6, 7], [8]], [[0.0] * 3, [0.0]], ["length", "stop"], n=2)
-        >>> rollout_metrics(r, seconds=0.5, generate_seconds=2.0)
-        {'rollout/seconds': 0.5, 'rollout/tokens_per_s': 2.0, 'rollout/mean_len': 2.0, 'rollout/truncated': 0.5}
-    """
-    tokens, B = rollouts.num_tokens(), len(rollouts.completion_ids)
-    return {
-        f"{prefix}/seconds": seconds,
-        f"{prefix}/tokens_per_s": tokens / max(generate_seconds, 1e-9),
-        f"{prefix}/mean_len": tokens / B,
-        f"{prefix}/truncated": sum(r == "length" for r in rollouts.finish_reasons) / B,
-    }
-
-
-def _checked(batch: Any, kind: type) -> Any:
-    """``batch`` if it is a ``kind`` (the DataModule's contract), else a ``TypeError`` naming both."""
-    if not isinstance(batch, kind):
-        raise TypeError(
-            f"RolloutCallback takes lit_rlvr.contracts.{kind.__name__} batches (PromptDataModule makes them), got "
-            f"{type(batch).__name__}"
-        )
-    return batch
-
-
-def _sum_or_none(*seconds: float | None) -> float | None:
-    return None if any(s is None for s in seconds) else sum(seconds)

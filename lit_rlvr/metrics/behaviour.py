@@ -3,7 +3,7 @@
 Agents trained with RL are reported to collapse to single-turn answers after a few dozen steps
 (VerlTool, arXiv 2509.01055; verl's text-to-SQL tutorial): a diversity collapse of behaviour, which
 these track at validation (``val/<set>/turns``, …; docs/agents.md), as the module logs them for the
-training rollouts. Thin shells over :func:`~lit_rlvr.functional.metrics.behaviour_sums` and
+training rollouts (:func:`batch_behaviour`). Thin shells over :func:`~lit_rlvr.functional.metrics.behaviour_sums` and
 :func:`~lit_rlvr.functional.metrics.distinct_tool_sequences`; all states are sums.
 """
 
@@ -67,3 +67,29 @@ class DistinctToolSequences(_GroupMean):
     def update(self, sequences: Sequence[Sequence[Sequence[str]]]) -> None:
         """Add P groups of tool-call sequences."""
         self._add(distinct_tool_sequences(sequences))
+
+
+def batch_behaviour(
+    behaviour: Sequence[Tensor], tool_sequences: Sequence[Sequence[Sequence[str]]], max_turns: int
+) -> dict[str, Tensor]:
+    """One batch's behaviour by name, the values :class:`TurnBehaviour` and :class:`DistinctToolSequences`
+    report over a validation set (what the module logs as ``train/turns``, …, ``train/distinct_tool_sequences``).
+
+    Args:
+        behaviour: ``(turns, tool_calls, tool_errors, env_failed)``, each ``(B,)``.
+        tool_sequences: P groups of n tool-call sequences.
+        max_turns: the loop's turn limit.
+
+    Returns:
+        ``{name: float32 scalar}``.
+
+    Example:
+        >>> values = batch_behaviour((torch.tensor([1, 2]), torch.tensor([0, 1]), torch.tensor([0, 0]),
+        ...                           torch.tensor([False, False])), [[(), ("a",)]], max_turns=2)
+        >>> {k: float(v) for k, v in values.items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'turns': 1.5, 'tool_calls': 0.5, 'tool_errors': 0.0, 'env_failed': 0.0, 'single_turn': 0.5,
+         'turns_1': 0.5, 'turns_2': 0.5, 'distinct_tool_sequences': 2.0}
+    """
+    values = behaviour_means(behaviour_sums(*behaviour, max_turns))
+    values["distinct_tool_sequences"] = distinct_tool_sequences(tool_sequences).double().mean()
+    return {k: v.float() for k, v in values.items()}

@@ -9,6 +9,9 @@ behaviour (turns, tool calls, tool errors, single-turn share, distinct tool-call
 torchmetrics ``Metric``s (sum states, so multi-process results equal one process over the union
 of the prompts), updates them from one batch of scored samples and returns their values under
 the names the loggers show (``pass@k``, ``maj@k``, ``retention/pass@k``, ``distinct_answers``, …).
+:class:`ValidationPanels` keeps one per set, turns a batch of scores into a panel update
+(:meth:`ValidationPanels.add`, what ``RLVRModule.validation_step`` calls) and knows which base
+policy retention is measured against; :func:`is_last_val_batch` says when a set's panel is taken.
 """
 
 from __future__ import annotations
@@ -136,6 +139,9 @@ class ValidationPanels(nn.ModuleDict):
     Args:
         ks: the pass@k / maj@k budgets of every panel (None: each set's ladder up to its n).
         max_turns: multi-turn rollouts' turn limit (every panel reports their behaviour; None: single-turn).
+        reference: the base policy's per-prompt pass counts by set, ``{set name: {prompt id: count}}``,
+            that retention@k is measured against (``model.evaluation.retention_reference``; None: the
+            counts given to each :meth:`add`, the reference cache's).
 
     Example:
         >>> panels = ValidationPanels()
@@ -147,15 +153,73 @@ class ValidationPanels(nn.ModuleDict):
         {}
     """
 
-    def __init__(self, ks: Sequence[int] | None = None, max_turns: int | None = None):
+    def __init__(
+        self,
+        ks: Sequence[int] | None = None,
+        max_turns: int | None = None,
+        reference: Mapping[str, Mapping[str, int]] | None = None,
+    ):
         super().__init__()
-        self.ks, self.max_turns = ks, max_turns
+        self.ks, self.max_turns, self.reference = ks, max_turns, reference
 
     def panel(self, name: str, n: int) -> ValidationPanel:
         """The panel of set ``name`` (``n`` samples per prompt), added on first use."""
         if name not in self:
             self[name] = ValidationPanel(n, self.ks, self.max_turns)
         return self[name]
+
+    def add(
+        self,
+        name: str,
+        n: int,
+        ids: Sequence[str],
+        scores: Sequence,
+        texts: Sequence[str],
+        base_pass_counts: Mapping[str, int] | None = None,
+        behaviour: Sequence[Tensor] | None = None,
+        tool_sequences: Sequence[Sequence[Sequence[str]]] | None = None,
+        device: torch.device | str | None = None,
+    ) -> Tensor:
+        """Add one batch of set ``name``: P prompts with ``n`` scored samples each, prompt-major.
+
+        Args:
+            name: the validation set.
+            n: its samples per prompt.
+            ids: the P prompts' ids.
+            scores: P·n scores, each with a ``reward``, ``correct`` (the correctness term: correct
+                above 0.5) and ``answer`` (:class:`~lit_rlvr.rewards.combine.MixedScore`).
+            texts: P·n completion texts.
+            base_pass_counts: the base policy's pass count by prompt id, without a :attr:`reference`
+                (None: retention unknown).
+            behaviour / tool_sequences: multi-turn rollouts (:meth:`ValidationPanel.update`).
+            device: where the panel's states live (a panel first seen here is made on the CPU).
+
+        Returns:
+            ``(P, n)`` bool: which samples are correct.
+
+        Example:
+            >>> from types import SimpleNamespace as Score
+            >>> panels = ValidationPanels(reference={"gsm8k": {"a": 1}})
+            >>> scores = [Score(reward=1.0, correct=1.0, answer="4"), Score(reward=0.0, correct=0.0, answer=None)]
+            >>> panels.add("gsm8k", 2, ["a"], scores, ["4", "x"])
+            tensor([[ True, False]])
+            >>> panels.take("gsm8k")["val/gsm8k/retention/pass@2"]
+            tensor(1.)
+        """
+        P = len(ids)
+        rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (P·n,)
+        correct = (torch.tensor([s.correct for s in scores], dtype=torch.float32) > 0.5).view(-1, n)  # (P, n)
+        counts = self.reference.get(name, {}) if self.reference is not None else base_pass_counts
+        self.panel(name, n).to(device).update(
+            correct,
+            answers=[[s.answer for s in scores[p * n : (p + 1) * n]] for p in range(P)],
+            texts=[texts[p * n : (p + 1) * n] for p in range(P)],
+            rewards=rewards,
+            base_solved=solved_prompts(counts, ids),
+            behaviour=behaviour,
+            tool_sequences=tool_sequences,
+        )
+        return correct
 
     def take(self, name: str) -> dict[str, Tensor]:
         """Set ``name``'s values as ``val/<name>/<metric>`` (synced across ranks by the sum states), then reset it.
@@ -166,6 +230,14 @@ class ValidationPanels(nn.ModuleDict):
         values = {f"val/{name}/{k}": v for k, v in self[name].compute().items()}
         self[name].reset()
         return values
+
+
+def is_last_val_batch(trainer, batch_idx: int, dataloader_idx: int) -> bool:
+    """Whether ``batch_idx`` is the last batch the Lightning ``trainer`` runs on validation dataloader
+    ``dataloader_idx`` now (sanity check or validation), where that set's panel is taken; never for a
+    loader without a length (its panel is taken at the epoch's end)."""
+    batches = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
+    return batch_idx + 1 == batches[dataloader_idx]
 
 
 def solved_prompts(pass_counts: Mapping[str, int] | None, ids: Sequence[str]) -> Tensor | None:

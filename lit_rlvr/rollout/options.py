@@ -10,7 +10,7 @@ run at construction, naming the key, the value and what is accepted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from lit_rlvr.rollout.adapters import check_adapter_sync
@@ -87,6 +87,21 @@ class RolloutOptions:
     adapter_sync: bool | Literal["auto"] = "auto"
     sync_bucket_mb: int = SYNC_BUCKET_MB
 
+    @classmethod
+    def from_keys(cls, keys: dict[str, Any]) -> RolloutOptions:
+        """The options from the callback's keys (its arguments, by name; others are ignored):
+        ``max_staleness`` and ``on_stale`` become :attr:`asynchronous` (None: synchronous rollouts).
+
+        Example:
+            >>> RolloutOptions.from_keys({"engine": "hf", "max_staleness": None, "on_stale": "wait"}).asynchronous is None
+            True
+        """
+        given = {f.name: keys[f.name] for f in fields(cls) if f.name in keys}
+        given["engine_options"] = dict(given.get("engine_options") or {})
+        k = keys.get("max_staleness")
+        given["asynchronous"] = None if k is None else AsyncOptions(k, keys.get("on_stale", "wait"))
+        return cls(**given)
+
     def __post_init__(self):
         if self.sync_every_n_steps < 1:
             raise ValueError(f"rollout.sync_every_n_steps must be >= 1, got {self.sync_every_n_steps}")
@@ -125,6 +140,28 @@ class RolloutOptions:
             "sync_bucket_mb": ENGINES.declares(kind, "sync_bucket_mb"),
         }
         return {key: getattr(self, key) for key, taken in takes.items() if taken}
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """What the engine's builder takes besides the model, tokenizer and path: the timeouts, the
+        weight-sync settings (:meth:`sync_kwargs`) and ``engine_options``.
+
+        Example:
+            >>> RolloutOptions(engine="hf", engine_options={"max_batch_rows": 8}, sync_timeout_s=60).engine_kwargs()
+            {'generate_timeout_s': None, 'sync_timeout_s': 60, 'max_batch_rows': 8}
+        """
+        timeouts = {"generate_timeout_s": self.generate_timeout_s, "sync_timeout_s": self.sync_timeout_s}
+        return {**timeouts, **self.sync_kwargs(), **self.engine_options}
+
+    def sync_limit_s(self, fingerprint: bool) -> float | None:
+        """The time one weight sync may take on every rank: the sync, plus the probe's log-probs when
+        the sync is fingerprinted (a generate call); None when either has no limit.
+
+        Example:
+            >>> RolloutOptions(engine="hf", sync_timeout_s=60, generate_timeout_s=10).sync_limit_s(True)
+            70
+        """
+        parts = (self.sync_timeout_s, self.generate_timeout_s if fingerprint else 0.0)
+        return None if any(s is None for s in parts) else sum(parts)
 
     def _check_asynchronous(self) -> None:
         engine = ENGINES.signature(resolve_engine(self.engine)) if isinstance(self.engine, str) else self.engine

@@ -117,14 +117,17 @@ def fit(model_dir: Path, tmp: Path, seven_reward: str, rollout: dict, steps: int
         **module,
     )
     scored = []
-    score = model.score
+    score_rollouts = model.score_rollouts
 
-    def spy(texts, rows, prefix, **kwargs):
-        out = score(texts, rows, prefix, **kwargs)
-        scored.append((prefix, list(texts), list(rows), kwargs.get("given"), [s.reward for s in out]))
+    def spy(rollouts, prompts, prefix, **kwargs):
+        out = score_rollouts(rollouts, prompts, prefix, **kwargs)
+        rows = [row for row in prompts for _ in range(rollouts.n)]
+        scored.append(
+            (prefix, rollouts.final_turns()[0], rows, rollouts.environment_rewards(), [s.reward for s in out])
+        )
         return out
 
-    model.score = spy
+    model.score_rollouts = spy
     batches, logger = Batches(), Names()
     trainer = Trainer(
         max_steps=steps,
