@@ -50,19 +50,68 @@ def _tree_state(root: Path = REPO_ROOT) -> dict[str, int]:
     return state
 
 
+def _folder_state(folders) -> dict[str, int | None]:
+    """``{folder: mtime_ns}`` (None: gone) of the given folders: a file created, removed or renamed
+    changes its folder's mtime, so this sees what a test added to the tree at a fraction of a scan."""
+    state = {}
+    for folder in folders:
+        try:
+            state[folder] = os.stat(folder).st_mtime_ns
+        except FileNotFoundError:
+            state[folder] = None
+    return state
+
+
+class _TreeWatch:
+    """The working tree as last scanned, and its folders' mtimes. After each test only the folders are
+    stat-ed (~50 calls instead of a ~500-entry scan); when one changed, the tree is scanned again and
+    compared with the last scan to name the files. A file changed in place (its folder's mtime stays)
+    is found by the scan at the end of the test module."""
+
+    def __init__(self, root: Path = REPO_ROOT) -> None:
+        self.root = root
+        self.rescan()
+
+    def rescan(self) -> dict[str, int]:
+        before, self.tree = getattr(self, "tree", None), _tree_state(self.root)
+        self.folders = _folder_state([str(self.root), *(p for p in self.tree if os.path.isdir(p))])
+        return before
+
+    def touched(self, full: bool = False) -> list[str]:
+        """Files created, removed or changed since the last scan (``full``: scan even if no folder changed)."""
+        if not full and _folder_state(self.folders) == self.folders:
+            return []
+        before = self.rescan()
+        after = self.tree
+        return sorted(p for p in after.keys() | before.keys() if after.get(p) != before.get(p) and not Path(p).is_dir())
+
+
+_WATCH: _TreeWatch | None = None
+
+
+def _fail_if_touched(what: str, touched: list[str]) -> None:
+    if touched:
+        shown = ", ".join(str(Path(p).relative_to(REPO_ROOT)) for p in touched[:5])
+        pytest.fail(f"{what} wrote into the working tree: {shown} (write under tmp_path instead)", pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def _working_tree_untouched(request):
     """A test never writes into the working tree (a CLI run without ``default_root_dir`` would):
-    it fails naming what it created or changed."""
-    before = _tree_state()
+    it fails naming what it created (and, at the end of its module, what it changed in place)."""
+    global _WATCH
+    if _WATCH is None:
+        _WATCH = _TreeWatch()
     yield
-    after = _tree_state()
-    touched = sorted(p for p in after.keys() | before.keys() if after.get(p) != before.get(p) and not Path(p).is_dir())
-    if touched:
-        shown = ", ".join(str(Path(p).relative_to(REPO_ROOT)) for p in touched[:5])
-        pytest.fail(
-            f"{request.node.nodeid} wrote into the working tree: {shown} (write under tmp_path instead)", pytrace=False
-        )
+    _fail_if_touched(request.node.nodeid, _WATCH.touched())
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _working_tree_unchanged_by_the_module(request):
+    """The full scan behind :func:`_working_tree_untouched`: files changed in place by the module's tests."""
+    yield
+    if _WATCH is not None:
+        _fail_if_touched(f"a test of {request.node.nodeid}", _WATCH.touched(full=True))
 
 
 @pytest.fixture(autouse=True)
