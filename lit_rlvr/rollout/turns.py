@@ -1,8 +1,10 @@
 """Multi-turn rollouts on any engine: live trajectories advanced turn by turn, token in, token out.
 
 A batch of P prompts × n samples becomes B trajectories, each with its own environment
-(:mod:`lit_rlvr.envs`). Each turn is one ``engine.generate`` call on every live trajectory's
-token prefix (prompt + every earlier turn's tokens), so the loop runs on every engine (``hf``,
+(:mod:`lit_rlvr.envs`). Each turn is one ``engine.generate`` call per distinct stop set (the
+sampling's stop strings plus the environment's ``stop``: one environment's stops never cut another's
+turn; a batch of one environment makes one call) on its live trajectories' token prefixes (prompt +
+every earlier turn's tokens), so the loop runs on every engine (``hf``,
 colocated ``vllm``, ``vllm_server``; vLLM's prefix caching absorbs the re-prefill); then every
 live environment steps on its turn's text, in threads, under a deadline. The trajectory's tokens
 are exactly what the engine returned plus what the environment added, tokenized once (SkyRL's
@@ -34,7 +36,9 @@ it: a token the model did not sample).
 The first turn of trajectories whose environments add nothing to the prompt is one call with
 ``n`` samples per prompt and the sampling's own seed, exactly the single-turn call: with
 ``max_turns=1`` and environments that add no text the rollouts are the single-turn ones bit for bit.
-Later turns are one call with one sample per live trajectory, seeded per turn.
+Later turns are one call with one sample per live trajectory, seeded per turn. A turn's calls for
+several stop sets take consecutive, disjoint seeds (the first call the turn's seed, the next one
+that seed plus the samples before it).
 """
 
 from __future__ import annotations
@@ -433,21 +437,33 @@ class TurnLoop:
         pairs = [(t, b) for t, b in zip(live, budgets) if b >= 1]
         if not pairs:
             return
-        stops = tuple(dict.fromkeys([*params.stop, *(s for t, _ in pairs for s in getattr(t.env, "stop", ()))]))
-        turn_params = replace(
-            params,
-            max_new_tokens=max(b for _, b in pairs),
-            stop=stops,
-            seed=None if params.seed is None else params.seed + turn * TURN_SEED_STRIDE,
-        )
-        t0 = time.perf_counter()
-        if grouped_prompts is not None and len(pairs) == len(live):
-            out = engine.generate([list(p) for p in grouped_prompts], turn_params)
-        else:
-            out = engine.generate([t.prompt + t.ids for t, _ in pairs], replace(turn_params, n=1))
-        self.stats.generate_s += time.perf_counter() - t0
-        self.stats.calls += 1
-        for i, (t, budget) in enumerate(pairs):
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for i, (t, _) in enumerate(pairs):  # one call per stop set: an environment's stops never cut another's turn
+            groups.setdefault(tuple(dict.fromkeys([*params.stop, *getattr(t.env, "stop", ())])), []).append(i)
+        turn_seed = None if params.seed is None else params.seed + turn * TURN_SEED_STRIDE
+        n, first = params.n, grouped_prompts is not None and len(pairs) == len(live)
+        offset = 0  # samples of the turn's earlier calls: the calls' seeds are disjoint, the first call's unchanged
+        for stops, rows in groups.items():
+            members = [pairs[i] for i in rows]
+            turn_params = replace(
+                params,
+                max_new_tokens=max(b for _, b in members),
+                stop=stops,
+                seed=None if turn_seed is None else turn_seed + offset,
+            )
+            t0 = time.perf_counter()
+            if first and _whole_prompts(rows, n):  # the first turn: n samples of each of the call's prompts
+                out = engine.generate([list(grouped_prompts[i // n]) for i in rows[::n]], turn_params)
+            else:
+                out = engine.generate([t.prompt + t.ids for t, _ in members], replace(turn_params, n=1))
+            self.stats.generate_s += time.perf_counter() - t0
+            self.stats.calls += 1
+            offset += len(members)
+            self._take(out, members)
+
+    def _take(self, out: Rollouts, members: list[tuple[_Trajectory, int]]) -> None:
+        """One engine call's turns appended to its trajectories (``members``, in the call's order, with their budgets)."""
+        for i, (t, budget) in enumerate(members):
             ids, logprobs, finish = list(out.completion_ids[i]), list(out.sampler_logprobs[i]), out.finish_reasons[i]
             text = out.texts[i] if out.texts else self.tokenizer.decode(ids, skip_special_tokens=True)
             if len(ids) > budget:  # the call's cap is the largest budget: keep this trajectory's share
@@ -550,6 +566,18 @@ class TurnLoop:
         if isinstance(observation, str):
             return self.renderer.cut(observation)
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _whole_prompts(rows: list[int], n: int) -> bool:
+    """Whether trajectory indices ``rows`` (ascending) are every sample of each prompt they touch (prompt-major).
+
+    Example:
+        >>> _whole_prompts([0, 1, 4, 5], 2), _whole_prompts([1, 2], 2)
+        (True, False)
+    """
+    return len(rows) % n == 0 and all(
+        rows[k] == rows[k - k % n] + k % n and rows[k - k % n] % n == 0 for k in range(len(rows))
+    )
 
 
 class RolloutSampler:

@@ -15,13 +15,15 @@ class ScriptedEngine(EngineBase):
     (token id lists, distinct first turns). A prefix is the prompt, then turns and environment tokens: the
     next turn is the first of its script's turns not yet found, in order, after the prompt. Log-probs
     are ``-0.5 - 0.01 j`` at position j of a turn; ``calls`` records every call's prompts and params.
+    With ``honour_stop``, a turn is cut after the token at which its text first contains one of the
+    call's stop strings (kept, as the engines keep it).
     """
 
     name = "scripted"
 
-    def __init__(self, tokenizer, scripts: dict[tuple[int, ...], list[list[list[int]]]]):
+    def __init__(self, tokenizer, scripts: dict[tuple[int, ...], list[list[list[int]]]], honour_stop: bool = False):
         super().__init__()
-        self.tokenizer, self.scripts = tokenizer, scripts
+        self.tokenizer, self.scripts, self.honour_stop = tokenizer, scripts, honour_stop
         self.calls: list[tuple[list[list[int]], SamplingParams]] = []
         self.outputs: list[list[list[int]]] = []
 
@@ -41,6 +43,13 @@ class ScriptedEngine(EngineBase):
         for p in prompt_ids:
             for k in range(params.n):
                 ids = self._next_turn(list(p), k)[: params.max_new_tokens]
+                if self.honour_stop and params.stop:
+                    ends = (
+                        j + 1
+                        for j in range(len(ids))
+                        if any(x in self.tokenizer.decode(ids[: j + 1]) for x in params.stop)
+                    )
+                    ids = ids[: next(ends, len(ids))]
                 completions.append(ids)
                 logprobs.append([-0.5 - 0.01 * j for j in range(len(ids))])
                 reasons.append("length" if len(ids) == params.max_new_tokens else "stop")

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_rlvr.envs import EnvironmentBase, EnvSpec, Step, resolve_environment
-from lit_rlvr.rollout.turns import TurnLoop, TurnOptions
+from lit_rlvr.rollout.turns import TURN_SEED_STRIDE, TurnLoop, TurnOptions
 from lit_rlvr.rollout.types import SamplingParams
 
 ENGINE_KINDS = [
@@ -146,6 +146,42 @@ def test_chat_observations_close_the_models_turn_and_open_the_next(chat_model_di
     env_b = [t for m, t in split_runs(out.completion_ids[1], out.loss_mask[1]) if not m][0]
     assert tok.decode(env_a) == "<|im_end|>\n<|im_start|>user\n1 row<|im_end|>\n<|im_start|>assistant\n"
     assert tok.decode(env_b) == "\n<|im_start|>user\n1 row<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_an_environments_stop_strings_never_cut_another_environments_turns(chat_model_dir, scripted):
+    """A mixed batch: each environment's stop string appears in the other's turns, which must run to their own stop."""
+    tok = AutoTokenizer.from_pretrained(chat_model_dir)
+    prompts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for q in ("How many singers?", "What is 3 + 4?")
+    ]
+    sql_turns = ["I will not guess <answer>6</answer>, I query <sql>SELECT 1</sql>", "<sql>SELECT 2</sql>"]
+    calc_turns = ["<sql>3 + 4</sql> is not mine, <answer>7</answer>", "<answer>8</answer>"]
+    ids = [[tok(t, add_special_tokens=False).input_ids for t in turns] for turns in (sql_turns, calc_turns)]
+    engine = scripted(tok, {tuple(p): [i, i] for p, i in zip(prompts, ids)}, honour_stop=True)
+    obs = "\n<observation>ok</observation>\n"
+    out = TurnLoop(tok, TurnOptions(max_turns=2)).generate(
+        engine,
+        prompts,
+        [{"id": "sql"}, {"id": "calc"}],
+        SamplingParams(n=2, max_new_tokens=64, seed=5, stop=("<|endoftext|>",)),
+        [spec(lambda: Scripted([obs], stop=("</sql>",))), spec(lambda: Scripted([obs], stop=("</answer>",)))],
+    )
+    obs_ids = tok(obs, add_special_tokens=False).input_ids
+    for b, turns in enumerate([ids[0], ids[0], ids[1], ids[1]]):
+        assert out.completion_ids[b] == turns[0] + obs_ids + turns[1], tok.decode(out.completion_ids[b])
+        assert out.loss_mask[b] == [1] * len(turns[0]) + [0] * len(obs_ids) + [1] * len(turns[1])
+    # one call per stop set and turn; the first turn grouped (n samples of a prompt), the seeds disjoint
+    stops = [(len(c[0]), c[1].n, c[1].stop, c[1].seed) for c in engine.calls]
+    assert stops == [
+        (1, 2, ("<|endoftext|>", "</sql>"), 5),
+        (1, 2, ("<|endoftext|>", "</answer>"), 5 + 2),
+        (2, 1, ("<|endoftext|>", "</sql>"), 5 + TURN_SEED_STRIDE),
+        (2, 1, ("<|endoftext|>", "</answer>"), 5 + TURN_SEED_STRIDE + 2),
+    ]
+    assert [c[0] for c in engine.calls[:2]] == [[prompts[0]], [prompts[1]]]
 
 
 @pytest.mark.timeout(300)
