@@ -43,6 +43,7 @@ that seed plus the samples before it).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -225,6 +226,7 @@ class ObservationRenderer:
     def __init__(self, tokenizer: Any, max_chars: int = 4000):
         self.tokenizer = tokenizer
         self.max_chars = max_chars
+        self.specials = special_texts(tokenizer)
         ends = chat_turn_end_ids(tokenizer)
         eos = getattr(tokenizer, "eos_token_id", None)
         self.turn_end: list[int] = ends or ([eos] if isinstance(eos, int) else [])
@@ -241,12 +243,22 @@ class ObservationRenderer:
     def render(self, observation: Observation, last_id: int | None) -> list[int]:
         """The observation's token ids, to follow a trajectory whose last token is ``last_id``."""
         if isinstance(observation, str):
-            return self.tokenizer(self.cut(observation), add_special_tokens=False).input_ids if observation else []
+            return self.encode(self.cut(observation)) if observation else []
         if not observation:
             return []
         messages = [{**m, "content": self.cut(m["content"])} for m in observation]
         close = [] if not self.turn_end or last_id == self.turn_end[0] else list(self.turn_end)
         return close + self.chat_turns(messages)
+
+    def forges(self, text: str) -> bool:
+        """Whether ``text`` holds a special token's text (``<|im_end|>``, …), which must stay plain text."""
+        return any(s in text for s in self.specials)
+
+    def encode(self, text: str) -> list[int]:
+        """``text``'s token ids as plain text: a special token's text in it is never the special token."""
+        if self.forges(text):
+            return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids
+        return self.tokenizer(text, add_special_tokens=False).input_ids
 
     def chat_turns(self, messages: list[Mapping[str, Any]]) -> list[int]:
         """``messages`` as new chat-template turns plus the next assistant header, after a closed turn.
@@ -260,10 +272,11 @@ class ObservationRenderer:
             base = [{"role": "user", "content": "dummy"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
         else:
             base = _USER_BASE
-        prefix = self._template(base, generation=False)
+        plain = any(isinstance(m.get("content"), str) and self.forges(m["content"]) for m in messages)
+        prefix = self._template(base, generation=False, plain_from=len(base) if plain else None)
         if self.turn_end and self.turn_end[0] in prefix:
             prefix = prefix[: len(prefix) - prefix[::-1].index(self.turn_end[0])]
-        full = self._template([*base, *messages], generation=True)
+        full = self._template([*base, *messages], generation=True, plain_from=len(base) if plain else None)
         if full[: len(prefix)] != prefix:
             raise ValueError(
                 "the chat template does not render new messages as a continuation of the conversation; "
@@ -271,11 +284,50 @@ class ObservationRenderer:
             )
         return full[len(prefix) :]
 
-    def _template(self, messages: list[Mapping[str, Any]], generation: bool) -> list[int]:
-        out = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=generation, tokenize=True, return_dict=False
-        )
-        return list(out)
+    def _template(
+        self, messages: list[Mapping[str, Any]], generation: bool, plain_from: int | None = None
+    ) -> list[int]:
+        """``messages`` rendered by the chat template and tokenized; with ``plain_from``, the contents of
+        the messages from that index on are tokenized as plain text (:meth:`encode`), the template's own
+        text around them as the template's (its special tokens kept)."""
+        if plain_from is None:
+            out = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=generation, tokenize=True, return_dict=False
+            )
+            return list(out)
+        contents: dict[str, str] = {}
+        marked = []
+        for i, m in enumerate(messages):
+            if i >= plain_from and isinstance(m.get("content"), str) and m["content"]:
+                mark = f"{_MARK[0]}{i}{_MARK[1]}"
+                contents[mark] = m["content"]
+                m = {**m, "content": mark}
+            marked.append(m)
+        text = self.tokenizer.apply_chat_template(marked, add_generation_prompt=generation, tokenize=False)
+        ids: list[int] = []
+        for piece in re.split(f"({_MARK[0]}\\d+{_MARK[1]})", text):
+            if piece in contents:
+                ids += self.encode(contents[piece])
+            elif piece:
+                ids += self.tokenizer(piece, add_special_tokens=False).input_ids
+        return ids
+
+
+_MARK = ("\ue000", "\ue001")  # private-use characters around a content's index while the template renders
+
+
+def special_texts(tokenizer: Any) -> tuple[str, ...]:
+    """The texts of ``tokenizer``'s special tokens (``<|im_start|>``, ``<|im_end|>``, …), longest first.
+
+    Example:
+        >>> from lit_rlvr.demo.tiny import build_char_tokenizer
+        >>> special_texts(build_char_tokenizer())
+        ('<bos>', '<eos>', '<pad>', '<unk>')
+    """
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    texts = {str(getattr(t, "content", t)) for t in added.values() if getattr(t, "special", True)}
+    texts |= {str(t) for t in getattr(tokenizer, "all_special_tokens", ()) or ()}
+    return tuple(sorted((t for t in texts if t), key=lambda t: (-len(t), t)))
 
 
 @dataclass
