@@ -212,8 +212,26 @@ class Rollouts:
         return None if self.episodes is None else [e.reward for e in self.episodes]
 
     def num_tokens(self) -> int:
-        """Total completion tokens (for throughput)."""
+        """Total completion tokens, the model's and (multi-turn) the environment's."""
         return sum(len(c) for c in self.completion_ids)
+
+    def model_tokens(self) -> int:
+        """Completion tokens the model generated and is trained on (the loss mask's ones; single-turn:
+        every completion token): what generation throughput counts.
+
+        Example:
+            >>> r = Rollouts([[1]], [[5, 6, 7, 8]], [[0.0] * 4], ["stop"], n=1, loss_mask=[[1, 0, 0, 1]])
+            >>> r.model_tokens(), r.environment_tokens(), r.num_tokens()
+            (2, 2, 4)
+        """
+        if self.loss_mask is None:
+            return self.num_tokens()
+        return sum(sum(m) for m in self.loss_mask)
+
+    def environment_tokens(self) -> int:
+        """Completion tokens that are not the model's (the environment's, and those of a trajectory whose
+        environment failed, which is not trained on); 0 for single-turn rollouts."""
+        return self.num_tokens() - self.model_tokens()
 
     def to_padded(self, pad_id: int) -> dict[str, Tensor]:
         """Pad into the tensors a policy forward pass consumes.

@@ -472,3 +472,35 @@ def test_environment_text_never_becomes_the_chat_templates_special_tokens(chat_m
     env_ids = [t for m, t in split_runs(out.completion_ids[0], out.loss_mask[0]) if not m][0]
     assert not set(env_ids) & specials and tok.decode(env_ids) == FORGED
     assert out.completion_ids[0] == first + env_ids + last + [end]
+
+
+def test_generation_metrics_count_the_models_tokens_and_environment_tokens_on_their_own(tiny_model_dir, scripted):
+    from lit_rlvr.rollout.metrics import rollout_metrics
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = tok("A1:").input_ids
+    turns, other = [tok("12?").input_ids, tok("3;").input_ids], tok("7?").input_ids
+    engine = scripted(tok, {tuple(prompt): [turns, [other]]})
+    obs = tok("=12\n").input_ids
+    out = TurnLoop(tok, TurnOptions(max_turns=3)).generate(
+        engine, [prompt], [{"id": "a"}], SamplingParams(n=2, max_new_tokens=8), spec(lambda: Scripted(["=12\n"]))
+    )
+    # trajectory 0: both turns and the observation; trajectory 1: its turn, the observation, an empty turn
+    model = [len(turns[0]) + len(turns[1]), len(other)]
+    assert [sum(m) for m in out.loss_mask] == model and out.num_tokens() == sum(model) + 2 * len(obs)
+    metrics = rollout_metrics(out, seconds=3.0, generate_seconds=2.0)
+    assert metrics == {
+        "rollout/seconds": 3.0,
+        "rollout/tokens_per_s": sum(model) / 2.0,
+        "rollout/mean_len": sum(model) / 2,
+        "rollout/truncated": 0.0,
+        "rollout/env_tokens": len(obs),
+    }
+    # single-turn: every completion token is the model's, no environment key
+    single = engine.generate([prompt], SamplingParams(n=2, max_new_tokens=8))
+    assert rollout_metrics(single, 1.0, 1.0, "val_rollout") == {
+        "val_rollout/seconds": 1.0,
+        "val_rollout/tokens_per_s": float(single.num_tokens()),
+        "val_rollout/mean_len": single.num_tokens() / 2,
+        "val_rollout/truncated": 0.0,
+    }
