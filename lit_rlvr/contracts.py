@@ -112,6 +112,9 @@ class StepData(RowTensors):
         token_entropy: ``(B, T)`` π_θ's token entropies at the start of the step.
         loss_mask: ``(B, T)`` the completion tokens the losses act on (multi-turn: the model's
             tokens 1, the environment's 0); None = every completion token (:attr:`loss_tokens`).
+        valid: ``(B,)`` bool, multi-turn: the rows whose environment did not fail, the only ones the
+            advantage's group statistics see (:func:`~lit_rlvr.functional.advantages.valid_row_advantages`);
+            None = every row (single-turn).
     """
 
     input_ids: Tensor
@@ -129,11 +132,15 @@ class StepData(RowTensors):
     token_logprobs: Tensor | None = None
     token_entropy: Tensor | None = None
     loss_mask: Tensor | None = None
+    valid: Tensor | None = None
 
     @classmethod
     def from_rollouts(cls, rollouts: Rollouts, pad_id: int, rewards: Tensor) -> StepData:
-        """The padded rollouts (:meth:`~lit_rlvr.rollout.types.Rollouts.to_padded`) with their ``(B,)`` rewards."""
-        return cls(**rollouts.to_padded(pad_id), rewards=rewards)
+        """The padded rollouts (:meth:`~lit_rlvr.rollout.types.Rollouts.to_padded`) with their ``(B,)`` rewards
+        and, multi-turn, which rows' environments did not fail."""
+        behaviour = rollouts.behaviour()
+        valid = None if behaviour is None else ~behaviour[3]
+        return cls(**rollouts.to_padded(pad_id), rewards=rewards, valid=valid)
 
     @property
     def loss_tokens(self) -> Tensor:

@@ -39,7 +39,7 @@ from lit_rlvr.contracts import (
     check_trainer,
     require_rollouts,
 )
-from lit_rlvr.functional.advantages import ADVANTAGES
+from lit_rlvr.functional.advantages import ADVANTAGES, valid_row_advantages
 from lit_rlvr.functional.batching import split_indices
 from lit_rlvr.functional.entropy import EntropyState, entropy_bonus
 from lit_rlvr.functional.losses import masked_row_mean, nonfinite_count, token_mean
@@ -299,16 +299,28 @@ class RLVRModule(LightningModule):
         return scores
 
     def advantages(self, data: StepData) -> Tensor:
-        """``(B,)`` advantages from the configured estimator (options + injected tensors)."""
-        name, options = self.advantage_name, dict(self.advantage_options)
+        """``(B,)`` advantages from the configured estimator (options + injected tensors); rows whose
+        environment failed are left out of their group's statistics and get 0
+        (:func:`~lit_rlvr.functional.advantages.valid_row_advantages`)."""
+        name, options, rows = self.advantage_name, dict(self.advantage_options), {}
         if ADVANTAGES.declares(name, "entropies"):
-            options["entropies"] = data.need("entropies")
+            rows["entropies"] = data.need("entropies")
         if ADVANTAGES.declares(name, "generator"):
             options["generator"] = self.generator
         if ADVANTAGES.declares(name, "mean_logprobs"):  # each row's mean token log π_old; NaN (no usable mass) as -inf
             old = torch.nan_to_num(data.old_logprobs, nan=float("-inf"))
-            options["mean_logprobs"] = masked_row_mean(old, data.loss_tokens).cpu()
-        return ADVANTAGES[name](data.rewards.cpu(), data.group_ids.cpu(), **options).to(self.device)
+            rows["mean_logprobs"] = masked_row_mean(old, data.loss_tokens).cpu()
+        valid = None if data.valid is None else data.valid.cpu()
+        min_valid = max(2, int(options.get("k", 1)))  # a baseline needs a second sample, Pass@k k of them
+        return valid_row_advantages(
+            ADVANTAGES[name],
+            data.rewards.cpu(),
+            data.group_ids.cpu(),
+            valid,
+            min_valid=min_valid,
+            row_options=rows,
+            **options,
+        ).to(self.device)
 
     def token_selections(self, data: StepData) -> StepData:
         """``(B, T)`` selections of the trained rows' tokens, made once per rollout batch (§8).

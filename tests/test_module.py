@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from lightning import Trainer
 from torch.utils.data import DataLoader
 
 from lit_rlvr.contracts import AnchorBatch, StepData, TrainBatch
+from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.module import RLVRModule
 from lit_rlvr.options import (
     AnchorOptions,
@@ -1040,4 +1042,50 @@ def test_lightnings_gradient_clipping_is_refused_with_where_clipping_is_set(tiny
         trainer.fit(
             module,
             train_dataloaders=DataLoader([fixed_batch(module.tokenizer)], batch_size=None, collate_fn=lambda b: b),
+        )
+
+
+@pytest.mark.parametrize("advantage", ["grpo", "rloo"])
+def test_a_failed_environment_is_left_out_of_its_groups_advantages(tiny_model_dir, advantage):
+    """Two prompts × 4 trajectories; row 2's environment raised (reward 0, all-zero loss mask): its group's
+    baseline is the other three rows', row 2 gets 0, and the other group is as without failures."""
+    from lit_rlvr.rollout.types import Episode
+
+    module = RLVRModule(
+        PolicyOptions(str(tiny_model_dir)),
+        sampling=SamplingParams(n=4, max_new_tokens=8),
+        loss=LossOptions(advantage=advantage, advantage_options={"eps": 0.0} if advantage == "grpo" else {}),
+        scoring=ScoringOptions(workers=0),
+        optimizer=sgd,
+    )
+    tok = module.tokenizer
+    batch = fixed_batch(tok, with_anchor=False)
+    r = batch.rollouts
+    status = ["done", "done", "env_error", "done", "done", "done", "done", "done"]
+    masks = [[0] * len(c) if s == "env_error" else [1] * len(c) for c, s in zip(r.completion_ids, status)]
+    episodes = [Episode(0.0 if s == "env_error" else None, s) for s in status]
+    multi = Rollouts(r.prompt_ids, r.completion_ids, r.sampler_logprobs, r.finish_reasons, 4, r.texts, masks, episodes)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    got = module.advantages(StepData.from_rollouts(multi, tok.pad_token_id, rewards))
+    if advantage == "grpo":  # group 0's valid 1, 0, 1: mean 2/3, std √2/3; group 1: 1, 0, 0, 0: mean 1/4, std √3/4
+        s0, s1 = math.sqrt(2) / 3, math.sqrt(3) / 4
+        want = [(1 / 3) / s0, (-2 / 3) / s0, 0, (1 / 3) / s0, 0.75 / s1, -0.25 / s1, -0.25 / s1, -0.25 / s1]
+    else:  # each row against the mean of its group's other valid rows
+        want = [1 - 0.5, 0 - 1, 0, 1 - 0.5, 1 - 0, 0 - 1 / 3, 0 - 1 / 3, 0 - 1 / 3]
+    torch.testing.assert_close(got, torch.tensor(want), rtol=1e-6, atol=1e-6)
+    # without failures (and single-turn), exactly the estimator's advantages
+    ok = Rollouts(
+        r.prompt_ids,
+        r.completion_ids,
+        r.sampler_logprobs,
+        r.finish_reasons,
+        4,
+        r.texts,
+        [[1] * len(c) for c in r.completion_ids],
+        [Episode(None, "done")] * 8,
+    )
+    for rollouts in (ok, r):
+        data = StepData.from_rollouts(rollouts, tok.pad_token_id, rewards)
+        assert torch.equal(
+            module.advantages(data), ADVANTAGES[advantage](rewards, data.group_ids, **module.advantage_options)
         )

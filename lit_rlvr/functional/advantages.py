@@ -50,7 +50,8 @@ Where this code departs from (or pins down) the papers, and why:
 from __future__ import annotations
 
 import operator
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -210,6 +211,59 @@ def _passk(rewards: Tensor, groups: _Groups, k: int) -> Tensor:
     """Row advantages (B,) float64 of the analytical Pass@k estimator (inputs already checked)."""
     a_pos, a_neg = _passk_pos_neg(groups.counts.double(), groups.sum(rewards), k)
     return torch.where(rewards > 0, a_pos[groups.index], a_neg[groups.index])
+
+
+def valid_row_advantages(
+    estimator: Callable[..., Tensor],
+    rewards: Tensor,
+    group_ids: Tensor,
+    valid: Tensor | None,
+    *,
+    min_valid: int = 2,
+    row_options: Mapping[str, Tensor] | None = None,
+    **options: Any,
+) -> Tensor:
+    """``estimator``'s advantages with the invalid rows (a trajectory whose environment failed) left out of
+    every group statistic: baselines, normalisers and the Pass@k counts see the valid rows only.
+
+    Args:
+        estimator: an entry of :data:`ADVANTAGES`.
+        rewards: ``(B,)`` rewards.
+        group_ids: ``(B,)`` integer group of each row.
+        valid: ``(B,)`` bool, the rows that count; None (or all True): the estimator's own result, unchanged.
+        min_valid: a group with fewer valid rows gets advantage 0 (2: a baseline needs another sample;
+            the Pass@k family needs k).
+        row_options: ``(B,)`` row-aligned inputs of the estimator (``entropies``, ``mean_logprobs``),
+            restricted with the rows.
+        options: the estimator's other options.
+
+    Returns:
+        ``(B,)`` float32: the estimator on the valid rows of the groups keeping at least ``min_valid``
+        of them, 0 on every other row.
+
+    Example:
+        >>> r, g = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 0, 1, 1])
+        >>> valid_row_advantages(rloo, r, g, torch.tensor([True, True, False, True, False]))
+        tensor([ 1., -1.,  0.,  0.,  0.])
+    """
+    row_options = dict(row_options or {})
+    if valid is not None and (valid.shape != rewards.shape or valid.dtype != torch.bool):
+        raise ValueError(
+            f"valid must be a (B,) bool tensor like rewards {tuple(rewards.shape)}; "
+            f"got {tuple(valid.shape)} {valid.dtype}"
+        )
+    if valid is None or bool(valid.all()):
+        return estimator(rewards, group_ids, **row_options, **options)
+    groups = _grouped(rewards, group_ids)
+    counts = torch.zeros(len(groups.ids), dtype=torch.long, device=valid.device).index_add_(
+        0, groups.index, valid.long()
+    )
+    keep = valid & (counts[groups.index] >= min_valid)  # (B,)
+    out = torch.zeros(rewards.shape, dtype=torch.float32, device=rewards.device)
+    if keep.any():
+        kept = {name: value[keep.to(value.device)] for name, value in row_options.items()}
+        out[keep] = estimator(rewards[keep], group_ids[keep], **kept, **options).float()
+    return out
 
 
 @register_advantage("grpo", check=_check_grpo, min_group_size=2)

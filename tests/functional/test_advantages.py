@@ -862,3 +862,51 @@ def test_an_estimator_that_checks_for_binary_rewards_declares_it(name):
     an estimator that checks each batch for 0/1 rewards without declaring it would be missed."""
     checks = "_check_binary(" in inspect.getsource(ADVANTAGES[name])
     assert ADVANTAGES.trait(name, "binary_rewards", default=False) == checks
+
+
+# ----------------------------------------------------------------------------- failed environments
+def test_invalid_rows_are_left_out_of_their_groups_statistics_by_hand():
+    """Group 0: rewards 1, 0, [failed 0], 1; group 1: 1, [failed 0] (one valid row left); group 2: 1, 0, 0, [failed]."""
+    from lit_rlvr.functional.advantages import valid_row_advantages
+
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 2, 2, 2, 2])
+    valid = torch.tensor([True, True, False, True, True, False, True, True, True, False])
+    # GRPO on group 0's valid 1, 0, 1: mean 2/3, population std √2/3; group 2's 1, 0, 0: mean 1/3, std √2/3
+    s = math.sqrt(2) / 3
+    want = [(1 / 3) / s, (-2 / 3) / s, 0, (1 / 3) / s, 0, 0, (2 / 3) / s, (-1 / 3) / s, (-1 / 3) / s, 0]
+    got = valid_row_advantages(ADVANTAGES["grpo"], rewards, groups, valid, eps=0.0)
+    assert_close(got, torch.tensor(want))
+    # RLOO: each valid row against the mean of its group's other valid rows
+    want = [1 - 0.5, 0 - 1, 0, 1 - 0.5, 0, 0, 1 - 0, 0 - 0.5, 0 - 0.5, 0]
+    assert_close(valid_row_advantages(ADVANTAGES["rloo"], rewards, groups, valid), torch.tensor(want))
+    # Pass@2 counts N and N_pos over valid rows: group 2 is N = 3, N_pos = 1, ρ = 1 − C(2,2)/C(3,2) = 2/3,
+    # A_pos = √((1 − ρ)/ρ) = √½, A_neg = −(N_pos/N_neg)·A_pos; group 0 (N_neg = 1 < k) gets 0, as in the estimator
+    a = math.sqrt(0.5)
+    want = [0, 0, 0, 0, 0, 0, a, -a / 2, -a / 2, 0]
+    assert_close(valid_row_advantages(ADVANTAGES["passk"], rewards, groups, valid, k=2), torch.tensor(want))
+    # a group left with fewer than min_valid rows: 0 (here k = 3 > group 0's and group 2's 3 valid rows is fine)
+    got = valid_row_advantages(ADVANTAGES["passk"], rewards, groups, valid, k=3, min_valid=3)
+    assert got[4:6].tolist() == [0.0, 0.0] and got[[2, 5, 9]].tolist() == [0.0, 0.0, 0.0]
+    # row-aligned inputs travel with the rows kept
+    ent = torch.arange(10, dtype=torch.float64)
+    got = valid_row_advantages(
+        ADVANTAGES["passk_entropy_adaptive"], rewards, groups, valid, k=2, row_options={"entropies": ent}
+    )
+    keep = valid & torch.tensor([True] * 4 + [False] * 2 + [True] * 4)
+    want = torch.zeros(10)
+    want[keep] = ADVANTAGES["passk_entropy_adaptive"](rewards[keep], groups[keep], k=2, entropies=ent[keep])
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "passk", "max_rl", "pkpo"])
+def test_with_every_row_valid_the_estimator_is_unchanged_bit_for_bit(name):
+    from lit_rlvr.functional.advantages import valid_row_advantages
+
+    rewards, groups = make_batch(random_groups([4, 4, 3], seed=1), seed=1)
+    options = {"k": 2} if name in ("passk", "pkpo") else {}
+    want = ADVANTAGES[name](rewards, groups, **options)
+    for valid in (None, torch.ones_like(rewards, dtype=torch.bool)):
+        assert torch.equal(valid_row_advantages(ADVANTAGES[name], rewards, groups, valid, **options), want)
+    with pytest.raises(ValueError, match=r"valid must be a \(B,\) bool tensor"):
+        valid_row_advantages(ADVANTAGES[name], rewards, groups, torch.ones(3, dtype=torch.bool), **options)
