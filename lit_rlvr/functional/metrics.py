@@ -117,6 +117,39 @@ def correct_counts(
     return c, n_t.contiguous()
 
 
+def valid_pass_at_k_sums(correct: Tensor, valid: Tensor, k: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """Sums of the unbiased pass@k over prompts counting only their valid samples (a trajectory whose
+    environment failed is left out, not counted a miss), and how many prompts each budget counts.
+
+    Args:
+        correct: ``(P, n)`` bool or 0/1.
+        valid: ``(P, n)`` bool, the samples that count.
+        k: budgets; for budget k only prompts with at least k valid samples count.
+
+    Returns:
+        ``(sums (K,), prompts (K,))`` float64: Σ over the counted prompts of pass@k[j], and their number.
+
+    Example:
+        >>> c = torch.tensor([[1, 0, 0], [0, 1, 0]])
+        >>> valid_pass_at_k_sums(c, torch.tensor([[True, True, False], [True, True, True]]), [1, 3])
+        (tensor([0.8333, 1.0000], dtype=torch.float64), tensor([2., 1.], dtype=torch.float64))
+    """
+    ks = check_ks(k, "pass@k")
+    if correct.shape != valid.shape or correct.dim() != 2:
+        raise ValueError(
+            f"pass@k: correct and valid must both be (P, n); got {tuple(correct.shape)} and {tuple(valid.shape)}"
+        )
+    valid = valid.bool()
+    c, n = (_binary(correct, "pass@k").bool() & valid).sum(1), valid.sum(1)
+    sums, prompts = torch.zeros(len(ks), dtype=torch.float64), torch.zeros(len(ks), dtype=torch.float64)
+    for j, kj in enumerate(ks):
+        rows = n >= kj
+        if rows.any():
+            sums[j] = per_prompt_pass_at_k(c[rows], n[rows], [kj])[:, 0].sum().cpu()
+            prompts[j] = float(rows.sum())
+    return sums, prompts
+
+
 def per_prompt_pass_at_k(num_correct: Tensor, n: Tensor, k: Sequence[int]) -> Tensor:
     """Unbiased pass@k of every prompt for a ladder of budgets.
 

@@ -93,14 +93,16 @@ class ValidationPanel(nn.Module):
         """
         m = self.metrics
         P = correct.shape[0]
-        m["pass"].update(correct)
+        # a trajectory whose environment failed is left out of pass@k (not counted a miss)
+        valid = None if behaviour is None or not behaviour[3].any() else ~behaviour[3].to(correct.device).view(P, -1)
+        m["pass"].update(correct, valid=valid)
         m["maj"].update(answers, correct)
         m["distinct_answers"].update(answers)
         m["distinct_correct_answers"].update(answers, correct)
         m["distinct_completions"].update(texts)
         m["zero_variance_groups"].update(rewards, torch.arange(P).repeat_interleave(self.n))
         solved = base_solved.to(correct.device) if base_solved is not None else torch.zeros(P, dtype=torch.bool)
-        m["retention"].update(correct[solved])  # possibly no prompt: every metric is updated on every rank
+        m["retention"].update(correct[solved], valid=None if valid is None else valid[solved])  # possibly no prompt
         if self.max_turns is not None:
             if behaviour is None or tool_sequences is None:
                 raise ValueError(

@@ -19,7 +19,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.plot import _AX_TYPE, _PLOT_OUT_TYPE, _error_on_missing_matplotlib
 
-from lit_rlvr.functional.metrics import check_ks, correct_counts, per_prompt_pass_at_k
+from lit_rlvr.functional.metrics import check_ks, correct_counts, per_prompt_pass_at_k, valid_pass_at_k_sums
 
 Ladder = dict[str, Tensor]
 
@@ -57,18 +57,38 @@ class PassAtK(Metric):
         self.k = check_ks((k,) if self.scalar else k, "PassAtK")
         self.add_state("pass_sum", torch.zeros(len(self.k), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("num_prompts", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("k_prompts", torch.zeros(len(self.k), dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(
-        self, correct: Tensor | None = None, *, num_correct: Tensor | None = None, n: int | Tensor | None = None
+        self,
+        correct: Tensor | None = None,
+        *,
+        num_correct: Tensor | None = None,
+        n: int | Tensor | None = None,
+        valid: Tensor | None = None,
     ) -> None:
-        """Add P prompts: ``correct (P, n)`` bool/0-1, or ``num_correct (P,)`` with ``n`` (int or ``(P,)``)."""
+        """Add P prompts: ``correct (P, n)`` bool/0-1, or ``num_correct (P,)`` with ``n`` (int or ``(P,)``).
+
+        With ``valid`` (``(P, n)`` bool, with ``correct``) only the valid samples count (a trajectory whose
+        environment failed is left out): a prompt enters budget k's mean when it has at least k of them
+        (:func:`~lit_rlvr.functional.metrics.valid_pass_at_k_sums`).
+        """
+        if valid is not None:
+            if correct is None:
+                raise ValueError("PassAtK.update: `valid` needs `correct` (P, n)")
+            sums, prompts = valid_pass_at_k_sums(correct, valid.to(correct.device), self.k)
+            self.pass_sum += sums.to(self.pass_sum.device)
+            self.k_prompts += prompts.to(self.k_prompts.device)
+            self.num_prompts += float(valid.any(1).sum())  # prompts with a valid sample
+            return
         c, n_t = correct_counts(correct, num_correct=num_correct, n=n)
         self.pass_sum += per_prompt_pass_at_k(c, n_t, self.k).sum(0).to(self.pass_sum.device)
         self.num_prompts += c.numel()
+        self.k_prompts += c.numel()
 
     def compute(self) -> Tensor | Ladder:
         """Mean over prompts (nan before any prompt): a scalar for an int ``k``, else ``{"pass@k": ...}``."""
-        mean = self.pass_sum / self.num_prompts  # (len(k),)
+        mean = self.pass_sum / self.k_prompts  # (len(k),): each budget over the prompts it counted
         if self.scalar:
             return mean[0]
         return {f"pass@{kj}": mean[j] for j, kj in enumerate(self.k)}

@@ -223,3 +223,36 @@ def test_plot_of_the_scalar_form_is_torchmetrics_single_value_plot():
     assert ax.lines[0].get_ydata().tolist() == pytest.approx([v.item() for v in values])
     _, ax = metric.plot()
     assert ax.lines[0].get_ydata().tolist() == pytest.approx([metric.compute().item()])
+
+
+def test_a_failed_environments_trajectory_is_left_out_of_pass_at_k_by_hand():
+    """Prompt 0: 1, 0, 0 and a failed trajectory (3 valid samples); prompt 1: 1, 1, 0, 0."""
+    from lit_rlvr.metrics.panel import ValidationPanel
+
+    correct = torch.tensor([[True, False, False, False], [True, True, False, False]])
+    failed = torch.tensor([False, False, False, True, False, False, False, False])
+    panel = ValidationPanel(n=4, ks=(1, 2, 4), max_turns=2)
+    behaviour = (
+        torch.ones(8, dtype=torch.long),
+        torch.zeros(8, dtype=torch.long),
+        torch.zeros(8, dtype=torch.long),
+        failed,
+    )
+    answers = [["a", None, None, None], ["a", "a", None, None]]
+    texts = [["x"] * 4, ["y"] * 4]
+    panel.update(
+        correct, answers, texts, correct.flatten().float(), torch.tensor([True, True]), behaviour, [[()] * 4] * 2
+    )
+    got = {k: float(v) for k, v in panel.compute().items()}
+    # prompt 0 (c = 1 of n = 3): pass@1 1/3, pass@2 1 − C(2,2)/C(3,2) = 2/3, pass@4 not estimable (left out);
+    # prompt 1 (c = 2 of 4): pass@1 1/2, pass@2 1 − C(2,2)/C(4,2) = 5/6, pass@4 1
+    want = {"pass@1": (1 / 3 + 1 / 2) / 2, "pass@2": (2 / 3 + 5 / 6) / 2, "pass@4": 1.0}
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, abs=1e-6) and got[f"retention/{key}"] == pytest.approx(value, abs=1e-6)
+    # without failures: the same values as the plain update, bit for bit
+    plain, with_valid = PassAtK(k=(1, 2, 4)), PassAtK(k=(1, 2, 4))
+    plain.update(correct)
+    with_valid.update(correct, valid=torch.ones_like(correct))
+    assert all(torch.equal(plain.compute()[k], with_valid.compute()[k]) for k in ("pass@1", "pass@2", "pass@4"))
+    with pytest.raises(ValueError, match="`valid` needs `correct`"):
+        PassAtK(k=1).update(num_correct=torch.tensor([1]), n=2, valid=torch.ones(1, 2, dtype=torch.bool))
