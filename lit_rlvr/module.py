@@ -82,27 +82,12 @@ from lit_rlvr.upgrade import CHECKPOINT_FORMAT, upgrade_checkpoint, upgraded_che
 class RLVRModule(LightningModule):
     """A policy trained with verifiable rewards; the method is chosen by its option groups.
 
-    Each group is a class of :mod:`lit_rlvr.options`, which says what it sets; docs/configuration.md
-    lists every key.
+    Each group (``policy``, ``sampling``, ``loss``, ``anchor``, ``kl``, ``entropy``, ``batching``, ``scoring``,
+    ``evaluation``, ``rollout_correction``, ``environment``, ``dynamic_sampling``; None = off) is a class of
+    :mod:`lit_rlvr.options`, which says what it sets; docs/configuration.md lists every key. ``sampling``'s
+    ``temperature`` is also the trainer's log-probs' (DPH-RL's anchor term uses 1.0, its cached π_ref's).
 
     Args:
-        policy: what to load (:class:`~lit_rlvr.options.PolicyOptions`).
-        sampling: the training rollouts (:class:`~lit_rlvr.options.SamplingParams`; ``n`` is the
-            group size G), which the rollout callback reads from here; ``temperature`` is also the
-            trainer's log-probs' (DPH-RL's anchor term uses 1.0, its cached π_ref's).
-        loss: the policy loss (:class:`~lit_rlvr.options.LossOptions`).
-        anchor: DPH-RL's anchor term (:class:`~lit_rlvr.options.AnchorOptions`; None = off).
-        kl: the online KL penalty (:class:`~lit_rlvr.options.KLOptions`; None = off).
-        entropy: the entropy bonus (:class:`~lit_rlvr.options.EntropyOptions`; None = off).
-        batching: optimizer steps and forward passes (:class:`~lit_rlvr.options.BatchingOptions`).
-        scoring: the reward workers (:class:`~lit_rlvr.options.ScoringOptions`).
-        evaluation: validation (:class:`~lit_rlvr.options.EvalOptions`).
-        rollout_correction: importance weights between the sampler and the trainer's π_old
-            (:class:`~lit_rlvr.options.RolloutCorrection`; None = off).
-        environment: multi-turn rollouts (:class:`~lit_rlvr.options.EnvironmentOptions`; None =
-            single-turn; docs/agents.md).
-        dynamic_sampling: DAPO's filter of groups with equal rewards
-            (:class:`~lit_rlvr.options.DynamicSampling`; ``true`` = its defaults, None/``false`` = off).
         recompute_old_logprobs: use the trainer's log-probs at rollout time as π_old instead of
             the sampler's.
         max_grad_norm: gradient clipping (None = off).
