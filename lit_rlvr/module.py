@@ -511,23 +511,13 @@ class RLVRModule(LightningModule):
             name, batch.n_samples, ids, scores, rollouts.texts, base, behaviour, tools, self.device
         )
         if is_last_val_batch(self.trainer, batch_idx, dataloader_idx):
-            self.log_panel(name)  # logged inside its dataloader: listed under it, not under every set
+            self.val_panels.log(self, name)  # logged inside its dataloader: listed under it, not under every set
         return {"set": name, "ids": ids, "num_correct": correct.sum(-1).tolist()}
-
-    def log_panel(self, name: str) -> None:
-        """Log set ``name``'s panel as ``val/<name>/<metric>`` and reset it (nothing if it has no update).
-
-        Called at the last batch of the set's dataloader, Lightning files the values under that
-        dataloader (``trainer.validate`` returns them in that dataloader's dict); logged at
-        epoch end they would be listed under every dataloader.
-        """
-        # one value per epoch (its batch weight is moot); the set's name is in the key
-        self.log_dict(self.val_panels.take(name), sync_dist=False, batch_size=1, add_dataloader_idx=False)
 
     @override
     def on_validation_epoch_end(self) -> None:
         for name in self.val_panels:  # sets whose dataloader has no length: their last batch was not known
-            self.log_panel(name)
+            self.val_panels.log(self, name)
 
     # ------------------------------------------------------------------ checkpoints
     @classmethod
