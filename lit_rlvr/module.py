@@ -42,10 +42,10 @@ from lit_rlvr.contracts import (
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import split_indices
 from lit_rlvr.functional.entropy import EntropyState, entropy_bonus
-from lit_rlvr.functional.losses import masked_row_mean, nonfinite_count, token_mean
+from lit_rlvr.functional.losses import masked_row_mean, token_mean
 from lit_rlvr.lockstep import Lockstep
-from lit_rlvr.metrics.behaviour import batch_behaviour
 from lit_rlvr.metrics.panel import ValidationPanels, is_last_val_batch
+from lit_rlvr.metrics.step import log_step
 from lit_rlvr.options import (
     DEFAULT_SAMPLING,
     AnchorOptions,
@@ -239,9 +239,10 @@ class RLVRModule(LightningModule):
             minis = split_indices(len(data), self.batching.mini_batch_size, self.generator) if len(data) else []
             for i in range(steps):
                 losses.append(self.optimizer_step_on(data.select(minis[i]) if i < len(minis) else None, anchor, filler))
-        self.log_step(data, keep, losses, rollouts)
+        log_step(self, data, keep, losses, rollouts, self.environment and self.environment.turns.max_turns)
         if self.entropy is not None and losses:  # every rank has the same optimizer steps: the reduction is in step
-            self.update_entropy_control(losses)
+            self.log("train/entropy_coef", self.entropy_state.applied, batch_size=1)  # this step's, then moved (§8.3)
+            self.entropy_state = self.entropy.state_after(self.entropy_state, losses, self.lockstep)
         return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
 
     def start_of_step(self, data: StepData) -> StepData:
@@ -447,21 +448,6 @@ class RLVRModule(LightningModule):
         logprobs, _ = self.forward_logprobs(anchor, temperature=1.0)
         return self.anchor.divergence_loss(logprobs, anchor.ref_logprobs, anchor.loss_tokens)
 
-    def update_entropy_control(self, losses: list[dict[str, Tensor]]) -> None:
-        """Log the entropy bonus's coefficient of this step, then move it with the step's entropy (§8.3).
-
-        The step's entropy is the mean over its optimizer steps of the micro-batches' token-mean
-        entropies weighted as the loss weights them (their shares of the ranks' mean normaliser:
-        with ``token_mean``, the token mean over every process's tokens), summed over the ranks, so
-        every rank gets the same coefficient.
-        """
-        ranks = self.lockstep
-        entropy = (
-            ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world
-        )
-        self.log("train/entropy_coef", self.entropy_state.applied, batch_size=1)
-        self.entropy_state = self.entropy.next_state(self.entropy_state, entropy)
-
     @property
     def completion_tokens(self) -> int:
         """The completion's token budget, Dr. GRPO's normaliser: ``max_new_tokens``, or a multi-turn trajectory's total."""
@@ -470,26 +456,6 @@ class RLVRModule(LightningModule):
             if self.environment is None
             else self.environment.turns.total_tokens(self.sampling)
         )
-
-    def log_step(self, data: StepData, keep: Tensor, losses: list[dict[str, Tensor]], rollouts: Rollouts) -> None:
-        """Log every loss component of the step, what it trained on and multi-turn rollouts' behaviour
-        (:func:`~lit_rlvr.metrics.behaviour.batch_behaviour`; the rollouts' own statistics are the
-        rollout callback's: ``rollout/mean_len``, ``rollout/truncated``)."""
-        B = len(keep)
-        mean = {k: torch.stack([p[k] for p in losses if k in p]).mean() for k in (losses[0] if losses else {})}
-        self.log_dict({f"train/{k}": v for k, v in mean.items() if k != "loss"}, batch_size=B)
-        if "loss" in mean:
-            self.log("train/loss", mean["loss"], prog_bar=True, batch_size=B)
-        rewards = data.rewards
-        self.log("train/reward", rewards.mean() if len(rewards) else torch.zeros(()), prog_bar=True, batch_size=B)
-        stats = {
-            "train/nonfinite_old_logprobs": nonfinite_count(data.old_logprobs, data.loss_tokens).float(),
-            "train/kept_rows": keep.float().mean(),
-        }
-        self.log_dict(stats, batch_size=B)
-        if (behaviour := rollouts.behaviour()) is not None:  # as validation reports it
-            values = batch_behaviour(behaviour, rollouts.tool_sequences(), self.environment.turns.max_turns)
-            self.log_dict({f"train/{k}": v for k, v in values.items()}, batch_size=len(rollouts.completion_ids))
 
     # ------------------------------------------------------------------ validation
     @override

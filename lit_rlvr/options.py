@@ -264,6 +264,19 @@ class EntropyOptions:
         """The coefficient's state after a step whose mean token entropy was ``entropy`` (:attr:`control`)."""
         return ENTROPY_CONTROLS[self.control](state, entropy, **self.options)
 
+    def state_after(self, state: EntropyState, losses: list[dict[str, Tensor]], ranks: Any) -> EntropyState:
+        """The coefficient's state after a training step of optimizer steps ``losses`` (each one's loss
+        components), the same on every data-parallel rank (``ranks``: :class:`~lit_rlvr.lockstep.Lockstep`).
+
+        The step's entropy is the mean over its optimizer steps of the micro-batches' token-mean
+        entropies weighted as the loss weights them (their shares of the ranks' mean normaliser:
+        with ``token_mean``, the token mean over every process's tokens), summed over the ranks.
+        """
+        entropy = (
+            ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world
+        )
+        return self.next_state(state, entropy)
+
 
 @dataclass(frozen=True)
 class AnchorOptions:
