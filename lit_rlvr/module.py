@@ -13,7 +13,8 @@ Optimisation is manual: one rollout batch feeds ``ppo_epochs`` × mini-batches o
 each accumulated over micro-batches weighted so that accumulation, also across data-parallel
 ranks, does not change the update (§5; :class:`~lit_rlvr.lockstep.Lockstep`). What is not the
 recipe lives beside it: rollouts in :class:`~lit_rlvr.callbacks.RolloutCallback`, the start-up
-checks in :mod:`lit_rlvr.contracts`, the validation metrics in :class:`~lit_rlvr.metrics.ValidationPanels`.
+checks in :mod:`lit_rlvr.contracts`, the forwards in :class:`~lit_rlvr.policy.PolicyForwards`, the
+step's logs in :mod:`lit_rlvr.metrics.step`, the validation metrics in :class:`~lit_rlvr.metrics.ValidationPanels`.
 """
 
 from __future__ import annotations
@@ -65,14 +66,7 @@ from lit_rlvr.options import (
     module_groups,
     plain,
 )
-from lit_rlvr.policy import (
-    ReferencePolicy,
-    batched_completion_logprobs,
-    completion_logprobs,
-    load_policy,
-    packs_sequences,
-    shard_fsdp2,
-)
+from lit_rlvr.policy import PolicyForwards, ReferencePolicy, load_policy, shard_fsdp2
 from lit_rlvr.rewards.combine import MixedScore
 from lit_rlvr.rewards.conventions import TrainerState
 from lit_rlvr.rewards.report import RewardReport
@@ -140,6 +134,7 @@ class RLVRModule(LightningModule):
         self.lr_scheduler_factory = lr_scheduler
         self.generator = torch.Generator().manual_seed(seed)
         self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
+        self.forwards = PolicyForwards(self.policy, self.micro_batching, self.sampling.temperature, self.lockstep)
         self.reward_report = RewardReport(
             self.reward_mix.names if self.reward_mix.terms else [], self.scoring.max_failed_steps
         )
@@ -189,7 +184,7 @@ class RLVRModule(LightningModule):
 
     @override
     def setup(self, stage: str) -> None:
-        self.lockstep = Lockstep(self.trainer)
+        self.lockstep = self.forwards.ranks = Lockstep(self.trainer)
         if self.scorer is None:
             self.scorer = self.scoring.scorer()
         datamodule = self.trainer.datamodule  # None: plain dataloaders, nothing to check here
@@ -224,8 +219,9 @@ class RLVRModule(LightningModule):
         data = self.start_of_step(data)
         data.advantages = self.advantages(data)
         keep = self.rows_to_train(data)
-        if self.kl is not None:
-            data.ref_logprobs = self.reference_logprobs(data)
+        if self.kl is not None:  # log π_ref on the rollouts (:class:`~lit_rlvr.policy.ReferencePolicy`)
+            with self.reference.active() as reference:
+                data.ref_logprobs = self.forwards.logprobs(data, model=reference)[0]
         anchor = self.anchor_batch(batch)
         filler = data.select(slice(0, 1))  # a row for the passes that keep ranks in step
         unfiltered = (data.rewards, data.group_ids)  # what dynamic sampling saw
@@ -252,7 +248,7 @@ class RLVRModule(LightningModule):
         trainer_old = self.hparams.recompute_old_logprobs or self.rollout_correction is not None
         if not (trainer_old or ADVANTAGES.declares(self.advantage_name, "entropies") or self.loss.selects_tokens):
             return data
-        old, entropy = self.logprobs(data, with_entropy=True)
+        old, entropy = self.forwards.logprobs(data, with_entropy=True)
         data.token_logprobs, data.token_entropy = old, entropy
         if self.rollout_correction is not None:  # π_old is the trainer's; the sampler's tokens are re-weighted
             data.is_weights, stats = self.rollout_correction.weights(old, data.old_logprobs, data.loss_tokens)
@@ -341,40 +337,6 @@ class RLVRModule(LightningModule):
             return None
         return batch.anchor.to(self.device)
 
-    @torch.no_grad()
-    def logprobs(
-        self, rows: StepData | AnchorBatch, with_entropy: bool = False, model=None, temperature: float | None = None
-    ) -> tuple[Tensor, Tensor | None]:
-        """No-grad per-token log-probs ``(B, T)`` (and entropies) of a whole batch at the rollout
-        temperature by default, in the module's micro-batches, so that rows pad only with rows of
-        similar length; every data-parallel rank runs as many forwards (:attr:`lockstep`)."""
-        temperature = self.sampling.temperature if temperature is None else temperature
-        return batched_completion_logprobs(
-            model or self.policy, *rows.forward_args, temperature, with_entropy, self.micro_batching, self.lockstep.most
-        )
-
-    def forward_logprobs(
-        self,
-        part: StepData | AnchorBatch,
-        with_entropy: bool = False,
-        temperature: float | None = None,
-        entropy_grad: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Differentiable log-probs ``(b, T)`` (and entropies, differentiable with ``entropy_grad``) of
-        one micro-batch (:meth:`~lit_rlvr.contracts.RowTensors.micro_batches`): one forward."""
-        temperature = self.sampling.temperature if temperature is None else temperature
-        return completion_logprobs(self.policy, *part.forward_args, temperature, with_entropy, self.packs, entropy_grad)
-
-    @property
-    def packs(self) -> bool:
-        """Whether forwards pack rows end to end (``model.batching.padding_free``, :func:`~lit_rlvr.policy.packs_sequences`)."""
-        return packs_sequences(self.policy, self.micro_batching.padding_free)
-
-    def reference_logprobs(self, data: StepData) -> Tensor:
-        """log π_ref ``(B, T)`` on the rollouts (:class:`~lit_rlvr.policy.ReferencePolicy`)."""
-        with self.reference.active() as reference:
-            return self.logprobs(data, model=reference)[0]
-
     def optimizer_step_on(
         self, mini: StepData | None, anchor: AnchorBatch | None, filler: StepData
     ) -> dict[str, Tensor]:
@@ -388,8 +350,8 @@ class RLVRModule(LightningModule):
         optimizer = self.optimizers()
         optimizer.zero_grad()
         totals: Counter = Counter()
-        parts = mini.micro_batches(self.micro_batching, self.packs) if mini is not None else []
-        anchors = anchor.micro_batches(self.micro_batching, self.packs) if anchor is not None else []
+        parts = mini.micro_batches(self.micro_batching, self.forwards.packs) if mini is not None else []
+        anchors = anchor.micro_batches(self.micro_batching, self.forwards.packs) if anchor is not None else []
         plan = self.lockstep.plan(
             mini, parts, self.loss.aggregation, anchor, anchors, self.anchor.level if self.anchor else None
         )
@@ -403,7 +365,7 @@ class RLVRModule(LightningModule):
             totals["pef"] += float(pef.detach()) * weight
             totals["loss"] += self.anchor.coef * float(pef.detach()) * weight
         for _ in range(plan.filler_passes):
-            logprobs, _ = self.forward_logprobs(filler.crop())  # weight 0: only the passes' collectives
+            logprobs, _ = self.forwards.forward_logprobs(filler.crop())  # weight 0: only the passes' collectives
             self.manual_backward(logprobs.nan_to_num().sum() * 0.0)
         if self.hparams.max_grad_norm is not None:
             self.clip_gradients(optimizer, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm")
@@ -423,7 +385,7 @@ class RLVRModule(LightningModule):
         """
         loss_options, max_len, mask = self.loss, self.completion_tokens, part.loss_tokens
         bonus = self.entropy_state is not None and self.entropy_state.applied != 0.0
-        logprobs, entropy = self.forward_logprobs(part, with_entropy=True, entropy_grad=bonus)
+        logprobs, entropy = self.forwards.forward_logprobs(part, with_entropy=True, entropy_grad=bonus)
         advantages, weights = part.need("advantages"), part.token_weights
         loss, stats = loss_options.objective(
             logprobs, part.old_logprobs, advantages, mask, max_len, weights, part.selected
@@ -445,7 +407,7 @@ class RLVRModule(LightningModule):
 
     def anchor_loss(self, anchor: AnchorBatch) -> Tensor:
         """L_pef: f-divergence to π_ref estimated on cached π_ref samples only (DPH-RL, §2)."""
-        logprobs, _ = self.forward_logprobs(anchor, temperature=1.0)
+        logprobs, _ = self.forwards.forward_logprobs(anchor, temperature=1.0)
         return self.anchor.divergence_loss(logprobs, anchor.ref_logprobs, anchor.loss_tokens)
 
     @property
