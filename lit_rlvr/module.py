@@ -69,7 +69,6 @@ from lit_rlvr.options import (
 from lit_rlvr.policy import PolicyForwards, ReferencePolicy, load_policy, shard_fsdp2
 from lit_rlvr.rewards.combine import MixedScore
 from lit_rlvr.rewards.conventions import TrainerState
-from lit_rlvr.rewards.report import RewardReport
 from lit_rlvr.upgrade import CHECKPOINT_FORMAT, upgrade_checkpoint, upgraded_checkpoint
 
 
@@ -135,9 +134,7 @@ class RLVRModule(LightningModule):
         self.generator = torch.Generator().manual_seed(seed)
         self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
         self.forwards = PolicyForwards(self.policy, self.micro_batching, self.sampling.temperature, self.lockstep)
-        self.reward_report = RewardReport(
-            self.reward_mix.names if self.reward_mix.terms else [], self.scoring.max_failed_steps
-        )
+        self.reward_report = self.scoring.report(self.reward_mix)
         self.scorer = None
         evaluation, max_turns = self.evaluation, self.environment and self.environment.turns.max_turns
         self.val_panels = ValidationPanels(evaluation.pass_k, max_turns, evaluation.reference_pass_counts())  # by set
@@ -262,21 +259,11 @@ class RLVRModule(LightningModule):
         self, rollouts: Rollouts, prompts: list[dict], prefix: str, with_answers: bool = False
     ) -> list[MixedScore]:
         """P·n scores, prompt-major: every reward of :attr:`reward_mix` on each trajectory's final turn
-        (an environment's own reward is kept), in the reward workers (with the correctness term's
-        answers for validation), logged under ``prefix`` by :class:`~lit_rlvr.rewards.report.RewardReport`."""
-        texts, ids = rollouts.final_turns()  # multi-turn: each trajectory's last turn
-        rows = [row for row in prompts for _ in range(rollouts.n)]  # (P·n,)
-        given, state, scores = rollouts.environment_rewards(), TrainerState.of(self._trainer), []
-        if rows:  # none: only padding prompts on this rank
-            scores = self.reward_mix.score(
-                self.scorer,
-                texts,
-                rows,
-                with_answers=with_answers,
-                completion_ids=ids,
-                trainer_state=state,
-                given=given,
-            )
+        (:meth:`RewardMix.score_rollouts <lit_rlvr.rewards.combine.RewardMix.score_rollouts>`), in the
+        reward workers (with the correctness term's answers for validation), logged under ``prefix`` by
+        :class:`~lit_rlvr.rewards.report.RewardReport`."""
+        state = TrainerState.of(self._trainer)
+        scores, rows = self.reward_mix.score_rollouts(self.scorer, rollouts, prompts, state, with_answers)
         self.reward_report(self, scores, rows, prefix, self.lockstep.reduce_tensor)
         return scores
 

@@ -61,6 +61,7 @@ from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
 from lit_rlvr.policy.logprobs import MicroBatching, check_padding_free
 from lit_rlvr.rewards.combine import RewardMix
 from lit_rlvr.rewards.conventions import reward_reference
+from lit_rlvr.rewards.report import RewardReport
 from lit_rlvr.rewards.scorer import BatchScorer
 from lit_rlvr.rollout.turns import EnvironmentOptions, TurnOptions
 from lit_rlvr.rollout.types import DEFAULT_SAMPLING, SamplingParams  # noqa: F401  (DEFAULT_SAMPLING: re-exported)
@@ -565,6 +566,12 @@ class ScoringOptions:
             "rewards": mix.records,
         }
         return BatchScorer(**{**settings, **kwargs})
+
+    def report(self, mix: RewardMix) -> RewardReport:
+        """What each scored batch of ``mix`` (:meth:`mix`) came to, for the logs: each reward's mean where
+        there are several, and the run stopped after :attr:`max_failed_steps` failing training batches
+        (:class:`~lit_rlvr.rewards.report.RewardReport`)."""
+        return RewardReport(mix.names if mix.terms else [], self.max_failed_steps)
 
 
 @dataclass(frozen=True)
