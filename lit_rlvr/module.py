@@ -42,7 +42,7 @@ from lit_rlvr.contracts import (
 )
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import split_indices
-from lit_rlvr.functional.entropy import EntropyState, entropy_bonus
+from lit_rlvr.functional.entropy import entropy_bonus
 from lit_rlvr.functional.losses import masked_row_mean, token_mean
 from lit_rlvr.lockstep import Lockstep
 from lit_rlvr.metrics.panel import ValidationPanels, is_last_val_batch
@@ -121,6 +121,9 @@ class RLVRModule(LightningModule):
             if key != "policy":  # self.policy is the model
                 setattr(self, key, group)
         self.val_sampling = self.evaluation.sampling(self.sampling)
+        # the completion's token budget, Dr. GRPO's normaliser: max_new_tokens, or a multi-turn trajectory's total
+        env, sampling = self.environment, self.sampling
+        self.completion_tokens = sampling.max_new_tokens if env is None else env.turns.total_tokens(sampling)
         self.entropy_state = self.entropy.initial_state() if self.entropy is not None else None  # saved in checkpoints
         self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
         self.reward_mix = self.scoring.mix()  # the rewards, their weights and the correctness term
@@ -397,15 +400,6 @@ class RLVRModule(LightningModule):
         logprobs, _ = self.forwards.forward_logprobs(anchor, temperature=1.0)
         return self.anchor.divergence_loss(logprobs, anchor.ref_logprobs, anchor.loss_tokens)
 
-    @property
-    def completion_tokens(self) -> int:
-        """The completion's token budget, Dr. GRPO's normaliser: ``max_new_tokens``, or a multi-turn trajectory's total."""
-        return (
-            self.sampling.max_new_tokens
-            if self.environment is None
-            else self.environment.turns.total_tokens(self.sampling)
-        )
-
     # ------------------------------------------------------------------ validation
     @override
     def validation_step(self, batch: ValBatch, batch_idx: int, dataloader_idx: int = 0) -> dict:
@@ -415,9 +409,7 @@ class RLVRModule(LightningModule):
         callbacks such as :class:`~lit_rlvr.callbacks.PassCountsWriter`.
         """
         rollouts, name = require_rollouts(batch), batch.set_name
-        # padding prompts only keep the ranks in step (EvalShardSampler): generated, never counted
-        real = [p for p, pad in enumerate(batch.padding) if not pad]
-        prompts, rollouts = [batch.rows[p] for p in real], rollouts.of_prompts(real)
+        prompts, rollouts = batch.counted(rollouts)  # the padding prompts only keep the ranks in step
         scores = self.score_rollouts(rollouts, prompts, f"val/{name}", with_answers=True)
         ids, datamodule = [row["id"] for row in prompts], self.trainer.datamodule
         base = datamodule.base_pass_counts if datamodule is not None else None  # the reference cache's
@@ -454,6 +446,4 @@ class RLVRModule(LightningModule):
         is upgraded in place first (:func:`lit_rlvr.upgrade.upgrade_checkpoint`: runs before the
         callbacks read their state)."""
         upgrade_checkpoint(checkpoint)
-        control = load_training_state(checkpoint, self.generator)
-        if control is not None and self.entropy_state is not None:
-            self.entropy_state = EntropyState(float(control["coef"]), bool(control["active"]))
+        self.entropy_state = load_training_state(checkpoint, self.generator, self.entropy_state)
