@@ -321,8 +321,8 @@ def micro_batching(cfg: argparse.Namespace, work: common.Workload) -> None:
             module = modules[name]
             module.policy.zero_grad()
             t0 = time.process_time()
-            for part in data.micro_batches(module.micro_batching, module.packs):
-                lp, _ = module.forward_logprobs(part)
+            for part in data.micro_batches(module.micro_batching, module.forwards.packs):
+                lp, _ = module.forwards.forward_logprobs(part)
                 torch.where(part.response_mask.bool(), lp, 0.0).sum().backward()
             seconds[name].append(time.process_time() - t0)
     base = statistics.median(seconds[next(iter(seconds))])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -171,11 +172,16 @@ def save_training_state(checkpoint: dict[str, Any], generator: torch.Generator, 
         checkpoint["lit_rlvr_entropy_control"] = {"coef": entropy.coef, "active": entropy.active}
 
 
-def load_training_state(checkpoint: dict[str, Any], generator: torch.Generator) -> dict[str, Any] | None:
-    """Restore what :func:`save_training_state` saved; returns the entropy coefficient's state (None if not saved)."""
+def load_training_state(checkpoint: dict[str, Any], generator: torch.Generator, entropy: Any | None = None) -> Any:
+    """Restore what :func:`save_training_state` saved: the random states, and the entropy coefficient
+    as ``entropy`` (an ``EntropyState``) with the saved values, returned (``entropy`` as it is when
+    none was saved or there is no bonus, None)."""
     if "lit_rlvr_rng" in checkpoint:
         restore_rng(checkpoint["lit_rlvr_rng"], generator)
-    return checkpoint.get("lit_rlvr_entropy_control")
+    control = checkpoint.get("lit_rlvr_entropy_control")
+    if control is None or entropy is None:
+        return entropy
+    return replace(entropy, coef=float(control["coef"]), active=bool(control["active"]))
 
 
 def rng_state(generator: torch.Generator) -> dict[str, Any]:

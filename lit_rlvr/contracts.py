@@ -226,6 +226,12 @@ class ValBatch:
     n_samples: int
     rollouts: Rollouts | None = None
 
+    def counted(self, rollouts: Rollouts) -> tuple[list[dict], Rollouts]:
+        """The prompt rows that count and their share of ``rollouts`` (this batch's): the padding prompts
+        only keep the ranks in step (:class:`~lit_rlvr.data.EvalShardSampler`), generated, never counted."""
+        real = [p for p, pad in enumerate(self.padding) if not pad]
+        return [self.rows[p] for p in real], rollouts.of_prompts(real)
+
 
 @runtime_checkable
 class PolicyHost(Protocol):

@@ -13,7 +13,8 @@ Optimisation is manual: one rollout batch feeds ``ppo_epochs`` × mini-batches o
 each accumulated over micro-batches weighted so that accumulation, also across data-parallel
 ranks, does not change the update (§5; :class:`~lit_rlvr.lockstep.Lockstep`). What is not the
 recipe lives beside it: rollouts in :class:`~lit_rlvr.callbacks.RolloutCallback`, the start-up
-checks in :mod:`lit_rlvr.contracts`, the validation metrics in :class:`~lit_rlvr.metrics.ValidationPanels`.
+checks in :mod:`lit_rlvr.contracts`, the forwards in :class:`~lit_rlvr.policy.PolicyForwards`, the
+step's logs in :mod:`lit_rlvr.metrics.step`, the validation metrics in :class:`~lit_rlvr.metrics.ValidationPanels`.
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ from lit_rlvr.contracts import (
 )
 from lit_rlvr.functional.advantages import ADVANTAGES, valid_row_advantages
 from lit_rlvr.functional.batching import split_indices
-from lit_rlvr.functional.entropy import EntropyState, entropy_bonus
-from lit_rlvr.functional.losses import masked_row_mean, nonfinite_count, token_mean
+from lit_rlvr.functional.entropy import entropy_bonus
+from lit_rlvr.functional.losses import masked_row_mean, token_mean
 from lit_rlvr.lockstep import Lockstep
-from lit_rlvr.metrics.behaviour import batch_behaviour
 from lit_rlvr.metrics.panel import ValidationPanels, is_last_val_batch
+from lit_rlvr.metrics.step import log_step
 from lit_rlvr.options import (
     DEFAULT_SAMPLING,
     AnchorOptions,
@@ -65,44 +66,21 @@ from lit_rlvr.options import (
     module_groups,
     plain,
 )
-from lit_rlvr.policy import (
-    ReferencePolicy,
-    batched_completion_logprobs,
-    completion_logprobs,
-    load_policy,
-    packs_sequences,
-    shard_fsdp2,
-)
+from lit_rlvr.policy import PolicyForwards, ReferencePolicy, load_policy, shard_fsdp2
 from lit_rlvr.rewards.combine import MixedScore
 from lit_rlvr.rewards.conventions import TrainerState
-from lit_rlvr.rewards.report import RewardReport
 from lit_rlvr.upgrade import CHECKPOINT_FORMAT, upgrade_checkpoint, upgraded_checkpoint
 
 
 class RLVRModule(LightningModule):
     """A policy trained with verifiable rewards; the method is chosen by its option groups.
 
-    Each group is a class of :mod:`lit_rlvr.options`, which says what it sets; docs/configuration.md
-    lists every key.
+    Each group (``policy``, ``sampling``, ``loss``, ``anchor``, ``kl``, ``entropy``, ``batching``, ``scoring``,
+    ``evaluation``, ``rollout_correction``, ``environment``, ``dynamic_sampling``; None = off) is a class of
+    :mod:`lit_rlvr.options`, which says what it sets; docs/configuration.md lists every key. ``sampling``'s
+    ``temperature`` is also the trainer's log-probs' (DPH-RL's anchor term uses 1.0, its cached π_ref's).
 
     Args:
-        policy: what to load (:class:`~lit_rlvr.options.PolicyOptions`).
-        sampling: the training rollouts (:class:`~lit_rlvr.options.SamplingParams`; ``n`` is the
-            group size G), which the rollout callback reads from here; ``temperature`` is also the
-            trainer's log-probs' (DPH-RL's anchor term uses 1.0, its cached π_ref's).
-        loss: the policy loss (:class:`~lit_rlvr.options.LossOptions`).
-        anchor: DPH-RL's anchor term (:class:`~lit_rlvr.options.AnchorOptions`; None = off).
-        kl: the online KL penalty (:class:`~lit_rlvr.options.KLOptions`; None = off).
-        entropy: the entropy bonus (:class:`~lit_rlvr.options.EntropyOptions`; None = off).
-        batching: optimizer steps and forward passes (:class:`~lit_rlvr.options.BatchingOptions`).
-        scoring: the reward workers (:class:`~lit_rlvr.options.ScoringOptions`).
-        evaluation: validation (:class:`~lit_rlvr.options.EvalOptions`).
-        rollout_correction: importance weights between the sampler and the trainer's π_old
-            (:class:`~lit_rlvr.options.RolloutCorrection`; None = off).
-        environment: multi-turn rollouts (:class:`~lit_rlvr.options.EnvironmentOptions`; None =
-            single-turn; docs/agents.md).
-        dynamic_sampling: DAPO's filter of groups with equal rewards
-            (:class:`~lit_rlvr.options.DynamicSampling`; ``true`` = its defaults, None/``false`` = off).
         recompute_old_logprobs: use the trainer's log-probs at rollout time as π_old instead of
             the sampler's.
         max_grad_norm: gradient clipping (None = off).
@@ -143,6 +121,9 @@ class RLVRModule(LightningModule):
             if key != "policy":  # self.policy is the model
                 setattr(self, key, group)
         self.val_sampling = self.evaluation.sampling(self.sampling)
+        # the completion's token budget, Dr. GRPO's normaliser: max_new_tokens, or a multi-turn trajectory's total
+        env, sampling = self.environment, self.sampling
+        self.completion_tokens = sampling.max_new_tokens if env is None else env.turns.total_tokens(sampling)
         self.entropy_state = self.entropy.initial_state() if self.entropy is not None else None  # saved in checkpoints
         self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
         self.reward_mix = self.scoring.mix()  # the rewards, their weights and the correctness term
@@ -155,9 +136,8 @@ class RLVRModule(LightningModule):
         self.lr_scheduler_factory = lr_scheduler
         self.generator = torch.Generator().manual_seed(seed)
         self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
-        self.reward_report = RewardReport(
-            self.reward_mix.names if self.reward_mix.terms else [], self.scoring.max_failed_steps
-        )
+        self.forwards = PolicyForwards(self.policy, self.micro_batching, self.sampling.temperature, self.lockstep)
+        self.reward_report = self.scoring.report(self.reward_mix)
         self.scorer = None
         evaluation, max_turns = self.evaluation, self.environment and self.environment.turns.max_turns
         self.val_panels = ValidationPanels(evaluation.pass_k, max_turns, evaluation.reference_pass_counts())  # by set
@@ -204,7 +184,7 @@ class RLVRModule(LightningModule):
 
     @override
     def setup(self, stage: str) -> None:
-        self.lockstep = Lockstep(self.trainer)
+        self.lockstep = self.forwards.ranks = Lockstep(self.trainer)
         if self.scorer is None:
             self.scorer = self.scoring.scorer()
         datamodule = self.trainer.datamodule  # None: plain dataloaders, nothing to check here
@@ -239,8 +219,9 @@ class RLVRModule(LightningModule):
         data = self.start_of_step(data)
         data.advantages = self.advantages(data)
         keep = self.rows_to_train(data)
-        if self.kl is not None:
-            data.ref_logprobs = self.reference_logprobs(data)
+        if self.kl is not None:  # log π_ref on the rollouts (:class:`~lit_rlvr.policy.ReferencePolicy`)
+            with self.reference.active() as reference:
+                data.ref_logprobs = self.forwards.logprobs(data, model=reference)[0]
         anchor = self.anchor_batch(batch)
         filler = data.select(slice(0, 1))  # a row for the passes that keep ranks in step
         unfiltered = (data.rewards, data.group_ids)  # what dynamic sampling saw
@@ -254,9 +235,10 @@ class RLVRModule(LightningModule):
             minis = split_indices(len(data), self.batching.mini_batch_size, self.generator) if len(data) else []
             for i in range(steps):
                 losses.append(self.optimizer_step_on(data.select(minis[i]) if i < len(minis) else None, anchor, filler))
-        self.log_step(data, keep, losses, rollouts)
+        log_step(self, data, keep, losses, rollouts, self.environment and self.environment.turns.max_turns)
         if self.entropy is not None and losses:  # every rank has the same optimizer steps: the reduction is in step
-            self.update_entropy_control(losses)
+            self.log("train/entropy_coef", self.entropy_state.applied, batch_size=1)  # this step's, then moved (§8.3)
+            self.entropy_state = self.entropy.state_after(self.entropy_state, losses, self.lockstep)
         return torch.stack([parts["loss"] for parts in losses]).mean() if losses else torch.zeros(())
 
     def start_of_step(self, data: StepData) -> StepData:
@@ -266,7 +248,7 @@ class RLVRModule(LightningModule):
         trainer_old = self.hparams.recompute_old_logprobs or self.rollout_correction is not None
         if not (trainer_old or ADVANTAGES.declares(self.advantage_name, "entropies") or self.loss.selects_tokens):
             return data
-        old, entropy = self.logprobs(data, with_entropy=True)
+        old, entropy = self.forwards.logprobs(data, with_entropy=True)
         data.token_logprobs, data.token_entropy = old, entropy
         if self.rollout_correction is not None:  # π_old is the trainer's; the sampler's tokens are re-weighted
             data.is_weights, stats = self.rollout_correction.weights(old, data.old_logprobs, data.loss_tokens)
@@ -280,21 +262,11 @@ class RLVRModule(LightningModule):
         self, rollouts: Rollouts, prompts: list[dict], prefix: str, with_answers: bool = False
     ) -> list[MixedScore]:
         """P·n scores, prompt-major: every reward of :attr:`reward_mix` on each trajectory's final turn
-        (an environment's own reward is kept), in the reward workers (with the correctness term's
-        answers for validation), logged under ``prefix`` by :class:`~lit_rlvr.rewards.report.RewardReport`."""
-        texts, ids = rollouts.final_turns()  # multi-turn: each trajectory's last turn
-        rows = [row for row in prompts for _ in range(rollouts.n)]  # (P·n,)
-        given, state, scores = rollouts.environment_rewards(), TrainerState.of(self._trainer), []
-        if rows:  # none: only padding prompts on this rank
-            scores = self.reward_mix.score(
-                self.scorer,
-                texts,
-                rows,
-                with_answers=with_answers,
-                completion_ids=ids,
-                trainer_state=state,
-                given=given,
-            )
+        (:meth:`RewardMix.score_rollouts <lit_rlvr.rewards.combine.RewardMix.score_rollouts>`), in the
+        reward workers (with the correctness term's answers for validation), logged under ``prefix`` by
+        :class:`~lit_rlvr.rewards.report.RewardReport`."""
+        state = TrainerState.of(self._trainer)
+        scores, rows = self.reward_mix.score_rollouts(self.scorer, rollouts, prompts, state, with_answers)
         self.reward_report(self, scores, rows, prefix, self.lockstep.reduce_tensor)
         return scores
 
@@ -367,40 +339,6 @@ class RLVRModule(LightningModule):
             return None
         return batch.anchor.to(self.device)
 
-    @torch.no_grad()
-    def logprobs(
-        self, rows: StepData | AnchorBatch, with_entropy: bool = False, model=None, temperature: float | None = None
-    ) -> tuple[Tensor, Tensor | None]:
-        """No-grad per-token log-probs ``(B, T)`` (and entropies) of a whole batch at the rollout
-        temperature by default, in the module's micro-batches, so that rows pad only with rows of
-        similar length; every data-parallel rank runs as many forwards (:attr:`lockstep`)."""
-        temperature = self.sampling.temperature if temperature is None else temperature
-        return batched_completion_logprobs(
-            model or self.policy, *rows.forward_args, temperature, with_entropy, self.micro_batching, self.lockstep.most
-        )
-
-    def forward_logprobs(
-        self,
-        part: StepData | AnchorBatch,
-        with_entropy: bool = False,
-        temperature: float | None = None,
-        entropy_grad: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Differentiable log-probs ``(b, T)`` (and entropies, differentiable with ``entropy_grad``) of
-        one micro-batch (:meth:`~lit_rlvr.contracts.RowTensors.micro_batches`): one forward."""
-        temperature = self.sampling.temperature if temperature is None else temperature
-        return completion_logprobs(self.policy, *part.forward_args, temperature, with_entropy, self.packs, entropy_grad)
-
-    @property
-    def packs(self) -> bool:
-        """Whether forwards pack rows end to end (``model.batching.padding_free``, :func:`~lit_rlvr.policy.packs_sequences`)."""
-        return packs_sequences(self.policy, self.micro_batching.padding_free)
-
-    def reference_logprobs(self, data: StepData) -> Tensor:
-        """log π_ref ``(B, T)`` on the rollouts (:class:`~lit_rlvr.policy.ReferencePolicy`)."""
-        with self.reference.active() as reference:
-            return self.logprobs(data, model=reference)[0]
-
     def optimizer_step_on(
         self, mini: StepData | None, anchor: AnchorBatch | None, filler: StepData
     ) -> dict[str, Tensor]:
@@ -414,8 +352,8 @@ class RLVRModule(LightningModule):
         optimizer = self.optimizers()
         optimizer.zero_grad()
         totals: Counter = Counter()
-        parts = mini.micro_batches(self.micro_batching, self.packs) if mini is not None else []
-        anchors = anchor.micro_batches(self.micro_batching, self.packs) if anchor is not None else []
+        parts = mini.micro_batches(self.micro_batching, self.forwards.packs) if mini is not None else []
+        anchors = anchor.micro_batches(self.micro_batching, self.forwards.packs) if anchor is not None else []
         plan = self.lockstep.plan(
             mini, parts, self.loss.aggregation, anchor, anchors, self.anchor.level if self.anchor else None
         )
@@ -429,7 +367,7 @@ class RLVRModule(LightningModule):
             totals["pef"] += float(pef.detach()) * weight
             totals["loss"] += self.anchor.coef * float(pef.detach()) * weight
         for _ in range(plan.filler_passes):
-            logprobs, _ = self.forward_logprobs(filler.crop())  # weight 0: only the passes' collectives
+            logprobs, _ = self.forwards.forward_logprobs(filler.crop())  # weight 0: only the passes' collectives
             self.manual_backward(logprobs.nan_to_num().sum() * 0.0)
         if self.hparams.max_grad_norm is not None:
             self.clip_gradients(optimizer, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm")
@@ -449,7 +387,7 @@ class RLVRModule(LightningModule):
         """
         loss_options, max_len, mask = self.loss, self.completion_tokens, part.loss_tokens
         bonus = self.entropy_state is not None and self.entropy_state.applied != 0.0
-        logprobs, entropy = self.forward_logprobs(part, with_entropy=True, entropy_grad=bonus)
+        logprobs, entropy = self.forwards.forward_logprobs(part, with_entropy=True, entropy_grad=bonus)
         advantages, weights = part.need("advantages"), part.token_weights
         loss, stats = loss_options.objective(
             logprobs, part.old_logprobs, advantages, mask, max_len, weights, part.selected
@@ -471,52 +409,8 @@ class RLVRModule(LightningModule):
 
     def anchor_loss(self, anchor: AnchorBatch) -> Tensor:
         """L_pef: f-divergence to π_ref estimated on cached π_ref samples only (DPH-RL, §2)."""
-        logprobs, _ = self.forward_logprobs(anchor, temperature=1.0)
+        logprobs, _ = self.forwards.forward_logprobs(anchor, temperature=1.0)
         return self.anchor.divergence_loss(logprobs, anchor.ref_logprobs, anchor.loss_tokens)
-
-    def update_entropy_control(self, losses: list[dict[str, Tensor]]) -> None:
-        """Log the entropy bonus's coefficient of this step, then move it with the step's entropy (§8.3).
-
-        The step's entropy is the mean over its optimizer steps of the micro-batches' token-mean
-        entropies weighted as the loss weights them (their shares of the ranks' mean normaliser:
-        with ``token_mean``, the token mean over every process's tokens), summed over the ranks, so
-        every rank gets the same coefficient.
-        """
-        ranks = self.lockstep
-        entropy = (
-            ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world
-        )
-        self.log("train/entropy_coef", self.entropy_state.applied, batch_size=1)
-        self.entropy_state = self.entropy.next_state(self.entropy_state, entropy)
-
-    @property
-    def completion_tokens(self) -> int:
-        """The completion's token budget, Dr. GRPO's normaliser: ``max_new_tokens``, or a multi-turn trajectory's total."""
-        return (
-            self.sampling.max_new_tokens
-            if self.environment is None
-            else self.environment.turns.total_tokens(self.sampling)
-        )
-
-    def log_step(self, data: StepData, keep: Tensor, losses: list[dict[str, Tensor]], rollouts: Rollouts) -> None:
-        """Log every loss component of the step, what it trained on and multi-turn rollouts' behaviour
-        (:func:`~lit_rlvr.metrics.behaviour.batch_behaviour`; the rollouts' own statistics are the
-        rollout callback's: ``rollout/mean_len``, ``rollout/truncated``)."""
-        B = len(keep)
-        mean = {k: torch.stack([p[k] for p in losses if k in p]).mean() for k in (losses[0] if losses else {})}
-        self.log_dict({f"train/{k}": v for k, v in mean.items() if k != "loss"}, batch_size=B)
-        if "loss" in mean:
-            self.log("train/loss", mean["loss"], prog_bar=True, batch_size=B)
-        rewards = data.rewards
-        self.log("train/reward", rewards.mean() if len(rewards) else torch.zeros(()), prog_bar=True, batch_size=B)
-        stats = {
-            "train/nonfinite_old_logprobs": nonfinite_count(data.old_logprobs, data.loss_tokens).float(),
-            "train/kept_rows": keep.float().mean(),
-        }
-        self.log_dict(stats, batch_size=B)
-        if (behaviour := rollouts.behaviour()) is not None:  # as validation reports it
-            values = batch_behaviour(behaviour, rollouts.tool_sequences(), self.environment.turns.max_turns)
-            self.log_dict({f"train/{k}": v for k, v in values.items()}, batch_size=len(rollouts.completion_ids))
 
     # ------------------------------------------------------------------ validation
     @override
@@ -527,9 +421,7 @@ class RLVRModule(LightningModule):
         callbacks such as :class:`~lit_rlvr.callbacks.PassCountsWriter`.
         """
         rollouts, name = require_rollouts(batch), batch.set_name
-        # padding prompts only keep the ranks in step (EvalShardSampler): generated, never counted
-        real = [p for p, pad in enumerate(batch.padding) if not pad]
-        prompts, rollouts = [batch.rows[p] for p in real], rollouts.of_prompts(real)
+        prompts, rollouts = batch.counted(rollouts)  # the padding prompts only keep the ranks in step
         scores = self.score_rollouts(rollouts, prompts, f"val/{name}", with_answers=True)
         ids, datamodule = [row["id"] for row in prompts], self.trainer.datamodule
         base = datamodule.base_pass_counts if datamodule is not None else None  # the reference cache's
@@ -538,23 +430,13 @@ class RLVRModule(LightningModule):
             name, batch.n_samples, ids, scores, rollouts.texts, base, behaviour, tools, self.device
         )
         if is_last_val_batch(self.trainer, batch_idx, dataloader_idx):
-            self.log_panel(name)  # logged inside its dataloader: listed under it, not under every set
+            self.val_panels.log(self, name)  # logged inside its dataloader: listed under it, not under every set
         return {"set": name, "ids": ids, "num_correct": correct.sum(-1).tolist()}
-
-    def log_panel(self, name: str) -> None:
-        """Log set ``name``'s panel as ``val/<name>/<metric>`` and reset it (nothing if it has no update).
-
-        Called at the last batch of the set's dataloader, Lightning files the values under that
-        dataloader (``trainer.validate`` returns them in that dataloader's dict); logged at
-        epoch end they would be listed under every dataloader.
-        """
-        # one value per epoch (its batch weight is moot); the set's name is in the key
-        self.log_dict(self.val_panels.take(name), sync_dist=False, batch_size=1, add_dataloader_idx=False)
 
     @override
     def on_validation_epoch_end(self) -> None:
         for name in self.val_panels:  # sets whose dataloader has no length: their last batch was not known
-            self.log_panel(name)
+            self.val_panels.log(self, name)
 
     # ------------------------------------------------------------------ checkpoints
     @classmethod
@@ -576,6 +458,4 @@ class RLVRModule(LightningModule):
         is upgraded in place first (:func:`lit_rlvr.upgrade.upgrade_checkpoint`: runs before the
         callbacks read their state)."""
         upgrade_checkpoint(checkpoint)
-        control = load_training_state(checkpoint, self.generator)
-        if control is not None and self.entropy_state is not None:
-            self.entropy_state = EntropyState(float(control["coef"]), bool(control["active"]))
+        self.entropy_state = load_training_state(checkpoint, self.generator, self.entropy_state)

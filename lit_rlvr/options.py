@@ -61,6 +61,7 @@ from lit_rlvr.policy.loading import LoraOptions, PolicyOptions
 from lit_rlvr.policy.logprobs import MicroBatching, check_padding_free
 from lit_rlvr.rewards.combine import RewardMix
 from lit_rlvr.rewards.conventions import reward_reference
+from lit_rlvr.rewards.report import RewardReport
 from lit_rlvr.rewards.scorer import BatchScorer
 from lit_rlvr.rollout.turns import EnvironmentOptions, TurnOptions
 from lit_rlvr.rollout.types import DEFAULT_SAMPLING, SamplingParams  # noqa: F401  (DEFAULT_SAMPLING: re-exported)
@@ -263,6 +264,19 @@ class EntropyOptions:
     def next_state(self, state: EntropyState, entropy: float) -> EntropyState:
         """The coefficient's state after a step whose mean token entropy was ``entropy`` (:attr:`control`)."""
         return ENTROPY_CONTROLS[self.control](state, entropy, **self.options)
+
+    def state_after(self, state: EntropyState, losses: list[dict[str, Tensor]], ranks: Any) -> EntropyState:
+        """The coefficient's state after a training step of optimizer steps ``losses`` (each one's loss
+        components), the same on every data-parallel rank (``ranks``: :class:`~lit_rlvr.lockstep.Lockstep`).
+
+        The step's entropy is the mean over its optimizer steps of the micro-batches' token-mean
+        entropies weighted as the loss weights them (their shares of the ranks' mean normaliser:
+        with ``token_mean``, the token mean over every process's tokens), summed over the ranks.
+        """
+        entropy = (
+            ranks.reduce(sum(float(parts.get("entropy", 0.0)) for parts in losses) / len(losses), "sum") / ranks.world
+        )
+        return self.next_state(state, entropy)
 
 
 @dataclass(frozen=True)
@@ -552,6 +566,12 @@ class ScoringOptions:
             "rewards": mix.records,
         }
         return BatchScorer(**{**settings, **kwargs})
+
+    def report(self, mix: RewardMix) -> RewardReport:
+        """What each scored batch of ``mix`` (:meth:`mix`) came to, for the logs: each reward's mean where
+        there are several, and the run stopped after :attr:`max_failed_steps` failing training batches
+        (:class:`~lit_rlvr.rewards.report.RewardReport`)."""
+        return RewardReport(mix.names if mix.terms else [], self.max_failed_steps)
 
 
 @dataclass(frozen=True)

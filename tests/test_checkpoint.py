@@ -23,6 +23,7 @@ from lit_rlvr.checkpoint import (
     save_with_checksum,
     verify_checkpoint,
 )
+from lit_rlvr.functional.entropy import EntropyState
 
 
 @pytest.fixture
@@ -71,11 +72,11 @@ def test_storage_options_are_refused_for_a_local_path(tmp_path):
 def test_the_training_state_restores_every_random_state_and_the_entropy_coefficient():
     generator = torch.Generator().manual_seed(1)
     checkpoint: dict = {}
-    entropy = type("EntropyState", (), {"coef": 0.01, "active": True})()
-    save_training_state(checkpoint, generator, entropy)
+    save_training_state(checkpoint, generator, EntropyState(0.01, True))
     expected = (torch.rand(3), random.random(), torch.rand(3, generator=generator))
     torch.rand(5), random.random(), torch.rand(5, generator=generator)  # the run moves on
-    assert load_training_state(checkpoint, generator) == {"coef": 0.01, "active": True}
+    assert checkpoint["lit_rlvr_entropy_control"] == {"coef": 0.01, "active": True}
+    assert load_training_state(checkpoint, generator, EntropyState(0.5, False)) == EntropyState(0.01, True)
     again = (torch.rand(3), random.random(), torch.rand(3, generator=generator))
     assert torch.equal(again[0], expected[0]) and again[1] == expected[1] and torch.equal(again[2], expected[2])
 
@@ -84,6 +85,8 @@ def test_a_checkpoint_without_the_training_state_leaves_the_generators_alone():
     generator = torch.Generator().manual_seed(2)
     state = rng_state(generator)
     assert load_training_state({}, generator) is None
+    initial = EntropyState(0.5, False)
+    assert load_training_state({}, generator, initial) is initial  # nothing saved: the coefficient as it is
     assert torch.equal(generator.get_state(), state["generator"])
     checkpoint: dict = {}
     save_training_state(checkpoint, generator, None)

@@ -146,3 +146,15 @@ def test_a_user_datamodule_missing_a_piece_fails_at_set_up_with_its_name(tiny_mo
         match="RLVRModule needs the DataModule to provide PromptData: Prompts has no reference_cache, fit_context",
     ):
         trainer.fit(module, datamodule=Prompts())
+
+
+def test_a_validation_batch_counts_its_prompts_but_not_its_padding():
+    from lit_rlvr.contracts import ValBatch
+    from lit_rlvr.rollout.types import Rollouts
+
+    rows = [{"id": "a"}, {"id": "pad"}, {"id": "b"}]
+    rollouts = Rollouts([[1], [2], [3]], [[4], [5], [6], [7], [8], [9]], [[0.0]] * 6, ["stop"] * 6, n=2)
+    batch = ValBatch(rows, [[1], [2], [3]], [False, True, False], "set", 2, rollouts)
+    prompts, counted = batch.counted(rollouts)
+    assert prompts == [{"id": "a"}, {"id": "b"}]
+    assert counted.completion_ids == [[4], [5], [8], [9]] and counted.prompt_ids == [[1], [3]]

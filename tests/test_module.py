@@ -180,8 +180,8 @@ def test_each_micro_batch_is_one_forward(tiny_model_dir, batching):
     )
     batch = fixed_batch(module.tokenizer)
     data = StepData.from_rollouts(batch.rollouts, module.tokenizer.pad_token_id, torch.zeros(8))
-    expected = len(data.micro_batches(module.micro_batching, module.packs)) + len(
-        batch.anchor.micro_batches(module.micro_batching, module.packs)
+    expected = len(data.micro_batches(module.micro_batching, module.forwards.packs)) + len(
+        batch.anchor.micro_batches(module.micro_batching, module.forwards.packs)
     )
     assert expected > 2  # the batch really is split
     calls = []
@@ -649,7 +649,7 @@ def own_logprobs(module: RLVRModule, batch: TrainBatch) -> list[list[float]]:
     """The trainer's own per-token log-probs of the batch's completions (what an exact sampler reports)."""
     data = step_data(module, batch)
     with torch.no_grad():
-        lp, _ = module.logprobs(data)
+        lp, _ = module.forwards.logprobs(data)
     return [lp[b, : len(c)].tolist() for b, c in enumerate(batch.rollouts.completion_ids)]
 
 
@@ -698,11 +698,11 @@ def test_rollout_correction_weights_each_token_by_the_bounded_ratio(tiny_model_d
     batch = fixed_batch(module.tokenizer, with_anchor=False)
     start = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
     data = step_data(module, batch)
-    old, _ = reference.logprobs(data)
+    old, _ = reference.forwards.logprobs(data)
     weights, stats = correction_weights(old, data.old_logprobs, data.response_mask, "token_truncate", 1.5, 0.5)
     rewards = torch.tensor([float("7" in t) for t in batch.rollouts.texts])
     adv = ADVANTAGES["grpo"](rewards, data.group_ids)
-    logprobs, _ = reference.forward_logprobs(data)
+    logprobs, _ = reference.forwards.forward_logprobs(data)
     loss, _ = policy_loss(logprobs, old, adv, data.response_mask, token_weights=weights, max_len=8)
     loss.backward()
     loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
@@ -743,7 +743,7 @@ def hand_step(tiny_model_dir, batch, method: str) -> dict[str, torch.Tensor]:
     data = step_data(reference, batch)
     mask, old, ids = data.response_mask, data.old_logprobs, data.group_ids
     rewards = torch.tensor([float("7" in t) for t in batch.rollouts.texts])
-    lp0, h0 = reference.logprobs(data, with_entropy=True)
+    lp0, h0 = reference.forwards.logprobs(data, with_entropy=True)
     adv = ADVANTAGES["grpo"](rewards, ids)
     kwargs, bonus = {}, 0.0
     if method == "forking_tokens":
@@ -764,7 +764,7 @@ def hand_step(tiny_model_dir, batch, method: str) -> dict[str, torch.Tensor]:
         adv = ADVANTAGES["unlikeliness"](rewards, ids, mean_logprobs=masked_row_mean(old, mask), rank_penalty=0.5)
     elif method == "nsr":
         adv = rewards - 1.0
-    lp, h = reference.forward_logprobs(data, with_entropy=True, entropy_grad=True)
+    lp, h = reference.forwards.forward_logprobs(data, with_entropy=True, entropy_grad=True)
     loss, _ = policy_loss(lp, old, adv, mask, max_len=8, **kwargs)
     if method == "entropy_bonus":
         bonus = entropy_bonus(h, mask, max_len=8)
@@ -845,7 +845,7 @@ def test_token_entropy_is_logged_every_step_and_the_coefficient_with_a_bonus(tin
     )
     batch = fixed_batch(module.tokenizer, with_anchor=False)
     data = step_data(module, batch)
-    _, h = module.logprobs(data, with_entropy=True)
+    _, h = module.forwards.logprobs(data, with_entropy=True)
     trainer = Trainer(
         max_steps=1,
         accelerator="cpu",

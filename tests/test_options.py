@@ -213,3 +213,27 @@ def test_fields_a_checkpoint_lacks_get_their_defaults_when_it_loads():
     first, second = loaded
     assert (first.workers, first.timeout_s, first.reward_funcs, first.max_failed_steps) == (1, 5.0, None, 3)
     assert first.options == {} and first.options is not second.options  # each its own default dict
+
+
+def test_the_entropy_coefficient_moves_with_the_steps_mean_entropy_over_the_ranks():
+    """state_after: the mean over the step's optimizer steps of their entropies (0 where one has none),
+    summed over the ranks and divided by their number, then the controller's next state."""
+
+    class TwoRanks:  # the other rank's mean entropy is 1.0
+        world = 2
+
+        def reduce(self, value, op):
+            assert op == "sum"
+            return value + 1.0
+
+    options = EntropyOptions(control="adaptive", options={"entropy_target": 0.5, "entropy_coef_delta": 0.1})
+    state = options.initial_state()
+    losses = [{"entropy": torch.tensor(0.2)}, {"entropy": torch.tensor(0.4)}, {"policy": torch.tensor(1.0)}]
+    moved = options.state_after(state, losses, TwoRanks())  # ((0.2 + 0.4 + 0) / 3 + 1.0) / 2 = 0.6
+    assert moved == options.next_state(state, 0.6) != options.next_state(state, 0.2)  # above the target, not below
+
+
+def test_the_reward_report_is_built_for_the_scoring_settings():
+    options = ScoringOptions(workers=0, max_failed_steps=3)
+    report = options.report(options.mix())
+    assert (report.names, report.max_failed_steps) == ([], 3)  # one reward per row: no per-reward means

@@ -17,6 +17,7 @@ policy retention is measured against; :func:`is_last_val_batch` says when a set'
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -232,6 +233,17 @@ class ValidationPanels(nn.ModuleDict):
         values = {f"val/{name}/{k}": v for k, v in self[name].compute().items()}
         self[name].reset()
         return values
+
+    def log(self, module: Any, name: str) -> None:
+        """Log set ``name``'s panel through ``module`` (a LightningModule) and reset it (:meth:`take`;
+        nothing if it has no update).
+
+        Called at the last batch of the set's dataloader (:func:`is_last_val_batch`), Lightning files
+        the values under that dataloader (``trainer.validate`` returns them in that dataloader's dict);
+        logged at epoch end they would be listed under every dataloader.
+        """
+        # one value per epoch (its batch weight is moot); the set's name is in the key
+        module.log_dict(self.take(name), sync_dist=False, batch_size=1, add_dataloader_idx=False)
 
 
 def is_last_val_batch(trainer, batch_idx: int, dataloader_idx: int) -> bool:

@@ -1,7 +1,8 @@
 """The policy: loading it (:mod:`~lit_rlvr.policy.loading`), scoring completions with it
-(:mod:`~lit_rlvr.policy.logprobs`), sharding it (:mod:`~lit_rlvr.policy.sharding`) and its frozen
-initial self π_ref (:mod:`~lit_rlvr.policy.reference`)."""
+(:mod:`~lit_rlvr.policy.logprobs`; the trainer's forwards: :mod:`~lit_rlvr.policy.forwards`), sharding it
+(:mod:`~lit_rlvr.policy.sharding`) and its frozen initial self π_ref (:mod:`~lit_rlvr.policy.reference`)."""
 
+from lit_rlvr.policy.forwards import PolicyForwards
 from lit_rlvr.policy.loading import LoraOptions, PolicyOptions, base_model, is_peft_model, load_policy
 from lit_rlvr.policy.logprobs import (
     MicroBatching,
@@ -17,6 +18,7 @@ from lit_rlvr.policy.sharding import gathered_parameters, shard_fsdp2
 __all__ = [
     "LoraOptions",
     "MicroBatching",
+    "PolicyForwards",
     "PolicyOptions",
     "ReferencePolicy",
     "base_model",

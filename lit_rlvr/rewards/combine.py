@@ -468,6 +468,32 @@ class RewardMix:
             out.append(MixedScore(weighted_sum(_parts(results), weights), results[c].reward, results, c))
         return out
 
+    def score_rollouts(
+        self,
+        scorer,
+        rollouts: Any,
+        prompts: Sequence[dict],
+        trainer_state: TrainerState | None = None,
+        with_answers: bool = False,
+    ) -> tuple[list[MixedScore], list[dict]]:
+        """:meth:`score` on ``rollouts`` (``Rollouts``, ``n`` samples of each of ``prompts``): P·n scores,
+        prompt-major, of each trajectory's final turn (an environment's own reward is kept), and
+        their P·n rows. Nothing is scored without a prompt (a rank with only padding prompts)."""
+        texts, ids = rollouts.final_turns()  # multi-turn: each trajectory's last turn
+        rows = [row for row in prompts for _ in range(rollouts.n)]  # (P·n,)
+        given, scores = rollouts.environment_rewards(), []
+        if rows:  # none: only padding prompts on this rank
+            scores = self.score(
+                scorer,
+                texts,
+                rows,
+                with_answers=with_answers,
+                completion_ids=ids,
+                trainer_state=trainer_state,
+                given=given,
+            )
+        return scores, rows
+
     def given_score(self, reward: float, text: str | None = None) -> MixedScore:
         """The score of a completion whose reward a multi-turn environment gave (:meth:`score`'s ``given``).
 

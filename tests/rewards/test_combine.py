@@ -293,3 +293,19 @@ def test_a_correctness_reward_that_never_exceeds_one_half_is_refused(halves_rewa
         ScoringOptions(reward_funcs=["math", "test_format_only"], correctness="math")
     finally:
         REWARDS.pop("test_format_only")
+
+
+def test_rollouts_are_scored_prompt_major_on_their_final_turns(halves_reward):
+    """score_rollouts: each prompt's row repeated for its n samples, the final turns' texts and ids, an
+    environment's reward kept; no prompt (a rank with only padding prompts): nothing scored."""
+    from lit_rlvr.rollout.types import Rollouts
+
+    mix = RewardMix.from_config([halves_reward])
+    prompts = [{"id": "a", "prompt": "p", "answer": ""}, {"id": "b", "prompt": "q", "answer": ""}]
+    texts = ["7", "77", "x", "7 7"]
+    rollouts = Rollouts([[1], [2]], [[3], [4], [5], [6]], [[0.0]] * 4, ["stop"] * 4, n=2, texts=texts)
+    with BatchScorer(workers=0, rewards=mix.records, options=mix.scorer_options) as scorer:
+        scores, rows = mix.score_rollouts(scorer, rollouts, prompts)
+        expected = mix.score(scorer, texts, [prompts[0]] * 2 + [prompts[1]] * 2, completion_ids=[[3], [4], [5], [6]])
+        assert (scores, rows) == (expected, [prompts[0]] * 2 + [prompts[1]] * 2)
+        assert mix.score_rollouts(scorer, rollouts.of_prompts([]), []) == ([], [])
