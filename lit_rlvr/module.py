@@ -61,9 +61,11 @@ from lit_rlvr.options import (
     RolloutCorrection,
     SamplingParams,
     ScoringOptions,
+    completion_budget,
     default_optimizer,
     group_outcomes,
     module_groups,
+    optimizers,
     plain,
 )
 from lit_rlvr.policy import PolicyForwards, ReferencePolicy, load_policy, shard_fsdp2
@@ -121,9 +123,7 @@ class RLVRModule(LightningModule):
             if key != "policy":  # self.policy is the model
                 setattr(self, key, group)
         self.val_sampling = self.evaluation.sampling(self.sampling)
-        # the completion's token budget, Dr. GRPO's normaliser: max_new_tokens, or a multi-turn trajectory's total
-        env, sampling = self.environment, self.sampling
-        self.completion_tokens = sampling.max_new_tokens if env is None else env.turns.total_tokens(sampling)
+        self.completion_tokens = completion_budget(self.sampling, self.environment)  # Dr. GRPO's normaliser
         self.entropy_state = self.entropy.initial_state() if self.entropy is not None else None  # saved in checkpoints
         self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
         self.reward_mix = self.scoring.mix()  # the rewards, their weights and the correctness term
@@ -176,11 +176,7 @@ class RLVRModule(LightningModule):
 
     @override
     def configure_optimizers(self):
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        optimizer = self.optimizer_factory(params)
-        if self.lr_scheduler_factory is None:
-            return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.lr_scheduler_factory(optimizer)}}
+        return optimizers(self.policy.parameters(), self.optimizer_factory, self.lr_scheduler_factory)
 
     @override
     def setup(self, stage: str) -> None:
@@ -282,17 +278,10 @@ class RLVRModule(LightningModule):
         if ADVANTAGES.declares(name, "mean_logprobs"):  # each row's mean token log π_old; NaN (no usable mass) as -inf
             old = torch.nan_to_num(data.old_logprobs, nan=float("-inf"))
             rows["mean_logprobs"] = masked_row_mean(old, data.loss_tokens).cpu()
+        rewards, groups = data.rewards.cpu(), data.group_ids.cpu()
         valid = None if data.valid is None else data.valid.cpu()
-        min_valid = max(2, int(options.get("k", 1)))  # a baseline needs a second sample, Pass@k k of them
-        return valid_row_advantages(
-            ADVANTAGES[name],
-            data.rewards.cpu(),
-            data.group_ids.cpu(),
-            valid,
-            min_valid=min_valid,
-            row_options=rows,
-            **options,
-        ).to(self.device)
+        advantages = valid_row_advantages(ADVANTAGES[name], rewards, groups, valid, row_options=rows, **options)
+        return advantages.to(self.device)
 
     def token_selections(self, data: StepData) -> StepData:
         """``(B, T)`` selections of the trained rows' tokens, made once per rollout batch (§8).

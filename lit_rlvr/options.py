@@ -640,6 +640,20 @@ def default_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=1e-6, weight_decay=0.0, fused=fused or None)
 
 
+def optimizers(params, optimizer: Callable, lr_scheduler: Callable | None = None):
+    """What ``configure_optimizers`` returns: ``optimizer(params)`` of the trainable parameters, with
+    ``lr_scheduler(optimizer)`` stepped once per optimizer step when given (LightningCLI's factories)."""
+    made = optimizer([p for p in params if p.requires_grad])
+    if lr_scheduler is None:
+        return made
+    return {"optimizer": made, "lr_scheduler": {"scheduler": lr_scheduler(made)}}
+
+
+def completion_budget(sampling: SamplingParams, environment: EnvironmentOptions | None) -> int:
+    """A completion's token budget, Dr. GRPO's normaliser: ``max_new_tokens``, or a multi-turn trajectory's total."""
+    return sampling.max_new_tokens if environment is None else environment.turns.total_tokens(sampling)
+
+
 G = TypeVar("G")
 
 

@@ -237,3 +237,22 @@ def test_the_reward_report_is_built_for_the_scoring_settings():
     options = ScoringOptions(workers=0, max_failed_steps=3)
     report = options.report(options.mix())
     assert (report.names, report.max_failed_steps) == ([], 3)  # one reward per row: no per-reward means
+
+
+def test_optimizers_takes_only_trainable_parameters_and_steps_a_scheduler_when_given():
+    import torch
+
+    from lit_rlvr.options import optimizers
+
+    frozen, trained = torch.nn.Parameter(torch.ones(2), requires_grad=False), torch.nn.Parameter(torch.ones(3))
+    opt = optimizers([frozen, trained], lambda ps: torch.optim.SGD(ps, lr=0.1))
+    assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["params"] == [trained]
+    out = optimizers([trained], lambda ps: torch.optim.SGD(ps, lr=0.1), lambda o: torch.optim.lr_scheduler.StepLR(o, 1))
+    assert isinstance(out["lr_scheduler"]["scheduler"], torch.optim.lr_scheduler.StepLR)
+    assert out["lr_scheduler"]["scheduler"].optimizer is out["optimizer"]
+
+
+def test_completion_budget_is_max_new_tokens_or_the_trajectorys_total():
+    from lit_rlvr.options import SamplingParams, completion_budget
+
+    assert completion_budget(SamplingParams(n=2, max_new_tokens=8), None) == 8

@@ -219,7 +219,7 @@ def valid_row_advantages(
     group_ids: Tensor,
     valid: Tensor | None,
     *,
-    min_valid: int = 2,
+    min_valid: int | None = None,
     row_options: Mapping[str, Tensor] | None = None,
     **options: Any,
 ) -> Tensor:
@@ -231,8 +231,8 @@ def valid_row_advantages(
         rewards: ``(B,)`` rewards.
         group_ids: ``(B,)`` integer group of each row.
         valid: ``(B,)`` bool, the rows that count; None (or all True): the estimator's own result, unchanged.
-        min_valid: a group with fewer valid rows gets advantage 0 (2: a baseline needs another sample;
-            the Pass@k family needs k).
+        min_valid: a group with fewer valid rows gets advantage 0; None: ``max(2, k)`` (a baseline needs
+            another sample, the Pass@k family's ``k`` option needs k).
         row_options: ``(B,)`` row-aligned inputs of the estimator (``entropies``, ``mean_logprobs``),
             restricted with the rows.
         options: the estimator's other options.
@@ -247,6 +247,7 @@ def valid_row_advantages(
         tensor([ 1., -1.,  0.,  0.,  0.])
     """
     row_options = dict(row_options or {})
+    min_valid = max(2, int(options.get("k", 1))) if min_valid is None else min_valid
     if valid is not None and (valid.shape != rewards.shape or valid.dtype != torch.bool):
         raise ValueError(
             f"valid must be a (B,) bool tensor like rewards {tuple(rewards.shape)}; "
