@@ -115,6 +115,20 @@ def _working_tree_unchanged_by_the_module(request):
 
 
 @pytest.fixture(autouse=True)
+def _vllm_logging_level_restored():
+    """A test that imports trl must not silence later tests' vLLM servers: importing trl sets
+    ``VLLM_LOGGING_LEVEL=ERROR`` in the process's environment, which every `vllm serve` the worker
+    starts afterwards inherits (a server log without vLLM's INFO lines failed
+    test_vllm_server_adapter_sync_follows_the_trained_policy whenever a trl test ran first in its worker)."""
+    before = os.environ.get("VLLM_LOGGING_LEVEL")
+    yield
+    if before is None:
+        os.environ.pop("VLLM_LOGGING_LEVEL", None)
+    else:
+        os.environ["VLLM_LOGGING_LEVEL"] = before
+
+
+@pytest.fixture(autouse=True)
 def _plugin_list_restored():
     """A test that loads a plug-in must not send it to later tests' reward workers."""
     from lit_rlvr import plugins

@@ -279,7 +279,7 @@ def test_a_benchmarks_work_folder_is_removed_at_exit_unless_an_exception_ended_i
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_agents_quick_prints_the_turn_loops_overhead(tmp_path):
-    lines = run_quick("agents.py", tmp_path / "a.md")
+    lines = run_quick("agents.py", tmp_path / "a.md", "--threads", "1")  # beside the other tests: one thread
     assert re.fullmatch(r"turn_loop_overhead_t3=\d+\.\d{3} t5=\d+\.\d{3}", lines[-1])
     table = (tmp_path / "a.md").read_text()
     assert all(
