@@ -114,18 +114,24 @@ def _working_tree_unchanged_by_the_module(request):
         _fail_if_touched(f"a test of {request.node.nodeid}", _WATCH.touched(full=True))
 
 
+_VLLM_LOGGING_LEVEL = os.environ.get("VLLM_LOGGING_LEVEL")  # the session's, before any test module is imported
+
+
+def _restore_vllm_logging_level() -> None:
+    if _VLLM_LOGGING_LEVEL is None:
+        os.environ.pop("VLLM_LOGGING_LEVEL", None)
+    else:
+        os.environ["VLLM_LOGGING_LEVEL"] = _VLLM_LOGGING_LEVEL
+
+
 @pytest.fixture(autouse=True)
 def _vllm_logging_level_restored():
     """A test that imports trl must not silence later tests' vLLM servers: importing trl sets
     ``VLLM_LOGGING_LEVEL=ERROR`` in the process's environment, which every `vllm serve` the worker
-    starts afterwards inherits (a server log without vLLM's INFO lines failed
-    test_vllm_server_adapter_sync_follows_the_trained_policy whenever a trl test ran first in its worker)."""
-    before = os.environ.get("VLLM_LOGGING_LEVEL")
+    starts afterwards inherits. Each test starts and ends with the session's own value."""
+    _restore_vllm_logging_level()
     yield
-    if before is None:
-        os.environ.pop("VLLM_LOGGING_LEVEL", None)
-    else:
-        os.environ["VLLM_LOGGING_LEVEL"] = before
+    _restore_vllm_logging_level()
 
 
 @pytest.fixture(autouse=True)
