@@ -222,6 +222,10 @@ def spider(
     }
 
 
+KEPT_FIELDS = ("db_path",)
+"""Record fields the ``jsonl`` adapter always keeps when present (the SQL reward's database)."""
+
+
 @ADAPTERS.register("jsonl")
 def generic(
     record: dict,
@@ -234,13 +238,15 @@ def generic(
     reward: str | None = None,
     reward_field: str = "reward",
     id_field: str | None = None,
-    extra_fields: Iterable[str] = ("db_path",),
+    extra_fields: Iterable[str] = (),
 ) -> dict:
     """Generic field mapping for any JSONL/JSON/Parquet file (e.g. the synthetic demo tasks).
 
     The reward name is ``reward`` when given, else the record's ``reward_field``. String answers
-    are kept verbatim (numbers become strings); a relative ``db_path`` is resolved against the
-    data file's folder.
+    are kept verbatim (numbers become strings). The record's fields in :data:`KEPT_FIELDS`
+    (``db_path``) and in ``extra_fields`` are kept in the row when present: ``extra_fields`` adds
+    to them (``[db_id, data]`` keeps ``db_path`` too); a relative ``db_path`` is resolved against
+    the data file's folder.
 
     Example:
         >>> generic({"q": "1+1", "a": 2, "reward": "math"}, index=0, name="toy", source=Path("t"),
@@ -255,7 +261,7 @@ def generic(
         "answer": answer if isinstance(answer, str) else normalize_answer(answer),
         "reward": reward_name,
     }
-    for key in extra_fields:
+    for key in dict.fromkeys([*KEPT_FIELDS, *extra_fields]):
         if record.get(key) is not None:
             row[key] = record[key]
     if "db_path" in row and not Path(row["db_path"]).is_absolute():

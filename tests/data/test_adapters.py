@@ -161,3 +161,22 @@ def test_an_unknown_reward_name_is_a_bad_row_with_file_and_line(tmp_path):
     assert [r["id"] for r in out.rows] == ["jsonl/0"]
     assert len(out.bad) == 1 and out.bad[0].line == 2
     assert "unknown reward 'mth'; valid names: [" in out.bad[0].reason and "'math'" in out.bad[0].reason
+
+
+def test_extra_fields_add_to_the_kept_db_path(tmp_path):
+    """Listing ``extra_fields`` (docs/agents.md's ``[db_id, data]``) keeps ``db_path`` too, as without them."""
+    record = {
+        "prompt": "p",
+        "answer": "SELECT 1",
+        "reward": "sql",
+        "db_path": "db/x.sqlite",
+        "db_id": "x",
+        "data": "spider",
+    }
+    (tmp_path / "d.jsonl").write_text(json.dumps(record) + "\n")
+    plain, extra = (
+        load_rows(tmp_path / "d.jsonl", "jsonl", **options).rows[0]
+        for options in ({}, {"extra_fields": ["db_id", "data"]})
+    )
+    assert plain["db_path"] == extra["db_path"] == str(tmp_path / "db/x.sqlite")
+    assert (extra["db_id"], extra["data"]) == ("x", "spider") and "db_id" not in plain
