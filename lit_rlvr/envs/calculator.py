@@ -127,7 +127,7 @@ def _check(calc_tag: str, answer_tag: str, reward: str) -> None:
         raise ValueError(f"reward must be a registered reward; got {reward!r}, registered: {sorted(REWARDS)}")
 
 
-@register_environment("calculator", check=_check)
+@register_environment("calculator", check=_check, scores=True)
 class CalculatorEnvironment(EnvironmentBase):
     """A math problem with a calculator (module docstring); the row's ``answer`` is the gold.
 

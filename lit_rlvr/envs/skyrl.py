@@ -66,7 +66,7 @@ def _check(env: str, env_config: Mapping[str, Any] | None, conversation: bool) -
         raise ValueError(f"env_config must be a mapping (the environment's config); got {type(env_config).__name__}")
 
 
-@register_environment("skyrl", check=_check, version=skyrl_version)
+@register_environment("skyrl", check=_check, version=skyrl_version, scores=True)
 class SkyRLEnvironment(EnvironmentBase):
     """One episode of a skyrl-gym ``BaseTextEnv`` (module docstring).
 

@@ -50,7 +50,7 @@ def _check(
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
 
 
-@register_environment("sql", check=_check)
+@register_environment("sql", check=_check, scores=True)
 class SQLEnvironment(EnvironmentBase):
     """One text-to-SQL episode on the row's database (module docstring).
 
