@@ -66,7 +66,9 @@ class Step:
         done: the episode is over.
         tool_call: the call this turn made, in a canonical form (e.g. the SQL query), or None when
             the turn called no tool; its sequence over a trajectory is its behaviour.
-        tool_error: the call failed (an error, a refusal, a timeout): counted as a tool error.
+        tool_error: the call failed (an error, a refusal, a timeout), or the turn was an action the
+            environment rejects as invalid (no well-formed call: ``tool_call`` None): counted as a
+            tool error, and only a ``tool_call`` as a tool call.
         info: anything else, for logs.
 
     Example:

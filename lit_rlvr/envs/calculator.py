@@ -176,7 +176,7 @@ class CalculatorEnvironment(EnvironmentBase):
         if self.turn >= self.max_turns:
             return Step(reward=0.0, done=True, info={"status": "no_answer"})
         if not calls:
-            return Step(f"<result>{self.invalid}</result>", reward=0.0, info={"status": "invalid"})
+            return Step(f"<result>{self.invalid}</result>", reward=0.0, tool_error=True, info={"status": "invalid"})
         expression = calls[-1].strip()
         try:
             text, error = show(calculate(expression)), False

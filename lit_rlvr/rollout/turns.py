@@ -573,7 +573,7 @@ class TurnLoop:
                 continue
             if out.tool_call is not None:
                 t.tool_calls.append(out.tool_call)
-                t.tool_errors += int(out.tool_error)
+            t.tool_errors += int(out.tool_error)  # a failed call, or a turn the environment rejected as invalid
             t.reward = out.reward
             if out.done or last:
                 t.end("done" if out.done else "max_turns", out.reward)
