@@ -1,16 +1,24 @@
 """Multi-turn training end to end: a few-step fit per engine (hf, colocated vLLM, a vLLM server with
-asynchronous rollouts), with each row's environment, scored by the environment or by the rewards.
+synchronous and with asynchronous rollouts), with each row's environment, scored by the environment
+or by the rewards.
 
-Half the prompts run the demo's countdown checker (its reward scores the trajectory); the other half
-run an environment that echoes its row's id and gives no reward (the ``contains_seven`` reward scores
-the trajectory's final turn). So the rows must travel with the prompts to every engine, also to the
-producer that generates ahead, and each trajectory is scored by the judge the docs name.
+Every batch holds one row of each: the demo's countdown checker (its reward scores the trajectory),
+an environment that echoes its row's id and gives no reward (the ``contains_seven`` reward scores
+the trajectory's final turn), and the ``sql`` environment on generated SQLite files (its Spider
+execution reward scores the solution). The policy is taught to query on ``sql`` rows
+(``sql_model_dir``, tests/integration/conftest.py), so real queries run on every engine. So the rows
+must travel with the prompts to every engine, also to the producer that generates ahead, and each
+trajectory is scored by the judge the docs name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import re
+import sqlite3
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,12 +33,14 @@ from lit_rlvr.data import PromptDataModule
 from lit_rlvr.data.datamodule import DatasetSpec, ValSet
 from lit_rlvr.demo.data import countdown_rows
 from lit_rlvr.envs import ENVIRONMENTS, EnvironmentBase, Step, register_environment
+from lit_rlvr.envs.sql import format_rows
 from lit_rlvr.module import RLVRModule
 from lit_rlvr.options import EnvironmentOptions, LossOptions, PolicyOptions, SamplingParams, ScoringOptions, TurnOptions
 from lit_rlvr.rewards import REWARDS
+from tests.integration.conftest import MIXED_COUNTDOWN, SQL_QUERY
 
 ECHO = "_test_row_echo"
-VLLM = {"dtype": "float32", "max_model_len": 128, "kv_cache_memory_bytes": 32 * 2**20, "enforce_eager": True}
+VLLM = {"dtype": "float32", "max_model_len": 256, "kv_cache_memory_bytes": 32 * 2**20, "enforce_eager": True}
 needs_vllm = [
     pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
@@ -78,9 +88,9 @@ class Batches(Callback):
         self.val.append((batch.rows, batch.rollouts))
 
 
-def data_file(tmp: Path, seven_reward: str) -> Path:
-    rows = [{**r, "environment": "countdown"} for r in countdown_rows([("357", 26), ("129", 11), ("248", 16)])]
-    rows += [
+def data_file(tmp: Path, seven_reward: str, sql_rows: list[dict]) -> Path:
+    countdown = [{**r, "environment": "countdown"} for r in countdown_rows(MIXED_COUNTDOWN)]
+    echo = [
         {
             "id": f"echo{i}",
             "prompt": f"C{i}{i + 4}=0{i}:",
@@ -91,29 +101,33 @@ def data_file(tmp: Path, seven_reward: str) -> Path:
         }
         for i in range(3)
     ]
-    rows = [rows[i] for i in (0, 3, 1, 4, 2, 5)]  # every batch of 2 has one of each
+    rows = [row for batch in zip(countdown, echo, sql_rows) for row in batch]  # every batch of 3 has one of each
     path = tmp / "mixed.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 
-def fit(model_dir: Path, tmp: Path, seven_reward: str, rollout: dict, steps: int = 3, **module):
-    spec = {"files": str(data_file(tmp, seven_reward)), "options": {"extra_fields": ["digits", "environment"]}}
+def fit(model_dir: Path, tmp: Path, seven_reward: str, sql_rows: list[dict], rollout: dict, steps: int = 3, **module):
+    spec = {
+        "files": str(data_file(tmp, seven_reward, sql_rows)),
+        "options": {"extra_fields": ["digits", "environment"]},
+    }
     dm = PromptDataModule(
         tokenizer=str(model_dir),
         train=DatasetSpec(**spec, name="mixed"),
         val=[ValSet(**spec, name="mixed_val", n_samples=2)],
-        batch_size=2,
-        val_batch_size=2,
+        batch_size=3,
+        val_batch_size=3,
         seed=0,
     )
-    environment = EnvironmentOptions(None, max_turns=3, max_turn_tokens=4, max_total_tokens=40)
+    # an sql trajectory: a query turn of 33 tokens, its observation (~97), a solution turn of 53
+    environment = EnvironmentOptions(None, max_turns=3, max_turn_tokens=56, max_total_tokens=192)
     model = RLVRModule(
         PolicyOptions(str(model_dir), dtype="float32"),
         sampling=SamplingParams(n=3, max_new_tokens=4, seed=0),
         scoring=ScoringOptions(workers=0),
         environment=environment,
-        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3),
+        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-4),
         **module,
     )
     scored = []
@@ -146,9 +160,39 @@ def fit(model_dir: Path, tmp: Path, seven_reward: str, rollout: dict, steps: int
     return model, batches, scored, logger.metrics
 
 
-def check_trajectories(tok, rows: list[dict], rollouts, n: int) -> None:
-    """Each trajectory ran its row's environment: its environment tokens are that environment's answers, tokenized once."""
+SOLUTION = re.compile(r"<solution>(.*?)</solution>", re.DOTALL)
+
+
+def query_rows(sql: str, db_path: str) -> list[tuple] | None:
+    """What SQLite itself returns for ``sql`` on the file (opened read-only); None where it refuses it."""
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
+
+
+def execution_reward(final_turn: str, row: dict) -> float:
+    """Spider's execution match by brute force: 1 when the turn's solution returns the gold's rows (a
+    multiset: the golds have no ORDER BY), else 0 (no solution, or one SQLite refuses)."""
+    solutions = SOLUTION.findall(final_turn)
+    if not solutions:
+        return 0.0
+    predicted = query_rows(solutions[-1], row["db_path"])
+    return float(predicted is not None and Counter(predicted) == Counter(query_rows(row["answer"], row["db_path"])))
+
+
+def sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def check_trajectories(tok, rows: list[dict], rollouts, n: int) -> int:
+    """Each trajectory ran its row's environment: its environment tokens are that environment's answers,
+    tokenized once. Returns how many ``sql`` trajectories queried and answered as the policy was taught."""
     assert rollouts.episodes is not None and rollouts.loss_mask is not None and len(rows) * n == len(rollouts.episodes)
+    scripted = 0
     for b, (ids, mask, episode) in enumerate(zip(rollouts.completion_ids, rollouts.loss_mask, rollouts.episodes)):
         row = rows[b // n]
         runs, start = [], 0
@@ -163,29 +207,50 @@ def check_trajectories(tok, rows: list[dict], rollouts, n: int) -> None:
                 observations,
             )
             assert episode.reward is None and episode.tool_calls == (row["id"],) * 3
+        elif row["environment"] == "sql":
+            if episode.status == "done":  # scored by execution on the row's database
+                assert episode.reward == execution_reward(episode.final_text, row), (row["id"], episode)
+            if episode.tool_calls == (SQL_QUERY,) and episode.turns == 2 and SOLUTION.search(episode.final_text):
+                result = query_rows(SQL_QUERY, row["db_path"])  # the table's size: 30 or 20 rows
+                assert result in ([(30,)], [(20,)]) and observations == [
+                    f"\n\n<observation>{format_rows(result, 50, 9000)}\n"
+                    "<reminder>You have 2 turns left to complete the task.</reminder></observation>\n\n"
+                ], (row["id"], observations)
+                assert episode.status == "done" and episode.tool_errors == 0
+                scripted += 1
         else:
             assert all(o.startswith("=") and o.endswith("\n") for o in observations), observations
             assert episode.reward in (0.0, 1.0)
         assert [tok(o, add_special_tokens=False).input_ids for o in observations] == [run for m, run in runs if not m]
         assert episode.turns == sum(m for m, _ in runs) and episode.status in ("done", "max_turns", "length")
+    return scripted
 
 
 def check_scores(scored, seven) -> None:
-    """The environment's reward where it gave one, else the reward on the trajectory's last turn."""
+    """The environment's reward where it gave one (the countdown and sql rows), else the reward on the
+    trajectory's last turn."""
     for prefix, texts, rows, given, rewards in scored:
         assert given is not None and len(given) == len(texts) == len(rewards)
         for text, row, g, r in zip(texts, rows, given, rewards):
-            assert r == (g if row["environment"] == "countdown" else seven(text, row["answer"])), (
-                prefix,
-                row["id"],
-                text,
-            )
+            assert r == (seven(text, row["answer"]) if row["environment"] == ECHO else g), (prefix, row["id"], text)
             assert (g is None) == (row["environment"] == ECHO)
+            if row["environment"] == "sql" and SOLUTION.search(text):
+                assert r == execution_reward(text, row), (prefix, row["id"], text)
 
 
 ENGINES = {
     "hf": {"engine": "hf", "drift_every_n_steps": 1},
     "vllm": pytest.param({"engine": "vllm", "engine_options": VLLM, "drift_every_n_steps": 1}, marks=needs_vllm),
+    "vllm_server": pytest.param(  # the synchronous loop (max_staleness None)
+        {
+            "engine": "vllm_server",
+            "engine_options": VLLM,
+            "drift_every_n_steps": 1,
+            "generate_timeout_s": 120,
+            "sync_timeout_s": 180,
+        },
+        marks=needs_vllm,
+    ),
     "vllm_server_async": pytest.param(
         {
             "engine": "vllm_server",
@@ -201,29 +266,33 @@ ENGINES = {
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("rollout", list(ENGINES.values()), ids=list(ENGINES))
-def test_a_few_steps_in_each_rows_environment_on_every_engine(rollout, tiny_model_dir, tmp_path, seven_reward):
+def test_a_few_steps_with_countdown_echo_and_sql_rows_on_every_engine(
+    rollout, sql_model_dir, sql_rows, tmp_path, seven_reward
+):
+    """Real queries on generated SQLite files (left as they were), each trajectory scored by its judge,
+    the behaviour metrics logged."""
     from lit_rlvr.rollout import vllm_available
 
     if rollout["engine"] != "hf" and not vllm_available():
         pytest.skip("`import vllm` fails")
-    model, batches, scored, metrics = fit(tiny_model_dir, tmp_path, seven_reward, rollout)
+    databases = {row["db_path"]: sha256(row["db_path"]) for row in sql_rows}
+    model, batches, scored, metrics = fit(sql_model_dir, tmp_path, seven_reward, sql_rows, rollout)
+    assert {path: sha256(path) for path in databases} == databases
     seven = REWARDS[seven_reward]
     assert len(batches.train) == 3 and len(batches.val) == 3
-    for rows, rollouts in batches.train:
-        check_trajectories(model.tokenizer, rows, rollouts, n=3)
-    for rows, rollouts in batches.val:
-        check_trajectories(model.tokenizer, rows, rollouts, n=2)
+    assert Counter(r["environment"] for rows, _ in batches.train for r in rows) == {ECHO: 3, "countdown": 3, "sql": 3}
+    train = [check_trajectories(model.tokenizer, rows, rollouts, n=3) for rows, rollouts in batches.train]
+    val = [check_trajectories(model.tokenizer, rows, rollouts, n=2) for rows, rollouts in batches.val]
+    assert sum(train) >= 6 and sum(val) >= 4, (train, val)  # of 9 and 6 sql trajectories: queries ran on each engine
     check_scores(scored, seven)
+    sql_rewards = {g for _, _, rows, given, _ in scored for row, g in zip(rows, given) if row["environment"] == "sql"}
+    assert {0.0, 1.0} <= sql_rewards  # right (a>3, 3<a) and wrong (a>5) solutions, told apart by execution
     assert [p for p, *_ in scored] == ["train"] * 3 + ["val/mixed_val"] * 3
-    assert {
-        "train/turns",
-        "train/turns_3",
-        "train/tool_calls",
-        "train/distinct_tool_sequences",
-        "val/mixed_val/turns",
-        "val/mixed_val/single_turn",
-        "val/mixed_val/pass@2",
+    behaviour = ("turns", "single_turn", "tool_calls", "distinct_tool_sequences")
+    assert {"train/turns_3", "val/mixed_val/pass@2"} | {
+        f"{p}/{k}" for p in ("train", "val/mixed_val") for k in behaviour
     } <= set(metrics)
+    assert metrics["train/tool_calls"] > 0 and metrics["val/mixed_val/tool_calls"] > 0
     if rollout.get("max_staleness"):  # generated ahead by the producer, the rows fetched with the prompts
         assert metrics["rollout/trained"] == 3 and metrics["rollout/dropped"] == 0
     else:  # the drift over the model's tokens: sampled from the policy being trained
