@@ -46,8 +46,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from lit_rlvr.plugins import is_import_path, load_function
 from lit_rlvr.registry import Registry
-from lit_rlvr.rewards.conventions import is_import_path, load_function
 
 Message = Mapping[str, Any]
 Observation = str | list[Message]
