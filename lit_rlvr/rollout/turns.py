@@ -57,18 +57,20 @@ from lit_rlvr.rollout.types import Episode, Rollouts, SamplingParams
 TURN_SEED_STRIDE = 1_000_003  # turn t samples with seed + t · stride
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TurnOptions:
-    """The multi-turn rollout loop's limits (SkyRL ``generator.max_turns``, verl ``multi_turn.*``), set as
-    :class:`EnvironmentOptions`' keys (``model.environment.max_turns``, …).
+    """The multi-turn rollout loop's limits, set as :class:`EnvironmentOptions`' keys (``model.environment.max_turns``, …).
 
     Args:
-        max_turns: model turns per trajectory (TRL's ``max_tool_calling_iterations`` + 1).
+        max_turns: model turns per trajectory (SkyRL's ``generator.max_turns``, verl's
+            ``multi_turn.max_assistant_turns``, TRL's ``max_tool_calling_iterations`` + 1).
         max_turn_tokens: tokens one model turn may generate (None: ``sampling.max_new_tokens``).
-        max_total_tokens: tokens of the whole completion, the model's and the environment's (None:
-            ``max_turns × max_turn_tokens``).
-        max_observation_chars: characters of one observation's text (longer text is cut, saying so).
-        step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``); None: no limit.
+        max_total_tokens: tokens of the whole trajectory after the prompt, the model's and the
+            environment's (None: ``max_turns × max_turn_tokens``); Dr. GRPO's normaliser.
+        max_observation_chars: characters of one observation's text (longer text is cut, saying so;
+            verl's ``max_tool_response_length``).
+        step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``); None:
+            no limit. A hung or failing environment costs only its trajectory (reward 0, not trained on).
     """
 
     max_turns: int = 5
@@ -100,12 +102,13 @@ ROW_ENVIRONMENT = "environment"  # the row field naming a row's own environment
 
 
 @dataclass(frozen=True)
-class EnvironmentOptions:
+class EnvironmentOptions(TurnOptions):
     """Multi-turn rollouts: the environment each trajectory runs in and the turn loop's limits.
 
     The ``environment`` group of training (``model.environment``, read by the rollout callback for
     training and validation alike) and of ``lit-rlvr cache`` (a multi-turn reference cache); absent
-    (None), rollouts are single-turn.
+    (None), rollouts are single-turn. The limits are :class:`TurnOptions`' (this group is one, with
+    the environments added; :attr:`turns` is the limits alone).
 
     Args:
         name: the environment (:data:`~lit_rlvr.envs.ENVIRONMENTS`: ``sql``, ``calculator``,
@@ -114,17 +117,6 @@ class EnvironmentOptions:
             instead; None: every row must name its own.
         options: ``{environment name: {option: value}}``, as ``model.scoring.options`` (e.g.
             ``{sql: {max_rows: 20}}``); checked at start-up.
-        max_turns: model turns per trajectory (SkyRL's ``generator.max_turns``, verl's
-            ``multi_turn.max_assistant_turns``, TRL's ``max_tool_calling_iterations`` + 1).
-        max_turn_tokens: tokens one model turn may generate (None: ``sampling.max_new_tokens``).
-        max_total_tokens: tokens of the whole trajectory after the prompt, the model's and the
-            environment's (None: ``max_turns × max_turn_tokens``); Dr. GRPO's normaliser.
-        max_observation_chars: characters of one observation's text (longer text is cut, saying so;
-            verl's ``max_tool_response_length``).
-        step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``); None:
-            no limit. A hung or failing environment costs only its trajectory (reward 0, not trained on).
-
-    The limits are checked as the loop's :class:`TurnOptions` (:attr:`turns`).
 
     Example:
         >>> import lit_rlvr.demo  # registers the countdown environment
@@ -139,18 +131,17 @@ class EnvironmentOptions:
 
     name: str | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    max_turns: int = TurnOptions.max_turns
-    max_turn_tokens: int | None = TurnOptions.max_turn_tokens
-    max_total_tokens: int | None = TurnOptions.max_total_tokens
-    max_observation_chars: int = TurnOptions.max_observation_chars
-    step_timeout_s: float | None = TurnOptions.step_timeout_s
 
     def __post_init__(self):
-        limits = {f.name: getattr(self, f.name) for f in fields(TurnOptions)}
-        object.__setattr__(self, "turns", TurnOptions(**limits))  # checked now
+        super().__post_init__()  # the limits checked now
         object.__setattr__(self, "_specs", {})
         for name in dict.fromkeys([*([self.name] if self.name is not None else []), *self.options]):
             self.spec(name)  # every configured environment and its options checked now
+
+    @property
+    def turns(self) -> TurnOptions:
+        """The turn loop's limits alone (what a reference cache records beside the environments)."""
+        return TurnOptions(**{f.name: getattr(self, f.name) for f in fields(TurnOptions)})
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling: the fields (the resolved environments are made again)."""

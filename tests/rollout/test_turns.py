@@ -388,6 +388,36 @@ def test_the_environment_group_resolves_each_rows_environment_and_checks_itself(
         EnvironmentOptions(None).specs([{"id": "x"}])
 
 
+def test_the_environment_group_is_the_turn_limits_plus_the_environments():
+    """Each limit is defined once, in TurnOptions: the environment group extends it (same keys, same
+    checks, same defaults) and adds only the environments; its positional arguments stay ``name, options``."""
+    import dataclasses
+
+    import lit_rlvr.demo  # noqa: F401  (the countdown environment)
+    from lit_rlvr.options import as_group
+    from lit_rlvr.rollout.turns import EnvironmentOptions
+
+    limits = [f.name for f in dataclasses.fields(TurnOptions)]
+    assert issubclass(EnvironmentOptions, TurnOptions) and set(vars(EnvironmentOptions)["__annotations__"]) == {
+        "name",
+        "options",
+    }
+    assert [f.name for f in dataclasses.fields(EnvironmentOptions)] == [*limits, "name", "options"]
+    env = EnvironmentOptions("countdown", {}, max_turns=3, step_timeout_s=None)
+    assert (env.name, env.max_turns, env.step_timeout_s, env.max_observation_chars) == ("countdown", 3, None, 4000)
+    assert env.turns == TurnOptions(max_turns=3, step_timeout_s=None) and type(env.turns) is TurnOptions
+    assert (
+        as_group(EnvironmentOptions, {"name": "countdown", "max_turn_tokens": 7}).turn_tokens(
+            SamplingParams(max_new_tokens=9)
+        )
+        == 7
+    )  # the YAML keys, read as they were
+    with pytest.raises(ValueError, match="model.environment.max_turns must be >= 1, got 0"):
+        EnvironmentOptions("countdown", max_turns=0)
+    with pytest.raises(TypeError):
+        TurnOptions(3)  # the limits are keywords: nothing positional can land on the wrong one
+
+
 def test_the_sampler_is_the_engines_generate_single_turn_and_the_turn_loop_multi_turn(tiny_model_dir, scripted):
     from lit_rlvr.rollout.turns import EnvironmentOptions, RolloutSampler
 
