@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from lit_rlvr.envs.base import EnvSpec, Observation, Step, check_observation, resolve_environment
+from lit_rlvr.envs.base import Environment, EnvSpec, Observation, Step, check_observation, resolve_environment
 from lit_rlvr.rollout.engine import chat_turn_end_ids
 from lit_rlvr.rollout.types import Episode, Rollouts, SamplingParams
 
@@ -327,7 +327,8 @@ class _Trajectory:
 
     prompt: list[int]
     row: Mapping[str, Any]
-    env: Any = None
+    env: Environment | None = None
+    env_name: str = ""  # the configured name or import path, for errors
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -449,10 +450,10 @@ class TurnLoop:
     def _reset(self, trajectories: list[_Trajectory], specs: list[EnvSpec]) -> None:
         def start(t: _Trajectory, spec: EnvSpec) -> Callable[[], Observation | None]:
             def call():
-                t.env = spec.make(self.tokenizer)
+                t.env, t.env_name = spec.make(self.tokenizer), spec.name
                 out = t.env.reset(t.row, self.options.max_turns)
                 if out is not None:
-                    check_observation(out, f"{type(t.env).__name__}.reset's return value")
+                    check_observation(out, f"environment {spec.name!r}: reset's return value")
                 return out
 
             return call
@@ -482,7 +483,7 @@ class TurnLoop:
             return
         groups: dict[tuple[str, ...], list[int]] = {}
         for i, (t, _) in enumerate(pairs):  # one call per stop set: an environment's stops never cut another's turn
-            groups.setdefault(tuple(dict.fromkeys([*params.stop, *getattr(t.env, "stop", ())])), []).append(i)
+            groups.setdefault(tuple(dict.fromkeys([*params.stop, *t.env.stop])), []).append(i)
         turn_seed = None if params.seed is None else params.seed + turn * TURN_SEED_STRIDE
         n, first = params.n, grouped_prompts is not None and len(pairs) == len(live)
         offset = 0  # samples of the turn's earlier calls: the calls' seeds are disjoint, the first call's unchanged
@@ -520,13 +521,10 @@ class TurnLoop:
     def _environment_turn(self, live: list[_Trajectory], last: bool) -> None:
         def step(t: _Trajectory) -> Callable[[], Step]:
             def call():
-                if callable(getattr(t.env, "step_tokens", None)):  # an environment that parses the turn's tokens
-                    out = t.env.step_tokens(t.final_text, t.ids[t.turn_start :], t.prompt + t.ids[: t.turn_start])
-                else:
-                    out = t.env.step(t.final_text)
+                out = t.env.step_tokens(t.final_text, t.ids[t.turn_start :], t.prompt + t.ids[: t.turn_start])
                 if not isinstance(out, Step):
                     raise TypeError(
-                        f"{type(t.env).__name__}.step returned {type(out).__name__}, not a lit_rlvr.envs.Step"
+                        f"environment {t.env_name!r}: step returned {type(out).__name__}, not a lit_rlvr.envs.Step"
                     )
                 return out
 
@@ -553,7 +551,7 @@ class TurnLoop:
         """Close every environment that is not hung (errors while closing are ignored: the episode is over)."""
 
         def close(t: _Trajectory) -> Callable[[], None]:
-            return lambda: t.env.close() if callable(getattr(t.env, "close", None)) else None
+            return t.env.close
 
         open_ = [t for t in trajectories if t.env is not None and t.status != "env_timeout"]
         self._run([close(t) for t in open_], "close")
