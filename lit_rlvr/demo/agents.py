@@ -33,7 +33,7 @@ CHECK_WEIGHTS = (0.4, 0.4, 0.2)  # ... with these probabilities: every behaviour
 CHECK, ANSWER = "?", ";"
 
 
-@register_environment("countdown")
+@register_environment("countdown", scores=True)
 class CountdownChecker(EnvironmentBase):
     """One countdown episode (module docstring); the row needs ``digits`` and ``answer`` (the target).
 

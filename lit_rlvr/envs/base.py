@@ -78,7 +78,9 @@ class Step:
         done: the episode is over.
         tool_call: the call this turn made, in a canonical form (e.g. the SQL query), or None when
             the turn called no tool; its sequence over a trajectory is its behaviour.
-        tool_error: the call failed (an error, a refusal, a timeout): counted as a tool error.
+        tool_error: the call failed (an error, a refusal, a timeout), or the turn was an action the
+            environment rejects as invalid (no well-formed call: ``tool_call`` None): counted as a
+            tool error, and only a ``tool_call`` as a tool call.
         info: anything else, for logs.
 
     Example:
@@ -279,7 +281,11 @@ adapter parses tool calls with the chat template's format). Filled by :mod:`lit_
 
 
 def register_environment(
-    name: str, *, check: Callable[..., None] | None = None, version: Callable[..., str] | None = None
+    name: str,
+    *,
+    check: Callable[..., None] | None = None,
+    version: Callable[..., str] | None = None,
+    scores: bool | Callable[..., bool] | None = None,
 ):
     """Register an environment class under ``name`` (its keyword-only ``__init__`` parameters are the options).
 
@@ -289,6 +295,10 @@ def register_environment(
             (called at start-up with the configured options over the defaults).
         version: ``version(**options) -> str`` when the version depends on the options (an adapter's
             is the adapted environment's); default: the class's ``version`` (:func:`declared_version`).
+        scores: the environment scores every trajectory (each :class:`Step` it returns carries the
+            reward so far), so its rows need no ``reward`` for the reward functions
+            (:func:`~lit_rlvr.rollout.turns.rows_scored_by_rewards`); ``scores(**options) -> bool`` when
+            it depends on the options; default: the class's ``scores`` attribute, else False.
 
     Example:
         >>> @register_environment("_doc_echo")
@@ -310,6 +320,7 @@ def register_environment(
                 f"environment {name!r}: {getattr(cls, '__name__', cls)!r} has no {', '.join(missing)} method"
             )
         traits = {"version": version} if version is not None else {}
+        traits["scores"] = scores if scores is not None else _declared_scores(cls)
         return ENVIRONMENTS.register(name, check=check, **traits)(cls)
 
     return decorator
@@ -324,12 +335,15 @@ class EnvSpec:
         options: the checked options.
         factory: ``factory(**options[, tokenizer=...]) -> Environment``.
         version: the environment's version (a reference cache records ``name`` and ``version``).
+        scores: it scores every trajectory itself (:func:`register_environment`'s ``scores``): its
+            rows need no ``reward``.
     """
 
     name: str
     options: Mapping[str, Any]
     factory: Callable[..., Any]
     version: str
+    scores: bool = False
 
     @property
     def identity(self) -> str:
@@ -375,7 +389,8 @@ def resolve_environment(
     options_key = options_key or f"{key}_options"
     if name in ENVIRONMENTS or not is_import_path(name):
         cls = ENVIRONMENTS.get_checked(name, key, options, options_key)
-        return EnvSpec(name, options, cls, ENVIRONMENTS.trait(name, "version", options) or declared_version(cls))
+        version = ENVIRONMENTS.trait(name, "version", options) or declared_version(cls)
+        return EnvSpec(name, options, cls, version, bool(ENVIRONMENTS.trait(name, "scores", options, default=False)))
     cls = load_function(name, "environment")
     adapter = _adapter_for(cls)
     if adapter is not None:
@@ -383,7 +398,7 @@ def resolve_environment(
     single = Registry("environment", injected=ENVIRONMENTS.injected)
     single.register(name)(cls)
     single.get_checked(name, key, options, options_key)
-    return EnvSpec(name, options, cls, declared_version(cls))
+    return EnvSpec(name, options, cls, declared_version(cls), _declared_scores(cls))
 
 
 def _adapter_for(cls: Any) -> tuple[str, str, Callable[[dict], dict]] | None:
@@ -404,6 +419,11 @@ def _is_skyrl(cls: type) -> bool:
     except ImportError:
         return False
     return issubclass(cls, BaseTextEnv)
+
+
+def _declared_scores(cls: Any) -> bool:
+    """Whether ``cls`` declares that it scores every trajectory (a ``scores = True`` class attribute)."""
+    return getattr(cls, "scores", False) is True
 
 
 def declared_version(cls: Any) -> str:

@@ -125,7 +125,7 @@ def _check(calc_tag: str, answer_tag: str, reward: str) -> None:
         raise ValueError(f"reward must be a registered reward; got {reward!r}, registered: {sorted(REWARDS)}")
 
 
-@register_environment("calculator", check=_check)
+@register_environment("calculator", check=_check, scores=True)
 class CalculatorEnvironment(EnvironmentBase):
     """A math problem with a calculator (module docstring); the row's ``answer`` is the gold.
 
@@ -169,7 +169,7 @@ class CalculatorEnvironment(EnvironmentBase):
         if last:
             return Step(reward=0.0, done=True, info={"status": "no_answer"})
         if not calls:
-            return Step(f"<result>{self.invalid}</result>", reward=0.0, info={"status": "invalid"})
+            return Step(f"<result>{self.invalid}</result>", reward=0.0, tool_error=True, info={"status": "invalid"})
         expression = calls[-1].strip()
         try:
             text, error = show(calculate(expression)), False

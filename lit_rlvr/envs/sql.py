@@ -50,7 +50,7 @@ def _check(
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
 
 
-@register_environment("sql", check=_check)
+@register_environment("sql", check=_check, scores=True)
 class SQLEnvironment(EnvironmentBase):
     """One text-to-SQL episode on the row's database (module docstring).
 
@@ -121,7 +121,7 @@ class SQLEnvironment(EnvironmentBase):
         queries = self._query.findall(action)
         if not queries:
             text = INVALID.format(sql=self.sql_tag, answer=self.answer_tag)
-            return Step(self._observation(text), reward=self._unanswered(), info={"status": "invalid"})
+            return Step(self._observation(text), reward=self._unanswered(), tool_error=True, info={"status": "invalid"})
         sql = queries[-1].strip().rstrip(";").strip()
         outcome = run_query(sql, str(self.row["db_path"]), self.timeout_s)
         if outcome.status == STATUS_OK:

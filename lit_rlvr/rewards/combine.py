@@ -343,7 +343,16 @@ class RewardMix:
 
     def check_rows(self, rows: Sequence[dict], where: str = "data") -> None:
         """Raise ``ValueError`` at start-up for a row these rewards cannot score: without terms (or
-        with the :data:`ROW` term), a row needs ``reward`` and ``answer``; a registered term needs an ``answer``."""
+        with the :data:`ROW` term), a row needs ``reward`` and ``answer``; a registered term needs an ``answer``.
+        ``rows`` are those the rewards score (a multi-turn environment may score its own:
+        :func:`~lit_rlvr.rollout.turns.rows_scored_by_rewards`).
+
+        Example:
+            >>> RewardMix().check_rows([{"id": "q1", "prompt": "p", "answer": "1"}])
+            Traceback (most recent call last):
+            ...
+            ValueError: data: row 'q1' has no ['reward'] to score it with; name its reward (a `reward` field, or the adapter's `reward` option: a registered reward such as 'math'), set model.scoring.reward_funcs, or run it in an environment that scores its trajectories (model.environment: sql, calculator, skyrl, a TRL class with get_reward, ...)
+        """
         sources = {t.source for t in self.terms}
         need = (
             ("reward", "answer")
@@ -356,7 +365,13 @@ class RewardMix:
             missing = [k for k in need if row.get(k) is None]
             if missing:
                 fix = (
-                    "set model.scoring.reward_funcs, or give the adapter a `reward` (and an answer field)"
+                    (
+                        "name its reward (a `reward` field, or the adapter's `reward` option: a registered reward "
+                        "such as 'math'), set model.scoring.reward_funcs, or run it in an environment that scores "
+                        "its trajectories (model.environment: sql, calculator, skyrl, a TRL class with get_reward, ...)"
+                    )
+                    if "reward" in missing
+                    else "give the adapter an answer field"
                     if not self.terms
                     else "give the adapter an answer field, or drop the registered rewards from model.scoring.reward_funcs"
                 )

@@ -190,6 +190,33 @@ class EnvironmentOptions(TurnOptions):
         return TurnLoop(tokenizer, self.turns, context)
 
 
+def rows_scored_by_rewards(
+    rows: Sequence[Mapping[str, Any]], environment: EnvironmentOptions | None
+) -> list[Mapping[str, Any]]:
+    """The rows whose trajectories the reward functions score, so that need a ``reward`` (or
+    ``model.scoring.reward_funcs``) and an ``answer``: every row of a single-turn run (``environment``
+    None); in a multi-turn run, the rows whose environment does not score its trajectories itself
+    (:attr:`EnvSpec.scores <lit_rlvr.envs.EnvSpec>`). The start-up row checks and the reference cache's
+    record of its rewards both ask this.
+
+    Raises:
+        ValueError: a row has no environment (:meth:`EnvironmentOptions.specs`).
+
+    Example:
+        >>> import lit_rlvr.demo  # registers the countdown checker, which scores its episodes
+        >>> rows = [{"id": "a"}, {"id": "b", "environment": "_doc_unscored"}]
+        >>> from lit_rlvr.envs import ENVIRONMENTS, EnvironmentBase, register_environment
+        >>> _ = register_environment("_doc_unscored")(type("Unscored", (EnvironmentBase,), {}))
+        >>> [r["id"] for r in rows_scored_by_rewards(rows, EnvironmentOptions("countdown"))]
+        ['b']
+        >>> len(rows_scored_by_rewards(rows, None)), ENVIRONMENTS.pop("_doc_unscored").__name__
+        (2, 'Unscored')
+    """
+    if environment is None:
+        return list(rows)
+    return [row for row, spec in zip(rows, environment.specs(rows)) if not spec.scores]
+
+
 _TOOL_CALL_NAME = "name"
 _USER_BASE = [
     {"role": "system", "content": "You are a helpful assistant."},
@@ -535,7 +562,7 @@ class TurnLoop:
                 continue
             if out.tool_call is not None:
                 t.tool_calls.append(out.tool_call)
-                t.tool_errors += int(out.tool_error)
+            t.tool_errors += int(out.tool_error)  # a failed call, or a turn the environment rejected as invalid
             t.reward = out.reward
             if out.done or last:
                 t.end("done" if out.done else "max_turns", out.reward)

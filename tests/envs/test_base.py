@@ -268,3 +268,30 @@ def test_the_base_keeps_the_row_and_counts_the_turns_for_every_builtin():
         resolve_environment("sql").make().reset({"id": "q", "answer": "SELECT 1"}, 3)
     with pytest.raises(ValueError, match="malformed gold for countdown"):
         resolve_environment("countdown").make().reset({"id": "c", "digits": "1", "answer": "x"}, 3)
+
+
+def test_an_environment_says_whether_it_scores_its_trajectories(tmp_path):
+    """The built-ins score every trajectory, so their rows need no ``reward``; a TRL class scores when it
+    has ``get_reward``; a class of the user's scores when it declares ``scores = True``."""
+    import lit_rlvr.demo  # noqa: F401  (the countdown environment)
+
+    assert all(resolve_environment(name).scores for name in ("sql", "calculator", "countdown"))
+    assert resolve_environment("skyrl", {"env": "text2sql"}).scores
+    path = tmp_path / "my_envs.py"
+    path.write_text(
+        USER_ENVS + "\n\nclass Scored(Native):\n    scores = True\n\n\nclass Rewarded(TRLStyle):\n"
+        "    def get_reward(self):\n        return float(self.total == 7)\n"
+    )
+    assert not resolve_environment(f"{path}:Native").scores and resolve_environment(f"{path}:Scored").scores
+    assert not resolve_environment(f"{path}:TRLStyle").scores and resolve_environment(f"{path}:Rewarded").scores
+    register_environment("_test_unscored")(type("Unscored", (EnvironmentBase,), {}))
+    register_environment("_test_scored", scores=lambda *, level=1: level > 0)(
+        type("Scored", (EnvironmentBase,), {"__init__": lambda self, *, level=1: None})
+    )
+    try:
+        assert not resolve_environment("_test_unscored").scores
+        assert (
+            resolve_environment("_test_scored").scores and not resolve_environment("_test_scored", {"level": 0}).scores
+        )
+    finally:
+        ENVIRONMENTS.pop("_test_unscored"), ENVIRONMENTS.pop("_test_scored")

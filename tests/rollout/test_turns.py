@@ -247,6 +247,24 @@ def test_a_hung_or_crashing_environment_costs_only_its_trajectory(tiny_model_dir
     assert out.completion_ids[2] == tok("12?").input_ids + tok("ok").input_ids + tok("3;").input_ids
 
 
+def test_a_turn_the_environment_rejects_as_invalid_is_a_tool_error_not_a_call(tiny_model_dir, scripted):
+    """The calculator's turns: no tag (invalid), a failing call, a call, the answer: 2 calls, 2 errors."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = tok("Q:").input_ids
+    turns = ["no tags", "<calc>1/0</calc>", "<calc>2*3</calc>", "<answer>6</answer>"]
+    engine = scripted(tok, {tuple(prompt): [[tok(t).input_ids for t in turns]]})
+    out = TurnLoop(tok, TurnOptions(max_turns=4, max_total_tokens=400)).generate(
+        engine,
+        [prompt],
+        [{"id": "q", "answer": "6"}],
+        SamplingParams(n=1, max_new_tokens=32),
+        resolve_environment("calculator"),
+    )
+    episode = out.episodes[0]
+    assert (episode.status, episode.reward, episode.turns) == ("done", 1.0, 4)
+    assert (episode.tool_calls, episode.tool_errors) == (("1/0", "2*3"), 2)
+
+
 def test_budgets_turn_caps_observation_cuts_and_the_context(tiny_model_dir, scripted):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     prompt = tok("P:").input_ids
