@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Any
 
 from lit_rlvr.envs.trl import tool_methods
-from lit_rlvr.rewards.conventions import load_function
+from lit_rlvr.plugins import load_function
 
 
 @dataclass(frozen=True)

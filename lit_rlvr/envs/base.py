@@ -28,7 +28,14 @@ Where it departs from them, and why:
   sampled with another environment, or another version of it, is refused.
 - An environment that reads the model's turn as tokens (a tool-call parser that needs the prompt
   before it, as TRL's ``parse_response``) defines ``step_tokens(action, ids, prefix)``, which the
-  loop calls instead of ``step`` with the turn's token ids and the trajectory's ids before it.
+  loop calls (with the turn's token ids and the trajectory's ids before it) instead of ``step``.
+
+:class:`Environment` is every member the loop uses; :class:`EnvironmentBase` gives each optional
+one its default (no stop strings, version ``"1"``, ``step_tokens`` → ``step``, nothing to close)
+and keeps the episode's bookkeeping (the row, the turn count). An object that has only ``reset``
+and ``step`` (a user's class not derived from :class:`EnvironmentBase`) is completed with the same
+defaults once, when :meth:`EnvSpec.make` makes it (:class:`ForeignEnvironment`), so the loop calls
+every member directly.
 
 Environments are chosen by name like rewards are (:func:`resolve_environment`): a name registered
 with :func:`register_environment` (by lit_rlvr, or by a plug-in module that ``imports:`` or a
@@ -42,12 +49,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
+from lit_rlvr.plugins import is_import_path, load_function
 from lit_rlvr.registry import Registry
-from lit_rlvr.rewards.conventions import is_import_path, load_function
 
 Message = Mapping[str, Any]
 Observation = str | list[Message]
@@ -61,8 +69,12 @@ class Step:
         observation: appended to the trajectory before the next model turn (ignored when ``done``):
             text, tokenized as it is, or chat messages (``{"role": ..., "content": ...}``), rendered
             as a new turn with the chat template. ``""`` / ``[]``: nothing.
-        reward: the trajectory's reward when ``done`` (None: the environment does not score, the
-            reward functions score the trajectory's text); ignored otherwise.
+        reward: the trajectory's reward if the episode ends after this step: when ``done``, and
+            also when the loop ends it here (the last turn, the token budget or the context), so a
+            step that is not ``done`` gives what the episode has earned so far (SkyRL's running sum,
+            TRL's ``get_reward()``, a format penalty for an episode cut before its answer). The
+            latest step's reward is the trajectory's; None: the environment does not score, the
+            reward functions score the trajectory's text.
         done: the episode is over.
         tool_call: the call this turn made, in a canonical form (e.g. the SQL query), or None when
             the turn called no tool; its sequence over a trajectory is its behaviour.
@@ -120,7 +132,12 @@ def check_observation(observation: Any, what: str) -> None:
 
 @runtime_checkable
 class Environment(Protocol):
-    """One trajectory's environment (module docstring).
+    """One trajectory's environment: every member the multi-turn loop uses (module docstring).
+
+    The loop calls ``reset`` once, then ``step_tokens`` after each model turn until a step is ``done``
+    or a limit ends the episode, then ``close``; ``stop`` is read before each model turn and
+    ``version`` identifies what the environment answers. :class:`EnvironmentBase` has a default for
+    every member but ``step``.
 
     Attributes:
         stop: strings that end a model turn (added to the sampling's stop strings; kept in the text).
@@ -138,25 +155,122 @@ class Environment(Protocol):
         """Answer the model's turn ``action`` (its text, stop string included)."""
         ...
 
+    def step_tokens(self, action: str, ids: Sequence[int], prefix: Sequence[int]) -> Step:
+        """Answer the model's turn from its text, its token ids ``ids`` and the trajectory's ids before it
+        (``prefix``: the prompt and every earlier turn); what the loop calls. Default: ``step(action)``."""
+        ...
+
     def close(self) -> None:
         """Release what the episode holds (idempotent)."""
         ...
 
 
 class EnvironmentBase:
-    """Defaults for an environment written for lit_rlvr: no stop strings, version ``"1"``, nothing to close."""
+    """Defaults for an environment written for lit_rlvr, and the episode's bookkeeping.
+
+    Defaults: no stop strings, version ``"1"``, :meth:`step_tokens` answers with :meth:`step`,
+    nothing to close. Bookkeeping: :meth:`reset` checks the row (:meth:`check_row`) and keeps it
+    (:attr:`row`, :attr:`scoring_row`), with the turn limit (:attr:`max_turns`) and a turn count
+    (:attr:`turn`) that :meth:`next_turn` advances; a subclass's ``step`` calls it first. A subclass
+    that returns text from ``reset`` calls ``super().reset(row, max_turns)`` first.
+
+    Example:
+        >>> class Echo(EnvironmentBase):
+        ...     def step(self, action):
+        ...         last = self.next_turn()
+        ...         return Step(f"{action} ({self.turns_left} left)", reward=0.0, done=last)
+        >>> env = Echo()
+        >>> env.reset({"id": "e", "answer": "4", "level": 2}, max_turns=2), env.scoring_row
+        (None, {'id': 'e', 'level': 2})
+        >>> env.step_tokens("hi", [1, 2], []).observation, env.step("bye").done
+        ('hi (1 left)', True)
+    """
 
     stop: tuple[str, ...] = ()
     version: str = "1"
+    row: Mapping[str, Any] = MappingProxyType({})
+    turn: int = 0
+    max_turns: int = 1
 
     def reset(self, row: Mapping[str, Any], max_turns: int) -> Observation | None:
+        """Check and keep ``row``, start counting turns; nothing is appended to the prompt."""
+        self.check_row(row)
+        self.row, self.turn, self.max_turns = dict(row), 0, max_turns
         return None
+
+    def check_row(self, row: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` for a row this environment cannot run, naming its id (default: any row runs)."""
+
+    def next_turn(self) -> bool:
+        """Count the model's turn being answered; whether it is the last one the loop allows."""
+        self.turn += 1
+        return self.turn >= self.max_turns
+
+    @property
+    def turns_left(self) -> int:
+        """Model turns the loop still allows after the one being answered."""
+        return self.max_turns - self.turn
+
+    @property
+    def scoring_row(self) -> dict[str, Any]:
+        """The row's fields but its gold ``answer``: the ``**row`` a reward function takes beside the answer."""
+        return {k: v for k, v in self.row.items() if k != "answer"}
 
     def step(self, action: str) -> Step:
         raise NotImplementedError
 
+    def step_tokens(self, action: str, ids: Sequence[int], prefix: Sequence[int]) -> Step:
+        return self.step(action)
+
     def close(self) -> None:
         pass
+
+
+class ForeignEnvironment(EnvironmentBase):
+    """An object with ``reset`` and ``step`` (and any of the protocol's other members), completed with
+    :class:`EnvironmentBase`'s defaults for those it lacks; made once per trajectory by :meth:`EnvSpec.make`.
+
+    Args:
+        env: the user's environment.
+        version: its version (:func:`declared_version` of its class, when it declares none).
+
+    Example:
+        >>> class Mine:  # no stop, version, step_tokens or close
+        ...     def reset(self, row, max_turns):
+        ...         return "go"
+        ...     def step(self, action):
+        ...         return Step(reward=1.0, done=True)
+        >>> env = ForeignEnvironment(Mine(), "1")
+        >>> isinstance(env, Environment), env.stop, env.reset({}, 3), env.step_tokens("x", [7], []).reward, env.close()
+        (True, (), 'go', 1.0, None)
+    """
+
+    def __init__(self, env: Any, version: str):
+        self.env, self.version = env, version
+        self._step_tokens = getattr(env, "step_tokens", None) if callable(getattr(env, "step_tokens", None)) else None
+        self._close = env.close if callable(getattr(env, "close", None)) else None
+
+    @property
+    def stop(self) -> tuple[str, ...]:  # read each turn: an environment may set its stop strings in reset
+        return tuple(getattr(self.env, "stop", ()) or ())
+
+    def reset(self, row: Mapping[str, Any], max_turns: int) -> Observation | None:
+        return self.env.reset(row, max_turns)
+
+    def step(self, action: str) -> Step:
+        return self.env.step(action)
+
+    def step_tokens(self, action: str, ids: Sequence[int], prefix: Sequence[int]) -> Step:
+        if self._step_tokens is not None:
+            return self._step_tokens(action, ids, prefix)
+        return self.env.step(action)
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+    def __repr__(self) -> str:
+        return f"ForeignEnvironment({self.env!r})"
 
 
 ENVIRONMENTS = Registry("environment", injected=("tokenizer",))
@@ -237,7 +351,8 @@ class EnvSpec:
         return f"{self.name}@{self.version}"
 
     def make(self, tokenizer: Any = None) -> Environment:
-        """A fresh environment for one trajectory (``tokenizer`` given to a factory that takes one)."""
+        """A fresh environment for one trajectory (``tokenizer`` given to a factory that takes one); an
+        object that does not have every member of :class:`Environment` is completed by :class:`ForeignEnvironment`."""
         kwargs = dict(self.options)
         if _takes(self.factory, "tokenizer"):
             kwargs["tokenizer"] = tokenizer
@@ -247,7 +362,7 @@ class EnvSpec:
             raise TypeError(
                 f"environment {self.name!r} made a {type(env).__name__}, which has no {', '.join(missing)} method"
             )
-        return env
+        return env if isinstance(env, Environment) else ForeignEnvironment(env, self.version)
 
 
 def resolve_environment(

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lit_rlvr.envs.base import EnvironmentBase, Observation, Step, declared_version, register_environment
-from lit_rlvr.rewards.conventions import is_import_path, load_function
+from lit_rlvr.plugins import is_import_path, load_function
 
 
 def skyrl_class(env: str) -> type:

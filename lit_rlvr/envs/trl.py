@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lit_rlvr.envs.base import EnvironmentBase, Observation, Step, declared_version, register_environment
-from lit_rlvr.rewards.conventions import load_function
+from lit_rlvr.plugins import load_function
 
 
 def tool_methods(env: Any) -> dict[str, Any]:

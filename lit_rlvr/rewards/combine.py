@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lit_rlvr.plugins import is_import_path, load_function
 from lit_rlvr.rewards.base import STATUS_NOT_APPLICABLE, STATUS_OK, Reward, ScoreResult, in_range
 from lit_rlvr.rewards.conventions import (
     PYTHON_ONLY,
@@ -48,8 +49,6 @@ from lit_rlvr.rewards.conventions import (
     callable_name,
     callable_source,
     imported_reward,
-    is_import_path,
-    load_function,
 )
 
 ROW = "row"
@@ -569,7 +568,7 @@ def _term(
             f"{key}: {entry!r:.60} is not a reward: give a registered reward's name, an import path or (in "
             "Python) a function"
         )
-    fn = load_function(entry) if isinstance(entry, str) else entry
+    fn = load_function(entry, "reward function") if isinstance(entry, str) else entry
     options_name = callable_name(fn)  # a factory's options are its arguments, under the factory's name
     opts = dict(options.get(options_name, {}))
     options_key = f"{key.rsplit('.', 1)[0]}.options.{options_name}"

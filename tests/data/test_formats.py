@@ -345,7 +345,7 @@ def test_a_trl_environments_tools_are_listed_in_its_prompts_as_trl_lists_them(to
     `data.prompt.tools` does the same, and refuses a prompt without a chat template."""
     path = tmp_path / "counter_env.py"
     path.write_text(COUNTER_ENV)
-    from lit_rlvr.rewards.conventions import load_function
+    from lit_rlvr.plugins import load_function
 
     cls = load_function(f"{path}:Counter", "environment")
     row = {"id": "c", "prompt": "Count to 7."}
