@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from lit_rlvr.functional.advantages import ADVANTAGES
 from lit_rlvr.functional.batching import crop_padding
 from lit_rlvr.policy.logprobs import MicroBatching
-from lit_rlvr.rollout.turns import EnvironmentOptions
+from lit_rlvr.rollout.turns import EnvironmentOptions, rows_scored_by_rewards
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
 R = TypeVar("R", bound="RowTensors")
@@ -403,9 +403,8 @@ def check_prompt_data(
     require(datamodule, PromptData, "RLVRModule", "DataModule")
     check_tokenizer(datamodule.tokenizer, tokenizer)
     rows = datamodule.all_rows()
-    rewards.check_rows(rows, "data")  # every row can be scored, before any generation
-    if environment is not None:
-        environment.specs(rows)  # every row has an environment
+    # every row has an environment, and every row its environment does not score can be scored, before any generation
+    rewards.check_rows(rows_scored_by_rewards(rows, environment), "data")
     if ADVANTAGES.trait(advantage, "binary_rewards", default=False):  # each row's own reward, now known
         rewards.require_binary(f"model.loss.advantage={advantage!r}", rows)
     if reference is None:

@@ -158,3 +158,37 @@ def test_a_validation_batch_counts_its_prompts_but_not_its_padding():
     prompts, counted = batch.counted(rollouts)
     assert prompts == [{"id": "a"}, {"id": "b"}]
     assert counted.completion_ids == [[4], [5], [8], [9]] and counted.prompt_ids == [[1], [3]]
+
+
+def test_rows_an_environment_scores_need_no_reward_the_others_are_refused_naming_the_fix():
+    """A skyrl-gym or lit_rlvr environment that scores its trajectories needs no ``reward`` in its rows (the
+    docs' skyrl-gym example); single-turn, or in an environment that does not score, a row still needs one."""
+    import lit_rlvr.demo  # noqa: F401  (the countdown environment, which scores its episodes)
+    from lit_rlvr.contracts import check_prompt_data
+    from lit_rlvr.envs import ENVIRONMENTS, EnvironmentBase, register_environment
+    from lit_rlvr.options import EnvironmentOptions
+    from lit_rlvr.rewards import RewardMix
+
+    class DM:
+        tokenizer = reference_cache = base_pass_counts = None
+        val_samples_per_prompt: dict = {}
+
+        def __init__(self, rows):
+            self.rows = rows
+
+        def all_rows(self):
+            return self.rows
+
+        def fit_context(self, context, train_new_tokens, val_new_tokens, where):
+            pass
+
+    rows = [{"id": "c1", "prompt": "C375=026:", "answer": "26", "digits": "375"}]
+    check_prompt_data(DM(rows), None, RewardMix(), "grpo", EnvironmentOptions("countdown"))
+    with pytest.raises(ValueError, match=r"row 'c1' has no \['reward'\] .* run it in an environment that scores"):
+        check_prompt_data(DM(rows), None, RewardMix(), "grpo")
+    register_environment("_test_unscored")(type("Unscored", (EnvironmentBase,), {}))
+    try:
+        with pytest.raises(ValueError, match=r"row 'c1' has no \['reward'\]"):
+            check_prompt_data(DM(rows), None, RewardMix(), "grpo", EnvironmentOptions("_test_unscored"))
+    finally:
+        ENVIRONMENTS.pop("_test_unscored")

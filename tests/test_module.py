@@ -699,11 +699,11 @@ def test_rollout_correction_weights_each_token_by_the_bounded_ratio(tiny_model_d
     start = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
     data = step_data(module, batch)
     old, _ = reference.forwards.logprobs(data)
-    weights, stats = correction_weights(old, data.old_logprobs, data.response_mask, "token_truncate", 1.5, 0.5)
+    weights, stats = correction_weights(old, data.old_logprobs, data.loss_tokens, "token_truncate", 1.5, 0.5)
     rewards = torch.tensor([float("7" in t) for t in batch.rollouts.texts])
     adv = ADVANTAGES["grpo"](rewards, data.group_ids)
     logprobs, _ = reference.forwards.forward_logprobs(data)
-    loss, _ = policy_loss(logprobs, old, adv, data.response_mask, token_weights=weights, max_len=8)
+    loss, _ = policy_loss(logprobs, old, adv, data.loss_tokens, token_weights=weights, max_len=8)
     loss.backward()
     loader = DataLoader([batch], batch_size=None, collate_fn=lambda b: b)
     trainer = Trainer(
@@ -741,7 +741,7 @@ def hand_step(tiny_model_dir, batch, method: str) -> dict[str, torch.Tensor]:
         scoring=ScoringOptions(workers=0),
     )
     data = step_data(reference, batch)
-    mask, old, ids = data.response_mask, data.old_logprobs, data.group_ids
+    mask, old, ids = data.loss_tokens, data.old_logprobs, data.group_ids
     rewards = torch.tensor([float("7" in t) for t in batch.rollouts.texts])
     lp0, h0 = reference.forwards.logprobs(data, with_entropy=True)
     adv = ADVANTAGES["grpo"](rewards, ids)
@@ -858,7 +858,7 @@ def test_token_entropy_is_logged_every_step_and_the_coefficient_with_a_bonus(tin
     trainer.fit(module, train_dataloaders=DataLoader([batch], batch_size=None, collate_fn=lambda b: b))
     metrics = trainer.callback_metrics
     assert float(metrics["train/entropy"]) == pytest.approx(
-        float(aggregate(h, data.response_mask)), rel=1e-5
+        float(aggregate(h, data.loss_tokens)), rel=1e-5
     )  # π_θ before the step
     assert float(metrics["train/entropy_coef"]) == pytest.approx(0.02)  # applied at this step; the next one gets 0.03
     assert module.entropy_state.coef == pytest.approx(0.03) and module.entropy_state.active

@@ -270,3 +270,51 @@ def test_the_documented_plugin_modules_train_from_yaml(user_package, tiny_model_
     # the workers imported myproj.rewards themselves (a worker that cannot import it fails to start)
     *_, plugin_modules, _ = seen["config"]
     assert "myproj.rewards" in plugin_modules and "exact_match" not in seen["shipped"]
+
+
+LOADABLE = """
+from lit_rlvr.envs import EnvironmentBase, Step
+
+
+def exact(completion, answer, **row):
+    return float(completion == answer)
+
+
+class Echo(EnvironmentBase):
+    def step(self, action):
+        return Step(action, done=True)
+"""
+
+
+def test_one_import_path_loader_serves_rewards_environments_and_data(tmp_path):
+    """Rewards, environments and data all load an import path through ``lit_rlvr.plugins``: one cache
+    (a file is imported once, whoever names it first), one set of errors naming what was asked for."""
+    import lit_rlvr.data.prompts
+    import lit_rlvr.envs.base
+    import lit_rlvr.envs.skyrl
+    import lit_rlvr.envs.trl
+    import lit_rlvr.rewards.combine
+    import lit_rlvr.rewards.conventions
+    from lit_rlvr import plugins
+    from lit_rlvr.envs import resolve_environment
+    from lit_rlvr.rewards import RewardFunc
+
+    for module in (
+        lit_rlvr.data.prompts,
+        lit_rlvr.envs.base,
+        lit_rlvr.envs.skyrl,
+        lit_rlvr.envs.trl,
+        lit_rlvr.rewards.combine,
+        lit_rlvr.rewards.conventions,
+    ):
+        assert getattr(module, "load_function", plugins.load_function) is plugins.load_function, module.__name__
+    file = tmp_path / "mine.py"
+    file.write_text(LOADABLE)
+    echo = plugins.load_function(f"{file}:Echo", "environment")
+    assert resolve_environment(f"{file}:Echo").factory is echo
+    assert RewardFunc(f"{file}:exact").fn is plugins.load_function(f"{file}:exact", "reward function")
+    assert plugins.is_import_path(f"{file}:Echo") and not plugins.is_import_path("sql")
+    with pytest.raises(ImportError, match=r"^environment 'mine_nope\.Echo': No module named 'mine_nope'"):
+        plugins.load_function("mine_nope.Echo", "environment")
+    with pytest.raises(TypeError, match=r"reward function 'lit_rlvr.plugins.ENTRY_POINT_GROUP' is a str"):
+        plugins.load_function("lit_rlvr.plugins.ENTRY_POINT_GROUP", "reward function")

@@ -54,7 +54,7 @@ from lit_rlvr.cache.format import (
 )
 from lit_rlvr.policy import MicroBatching, batched_completion_logprobs
 from lit_rlvr.rollout.engine import context_length
-from lit_rlvr.rollout.turns import EnvironmentOptions, RolloutSampler
+from lit_rlvr.rollout.turns import EnvironmentOptions, RolloutSampler, rows_scored_by_rewards
 from lit_rlvr.rollout.types import DEFAULT_SAMPLING, Rollouts, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -236,7 +236,8 @@ def build_reference_cache(
         world_size: ranks building the cache; with more than one, the manifest is only marked
             complete by :func:`finish_manifest` on rank 0 after every rank has returned.
         reward_names: what judges the samples, recorded in the manifest (part of the cache's
-            identity; default: the rows' ``reward`` names). With several rewards, the
+            identity; default: the ``reward`` names of the rows the environment does not score,
+            :func:`~lit_rlvr.rollout.turns.rows_scored_by_rewards`). With several rewards, the
             correctness reward's (:meth:`~lit_rlvr.rewards.RewardMix.correctness_sources`).
         environment: sample multi-turn trajectories in this environment (None: single-turn
             completions); recorded in the manifest (:meth:`~lit_rlvr.rollout.turns.EnvironmentOptions.identity`).
@@ -266,7 +267,9 @@ def build_reference_cache(
         "model": model_fingerprint(model),
         "tokenizer_sha256": tokenizer_fingerprint(tokenizer),
         "sampling": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(replace(params, seed=None)).items()},
-        "rewards": list(reward_names) if reward_names is not None else sorted({r["reward"] for r in rows}),
+        "rewards": list(reward_names)
+        if reward_names is not None
+        else sorted({str(r.get("reward")) for r in rows_scored_by_rewards(rows, environment)}),
         "dataset_fingerprint": dataset_fingerprint(rows, prompt_ids),
         "num_prompts": len(rows),
         "n": n,

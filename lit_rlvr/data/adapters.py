@@ -5,7 +5,8 @@ dataset name and the record's index, or its native id), the problem text (before
 template) or a conversation (a list of ``{"role", "content"}`` messages, TRL's and verl's
 conversational prompts), the gold answer as a string, and the name of the reward function in
 ``lit_rlvr.rewards.REWARDS`` that judges it. A row scored by ``model.scoring.reward_funcs`` (a TRL
-dataset) may have no ``reward`` and no ``answer``: its columns are what the reward functions read.
+dataset) may have no ``reward`` and no ``answer``: its columns are what the reward functions read;
+a row its multi-turn environment scores needs no ``reward``.
 Adapters are registered in :data:`ADAPTERS` and chosen by name from config; each has the signature
 
     ``adapter(record: dict, *, index: int, name: str, source: Path, **options) -> dict``
@@ -222,6 +223,10 @@ def spider(
     }
 
 
+KEPT_FIELDS = ("db_path",)
+"""Record fields the ``jsonl`` adapter always keeps when present (the SQL reward's database)."""
+
+
 @ADAPTERS.register("jsonl")
 def generic(
     record: dict,
@@ -234,28 +239,34 @@ def generic(
     reward: str | None = None,
     reward_field: str = "reward",
     id_field: str | None = None,
-    extra_fields: Iterable[str] = ("db_path",),
+    extra_fields: Iterable[str] = (),
 ) -> dict:
     """Generic field mapping for any JSONL/JSON/Parquet file (e.g. the synthetic demo tasks).
 
-    The reward name is ``reward`` when given, else the record's ``reward_field``. String answers
-    are kept verbatim (numbers become strings); a relative ``db_path`` is resolved against the
-    data file's folder.
+    The reward name is ``reward`` when given, else the record's ``reward_field``; a row with
+    neither has no ``reward``, for rows a multi-turn environment scores (docs/agents.md) or that
+    ``model.scoring.reward_funcs`` score (the start-up checks refuse it otherwise, naming the fix:
+    :meth:`~lit_rlvr.rewards.RewardMix.check_rows`). String answers are kept verbatim (numbers
+    become strings). The record's fields in :data:`KEPT_FIELDS`
+    (``db_path``) and in ``extra_fields`` are kept in the row when present: ``extra_fields`` adds
+    to them (``[db_id, data]`` keeps ``db_path`` too); a relative ``db_path`` is resolved against
+    the data file's folder.
 
     Example:
         >>> generic({"q": "1+1", "a": 2, "reward": "math"}, index=0, name="toy", source=Path("t"),
         ...         prompt_field="q", answer_field="a")
         {'id': 'toy/0', 'prompt': '1+1', 'answer': '2', 'reward': 'math'}
     """
-    reward_name = reward if reward is not None else str(_field(record, reward_field))
+    reward_name = reward if reward is not None else record.get(reward_field)
     answer = _field(record, answer_field)
     row = {
         "id": _row_id(record, index, name, id_field),
         "prompt": _text(record, prompt_field),
         "answer": answer if isinstance(answer, str) else normalize_answer(answer),
-        "reward": reward_name,
     }
-    for key in extra_fields:
+    if reward_name is not None and str(reward_name).strip():
+        row["reward"] = str(reward_name)
+    for key in dict.fromkeys([*KEPT_FIELDS, *extra_fields]):
         if record.get(key) is not None:
             row[key] = record[key]
     if "db_path" in row and not Path(row["db_path"]).is_absolute():

@@ -12,13 +12,16 @@ renders it all, as TRL's ``apply_chat_template`` does. Without a chat template a
 one user message (after an optional system message) takes the plain template.
 
 TRL templates conversational prompts only: a *standard* (text) prompt goes to the tokenizer as it
-is. Rows of the ``trl`` adapter follow TRL (``raw_text``): unless ``use_chat_template`` is set,
-their text prompts are the instruction-formatted text alone, tokenized with the tokenizer's
+is. Rows of the ``trl`` adapter follow TRL (``raw_text``): unless ``use_chat_template`` or ``tools``
+is set, their text prompts are the instruction-formatted text alone, tokenized with the tokenizer's
 special tokens, as ``tokenizer(text=prompt)`` in TRL's ``GRPOTrainer``.
 
 A multi-turn run with a TRL environment (``model.environment``, docs/agents.md) lists its tools in
 the prompt as TRL's ``GRPOTrainer(environment_factory=...)`` does: ``tools`` names the class, whose
-public methods (but ``reset`` and ``get_reward``) go to the chat template as ``tools=``.
+public methods (but ``reset`` and ``get_reward``) go to the chat template as ``tools=``. Unlike
+TRL, which renders tools for conversational prompts only, a text prompt with ``tools`` is rendered
+by the chat template too (as a user message), so the model sees its tools with every adapter; a
+prompt no chat template renders (none, or ``use_chat_template: false``) is refused.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from functools import lru_cache
 from typing import Any
 
 from lit_rlvr.envs.trl import tool_methods
-from lit_rlvr.rewards.conventions import load_function
+from lit_rlvr.plugins import load_function
 
 
 @dataclass(frozen=True)
@@ -42,12 +45,14 @@ class PromptFormat:
         use_chat_template: True/False forces it; None uses the chat template when the tokenizer
             has one, except for the text prompts of TRL-format data (the ``trl`` adapter), which
             go to the tokenizer as they are, as TRL sends them (TRL templates conversational
-            prompts only).
+            prompts only), unless ``tools`` lists tools, which only the chat template shows.
         plain_template: used without a chat template; ``{system}`` is the system prompt plus a
             blank line (or empty) and ``{user}`` the formatted instruction.
         tools: the import path of a TRL environment class (``pkg.mod:Class``, ``file.py:Class``;
             the one ``model.environment`` runs) whose tools the chat template lists, as TRL renders
-            its prompts (``apply_chat_template(..., tools=...)``); None: no tools. Needs the chat template.
+            its prompts (``apply_chat_template(..., tools=...)``); None: no tools. Needs the chat
+            template, with every adapter: TRL-format text prompts are rendered with it too (TRL sends
+            them as they are, without the tools, so its model never sees them).
     """
 
     instruction: str = "{prompt}"
@@ -67,9 +72,14 @@ class PromptFormat:
             row: the prompt row.
             tokenizer: the policy's tokenizer.
             raw_text: a text prompt is the model's input as it is (TRL's standard prompts), unless
-                :attr:`use_chat_template` is set; a conversation is unaffected.
+                :attr:`use_chat_template` or :attr:`tools` is set; a conversation is unaffected.
         """
-        if raw_text and self.use_chat_template is None and not isinstance(row.get("prompt"), list):
+        if (
+            raw_text
+            and self.use_chat_template is None
+            and self.tools is None
+            and not isinstance(row.get("prompt"), list)
+        ):
             if self.system_prompt:
                 raise ValueError(
                     f"row {row.get('id')!r}: data.prompt.system_prompt with a text prompt of TRL-format data, which "

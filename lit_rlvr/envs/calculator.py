@@ -15,9 +15,7 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
 
 from lit_rlvr.envs.base import EnvironmentBase, Step, register_environment
 from lit_rlvr.rewards.base import REWARDS, as_result
@@ -127,7 +125,7 @@ def _check(calc_tag: str, answer_tag: str, reward: str) -> None:
         raise ValueError(f"reward must be a registered reward; got {reward!r}, registered: {sorted(REWARDS)}")
 
 
-@register_environment("calculator", check=_check)
+@register_environment("calculator", check=_check, scores=True)
 class CalculatorEnvironment(EnvironmentBase):
     """A math problem with a calculator (module docstring); the row's ``answer`` is the gold.
 
@@ -156,27 +154,22 @@ class CalculatorEnvironment(EnvironmentBase):
         self.invalid = (
             f"write <{calc_tag}>expression</{calc_tag}> to compute, or <{answer_tag}>…</{answer_tag}> to answer"
         )
-        self.row: dict[str, Any] = {}
-        self.turn, self.max_turns = 0, 1
-
-    def reset(self, row: Mapping[str, Any], max_turns: int) -> None:
-        self.row, self.turn, self.max_turns = dict(row), 0, max_turns
-        return None
 
     def step(self, action: str) -> Step:
-        self.turn += 1
+        last = self.next_turn()
         answers = self._answer.findall(action)
         if answers:
-            row = {k: v for k, v in self.row.items() if k != "answer"}
             score = as_result(
-                REWARDS[self.reward].score(f"\\boxed{{{answers[-1].strip()}}}", self.row.get("answer"), **row)
+                REWARDS[self.reward].score(
+                    f"\\boxed{{{answers[-1].strip()}}}", self.row.get("answer"), **self.scoring_row
+                )
             )
             return Step(reward=score.reward, done=True, info={"status": score.status, "reason": score.reason})
         calls = self._calc.findall(action)
-        if self.turn >= self.max_turns:
+        if last:
             return Step(reward=0.0, done=True, info={"status": "no_answer"})
         if not calls:
-            return Step(f"<result>{self.invalid}</result>", reward=0.0, info={"status": "invalid"})
+            return Step(f"<result>{self.invalid}</result>", reward=0.0, tool_error=True, info={"status": "invalid"})
         expression = calls[-1].strip()
         try:
             text, error = show(calculate(expression)), False

@@ -15,6 +15,9 @@ Where it departs from SkyRL's generator, and why:
   turn's tokens; the outcome estimators it feeds sum them).
 - A ``postprocessed_action`` is not used: SkyRL re-tokenizes it, which would train on tokens the
   model did not sample (tokens in, tokens out: CONTRIBUTING.md, "Typed contracts"); a warning says so once.
+- A turn skyrl-gym's environment rejects as an invalid action (its parser found no call:
+  ``metadata.tool_input`` holds None, or ``tool_name`` is None) is a tool error, not a tool call
+  (the behaviour metrics' ``tool_calls`` and ``tool_errors``).
 - A row without ``reward_spec`` gets ``{"method": "rule", "ground_truth": row["answer"]}``, the form of
   SkyRL's datasets, so lit_rlvr rows (``prompt``, ``answer``) run as they are.
 - ``init`` may only append messages to the prompt (they become environment tokens after it): the
@@ -28,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lit_rlvr.envs.base import EnvironmentBase, Observation, Step, declared_version, register_environment
-from lit_rlvr.rewards.conventions import is_import_path, load_function
+from lit_rlvr.plugins import is_import_path, load_function
 
 
 def skyrl_class(env: str) -> type:
@@ -66,7 +69,7 @@ def _check(env: str, env_config: Mapping[str, Any] | None, conversation: bool) -
         raise ValueError(f"env_config must be a mapping (the environment's config); got {type(env_config).__name__}")
 
 
-@register_environment("skyrl", check=_check, version=skyrl_version)
+@register_environment("skyrl", check=_check, version=skyrl_version, scores=True)
 class SkyRLEnvironment(EnvironmentBase):
     """One episode of a skyrl-gym ``BaseTextEnv`` (module docstring).
 
@@ -115,19 +118,19 @@ class SkyRLEnvironment(EnvironmentBase):
             )
         self.total += float(out.get("reward") or 0.0)
         metadata = dict(out.get("metadata") or {})
-        name = metadata.get("tool_name")
-        call = None
-        if name is not None:
-            arguments = metadata.get("tool_input")
-            shown = ", ".join(map(repr, arguments)) if isinstance(arguments, (list, tuple)) else repr(arguments)
-            call = f"{name}({shown})"
+        name, arguments = metadata.get("tool_name"), metadata.get("tool_input")
+        arguments = list(arguments) if isinstance(arguments, (list, tuple)) else [arguments]
+        # skyrl-gym's invalid action: its parser found no call (SQLEnv: tool_input (db_id, None, turns
+        # left); SearchEnv: [None]) or raised (tool_name None): a tool error, not a call
+        invalid = "tool_name" in metadata and (name is None or any(a is None for a in arguments))
+        call = None if name is None or invalid else f"{name}({', '.join(map(repr, arguments))})"
         observation = self._observation(list(out.get("observations") or []))
         return Step(
             observation,
             reward=self.total,
             done=bool(out.get("done")),
             tool_call=call,
-            tool_error=bool(metadata.get("error") or metadata.get("tool_error")),
+            tool_error=invalid or bool(metadata.get("error") or metadata.get("tool_error")),
             info=metadata,
         )
 

@@ -50,7 +50,7 @@ def _check(
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
 
 
-@register_environment("sql", check=_check)
+@register_environment("sql", check=_check, scores=True)
 class SQLEnvironment(EnvironmentBase):
     """One text-to-SQL episode on the row's database (module docstring).
 
@@ -100,11 +100,8 @@ class SQLEnvironment(EnvironmentBase):
         self.stop = (f"</{sql_tag}>", f"</{answer_tag}>")
         self._query = re.compile(rf"<{sql_tag}>(.*?)</{sql_tag}>", re.DOTALL)
         self._answer = re.compile(rf"<{answer_tag}>(.*?)</{answer_tag}>", re.DOTALL)
-        self.row: dict[str, Any] = {}
-        self.turn = 0
-        self.max_turns = 1
 
-    def reset(self, row: Mapping[str, Any], max_turns: int) -> None:
+    def check_row(self, row: Mapping[str, Any]) -> None:
         if not row.get("db_path") or not Path(str(row["db_path"])).is_file():
             raise ValueError(
                 f"row id={row.get('id')!r}: the sql environment needs 'db_path', an SQLite file; got {row.get('db_path')!r}"
@@ -113,20 +110,18 @@ class SQLEnvironment(EnvironmentBase):
             raise ValueError(
                 f"row id={row.get('id')!r}: the sql environment needs 'answer', the gold query; got {row.get('answer')!r}"
             )
-        self.row, self.turn, self.max_turns = dict(row), 0, max_turns
-        return None
 
     def step(self, action: str) -> Step:
-        self.turn += 1
+        last = self.next_turn()
         answers = self._answer.findall(action)
         if answers:
             return self._final(answers[-1])
-        if self.turn >= self.max_turns:
+        if last:
             return Step(reward=self._unanswered(), done=True, info={"status": "no_solution"})
         queries = self._query.findall(action)
         if not queries:
             text = INVALID.format(sql=self.sql_tag, answer=self.answer_tag)
-            return Step(self._observation(text), reward=self._unanswered(), info={"status": "invalid"})
+            return Step(self._observation(text), reward=self._unanswered(), tool_error=True, info={"status": "invalid"})
         sql = queries[-1].strip().rstrip(";").strip()
         outcome = run_query(sql, str(self.row["db_path"]), self.timeout_s)
         if outcome.status == STATUS_OK:
@@ -143,8 +138,7 @@ class SQLEnvironment(EnvironmentBase):
 
     def _final(self, solution: str) -> Step:
         text = solution if "```" in solution else f"```sql\n{solution.strip()}\n```"
-        row = {k: v for k, v in self.row.items() if k != "answer"}
-        score = sql_score(text, self.row["answer"], mode=self.mode, timeout_s=self.timeout_s, **row)
+        score = sql_score(text, self.row["answer"], mode=self.mode, timeout_s=self.timeout_s, **self.scoring_row)
         return Step(reward=score.reward, done=True, info={"status": score.status, "reason": score.reason})
 
     def _unanswered(self) -> float:
@@ -152,7 +146,7 @@ class SQLEnvironment(EnvironmentBase):
         return -1.0 if self.format_reward else 0.0
 
     def _observation(self, text: str) -> str:
-        left = self.max_turns - self.turn
+        left = self.turns_left
         return f"\n\n<observation>{text}\n<reminder>You have {left} turns left to complete the task.</reminder></observation>\n\n"
 
 

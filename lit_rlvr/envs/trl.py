@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lit_rlvr.envs.base import EnvironmentBase, Observation, Step, declared_version, register_environment
-from lit_rlvr.rewards.conventions import load_function
+from lit_rlvr.plugins import load_function
 
 
 def tool_methods(env: Any) -> dict[str, Any]:
@@ -57,6 +57,11 @@ def trl_version(*, factory: str, tokenizer: Any = None) -> str:
     return f"trl:{factory}:{declared_version(load_function(factory, 'environment'))}"
 
 
+def trl_scores(*, factory: str, tokenizer: Any = None) -> bool:
+    """Whether the class scores its episodes: it has ``get_reward`` (else the reward functions score them, as in TRL)."""
+    return callable(getattr(load_function(factory, "environment"), "get_reward", None))
+
+
 def _check(factory: str) -> None:
     cls = load_function(factory, "environment")
     if not callable(getattr(cls, "reset", None)):
@@ -65,7 +70,7 @@ def _check(factory: str) -> None:
         )
 
 
-@register_environment("trl", check=_check, version=trl_version)
+@register_environment("trl", check=_check, version=trl_version, scores=trl_scores)
 class TRLEnvironment(EnvironmentBase):
     """One episode of a TRL environment class (module docstring).
 

@@ -61,7 +61,7 @@ for _level in ("token", "sequence"):
 def correction_weights(
     trainer_logprobs: Tensor,
     sampler_logprobs: Tensor,
-    response_mask: Tensor,
+    loss_tokens: Tensor,
     mode: str = "token_truncate",
     clip_max: float | None = 3.0,
     clip_min: float | None = None,
@@ -71,13 +71,13 @@ def correction_weights(
     Args:
         trainer_logprobs: ``(B, T)`` log π_old from the trainer's forward at rollout time.
         sampler_logprobs: ``(B, T)`` the sampler's log-probs of the same tokens.
-        response_mask: ``(B, T)`` real completion tokens (padding gets weight 1, unused).
+        loss_tokens: ``(B, T)`` the tokens the loss reads (``StepData.loss_tokens``); the others get weight 1, unused.
         mode: a key of :data:`CORRECTIONS`.
         clip_max: upper bound C_max (None: none).
         clip_min: lower bound C_min (None: none).
 
     Returns:
-        ``(weights, stats)``: detached weights ``(B, T)`` (1 on padding, 0 where a log-prob is not
+        ``(weights, stats)``: detached weights ``(B, T)`` (1 off ``loss_tokens``, 0 where a log-prob is not
         finite) and, over real tokens, ``mismatch_kl`` (k3 estimate of KL(π_sampler‖π_old) on the
         sampler's tokens), ``is_weight_mean``, ``is_weight_max`` (of the raw ratios, before
         bounding; these three over the tokens with finite log-probs), ``is_bounded`` (share of
@@ -96,13 +96,13 @@ def correction_weights(
     """
     spec = CORRECTIONS.get_checked(mode, "model.rollout_correction.mode")
     _check_bounds(clip_min, clip_max)
-    if not trainer_logprobs.shape == sampler_logprobs.shape == response_mask.shape:
+    if not trainer_logprobs.shape == sampler_logprobs.shape == loss_tokens.shape:
         raise ValueError(
-            "correction_weights needs (B, T) trainer_logprobs, sampler_logprobs and response_mask of one shape; got "
-            f"{tuple(trainer_logprobs.shape)}, {tuple(sampler_logprobs.shape)}, {tuple(response_mask.shape)}"
+            "correction_weights needs (B, T) trainer_logprobs, sampler_logprobs and loss_tokens of one shape; got "
+            f"{tuple(trainer_logprobs.shape)}, {tuple(sampler_logprobs.shape)}, {tuple(loss_tokens.shape)}"
         )
     with torch.no_grad():
-        mask = response_mask.bool()
+        mask = loss_tokens.bool()
         nonfinite = mask & ~(torch.isfinite(trainer_logprobs) & torch.isfinite(sampler_logprobs))  # (B, T)
         finite = mask & ~nonfinite
         diff = torch.where(finite, trainer_logprobs.float() - sampler_logprobs.float(), torch.zeros(()))  # (B, T)

@@ -69,7 +69,7 @@ def _check_kl_cov(kl_cov_ratio, ppo_kl_coef) -> None:
         raise ValueError(f"ppo_kl_coef must be > 0, got {ppo_kl_coef!r}")
 
 
-def token_covariance(logprobs: Tensor, advantages: Tensor, response_mask: Tensor) -> Tensor:
+def token_covariance(logprobs: Tensor, advantages: Tensor, loss_tokens: Tensor) -> Tensor:
     """``(B, T)`` centred products (A_t − mean A)(log π_t − mean log π), means over real tokens.
 
     Padding holds −inf (never selected).
@@ -79,7 +79,7 @@ def token_covariance(logprobs: Tensor, advantages: Tensor, response_mask: Tensor
         >>> token_covariance(lp, torch.tensor([[1.0, -1.0, 5.0]]), torch.tensor([[1, 1, 0]]))
         tensor([[1., 1., -inf]])
     """
-    mask = response_mask.bool()
+    mask = loss_tokens.bool()
     n = mask.sum().clamp(min=1)
     lp = torch.where(mask, logprobs, 0.0)
     adv = torch.where(mask, advantages, 0.0)
@@ -91,7 +91,7 @@ def clip_cov_select(
     logprobs: Tensor,
     old_logprobs: Tensor,
     advantages: Tensor,
-    response_mask: Tensor,
+    loss_tokens: Tensor,
     *,
     clip_cov_ratio: float = 0.0002,
     clip_cov_lb: float = 1.0,
@@ -109,7 +109,7 @@ def clip_cov_select(
         logprobs: ``(B, T)`` log π_θ (detached) of the tokens.
         old_logprobs: ``(B, T)`` log π_old (the ratio decides which tokens are clipped already).
         advantages: ``(B, T)`` per-token advantages.
-        response_mask: ``(B, T)`` real completion tokens.
+        loss_tokens: ``(B, T)`` the tokens the loss reads (``StepData.loss_tokens``).
         clip_cov_ratio: share of the batch's tokens to detach.
         clip_cov_lb, clip_cov_ub: the open band of Cov_t a candidate must fall in.
         clip_low, clip_high: the clip bounds of the surrogate (injected).
@@ -125,7 +125,7 @@ def clip_cov_select(
         ...                 generator=torch.Generator().manual_seed(0)).sum().item()  # 4 candidates, 2 drawn
         2
     """
-    mask = response_mask.bool()
+    mask = loss_tokens.bool()
     log_ratio = torch.where(mask, logprobs - old_logprobs, 0.0).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
     clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high) > -advantages * ratio  # (B, T)
@@ -162,7 +162,7 @@ def clip_cov(
 
 
 def kl_cov_select(
-    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, response_mask: Tensor, *, kl_cov_ratio: float = 0.0002
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss_tokens: Tensor, *, kl_cov_ratio: float = 0.0002
 ) -> Tensor:
     """KL-Cov's penalised tokens: the ⌊kl_cov_ratio·N⌋ (≥ 1) real tokens of largest Cov_t.
 
@@ -170,7 +170,7 @@ def kl_cov_select(
         logprobs: ``(B, T)`` log π_θ (detached) of the tokens.
         old_logprobs: unused (the selection depends on π_θ and A only).
         advantages: ``(B, T)`` per-token advantages.
-        response_mask: ``(B, T)`` real completion tokens.
+        loss_tokens: ``(B, T)`` the tokens the loss reads (``StepData.loss_tokens``).
         kl_cov_ratio: share of the batch's tokens to penalise.
 
     Returns:
@@ -181,7 +181,7 @@ def kl_cov_select(
         >>> kl_cov_select(lp, lp, torch.tensor([[1.0, -1.0, 1.0, -1.0]]), torch.ones(1, 4), kl_cov_ratio=0.5)
         tensor([[ True,  True, False, False]])
     """
-    mask = response_mask.bool()
+    mask = loss_tokens.bool()
     selected = torch.zeros_like(mask)
     n_tokens = int(mask.sum())
     if not n_tokens:

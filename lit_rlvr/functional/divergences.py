@@ -151,7 +151,7 @@ def sequence_level(log_ratio: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return log_ratio.sum(-1, keepdim=True), mask.bool().any(-1, keepdim=True)
 
 
-def divergence_units(response_mask: Tensor, level: str) -> Tensor:
+def divergence_units(loss_tokens: Tensor, level: str) -> Tensor:
     """The mask of the units the divergence averages at ``level``: tokens ``(B, T)`` or rows ``(B, 1)``.
 
     Its count is the normaliser of the anchor term, so gradient accumulation over anchor
@@ -162,13 +162,13 @@ def divergence_units(response_mask: Tensor, level: str) -> Tensor:
         2
     """
     level_fn = DIVERGENCE_LEVELS.get_checked(level, "level")
-    return level_fn(response_mask.float(), response_mask)[1]
+    return level_fn(loss_tokens.float(), loss_tokens)[1]
 
 
 def f_divergence(
     logprobs: Tensor,
     ref_logprobs: Tensor,
-    response_mask: Tensor,
+    loss_tokens: Tensor,
     name: str = "forward_kl",
     level: str = "token",
     clamp: float = 20.0,
@@ -179,7 +179,7 @@ def f_divergence(
     """The DPH-RL preservation loss L_pef: D_f(π_θ‖π_ref) estimated on samples of π_ref.
 
     ``level="token"`` (as released): u_t = exp(clamp(logprobs − ref_logprobs, ±clamp)) per token
-    and the loss is ``aggregate(f(u_t), response_mask, agg)``. ``level="sequence"`` (exactness
+    and the loss is ``aggregate(f(u_t), loss_tokens, agg)``. ``level="sequence"`` (exactness
     studies): u = exp(clamp(Σ_t masked (logprobs − ref_logprobs), ±clamp)) per row, and the loss
     aggregates f(u) over the rows with at least one token (a ``(B, 1)`` unit per row, so
     ``token_mean`` is their mean). The levels are :data:`DIVERGENCE_LEVELS`. Rows or batches
@@ -189,7 +189,7 @@ def f_divergence(
     Args:
         logprobs: ``(B, T)`` log π_θ of the stored π_ref samples (differentiable).
         ref_logprobs: ``(B, T)`` the stored log π_ref of the same tokens (temperature 1).
-        response_mask: ``(B, T)`` real completion tokens.
+        loss_tokens: ``(B, T)`` the tokens the loss reads (``StepData.loss_tokens``).
         name: a key of :data:`DIVERGENCES`.
         level: ``"token"`` or ``"sequence"``.
         clamp: bound on the log-ratio (> 0).
@@ -214,16 +214,16 @@ def f_divergence(
         tensor(1.)
     """
     fn = DIVERGENCES.get_checked(name, "divergence", options, "divergence options")
-    if logprobs.dim() != 2 or not logprobs.shape == ref_logprobs.shape == response_mask.shape:
+    if logprobs.dim() != 2 or not logprobs.shape == ref_logprobs.shape == loss_tokens.shape:
         raise ValueError(
-            "f_divergence needs logprobs, ref_logprobs and response_mask of one (B, T) shape; got "
-            f"{tuple(logprobs.shape)}, {tuple(ref_logprobs.shape)}, {tuple(response_mask.shape)}"
+            "f_divergence needs logprobs, ref_logprobs and loss_tokens of one (B, T) shape; got "
+            f"{tuple(logprobs.shape)}, {tuple(ref_logprobs.shape)}, {tuple(loss_tokens.shape)}"
         )
     if not clamp > 0:
         raise ValueError(f"clamp must be > 0, got {clamp}")
     if level not in DIVERGENCE_LEVELS:
         raise ValueError(f"level must be {' or '.join(map(repr, DIVERGENCE_LEVELS))}, got {level!r}")
-    mask = response_mask.bool()
+    mask = loss_tokens.bool()
     log_ratio = torch.where(mask, logprobs - ref_logprobs, logprobs.new_zeros(()))  # (B, T)
     x, units = DIVERGENCE_LEVELS[level](log_ratio, mask)  # (B, U) each
     values = cap_value(fn(x.clamp(-clamp, clamp), **options), value_cap)

@@ -52,7 +52,7 @@ from lit_rlvr.functional.losses import aggregate
 from lit_rlvr.registry import Registry
 
 TOKEN_MASKS = Registry("token mask")
-"""Name → ``fn(entropies (B, T), response_mask (B, T), *, options) -> (B, T) bool``: the tokens the
+"""Name → ``fn(entropies (B, T), loss_tokens (B, T), *, options) -> (B, T) bool``: the tokens the
 policy gradient acts on (``model.loss.token_mask``)."""
 
 ENTROPY_CONTROLS = Registry("entropy control")
@@ -68,12 +68,12 @@ def _check_quantile(top_entropy_quantile) -> None:
 
 
 @TOKEN_MASKS.register("top_entropy", check=_check_quantile)
-def top_entropy(entropies: Tensor, response_mask: Tensor, *, top_entropy_quantile: float = 0.2) -> Tensor:
+def top_entropy(entropies: Tensor, loss_tokens: Tensor, *, top_entropy_quantile: float = 0.2) -> Tensor:
     """The forking tokens: real tokens whose entropy is at least the (1 − ρ) quantile of the batch's.
 
     Args:
         entropies: ``(B, T)`` token entropies (nats).
-        response_mask: ``(B, T)`` real completion tokens.
+        loss_tokens: ``(B, T)`` the tokens the loss reads (``StepData.loss_tokens``).
         top_entropy_quantile: ρ ∈ [0, 1]; 1 keeps every token, 0 only the highest-entropy one(s).
 
     Returns:
@@ -86,7 +86,7 @@ def top_entropy(entropies: Tensor, response_mask: Tensor, *, top_entropy_quantil
                 [ True, False, False, False]])
     """
     _check_quantile(top_entropy_quantile)
-    mask = response_mask.bool()
+    mask = loss_tokens.bool()
     values = entropies[mask].float().sort().values  # (N,)
     if not len(values):
         return torch.zeros_like(mask)
@@ -98,7 +98,7 @@ def top_entropy(entropies: Tensor, response_mask: Tensor, *, top_entropy_quantil
 
 def entropy_bonus(
     entropies: Tensor,
-    response_mask: Tensor,
+    loss_tokens: Tensor,
     agg: str = "token_mean",
     max_len: int | None = None,
     token_weights: Tensor | None = None,
@@ -109,7 +109,7 @@ def entropy_bonus(
         entropies: ``(B, T)`` token entropies of π_θ (differentiable: the bonus's gradient); a
             bf16/fp16 tensor is summed in float32 (a bf16 sum over thousands of tokens keeps 3
             significant digits), a float32 one as it is.
-        response_mask: ``(B, T)`` real completion tokens.
+        loss_tokens: ``(B, T)`` the tokens the loss reads (``StepData.loss_tokens``).
         agg: the policy loss's aggregation (its normaliser counts every real token).
         max_len: ``max_new_tokens`` for ``seq_mean_token_sum_norm``.
         token_weights: ``(B, T)`` detached weights (a token mask); None: all 1.
@@ -124,7 +124,7 @@ def entropy_bonus(
     """
     values = entropies.float() if entropies.dtype in (torch.bfloat16, torch.float16) else entropies  # (B, T)
     values = values if token_weights is None else values * token_weights.detach()
-    return aggregate(values, response_mask, agg, max_len)
+    return aggregate(values, loss_tokens, agg, max_len)
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,7 @@ def aggregate(values: Tensor, mask: Tensor, mode: str = "token_mean", max_len: i
 
     Args:
         values: ``(B, T)`` per-token losses.
-        mask: ``(B, T)`` bool or 0/1, the tokens that count (``response_mask``).
+        mask: ``(B, T)`` bool or 0/1, the tokens that count (``loss_tokens``).
         mode: ``"token_mean"`` (default), ``"seq_mean_token_mean"`` or
             ``"seq_mean_token_sum_norm"``.
         max_len: the Dr. GRPO normaliser (``max_new_tokens``); defaults to T; only used by
@@ -184,7 +184,7 @@ class PolicyLoss:
     ``token_loss(log_ratio (B, T), advantages (B, 1) or (B, T), selected (B, T) bool or None, *,
     <injected>, <options>) -> (B, T)`` is the loss of every token before aggregation (log_ratio is
     log π_θ − log π_old, clamped to ±20 and 0 on padding). ``select(logprobs (B, T), old_logprobs
-    (B, T), advantages (B, T), response_mask (B, T), *, <injected>, <options>) -> (B, T) bool``
+    (B, T), advantages (B, T), loss_tokens (B, T), *, <injected>, <options>) -> (B, T) bool``
     chooses the tokens ``token_loss`` treats apart (Clip-Cov's detached tokens, KL-Cov's penalised
     ones) from detached statistics of the batch; None for losses that treat every token alike.
     Each function gets the injected settings and the options its own signature names.
@@ -207,10 +207,10 @@ class PolicyLoss:
         return self.token_loss(log_ratio, advantages, selected, **self._kwargs("token_loss", values))
 
     def choose(
-        self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, response_mask: Tensor, **values
+        self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss_tokens: Tensor, **values
     ) -> Tensor:
-        """``select`` with the values it declares: ``(B, T)`` bool, False on padding."""
-        return self.select(logprobs, old_logprobs, advantages, response_mask, **self._kwargs("select", values))
+        """``select`` with the values it declares: ``(B, T)`` bool, False off ``loss_tokens``."""
+        return self.select(logprobs, old_logprobs, advantages, loss_tokens, **self._kwargs("select", values))
 
 
 def register_policy_loss(
@@ -284,7 +284,7 @@ def policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
     advantages: Tensor,
-    response_mask: Tensor,
+    loss_tokens: Tensor,
     *,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
@@ -314,7 +314,7 @@ def policy_loss(
             A non-finite value on a real token (``-inf``, NaN) gives that token a clamped ratio
             and a zero gradient (count them with :func:`nonfinite_count` and log it).
         advantages: ``(B,)`` one per completion, or ``(B, T)`` per token.
-        response_mask: ``(B, T)`` real completion tokens.
+        loss_tokens: ``(B, T)`` the tokens the loss reads (1/0): the model's own completion tokens, not padding nor an environment's tokens (``StepData.loss_tokens``).
         clip_low: ε_low ∈ [0, 1] (DAPO default 0.2; 1 removes the lower bound, as Clip-Cov's release).
         clip_high: ε_high ≥ 0 (DAPO clip-higher default 0.28).
         dual_clip: c > 1 bounding the loss of negative-advantage tokens by −c·A (3.0 in
@@ -354,8 +354,8 @@ def policy_loss(
         {'clipfrac_low': 0.25, 'clipfrac_high': 0.25, 'clipfrac_dual': 0.25}
     """
     entry = loss if isinstance(loss, PolicyLoss) else checked_policy_loss(loss, options, dual_clip, "loss")
-    _check_policy_args(logprobs, old_logprobs, advantages, response_mask, clip_low, clip_high, dual_clip)
-    mask = response_mask.bool()
+    _check_policy_args(logprobs, old_logprobs, advantages, loss_tokens, clip_low, clip_high, dual_clip)
+    mask = loss_tokens.bool()
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
     old = torch.where(torch.isnan(old_logprobs), float("-inf"), old_logprobs)  # NaN: no usable mass, as -inf
     log_ratio = _masked(logprobs - old, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T), 0 on padding
@@ -420,12 +420,12 @@ def nonfinite_count(values: Tensor, mask: Tensor) -> Tensor:
     return (~torch.isfinite(values) & mask.bool()).sum()
 
 
-def _check_policy_args(logprobs, old_logprobs, advantages, response_mask, clip_low, clip_high, dual_clip) -> None:
+def _check_policy_args(logprobs, old_logprobs, advantages, loss_tokens, clip_low, clip_high, dual_clip) -> None:
     """Raise ``ValueError`` for inconsistent shapes or clip settings, naming the values."""
     shapes = {
         "logprobs": tuple(logprobs.shape),
         "old_logprobs": tuple(old_logprobs.shape),
-        "response_mask": tuple(response_mask.shape),
+        "loss_tokens": tuple(loss_tokens.shape),
     }
     if logprobs.dim() != 2 or len(set(shapes.values())) != 1:
         raise ValueError(f"policy_loss needs (B, T) tensors of one shape; got {shapes}")

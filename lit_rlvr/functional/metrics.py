@@ -389,14 +389,14 @@ def mixed_reward_rows(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return ~zero_variance_groups(rewards, group_ids)[inverse]
 
 
-def masked_entropy_sum(entropy: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Sum of per-token entropy over real completion tokens, and their count (the metric states).
+def masked_entropy_sum(entropy: Tensor, loss_tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """Sum of per-token entropy over ``loss_tokens``, and their count (the metric states).
 
     Padding positions are ignored even if they hold non-finite values.
 
     Args:
         entropy: ``(B, T)`` per-token entropy of the sampling distribution.
-        response_mask: ``(B, T)`` 1 on real completion tokens.
+        loss_tokens: ``(B, T)`` the tokens the loss reads (``StepData.loss_tokens``).
 
     Returns:
         ``(sum, count)``, float64 scalars.
@@ -405,23 +405,23 @@ def masked_entropy_sum(entropy: Tensor, response_mask: Tensor) -> tuple[Tensor, 
         >>> masked_entropy_sum(torch.tensor([[1.0, 3.0], [2.0, float("nan")]]), torch.tensor([[1, 1], [1, 0]]))
         (tensor(6., dtype=torch.float64), tensor(3., dtype=torch.float64))
     """
-    if entropy.shape != response_mask.shape:
+    if entropy.shape != loss_tokens.shape:
         raise ValueError(
-            "entropy and response_mask must have the same (B, T) shape; "
-            f"got {tuple(entropy.shape)} and {tuple(response_mask.shape)}"
+            "entropy and loss_tokens must have the same (B, T) shape; "
+            f"got {tuple(entropy.shape)} and {tuple(loss_tokens.shape)}"
         )
-    mask = response_mask.bool()
+    mask = loss_tokens.bool()
     return torch.where(mask, entropy.double(), 0.0).sum(), mask.sum().double()
 
 
-def mean_token_entropy(entropy: Tensor, response_mask: Tensor) -> Tensor:
-    """Mean entropy over all real completion tokens of the batch (token-weighted; nan if none).
+def mean_token_entropy(entropy: Tensor, loss_tokens: Tensor) -> Tensor:
+    """Mean entropy over all ``loss_tokens`` of the batch (token-weighted; nan if none).
 
     Example:
         >>> mean_token_entropy(torch.tensor([[1.0, 3.0], [2.0, 9.0]]), torch.tensor([[1, 1], [1, 0]]))
         tensor(2., dtype=torch.float64)
     """
-    total, count = masked_entropy_sum(entropy, response_mask)
+    total, count = masked_entropy_sum(entropy, loss_tokens)
     return total / count
 
 

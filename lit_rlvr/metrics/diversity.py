@@ -132,9 +132,9 @@ class MeanTokenEntropy(Metric):
         self.add_state("entropy_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("num_tokens", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
-    def update(self, entropy: Tensor, response_mask: Tensor) -> None:
-        """Add a batch: ``entropy (B, T)``, ``response_mask (B, T)``."""
-        total, count = masked_entropy_sum(entropy, response_mask)
+    def update(self, entropy: Tensor, loss_tokens: Tensor) -> None:
+        """Add a batch: ``entropy (B, T)``, ``loss_tokens (B, T)`` (:func:`~lit_rlvr.functional.metrics.masked_entropy_sum`)."""
+        total, count = masked_entropy_sum(entropy, loss_tokens)
         self.entropy_sum += total.to(self.entropy_sum)
         self.num_tokens += count.to(self.num_tokens)
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lit_rlvr.plugins import is_import_path, load_function
 from lit_rlvr.rewards.base import STATUS_NOT_APPLICABLE, STATUS_OK, Reward, ScoreResult, in_range
 from lit_rlvr.rewards.conventions import (
     PYTHON_ONLY,
@@ -48,8 +49,6 @@ from lit_rlvr.rewards.conventions import (
     callable_name,
     callable_source,
     imported_reward,
-    is_import_path,
-    load_function,
 )
 
 ROW = "row"
@@ -344,7 +343,16 @@ class RewardMix:
 
     def check_rows(self, rows: Sequence[dict], where: str = "data") -> None:
         """Raise ``ValueError`` at start-up for a row these rewards cannot score: without terms (or
-        with the :data:`ROW` term), a row needs ``reward`` and ``answer``; a registered term needs an ``answer``."""
+        with the :data:`ROW` term), a row needs ``reward`` and ``answer``; a registered term needs an ``answer``.
+        ``rows`` are those the rewards score (a multi-turn environment may score its own:
+        :func:`~lit_rlvr.rollout.turns.rows_scored_by_rewards`).
+
+        Example:
+            >>> RewardMix().check_rows([{"id": "q1", "prompt": "p", "answer": "1"}])
+            Traceback (most recent call last):
+            ...
+            ValueError: data: row 'q1' has no ['reward'] to score it with; name its reward (a `reward` field, or the adapter's `reward` option: a registered reward such as 'math'), set model.scoring.reward_funcs, or run it in an environment that scores its trajectories (model.environment: sql, calculator, skyrl, a TRL class with get_reward, ...)
+        """
         sources = {t.source for t in self.terms}
         need = (
             ("reward", "answer")
@@ -357,7 +365,13 @@ class RewardMix:
             missing = [k for k in need if row.get(k) is None]
             if missing:
                 fix = (
-                    "set model.scoring.reward_funcs, or give the adapter a `reward` (and an answer field)"
+                    (
+                        "name its reward (a `reward` field, or the adapter's `reward` option: a registered reward "
+                        "such as 'math'), set model.scoring.reward_funcs, or run it in an environment that scores "
+                        "its trajectories (model.environment: sql, calculator, skyrl, a TRL class with get_reward, ...)"
+                    )
+                    if "reward" in missing
+                    else "give the adapter an answer field"
                     if not self.terms
                     else "give the adapter an answer field, or drop the registered rewards from model.scoring.reward_funcs"
                 )
@@ -554,7 +568,7 @@ def _term(
             f"{key}: {entry!r:.60} is not a reward: give a registered reward's name, an import path or (in "
             "Python) a function"
         )
-    fn = load_function(entry) if isinstance(entry, str) else entry
+    fn = load_function(entry, "reward function") if isinstance(entry, str) else entry
     options_name = callable_name(fn)  # a factory's options are its arguments, under the factory's name
     opts = dict(options.get(options_name, {}))
     options_key = f"{key.rsplit('.', 1)[0]}.options.{options_name}"

@@ -61,18 +61,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import math
 import numbers
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from lit_rlvr.plugins import load_function
 from lit_rlvr.rewards.base import (
     STATUS_ERROR,
     STATUS_OK,
@@ -338,80 +335,6 @@ def is_factory(fn: Callable) -> bool:
     return annotation is Callable or getattr(annotation, "__origin__", None) is Callable  # also typing.Callable[...]
 
 
-def is_import_path(ref: str) -> bool:
-    """Whether a ``reward_funcs`` entry is an import path (``pkg.mod.fn``, ``file.py:fn``) rather
-    than a registered reward's name (``math``).
-
-    Example:
-        >>> is_import_path("math"), is_import_path("my_pkg.rewards.accuracy"), is_import_path("r.py:compute_score")
-        (False, True, True)
-    """
-    return "." in ref or ":" in ref
-
-
-_LOADED: dict[str, Callable] = {}  # import path -> function, once per process
-
-
-def load_function(ref: str, what: str = "reward function") -> Callable:
-    """The function (or class) an import path names: ``pkg.mod.fn``, ``pkg.mod:fn`` or ``path/to/file.py:fn``.
-
-    A ``.py`` file is imported by path (relative to the working directory), as verl's
-    ``custom_reward_function.path`` is; every other form by module name (``imports``-style).
-    ``what`` names it in errors (``"environment"`` for :mod:`lit_rlvr.envs`).
-
-    Raises:
-        ImportError: the module cannot be imported or has no such attribute, naming ``ref``.
-        TypeError: what it names is not callable.
-
-    Example:
-        >>> load_function("operator.add")(2, 3)
-        5
-        >>> load_function("operator:nope")
-        Traceback (most recent call last):
-        ...
-        ImportError: reward function 'operator:nope': module 'operator' has no attribute 'nope'
-    """
-    if ref in _LOADED:
-        return _LOADED[ref]
-    module_ref, sep, attr = ref.rpartition(":") if ":" in ref else ref.rpartition(".")
-    if not module_ref or not attr:
-        raise ImportError(
-            f"{what} {ref!r}: expected 'package.module.function', 'package.module:function' or 'file.py:function'"
-        )
-    try:
-        module = _import_file(module_ref) if module_ref.endswith(".py") else importlib.import_module(module_ref)
-    except ImportError as err:
-        raise ImportError(f"{what} {ref!r}: {err}") from err
-    except Exception as err:  # the module itself failing
-        raise ImportError(f"{what} {ref!r}: importing {module_ref!r} raised {type(err).__name__}: {err}") from err
-    if not hasattr(module, attr):
-        raise ImportError(f"{what} {ref!r}: module {module_ref!r} has no attribute {attr!r}")
-    fn = getattr(module, attr)
-    if not callable(fn):
-        raise TypeError(f"{what} {ref!r} is a {type(fn).__name__}, not a function")
-    _LOADED[ref] = fn
-    return fn
-
-
-def _import_file(path: str):
-    """Import a ``.py`` file as a module (once per resolved path), like verl's ``load_extern_object``."""
-    file = Path(path).expanduser().resolve()
-    if not file.is_file():
-        raise ImportError(f"no file {str(file)!r}")
-    name = f"lit_rlvr_user_reward_{hashlib.sha256(str(file).encode()).hexdigest()[:12]}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # before running it, so its own functions pickle and dataclasses resolve
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
-
-
 def is_async(fn: Callable) -> bool:
     """Whether calling ``fn`` returns a coroutine (functions, partials and callable objects; TRL's test).
 
@@ -473,7 +396,7 @@ class RewardFunc:
     def __init__(self, source: str | Callable, convention: str | None = None, options: Mapping[str, Any] | None = None):
         self.source, self.options = source, dict(options or {})
         self.ref = source if isinstance(source, str) else None
-        fn = load_function(source) if self.ref is not None else source
+        fn = load_function(source, "reward function") if self.ref is not None else source
         if not callable(fn):
             raise TypeError(f"a reward function must be callable; got a {type(fn).__name__} {fn!r:.60}")
         label = self.ref or callable_name(fn)

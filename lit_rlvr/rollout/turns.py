@@ -51,25 +51,27 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from lit_rlvr.envs.base import EnvSpec, Observation, Step, check_observation, resolve_environment
+from lit_rlvr.envs.base import Environment, EnvSpec, Observation, Step, check_observation, resolve_environment
 from lit_rlvr.rollout.engine import chat_turn_end_ids
 from lit_rlvr.rollout.types import Episode, Rollouts, SamplingParams
 
 TURN_SEED_STRIDE = 1_000_003  # turn t samples with seed + t · stride
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TurnOptions:
-    """The multi-turn rollout loop's limits (SkyRL ``generator.max_turns``, verl ``multi_turn.*``), set as
-    :class:`EnvironmentOptions`' keys (``model.environment.max_turns``, …).
+    """The multi-turn rollout loop's limits, set as :class:`EnvironmentOptions`' keys (``model.environment.max_turns``, …).
 
     Args:
-        max_turns: model turns per trajectory (TRL's ``max_tool_calling_iterations`` + 1).
+        max_turns: model turns per trajectory (SkyRL's ``generator.max_turns``, verl's
+            ``multi_turn.max_assistant_turns``, TRL's ``max_tool_calling_iterations`` + 1).
         max_turn_tokens: tokens one model turn may generate (None: ``sampling.max_new_tokens``).
-        max_total_tokens: tokens of the whole completion, the model's and the environment's (None:
-            ``max_turns × max_turn_tokens``).
-        max_observation_chars: characters of one observation's text (longer text is cut, saying so).
-        step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``); None: no limit.
+        max_total_tokens: tokens of the whole trajectory after the prompt, the model's and the
+            environment's (None: ``max_turns × max_turn_tokens``); Dr. GRPO's normaliser.
+        max_observation_chars: characters of one observation's text (longer text is cut, saying so;
+            verl's ``max_tool_response_length``).
+        step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``); None:
+            no limit. A hung or failing environment costs only its trajectory (reward 0, not trained on).
     """
 
     max_turns: int = 5
@@ -101,12 +103,13 @@ ROW_ENVIRONMENT = "environment"  # the row field naming a row's own environment
 
 
 @dataclass(frozen=True)
-class EnvironmentOptions:
+class EnvironmentOptions(TurnOptions):
     """Multi-turn rollouts: the environment each trajectory runs in and the turn loop's limits.
 
     The ``environment`` group of training (``model.environment``, read by the rollout callback for
     training and validation alike) and of ``lit-rlvr cache`` (a multi-turn reference cache); absent
-    (None), rollouts are single-turn.
+    (None), rollouts are single-turn. The limits are :class:`TurnOptions`' (this group is one, with
+    the environments added; :attr:`turns` is the limits alone).
 
     Args:
         name: the environment (:data:`~lit_rlvr.envs.ENVIRONMENTS`: ``sql``, ``calculator``,
@@ -115,17 +118,6 @@ class EnvironmentOptions:
             instead; None: every row must name its own.
         options: ``{environment name: {option: value}}``, as ``model.scoring.options`` (e.g.
             ``{sql: {max_rows: 20}}``); checked at start-up.
-        max_turns: model turns per trajectory (SkyRL's ``generator.max_turns``, verl's
-            ``multi_turn.max_assistant_turns``, TRL's ``max_tool_calling_iterations`` + 1).
-        max_turn_tokens: tokens one model turn may generate (None: ``sampling.max_new_tokens``).
-        max_total_tokens: tokens of the whole trajectory after the prompt, the model's and the
-            environment's (None: ``max_turns × max_turn_tokens``); Dr. GRPO's normaliser.
-        max_observation_chars: characters of one observation's text (longer text is cut, saying so;
-            verl's ``max_tool_response_length``).
-        step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``); None:
-            no limit. A hung or failing environment costs only its trajectory (reward 0, not trained on).
-
-    The limits are checked as the loop's :class:`TurnOptions` (:attr:`turns`).
 
     Example:
         >>> import lit_rlvr.demo  # registers the countdown environment
@@ -140,18 +132,17 @@ class EnvironmentOptions:
 
     name: str | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    max_turns: int = TurnOptions.max_turns
-    max_turn_tokens: int | None = TurnOptions.max_turn_tokens
-    max_total_tokens: int | None = TurnOptions.max_total_tokens
-    max_observation_chars: int = TurnOptions.max_observation_chars
-    step_timeout_s: float | None = TurnOptions.step_timeout_s
 
     def __post_init__(self):
-        limits = {f.name: getattr(self, f.name) for f in fields(TurnOptions)}
-        object.__setattr__(self, "turns", TurnOptions(**limits))  # checked now
+        super().__post_init__()  # the limits checked now
         object.__setattr__(self, "_specs", {})
         for name in dict.fromkeys([*([self.name] if self.name is not None else []), *self.options]):
             self.spec(name)  # every configured environment and its options checked now
+
+    @property
+    def turns(self) -> TurnOptions:
+        """The turn loop's limits alone (what a reference cache records beside the environments)."""
+        return TurnOptions(**{f.name: getattr(self, f.name) for f in fields(TurnOptions)})
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling: the fields (the resolved environments are made again)."""
@@ -198,6 +189,33 @@ class EnvironmentOptions:
     def loop(self, tokenizer: Any, context: int | None = None) -> TurnLoop:
         """A :class:`TurnLoop` with these limits."""
         return TurnLoop(tokenizer, self.turns, context)
+
+
+def rows_scored_by_rewards(
+    rows: Sequence[Mapping[str, Any]], environment: EnvironmentOptions | None
+) -> list[Mapping[str, Any]]:
+    """The rows whose trajectories the reward functions score, so that need a ``reward`` (or
+    ``model.scoring.reward_funcs``) and an ``answer``: every row of a single-turn run (``environment``
+    None); in a multi-turn run, the rows whose environment does not score its trajectories itself
+    (:attr:`EnvSpec.scores <lit_rlvr.envs.EnvSpec>`). The start-up row checks and the reference cache's
+    record of its rewards both ask this.
+
+    Raises:
+        ValueError: a row has no environment (:meth:`EnvironmentOptions.specs`).
+
+    Example:
+        >>> import lit_rlvr.demo  # registers the countdown checker, which scores its episodes
+        >>> rows = [{"id": "a"}, {"id": "b", "environment": "_doc_unscored"}]
+        >>> from lit_rlvr.envs import ENVIRONMENTS, EnvironmentBase, register_environment
+        >>> _ = register_environment("_doc_unscored")(type("Unscored", (EnvironmentBase,), {}))
+        >>> [r["id"] for r in rows_scored_by_rewards(rows, EnvironmentOptions("countdown"))]
+        ['b']
+        >>> len(rows_scored_by_rewards(rows, None)), ENVIRONMENTS.pop("_doc_unscored").__name__
+        (2, 'Unscored')
+    """
+    if environment is None:
+        return list(rows)
+    return [row for row, spec in zip(rows, environment.specs(rows)) if not spec.scores]
 
 
 _TOOL_CALL_NAME = "name"
@@ -337,7 +355,8 @@ class _Trajectory:
 
     prompt: list[int]
     row: Mapping[str, Any]
-    env: Any = None
+    env: Environment | None = None
+    env_name: str = ""  # the configured name or import path, for errors
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -461,10 +480,10 @@ class TurnLoop:
     def _reset(self, trajectories: list[_Trajectory], specs: list[EnvSpec]) -> None:
         def start(t: _Trajectory, spec: EnvSpec) -> Callable[[], Observation | None]:
             def call():
-                t.env = spec.make(self.tokenizer)
+                t.env, t.env_name = spec.make(self.tokenizer), spec.name
                 out = t.env.reset(t.row, self.options.max_turns)
                 if out is not None:
-                    check_observation(out, f"{type(t.env).__name__}.reset's return value")
+                    check_observation(out, f"environment {spec.name!r}: reset's return value")
                 return out
 
             return call
@@ -494,7 +513,7 @@ class TurnLoop:
             return
         groups: dict[tuple[str, ...], list[int]] = {}
         for i, (t, _) in enumerate(pairs):  # one call per stop set: an environment's stops never cut another's turn
-            groups.setdefault(tuple(dict.fromkeys([*params.stop, *getattr(t.env, "stop", ())])), []).append(i)
+            groups.setdefault(tuple(dict.fromkeys([*params.stop, *t.env.stop])), []).append(i)
         turn_seed = None if params.seed is None else params.seed + turn * TURN_SEED_STRIDE
         n, first = params.n, grouped_prompts is not None and len(pairs) == len(live)
         offset = 0  # samples of the turn's earlier calls: the calls' seeds are disjoint, the first call's unchanged
@@ -532,13 +551,10 @@ class TurnLoop:
     def _environment_turn(self, live: list[_Trajectory], last: bool) -> None:
         def step(t: _Trajectory) -> Callable[[], Step]:
             def call():
-                if callable(getattr(t.env, "step_tokens", None)):  # an environment that parses the turn's tokens
-                    out = t.env.step_tokens(t.final_text, t.ids[t.turn_start :], t.prompt + t.ids[: t.turn_start])
-                else:
-                    out = t.env.step(t.final_text)
+                out = t.env.step_tokens(t.final_text, t.ids[t.turn_start :], t.prompt + t.ids[: t.turn_start])
                 if not isinstance(out, Step):
                     raise TypeError(
-                        f"{type(t.env).__name__}.step returned {type(out).__name__}, not a lit_rlvr.envs.Step"
+                        f"environment {t.env_name!r}: step returned {type(out).__name__}, not a lit_rlvr.envs.Step"
                     )
                 return out
 
@@ -549,7 +565,7 @@ class TurnLoop:
                 continue
             if out.tool_call is not None:
                 t.tool_calls.append(out.tool_call)
-                t.tool_errors += int(out.tool_error)
+            t.tool_errors += int(out.tool_error)  # a failed call, or a turn the environment rejected as invalid
             t.reward = out.reward
             if out.done or last:
                 t.end("done" if out.done else "max_turns", out.reward)
@@ -565,7 +581,7 @@ class TurnLoop:
         """Close every environment that is not hung (errors while closing are ignored: the episode is over)."""
 
         def close(t: _Trajectory) -> Callable[[], None]:
-            return lambda: t.env.close() if callable(getattr(t.env, "close", None)) else None
+            return t.env.close
 
         open_ = [t for t in trajectories if t.env is not None and t.status != "env_timeout"]
         self._run([close(t) for t in open_], "close")

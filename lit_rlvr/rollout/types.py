@@ -76,7 +76,7 @@ class Episode:
         reason: why, for the last two.
         turns: the model's turns.
         tool_calls: each tool call, in order (the trajectory's behaviour).
-        tool_errors: calls that failed.
+        tool_errors: calls that failed, and turns the environment rejected as invalid (no call).
         final_text: the model's last turn (its final answer).
     """
 

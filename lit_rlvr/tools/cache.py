@@ -53,6 +53,7 @@ from lit_rlvr.options import (
     ScoringOptions,
 )
 from lit_rlvr.plugins import load_plugins
+from lit_rlvr.rollout.turns import rows_scored_by_rewards
 
 
 def build_cache(
@@ -126,9 +127,8 @@ def build_cache(
     if not data.train_rows:
         raise ValueError("data.train is required: the cache covers the training prompts")
     mix = scoring.mix()  # the cache's rewards and pass counts are the correctness reward's, as validation's
-    mix.check_rows(data.train_rows, "data.train")
-    if environment is not None:
-        environment.specs(data.train_rows)  # every row has an environment, before any loading
+    scored = rows_scored_by_rewards(data.train_rows, environment)  # every row has an environment, before any loading
+    mix.check_rows(scored, "data.train")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(policy.path, dtype=DTYPES[policy.dtype]).to(device).eval()
@@ -143,7 +143,7 @@ def build_cache(
                 data.train_prompt_ids,
                 engine=rollout_engine,
                 scorer=mix.correctness_scorer(scorer),
-                reward_names=mix.correctness_sources(data.train_rows),
+                reward_names=mix.correctness_sources(scored),
                 model=model,
                 tokenizer=data.tokenizer,
                 params=sampling,

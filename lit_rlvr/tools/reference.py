@@ -33,11 +33,13 @@ class Key:
 
 
 def _docs(obj) -> dict[str, str]:
-    """``{argument: description}`` from a Google-style docstring (of a class or its ``__init__``)."""
+    """``{argument: description}`` from a Google-style docstring (of a class or its ``__init__``; an option
+    group that extends another has its base's fields documented in the base)."""
     import docstring_parser
 
     out = {}
-    for source in (obj, getattr(obj, "__init__", None)):
+    groups = [c for c in obj.__mro__[1:] if dataclasses.is_dataclass(c)] if dataclasses.is_dataclass(obj) else []
+    for source in (obj, getattr(obj, "__init__", None), *groups):
         text = inspect.getdoc(source) if source is not None else None
         if text:
             for p in docstring_parser.parse(text).params:
@@ -81,7 +83,7 @@ def _fields(cls) -> list[tuple[str, Any, Any]]:
     if dataclasses.is_dataclass(cls):
         hints = typing.get_type_hints(cls)
         out = []
-        for f in dataclasses.fields(cls):
+        for f in sorted(dataclasses.fields(cls), key=lambda f: f.kw_only):  # in the order of __init__
             default = (
                 f.default
                 if f.default is not dataclasses.MISSING

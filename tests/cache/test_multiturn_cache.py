@@ -39,7 +39,10 @@ class NoScorer:
 @pytest.fixture(scope="module")
 def multiturn_cache(tmp_path_factory, tiny):
     model, tok = tiny
-    rows = countdown_rows([("357", 26), ("129", 11), ("248", 16)])
+    # no `reward`: the checker scores its episodes, so the rows need none (nor does the manifest list one)
+    rows = [
+        {k: v for k, v in r.items() if k != "reward"} for r in countdown_rows([("357", 26), ("129", 11), ("248", 16)])
+    ]
     prompt_ids = [encode_prompt(r, tok) for r in rows]
     out = build_reference_cache(
         tmp_path_factory.mktemp("mt") / "cache",
@@ -64,7 +67,7 @@ def test_the_cache_holds_the_samplers_trajectories_with_their_masks_and_rewards(
     sampler = RolloutSampler(tok, ENV, context_length(engine, model)[0])
     with ReferenceCache(out) as cache:
         assert cache.multi_turn and cache.manifest["environment"] == ENV.identity(rows)
-        assert cache.manifest["environment"]["environments"] == ["countdown@1"]
+        assert cache.manifest["environment"]["environments"] == ["countdown@1"] and cache.manifest["rewards"] == []
         for i, row in enumerate(
             rows
         ):  # the builder's call for prompt i: its seed from the run seed and the prompt's id

@@ -161,3 +161,40 @@ def test_an_unknown_reward_name_is_a_bad_row_with_file_and_line(tmp_path):
     assert [r["id"] for r in out.rows] == ["jsonl/0"]
     assert len(out.bad) == 1 and out.bad[0].line == 2
     assert "unknown reward 'mth'; valid names: [" in out.bad[0].reason and "'math'" in out.bad[0].reason
+
+
+def test_extra_fields_add_to_the_kept_db_path(tmp_path):
+    """Listing ``extra_fields`` (docs/agents.md's ``[db_id, data]``) keeps ``db_path`` too, as without them."""
+    record = {
+        "prompt": "p",
+        "answer": "SELECT 1",
+        "reward": "sql",
+        "db_path": "db/x.sqlite",
+        "db_id": "x",
+        "data": "spider",
+    }
+    (tmp_path / "d.jsonl").write_text(json.dumps(record) + "\n")
+    plain, extra = (
+        load_rows(tmp_path / "d.jsonl", "jsonl", **options).rows[0]
+        for options in ({}, {"extra_fields": ["db_id", "data"]})
+    )
+    assert plain["db_path"] == extra["db_path"] == str(tmp_path / "db/x.sqlite")
+    assert (extra["db_id"], extra["data"]) == ("x", "spider") and "db_id" not in plain
+
+
+def test_a_jsonl_row_without_a_reward_is_a_row_for_the_start_up_checks_to_judge(tmp_path):
+    """Spider-layout rows for skyrl-gym's text2sql (docs/agents.md) name no reward: the environment scores
+    them. The adapter keeps them; the start-up checks refuse them where nothing scores them
+    (tests/test_contracts.py)."""
+    (tmp_path / "d.jsonl").write_text(
+        json.dumps({"prompt": "How many singers?", "answer": "SELECT count(*) FROM singer", "db_id": "concert_singer"})
+        + "\n"
+        + json.dumps({"prompt": "p", "answer": "1", "reward": ""})
+        + "\n"
+    )
+    out = load_rows(tmp_path / "d.jsonl", "jsonl", extra_fields=["db_id"])
+    assert out.bad == [] and [sorted(r) for r in out.rows] == [
+        ["answer", "db_id", "id", "prompt"],
+        ["answer", "id", "prompt"],
+    ]
+    assert load_rows(tmp_path / "d.jsonl", "jsonl", reward="sql").rows[0]["reward"] == "sql"

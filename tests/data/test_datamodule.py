@@ -98,7 +98,7 @@ def test_long_prompts_and_bad_rows_are_reported_and_skipped(tmp_path, tiny_model
     with caplog.at_level(logging.WARNING):
         dm.setup("fit")
     assert [str(b) for b in dm.bad_rows["d"]] == [
-        f"{path}:20: missing or empty field 'reward' (fields present: ['prompt'])"
+        f"{path}:20: missing or empty field 'answer' (fields present: ['prompt'])"
     ]
     assert dm.skipped_long["d"] == [f"d/{i} (51 tokens)" for i in range(0, 19, 4)]
     assert len(dm.train_rows) == 19 - 5 and all(len(p) <= 20 for p in dm.train_prompt_ids)

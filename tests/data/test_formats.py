@@ -345,7 +345,7 @@ def test_a_trl_environments_tools_are_listed_in_its_prompts_as_trl_lists_them(to
     `data.prompt.tools` does the same, and refuses a prompt without a chat template."""
     path = tmp_path / "counter_env.py"
     path.write_text(COUNTER_ENV)
-    from lit_rlvr.rewards.conventions import load_function
+    from lit_rlvr.plugins import load_function
 
     cls = load_function(f"{path}:Counter", "environment")
     row = {"id": "c", "prompt": "Count to 7."}
@@ -362,6 +362,10 @@ def test_a_trl_environments_tools_are_listed_in_its_prompts_as_trl_lists_them(to
         ValueError, match="data.prompt.tools lists .* tools in the chat template, but row 'c' is not rendered with one"
     ):
         encode_prompt(row, tool_tokenizer, PromptFormat(tools=f"{path}:Counter", use_chat_template=False))
+    # TRL-format data (the trl adapter): a text prompt goes to the tokenizer as it is, unless tools are
+    # listed, which only the chat template shows (TRL would drop them without a word)
+    assert encode_prompt(row, tool_tokenizer, PromptFormat(tools=f"{path}:Counter"), raw_text=True) == ids
+    assert encode_prompt(row, tool_tokenizer, PromptFormat(), raw_text=True) == tool_tokenizer("Count to 7.").input_ids
     (tmp_path / "empty_env.py").write_text("class Empty:\n    def reset(self, **row):\n        pass\n")
     with pytest.raises(ValueError, match="has no public method besides reset and get_reward"):
         PromptFormat(tools=f"{tmp_path / 'empty_env.py'}:Empty")

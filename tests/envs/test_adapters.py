@@ -71,6 +71,10 @@ def test_skyrl_sqlenv_runs_unchanged_on_spider_dev(skyrl_sql_root, spider_dev, c
     ]
     assert "<observation> 0\n 6\n<reminder>" in text[0] and "no such column: nope" in text[1]
     assert ours[0].tool_call == "sql('concert_singer', 'SELECT count(*) FROM singer', 4)"
+    assert [(s.tool_call is None, s.tool_error) for s in ours[1:3]] == [
+        (False, False),
+        (True, True),
+    ]  # no <sql>: invalid
     assert (ours[-1].done, ours[-1].reward) == (True, 1.0)
     assert spec.version.startswith("skyrl_gym-0.4") and spec.version.split(":")[1] == "text2sql"
     assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in before} == before

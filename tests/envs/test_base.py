@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from lit_rlvr.envs import ENVIRONMENTS, EnvironmentBase, Step, register_environment, resolve_environment
-from lit_rlvr.envs.base import declared_version
+from lit_rlvr.envs import ENVIRONMENTS, Environment, EnvironmentBase, Step, register_environment, resolve_environment
+from lit_rlvr.envs.base import ForeignEnvironment, declared_version
 from lit_rlvr.plugins import load_plugins
 
 
@@ -162,3 +162,136 @@ def test_step_checks_its_fields():
     with pytest.raises(TypeError, match="Step.observation must be text or a list of chat messages"):
         Step([{"role": "tool"}])
     assert declared_version(type("V", (), {"version": "3"})) == "3"
+
+
+def test_the_protocol_is_every_member_the_loop_uses_and_the_base_defaults_all_but_step(tmp_path):
+    import typing
+
+    members = {"stop", "version", "reset", "step", "step_tokens", "close"}
+    declared = getattr(Environment, "__protocol_attrs__", None) or typing._get_protocol_attrs(Environment)  # 3.11
+    assert set(declared) == members and members <= set(dir(EnvironmentBase))
+    base = EnvironmentBase()
+    assert isinstance(base, Environment) and (base.stop, base.version, base.close()) == ((), "1", None)
+    with pytest.raises(NotImplementedError):
+        base.step_tokens("x", [1], [])  # answers with step, which a subclass writes
+
+    class Tokens(EnvironmentBase):
+        def step(self, action):
+            return Step(action)
+
+    assert Tokens().step_tokens("the text", [4, 5], [1, 2, 3]).observation == "the text"
+
+
+FOREIGN = textwrap.dedent("""
+    from lit_rlvr.envs import Step
+
+    CLOSED = []
+
+    class OnlyResetAndStep:
+        stop = ("!",)
+
+        def reset(self, row, max_turns):
+            return None
+
+        def step(self, action):
+            return Step(action.upper(), done=True)
+
+    class Complete:
+        stop, version = (), "3"
+
+        def reset(self, row, max_turns):
+            return None
+
+        def step(self, action):
+            return Step("text")
+
+        def step_tokens(self, action, ids, prefix):
+            return Step(f"{len(prefix)}+{len(ids)}")
+
+        def close(self):
+            CLOSED.append(self)
+""")
+
+
+def test_a_foreign_object_is_completed_once_when_made(tmp_path):
+    """An environment not derived from EnvironmentBase gets the defaults it lacks at make, so the loop
+    calls every member directly; one that has them all is used as it is."""
+    path = tmp_path / "foreign_envs.py"
+    path.write_text(FOREIGN)
+    spec = resolve_environment(f"{path}:OnlyResetAndStep")
+    env = spec.make()
+    assert isinstance(env, ForeignEnvironment) and isinstance(env, Environment)
+    assert (env.stop, env.version, env.close()) == (("!",), spec.version, None)
+    assert env.step_tokens("hi!", [1, 2], [0]).observation == "HI!"  # no step_tokens: its step answers
+    complete = resolve_environment(f"{path}:Complete").make()
+    assert type(complete).__name__ == "Complete"  # every member there: not wrapped
+    wrapped = ForeignEnvironment(complete, "3")
+    assert wrapped.step_tokens("x", [1, 2], [0, 0, 0]).observation == "3+2"  # its own step_tokens, when it has one
+    wrapped.close()
+    assert complete.__class__.__module__ and sys.modules[type(complete).__module__].CLOSED == [complete]
+
+
+def test_the_base_keeps_the_row_and_counts_the_turns_for_every_builtin():
+    """The row, the turn count and the row without its gold live once, in EnvironmentBase: the built-in
+    environments check their rows (check_row) and count turns (next_turn) through it."""
+    import lit_rlvr.demo  # noqa: F401  (countdown)
+
+    calls = []
+
+    class Counting(EnvironmentBase):
+        def check_row(self, row):
+            calls.append(dict(row))
+            if "bad" in row:
+                raise ValueError("bad row")
+
+        def step(self, action):
+            return Step(str(self.next_turn()), done=self.turns_left == 0)
+
+    env = Counting()
+    row = {"id": "r", "answer": "4", "digits": "123"}
+    assert env.reset(row, max_turns=2) is None and calls == [row]
+    row["id"] = "changed"
+    assert env.row == {"id": "r", "answer": "4", "digits": "123"} and env.scoring_row == {"id": "r", "digits": "123"}
+    assert [(env.step("x").observation, env.turn, env.turns_left) for _ in range(2)] == [
+        ("False", 1, 1),
+        ("True", 2, 0),
+    ]
+    env.reset({"id": "again"}, max_turns=1)
+    assert (env.turn, env.max_turns, env.step("y").done) == (0, 1, True)  # reset starts counting again
+    with pytest.raises(ValueError, match="bad row"):
+        env.reset({"bad": 1}, 3)
+    assert env.row == {"id": "again"}  # a refused row is not kept
+    for name in ("sql", "calculator", "countdown"):
+        cls = ENVIRONMENTS[name]
+        assert issubclass(cls, EnvironmentBase) and not {"reset", "row", "turn", "max_turns"} & set(vars(cls)), name
+    with pytest.raises(ValueError, match="the sql environment needs 'db_path'"):
+        resolve_environment("sql").make().reset({"id": "q", "answer": "SELECT 1"}, 3)
+    with pytest.raises(ValueError, match="malformed gold for countdown"):
+        resolve_environment("countdown").make().reset({"id": "c", "digits": "1", "answer": "x"}, 3)
+
+
+def test_an_environment_says_whether_it_scores_its_trajectories(tmp_path):
+    """The built-ins score every trajectory, so their rows need no ``reward``; a TRL class scores when it
+    has ``get_reward``; a class of the user's scores when it declares ``scores = True``."""
+    import lit_rlvr.demo  # noqa: F401  (the countdown environment)
+
+    assert all(resolve_environment(name).scores for name in ("sql", "calculator", "countdown"))
+    assert resolve_environment("skyrl", {"env": "text2sql"}).scores
+    path = tmp_path / "my_envs.py"
+    path.write_text(
+        USER_ENVS + "\n\nclass Scored(Native):\n    scores = True\n\n\nclass Rewarded(TRLStyle):\n"
+        "    def get_reward(self):\n        return float(self.total == 7)\n"
+    )
+    assert not resolve_environment(f"{path}:Native").scores and resolve_environment(f"{path}:Scored").scores
+    assert not resolve_environment(f"{path}:TRLStyle").scores and resolve_environment(f"{path}:Rewarded").scores
+    register_environment("_test_unscored")(type("Unscored", (EnvironmentBase,), {}))
+    register_environment("_test_scored", scores=lambda *, level=1: level > 0)(
+        type("Scored", (EnvironmentBase,), {"__init__": lambda self, *, level=1: None})
+    )
+    try:
+        assert not resolve_environment("_test_unscored").scores
+        assert (
+            resolve_environment("_test_scored").scores and not resolve_environment("_test_scored", {"level": 0}).scores
+        )
+    finally:
+        ENVIRONMENTS.pop("_test_unscored"), ENVIRONMENTS.pop("_test_scored")

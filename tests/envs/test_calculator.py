@@ -77,6 +77,8 @@ def test_the_environment_computes_and_scores_the_final_answer_with_the_math_rewa
     assert bad.tool_error and bad.observation.startswith("<result>error: cannot parse")
     assert env.step("<answer>7/3</answer>").reward == 1.0
     env.reset({"id": "m", "answer": "5"}, max_turns=2)
-    assert "write <calc>expression</calc>" in env.step("no tags").observation
+    invalid = env.step("no tags")
+    assert "write <calc>expression</calc>" in invalid.observation
+    assert invalid.tool_call is None and invalid.tool_error  # an invalid turn: a tool error, not a call
     last = env.step("<calc>1+1</calc>")
     assert (last.done, last.reward) == (True, 0.0)

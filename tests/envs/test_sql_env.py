@@ -108,6 +108,7 @@ def test_malformed_turns_max_turns_and_the_format_reward(spider):
         assert (
             INVALID.format(sql="sql", answer="solution") in step.observation
             and step.tool_call is None
+            and step.tool_error  # an invalid turn: a tool error, not a call
             and not step.done
         )
         assert step.reward == unanswered

@@ -389,3 +389,42 @@ def test_an_aggregation_without_a_normaliser_is_refused():
             aggregate(torch.ones(1, 1), torch.ones(1, 1), "test_bare")
     finally:
         AGGREGATIONS.pop("test_bare")
+
+
+def test_the_functional_layer_names_the_mask_it_receives_loss_tokens():
+    """Every entry point that reads ``StepData.loss_tokens`` calls it that: not ``response_mask``, which
+    is the padding mask (only the packing helpers of ``batching`` take that one); a keyword call gives
+    bit for bit the positional call's loss."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import lit_rlvr.functional
+
+    takes = {}
+    for info in pkgutil.iter_modules(lit_rlvr.functional.__path__):
+        module = importlib.import_module(f"lit_rlvr.functional.{info.name}")
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ == module.__name__:
+                params = set(inspect.signature(fn).parameters)
+                takes.update({f"{info.name}.{name}": p for p in params & {"response_mask", "loss_tokens"}})
+    assert {k for k, v in takes.items() if v == "response_mask"} == {"batching.segment_lengths"}
+    assert {
+        "losses.policy_loss",
+        "correction.correction_weights",
+        "covariance.clip_cov_select",
+        "covariance.kl_cov_select",
+        "divergences.f_divergence",
+        "entropy.top_entropy",
+        "entropy.entropy_bonus",
+        "metrics.masked_entropy_sum",
+    } <= {k for k, v in takes.items() if v == "loss_tokens"}
+    gen = torch.Generator().manual_seed(0)
+    lp, old = -torch.rand(3, 5, generator=gen), -torch.rand(3, 5, generator=gen)
+    adv, mask = (
+        torch.randn(3, generator=gen)[:, None].expand(3, 5),
+        torch.tensor([[1] * 5, [1, 1, 0, 1, 0], [1, 0, 0, 0, 0]]),
+    )
+    positional, _ = policy_loss(lp, old, adv, mask, max_len=5)
+    keyword, _ = policy_loss(logprobs=lp, old_logprobs=old, advantages=adv, loss_tokens=mask, max_len=5)
+    assert torch.equal(positional, keyword)

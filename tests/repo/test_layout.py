@@ -51,6 +51,7 @@ ALLOWED = {
     "metrics": {"functional"},
     "envs": {
         "registry",
+        "plugins",
         "rewards",
     },  # environments answer model turns; the SQL one runs the rewards' sandbox, final answers are scored by rewards
     "rollout": {
@@ -70,6 +71,7 @@ ALLOWED = {
     "cache": {"atomic", "policy", "rollout", "contracts"},
     "data": {
         "registry",
+        "plugins",
         "rewards",
         "cache",
         "contracts",

@@ -10,8 +10,9 @@ import textwrap
 import pytest
 
 from lit_rlvr.options import ScoringOptions
+from lit_rlvr.plugins import load_function
 from lit_rlvr.rewards import BatchScorer, RewardFunc, RewardMix, TrainerState
-from lit_rlvr.rewards.conventions import as_value, detect_convention, imported_reward, load_function
+from lit_rlvr.rewards.conventions import as_value, detect_convention, imported_reward
 
 # A reward module in TRL's documented signature (docs: "Using a custom reward function"), one
 # sync and one async function, that also misbehaves on request so the workers' guarantees can be seen.
@@ -121,12 +122,12 @@ def user_rewards(tmp_path_factory):
 
 
 def test_conventions_are_told_apart_by_parameter_names(user_rewards):
-    assert detect_convention(load_function("trl_rewards.contains_solution")) == "trl"
-    assert detect_convention(load_function("trl_rewards:slow_length_bonus")) == "trl"
-    assert detect_convention(load_function(f"{user_rewards['verl']}:compute_score")) == "verl"
-    assert detect_convention(load_function("lit_rlvr.demo.countdown.countdown_score")) == "native"
+    assert detect_convention(load_function("trl_rewards.contains_solution", "reward function")) == "trl"
+    assert detect_convention(load_function("trl_rewards:slow_length_bonus", "reward function")) == "trl"
+    assert detect_convention(load_function(f"{user_rewards['verl']}:compute_score", "reward function")) == "verl"
+    assert detect_convention(load_function("lit_rlvr.demo.countdown.countdown_score", "reward function")) == "native"
     with pytest.raises(ValueError, match="match no known signature; accepted: trl: f"):
-        detect_convention(load_function("os.path.join"))
+        detect_convention(load_function("os.path.join", "reward function"))
 
 
 @pytest.mark.parametrize(
@@ -140,7 +141,7 @@ def test_conventions_are_told_apart_by_parameter_names(user_rewards):
 )
 def test_a_wrong_import_path_is_a_clear_error(user_rewards, ref, match):
     with pytest.raises(ImportError, match=match):
-        load_function(ref)
+        load_function(ref, "reward function")
 
 
 def _echo(f: RewardFunc, *args, **kwargs) -> dict:

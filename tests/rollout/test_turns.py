@@ -12,6 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_rlvr.envs import EnvironmentBase, EnvSpec, Step, resolve_environment
+from lit_rlvr.plugins import load_function
 from lit_rlvr.rollout.turns import TURN_SEED_STRIDE, ObservationRenderer, TurnLoop, TurnOptions
 from lit_rlvr.rollout.types import SamplingParams
 
@@ -246,6 +247,24 @@ def test_a_hung_or_crashing_environment_costs_only_its_trajectory(tiny_model_dir
     assert out.completion_ids[2] == tok("12?").input_ids + tok("ok").input_ids + tok("3;").input_ids
 
 
+def test_a_turn_the_environment_rejects_as_invalid_is_a_tool_error_not_a_call(tiny_model_dir, scripted):
+    """The calculator's turns: no tag (invalid), a failing call, a call, the answer: 2 calls, 2 errors."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = tok("Q:").input_ids
+    turns = ["no tags", "<calc>1/0</calc>", "<calc>2*3</calc>", "<answer>6</answer>"]
+    engine = scripted(tok, {tuple(prompt): [[tok(t).input_ids for t in turns]]})
+    out = TurnLoop(tok, TurnOptions(max_turns=4, max_total_tokens=400)).generate(
+        engine,
+        [prompt],
+        [{"id": "q", "answer": "6"}],
+        SamplingParams(n=1, max_new_tokens=32),
+        resolve_environment("calculator"),
+    )
+    episode = out.episodes[0]
+    assert (episode.status, episode.reward, episode.turns) == ("done", 1.0, 4)
+    assert (episode.tool_calls, episode.tool_errors) == (("1/0", "2*3"), 2)
+
+
 def test_budgets_turn_caps_observation_cuts_and_the_context(tiny_model_dir, scripted):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     prompt = tok("P:").input_ids
@@ -275,6 +294,73 @@ def test_budgets_turn_caps_observation_cuts_and_the_context(tiny_model_dir, scri
     assert len(cut.completion_ids[0]) == 58 and cut.episodes[0].status == "length"
     context = run(max_turns=3, max_total_tokens=500, context=len(prompt) + 30)  # the context binds before the budget
     assert context.completion_ids[0] == long_turn[:4] and context.episodes[0].status == "length"
+
+
+def test_the_latest_steps_reward_is_the_trajectorys_however_the_episode_ends(tiny_model_dir, scripted):
+    """Step.reward: the reward if the episode ends after that step, done or ended by the loop (the last
+    turn, the token budget); a later step's None (score the text) replaces an earlier number."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = tok("P:").input_ids
+    engine = scripted(tok, {tuple(prompt): [[tok("12").input_ids] * 3]})
+
+    class Rewards(EnvironmentBase):
+        def __init__(self, rewards, observation="ok"):
+            self.rewards, self.observation = rewards, observation
+
+        def step(self, action):
+            self.next_turn()
+            return Step(self.observation, reward=self.rewards[self.turn - 1])
+
+    def run(rewards, observation="ok", **options):
+        return (
+            TurnLoop(tok, TurnOptions(**options))
+            .generate(
+                engine,
+                [prompt],
+                [{"id": "p"}],
+                SamplingParams(n=1, max_new_tokens=4),
+                spec(lambda: Rewards(rewards, observation)),
+            )
+            .episodes[0]
+        )
+
+    last = run([0.25, 0.5], max_turns=2)
+    assert (last.status, last.reward) == ("max_turns", 0.5)
+    dropped = run([-1.0, 0.5], observation="=" * 80, max_turns=3, max_total_tokens=40)  # the observation cannot fit
+    assert (dropped.status, dropped.reward, dropped.turns) == ("length", -1.0, 1)
+    unscored = run([0.5, None], max_turns=2)
+    assert (unscored.status, unscored.reward) == ("max_turns", None)
+
+
+def test_a_foreign_environment_runs_with_the_protocols_defaults(tiny_model_dir, scripted, tmp_path):
+    """A class with only reset and step, named by import path: its stop strings end the model's turns,
+    its step answers, and closing it is a no-op; one with step_tokens is given the turn's ids."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    (tmp_path / "foreign_loop_envs.py").write_text(
+        "from lit_rlvr.envs import Step\n"
+        "class Plain:\n"
+        "    stop = ('?',)\n"
+        "    def reset(self, row, max_turns):\n"
+        "        return None\n"
+        "    def step(self, action):\n"
+        "        return Step(reward=1.0, done=True, tool_call=action)\n"
+        "class Tokens(Plain):\n"
+        "    seen = []\n"
+        "    def step_tokens(self, action, ids, prefix):\n"
+        "        Tokens.seen.append((list(ids), list(prefix)))\n"
+        "        return Step(reward=0.5, done=True)\n"
+    )
+    prompts = [tok("A1:").input_ids, tok("B2:").input_ids]
+    engine = scripted(tok, {tuple(p): [[tok("12?").input_ids]] for p in prompts})
+    specs = [resolve_environment(f"{tmp_path / 'foreign_loop_envs.py'}:{name}") for name in ("Plain", "Tokens")]
+    out = TurnLoop(tok, TurnOptions(max_turns=2)).generate(
+        engine, prompts, [{"id": "a"}, {"id": "b"}], SamplingParams(n=1, max_new_tokens=8), specs
+    )
+    assert [(e.status, e.reward) for e in out.episodes] == [("done", 1.0), ("done", 0.5)]
+    assert out.episodes[0].tool_calls == (tok.decode(tok("12?").input_ids, skip_special_tokens=True),)
+    assert {c[1].stop for c in engine.calls} == {("?",)}
+    seen = load_function(f"{tmp_path / 'foreign_loop_envs.py'}:Tokens", "environment").seen
+    assert seen == [(tok("12?").input_ids, prompts[1])]  # the turn's ids and the trajectory before it
 
 
 @pytest.mark.timeout(300)
@@ -386,6 +472,36 @@ def test_the_environment_group_resolves_each_rows_environment_and_checks_itself(
         EnvironmentOptions(None, options={"sql": {"rows": 3}})
     with pytest.raises(ValueError, match="row 'x' has no 'environment' field and model.environment.name is null"):
         EnvironmentOptions(None).specs([{"id": "x"}])
+
+
+def test_the_environment_group_is_the_turn_limits_plus_the_environments():
+    """Each limit is defined once, in TurnOptions: the environment group extends it (same keys, same
+    checks, same defaults) and adds only the environments; its positional arguments stay ``name, options``."""
+    import dataclasses
+
+    import lit_rlvr.demo  # noqa: F401  (the countdown environment)
+    from lit_rlvr.options import as_group
+    from lit_rlvr.rollout.turns import EnvironmentOptions
+
+    limits = [f.name for f in dataclasses.fields(TurnOptions)]
+    assert issubclass(EnvironmentOptions, TurnOptions) and set(vars(EnvironmentOptions)["__annotations__"]) == {
+        "name",
+        "options",
+    }
+    assert [f.name for f in dataclasses.fields(EnvironmentOptions)] == [*limits, "name", "options"]
+    env = EnvironmentOptions("countdown", {}, max_turns=3, step_timeout_s=None)
+    assert (env.name, env.max_turns, env.step_timeout_s, env.max_observation_chars) == ("countdown", 3, None, 4000)
+    assert env.turns == TurnOptions(max_turns=3, step_timeout_s=None) and type(env.turns) is TurnOptions
+    assert (
+        as_group(EnvironmentOptions, {"name": "countdown", "max_turn_tokens": 7}).turn_tokens(
+            SamplingParams(max_new_tokens=9)
+        )
+        == 7
+    )  # the YAML keys, read as they were
+    with pytest.raises(ValueError, match="model.environment.max_turns must be >= 1, got 0"):
+        EnvironmentOptions("countdown", max_turns=0)
+    with pytest.raises(TypeError):
+        TurnOptions(3)  # the limits are keywords: nothing positional can land on the wrong one
 
 
 def test_the_sampler_is_the_engines_generate_single_turn_and_the_turn_loop_multi_turn(tiny_model_dir, scripted):
