@@ -27,6 +27,9 @@ Where this departs from plain ``model.generate(do_sample=True, temperature=...)`
   per step, finished rows included), so with the same seed it returns the same rollouts, faster
   (``benchmarks/results/PERFORMANCE.md``). ``generate`` stays the path for encoder-decoder models,
   models without a dynamic KV cache, and sharded multi-process runs (``synced_gpus``).
+- Inside :meth:`HFEngine.prefix_reuse` (the multi-turn loop enters it for a rollout) the fast loop
+  keeps each row's keys and values between calls and prefills only the tokens after a kept prefix
+  (:mod:`lit_rlvr.rollout.prefix`), as vLLM's prefix cache does: same rollouts, up to rounding.
 """
 
 from __future__ import annotations
