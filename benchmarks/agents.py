@@ -11,10 +11,11 @@ generates the same tokens (``t·turn + (t − 1)·observation``) in one call per
 model ends a completion with its end-of-sequence token now and then (≈ 1% a token): a single-turn
 completion stops there, a multi-turn turn too (the next turn follows), so the two do not always
 generate the same number of tokens, and the comparison is per token: the multi-turn seconds per
-token over the single-turn seconds per token. The turn loop pays for one engine call per turn, each re-reading the trajectory so far
-(the transformers engine re-prefills it; vLLM's prefix cache keeps it), and for the environment's
-steps in threads. Reported per t: trajectories/s and tokens/s of both, the multi-turn time per token
-over the single-turn one (the issue's goal: ≤ 1.3×), and the environment's share of the multi-turn time.
+token over the single-turn seconds per token. The turn loop pays for one engine call per turn, each on the trajectory so far
+(the transformers engine keeps its keys and values between turns, ``HFEngine.prefix_reuse``; vLLM's
+prefix cache keeps them too), and for the environment's steps in threads. Reported per t:
+trajectories/s and tokens/s of both, the multi-turn time per token over the single-turn one (the
+goal: ≤ 1.15× at 5 turns), and the environment's share of the multi-turn time.
 Runs alternate in rounds and medians are reported (benchmarks/common.py). Writes
 ``benchmarks/results/agents.md``; the last line is ``turn_loop_overhead_t3=<ratio> t5=<ratio>``.
 """

@@ -61,7 +61,7 @@ class RolloutCallback(Callback):
             :class:`~lit_rlvr.rollout.engine.RolloutEngine` (then not closed by the Callback).
         engine_options: the engine's options (e.g. vLLM's ``dtype``, ``max_model_len``,
             ``kv_cache_memory_bytes``, ``gpu_memory_utilization``, ``enable_sleep_mode``; the HF
-            engine's ``max_batch_rows``, ``decode``), checked against the engine at start-up.
+            engine's ``max_batch_rows``, ``decode``, ``prefix_cache_mb``), checked against the engine at start-up.
         model_path: what vLLM loads (default: the policy's ``name_or_path``).
         sync_every_n_steps: optimizer steps between weight syncs (1 = on-policy).
         fingerprint: verify every sync (one forward of a 24-token probe on each side; an engine

@@ -27,6 +27,9 @@ Where this departs from plain ``model.generate(do_sample=True, temperature=...)`
   per step, finished rows included), so with the same seed it returns the same rollouts, faster
   (``benchmarks/results/PERFORMANCE.md``). ``generate`` stays the path for encoder-decoder models,
   models without a dynamic KV cache, and sharded multi-process runs (``synced_gpus``).
+- Inside :meth:`HFEngine.prefix_reuse` (the multi-turn loop enters it for a rollout) the fast loop
+  keeps each row's keys and values between calls and prefills only the tokens after a kept prefix
+  (:mod:`lit_rlvr.rollout.prefix`), as vLLM's prefix cache does: same rollouts, up to rounding.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from lit_rlvr.policy.loading import base_model
 from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids
+from lit_rlvr.rollout.prefix import PrefixCache, RowKeeper, batch_past, reusable, weights_version
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.weights import sync_weights
 
@@ -186,6 +191,8 @@ def decode_fast(
     pad_id: int,
     tokenizer=None,
     drop_finished: bool = True,
+    past: tuple[Any, Tensor] | None = None,
+    keep: RowKeeper | None = None,
 ) -> tuple[Tensor, Tensor, list[int]]:
     """Sample completions of a left-padded batch with a lean KV-cache loop (``generate``'s output).
 
@@ -210,6 +217,11 @@ def decode_fast(
         pad_id: fills the completion after a row's end.
         tokenizer: decodes completion tails when ``params.stop`` is set.
         drop_finished: remove finished rows from the batch (False keeps them, as ``generate``).
+        past: ``(cache, past_mask)``: keys and values the rows start with (a ``DynamicCache`` of
+            ``(B, H, Lc, D)`` layers and its ``(B, Lc)`` mask, :func:`~lit_rlvr.rollout.prefix.batch_past`);
+            ``input_ids`` are then the tokens after them, and positions count on from each row's cached tokens.
+        keep: collects each row's keys and values (prompt and fed completion tokens) as it leaves
+            the batch (:class:`~lit_rlvr.rollout.prefix.RowKeeper`), for caches that hold every token.
 
     Returns:
         ``tokens (B, S)`` (``pad_id`` after a row's end), ``logprobs (B, S)`` float32 (0 after a
@@ -237,16 +249,31 @@ def decode_fast(
     eos = torch.tensor(eos_ids, dtype=torch.long, device=dev)
     rows = torch.arange(B, device=dev)  # (b,) batch rows still in the forward
     live = torch.ones(B, dtype=torch.bool, device=dev)  # (b,) rows of the forward still generating
-    position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)  # as generate
+    position_ids = attention_mask.long().cumsum(-1) - 1  # as generate
+    mask, cached = attention_mask, {}
+    if past is not None:  # positions count on from each row's cached tokens; padding may sit between
+        position_ids = position_ids + past[1].sum(-1, keepdim=True)
+        mask, cached = torch.cat([past[1], attention_mask], dim=-1), {"past_key_values": past[0]}
+    position_ids = position_ids.masked_fill(attention_mask == 0, 0)
     out = model(
         input_ids=input_ids,
-        attention_mask=attention_mask,
+        attention_mask=mask,
         position_ids=position_ids,
         use_cache=True,
+        **cached,
         **_logits_to_keep(model),
     )
-    cache, mask, pos = out.past_key_values, attention_mask, position_ids[:, -1:]
+    cache, pos = out.past_key_values, position_ids[:, -1:]
     drop = drop_finished and _can_drop_rows(cache)
+    keep = keep if keep is not None and reusable(cache) else None
+    prompt_len = mask.sum(-1)  # (B,) real tokens before the completion
+    ends = torch.full((B,), T, dtype=torch.long, device=dev)  # (B,) completion lengths (T while running)
+
+    def leave(index: Tensor) -> None:  # rows at ``index`` of the forward leave: their fed tokens' keys and values
+        b = rows[index]
+        lengths = prompt_len[b] + ends[b].clamp(max=t - 1)  # step t - 1's token was sampled, never fed
+        keep.take(b.tolist(), index.tolist(), lengths.tolist(), cache, mask)
+
     t = 0
     while True:
         scores = process_logits(out.logits[:, -1], params.temperature, params.top_k, params.top_p)  # (b, V)
@@ -261,14 +288,20 @@ def decode_fast(
                 if hit:
                     stop_len[b] = t + 1
             done |= torch.tensor([stop_len[b] > 0 for b in rows.tolist()], device=dev)
+        if keep is not None:
+            ends[rows] = torch.where(live & done, t + 1, ends[rows])
         live &= ~done
         t += 1
         if t == T or not live.any():
+            if keep is not None:
+                leave(torch.arange(rows.numel(), device=dev))
             return tokens[:, :t], logprobs[:, :t], stop_len
         if drop and 8 * int(live.sum()) <= 7 * live.numel():  # an eighth finished: copying the cache pays
-            keep = live.nonzero().squeeze(-1)
-            cache.batch_select_indices(keep)
-            rows, live, tok, mask, pos = rows[keep], live[keep], tok[keep], mask[keep], pos[keep]
+            if keep is not None:
+                leave((~live).nonzero().squeeze(-1))
+            stay = live.nonzero().squeeze(-1)
+            cache.batch_select_indices(stay)
+            rows, live, tok, mask, pos = rows[stay], live[stay], tok[stay], mask[stay], pos[stay]
         mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
         pos = pos + 1
         out = model(
@@ -320,6 +353,8 @@ class HFEngine(EngineBase):
             models with a dynamic KV cache, not in a sharded multi-process run) and with
             ``generate`` elsewhere; ``"generate"`` always uses ``model.generate``. Both give the
             same rollouts for the same seed.
+        prefix_cache_mb: the most megabytes of keys and values :meth:`prefix_reuse` keeps between the
+            turns of a multi-turn rollout (an integer >= 0; 0 turns prefix reuse off).
         generate_timeout_s / sync_timeout_s: see :func:`~lit_rlvr.rollout.engine.run_with_timeout`.
     """
 
@@ -332,12 +367,17 @@ class HFEngine(EngineBase):
         *,
         max_batch_rows: int | None = None,
         decode: str = "fast",
+        prefix_cache_mb: int = 1024,
         generate_timeout_s: float | None = None,
         sync_timeout_s: float | None = None,
     ):
         super().__init__(generate_timeout_s, sync_timeout_s)
         if max_batch_rows is not None and max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1 or None, got {max_batch_rows}")
+        if not isinstance(prefix_cache_mb, int) or isinstance(prefix_cache_mb, bool) or prefix_cache_mb < 0:
+            raise ValueError(
+                f"HFEngine prefix_cache_mb must be an integer >= 0 (megabytes; 0 = no prefix reuse), got {prefix_cache_mb!r}"
+            )
         if decode not in DECODE_MODES:
             raise ValueError(f"HFEngine decode must be one of {DECODE_MODES}, got {decode!r}")
         self.model = model
@@ -348,6 +388,9 @@ class HFEngine(EngineBase):
             raise ValueError("HFEngine needs a tokenizer with a pad or EOS token for left padding, it has neither")
         self.eos_ids = _eos_ids(self._hf_model(), tokenizer)
         self.fast = decode == "fast" and _fast_decode_supported(model)
+        self.prefix_cache_mb = prefix_cache_mb
+        self.prefix_cache: PrefixCache | None = None  # set inside prefix_reuse()
+        self._reuse_depth = 0
         arch = type(self._hf_model()).__name__
         how = "a KV-cache decode loop" if self.fast else "transformers generate"
         announce(f"lit_rlvr rollout engine: {how} on the live policy (HFEngine, {arch})")
@@ -359,7 +402,32 @@ class HFEngine(EngineBase):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @contextlib.contextmanager
+    def prefix_reuse(self) -> Iterator[None]:
+        """Keep each row's keys and values between ``generate`` calls for the duration of the block.
+
+        A call inside it prefills only the tokens after each prompt's longest kept prefix (a row it
+        generated earlier: prompt and completion), and keeps its own rows for the next call
+        (:mod:`lit_rlvr.rollout.prefix`), within ``prefix_cache_mb``. The multi-turn loop enters it
+        for one rollout, whose turns extend the trajectories of the turn before. The kept rows are
+        dropped when the weights change (:meth:`update_weights`, or any parameter written in place)
+        and when the outermost block ends. A no-op with ``prefix_cache_mb: 0``, with
+        ``decode="generate"`` and in sharded multi-process runs; completions and log-probs are those
+        of a full prefill up to floating-point rounding.
+        """
+        if self._reuse_depth == 0 and self.prefix_cache_mb > 0 and self.fast:
+            self.prefix_cache = PrefixCache(self.prefix_cache_mb * 2**20)
+        self._reuse_depth += 1
+        try:
+            yield
+        finally:
+            self._reuse_depth -= 1
+            if self._reuse_depth == 0:
+                self.prefix_cache = None
+
     def _generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollouts:
+        if self.prefix_cache is not None:
+            self.prefix_cache.check(weights_version(self.model))
         rows = [list(p) for p in prompt_ids for _ in range(params.n)]  # prompt-major
         step = self.max_batch_rows or len(rows)
         parts: list[tuple[list[list[int]], list[list[float]], list[str], list[str]]] = []
@@ -376,16 +444,30 @@ class HFEngine(EngineBase):
         )
 
     def _generate_rows(self, rows: list[list[int]], params: SamplingParams):
-        B, Lp = len(rows), max(len(r) for r in rows)
+        fast = self.fast and not _sharded_world()  # sharded forwards need generate's synced_gpus
+        reuse = self.prefix_cache if fast else None
+        hits = [reuse.lookup(r) for r in rows] if reuse is not None else [None] * len(rows)
+        new = [r[hit[1] :] if hit else r for r, hit in zip(rows, hits)]  # the tokens to prefill
+        B, Lp = len(new), max(len(r) for r in new)
         input_ids = torch.full((B, Lp), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros((B, Lp), dtype=torch.long)
-        for b, r in enumerate(rows):  # left padding: every completion starts at column Lp
+        for b, r in enumerate(new):  # left padding: every completion starts at column Lp
             input_ids[b, Lp - len(r) :] = torch.tensor(r, dtype=torch.long)
             attention_mask[b, Lp - len(r) :] = 1
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        if self.fast and not _sharded_world():  # sharded forwards need generate's synced_gpus
+        keep = RowKeeper(reuse.max_bytes) if reuse is not None else None
+        if fast:
+            past = batch_past([(hit[0].kv, hit[1]) if hit else None for hit in hits]) if any(hits) else None
             tokens, lps, stop_len = decode_fast(
-                self.model, input_ids, attention_mask, params, self.eos_ids, self.pad_id, self.tokenizer
+                self.model,
+                input_ids,
+                attention_mask,
+                params,
+                self.eos_ids,
+                self.pad_id,
+                self.tokenizer,
+                past=past,
+                keep=keep,
             )
         else:
             tokens, lps, stop_len = self._decode_generate(input_ids, attention_mask, params)
@@ -397,7 +479,17 @@ class HFEngine(EngineBase):
             logprobs.append(lps[b][:length])
             reasons.append(reason)
             texts.append(_cut_after_stop(self.tokenizer.decode(ids, skip_special_tokens=True), params.stop))
+        if keep is not None:
+            self._keep_rows(rows, completions, hits, keep)
         return completions, logprobs, reasons, texts
+
+    def _keep_rows(self, rows: list[list[int]], completions: list[list[int]], hits: list, keep: RowKeeper) -> None:
+        """Store the call's rows (prompt and the completion tokens that were fed) in place of the
+        entries they extend: the next turn continues each trajectory from its latest tokens."""
+        for hit in filter(None, hits):
+            self.prefix_cache.discard(hit[0])
+        for b, kv in keep.kept.items():
+            self.prefix_cache.store(rows[b] + completions[b][: kv.length - len(rows[b])], kv)
 
     def _decode_generate(self, input_ids: Tensor, attention_mask: Tensor, params: SamplingParams):
         """``model.generate`` with our processor and stopper: ``tokens (B, S)``, ``logprobs (B, S)``, stop lengths."""
@@ -446,6 +538,8 @@ class HFEngine(EngineBase):
             return sequence_logprob(self.model, prompt_ids, completion_ids).float().cpu().tolist()
 
     def _update_weights(self, model: nn.Module) -> None:
+        if self.prefix_cache is not None:  # computed with the old weights
+            self.prefix_cache.clear()
         if model is self.model:
             return  # sampling from the live module: nothing to copy
         target = self.model.state_dict()

@@ -43,6 +43,7 @@ that seed plus the samples before it).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -451,15 +452,17 @@ class TurnLoop:
         trajectories = [
             _Trajectory(list(prompt_ids[b // params.n]), rows[b // params.n]) for b in range(len(prompt_ids) * params.n)
         ]
+        reuse = getattr(engine, "prefix_reuse", contextlib.nullcontext)  # hf: turns prefill only their new tokens
         try:
-            self._reset(trajectories, [specs[b // params.n] for b in range(len(trajectories))])
-            for turn in range(self.options.max_turns):
-                live = [t for t in trajectories if t.live]
-                if not live:
-                    break
-                grouped = turn == 0 and len(live) == len(trajectories) and not any(t.ids for t in trajectories)
-                self._model_turn(engine, live, params, turn, prompt_ids if grouped else None)
-                self._environment_turn([t for t in live if t.live], last=turn + 1 == self.options.max_turns)
+            with reuse():
+                self._reset(trajectories, [specs[b // params.n] for b in range(len(trajectories))])
+                for turn in range(self.options.max_turns):
+                    live = [t for t in trajectories if t.live]
+                    if not live:
+                        break
+                    grouped = turn == 0 and len(live) == len(trajectories) and not any(t.ids for t in trajectories)
+                    self._model_turn(engine, live, params, turn, prompt_ids if grouped else None)
+                    self._environment_turn([t for t in live if t.live], last=turn + 1 == self.options.max_turns)
         finally:
             self._close(trajectories)
         return Rollouts(
