@@ -35,7 +35,14 @@ INVALID = "Your previous action is invalid: write a query as <{sql}>…</{sql}> 
 
 
 def _check(
-    sql_tag: str, answer_tag: str, max_rows: int, max_chars: int, timeout_s: float, mode: str, format_reward: bool
+    sql_tag: str,
+    answer_tag: str,
+    max_rows: int,
+    max_chars: int,
+    timeout_s: float,
+    mode: str,
+    format_reward: bool,
+    reminder: bool = True,
 ) -> None:
     for name, tag in (("sql_tag", sql_tag), ("answer_tag", answer_tag)):
         if not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
@@ -64,6 +71,8 @@ class SQLEnvironment(EnvironmentBase):
         timeout_s: each query's deadline (exploration and scoring).
         mode: ``"spider"`` or ``"bird"`` execution equality (:func:`~lit_rlvr.rewards.sql.sql_score`).
         format_reward: −1 for an episode that ends without a well-formed solution (SkyRL's), else 0.
+        reminder: end each observation with SkyRL's ``<reminder>You have N turns left…</reminder>``;
+            False shows the result alone (the SQL agent demo's tiny model reads shorter trajectories).
 
     Example:
         >>> import sqlite3, tempfile, os
@@ -92,8 +101,10 @@ class SQLEnvironment(EnvironmentBase):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         mode: str = "spider",
         format_reward: bool = False,
+        reminder: bool = True,
     ):
-        _check(sql_tag, answer_tag, max_rows, max_chars, timeout_s, mode, format_reward)
+        _check(sql_tag, answer_tag, max_rows, max_chars, timeout_s, mode, format_reward, reminder)
+        self.reminder = reminder
         self.sql_tag, self.answer_tag = sql_tag, answer_tag
         self.max_rows, self.max_chars, self.timeout_s = max_rows, max_chars, timeout_s
         self.mode, self.format_reward = mode, format_reward
@@ -146,6 +157,8 @@ class SQLEnvironment(EnvironmentBase):
         return -1.0 if self.format_reward else 0.0
 
     def _observation(self, text: str) -> str:
+        if not self.reminder:
+            return f"\n\n<observation>{text}</observation>\n\n"
         left = self.turns_left
         return f"\n\n<observation>{text}\n<reminder>You have {left} turns left to complete the task.</reminder></observation>\n\n"
 

@@ -71,6 +71,7 @@ def test_builtins_are_registered_with_their_options():
         "max_chars",
         "max_rows",
         "mode",
+        "reminder",
         "sql_tag",
         "timeout_s",
     ]

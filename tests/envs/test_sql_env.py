@@ -121,6 +121,16 @@ def test_malformed_turns_max_turns_and_the_format_reward(spider):
     assert fenced.reward == 1.0
 
 
+def test_without_the_reminder_an_observation_is_the_result_alone(tmp_path):
+    db = tmp_path / "one.sqlite"
+    sqlite3.connect(db).close()
+    with_reminder = episode(db, "SELECT 1").step("<sql>SELECT 1</sql>").observation
+    without = episode(db, "SELECT 1", reminder=False)
+    assert with_reminder.startswith("\n\n<observation>1\n<reminder>You have 4 turns left")
+    assert without.step("<sql>SELECT 1</sql>").observation == "\n\n<observation>1</observation>\n\n"
+    assert without.step("<solution>SELECT 1</solution>").reward == 1.0
+
+
 def test_a_row_without_a_database_or_gold_is_refused_naming_it(tmp_path):
     env = resolve_environment("sql").make()
     with pytest.raises(ValueError, match="row id='q7': the sql environment needs 'db_path'"):
