@@ -77,8 +77,19 @@ def run_colours(names) -> dict[str, str]:
 
 
 def load_runs(path: str | Path) -> dict[str, dict[str, float]]:
-    """``{label: metrics}`` keeping each label's last record (in file order)."""
-    return {label: records[-1] for label, records in _jsonl_records(path).items()}
+    """``{label: metrics}``: each label's records merged in file order, a later value of a metric
+    replacing an earlier one (one label may hold several validation sets, each run on its own, as
+    the agents demo's ``base`` on the countdown checker and on the SQL agent).
+
+    Example:
+        >>> import tempfile, json
+        >>> path = Path(tempfile.mkdtemp()) / "m.jsonl"
+        >>> records = [{"val/a/pass@1": 0.1}, {"val/b/pass@1": 0.2}, {"val/a/pass@1": 0.3}]
+        >>> _ = path.write_text("".join(json.dumps({"label": "base", **r}) + chr(10) for r in records))
+        >>> load_runs(path)
+        {'base': {'label': 'base', 'val/a/pass@1': 0.3, 'val/b/pass@1': 0.2}}
+    """
+    return {label: {k: v for r in records for k, v in r.items()} for label, records in _jsonl_records(path).items()}
 
 
 def _jsonl_records(path: str | Path) -> dict[str, list[dict]]:
@@ -112,7 +123,7 @@ def pass_curves(metrics: dict[str, float]) -> dict[str, dict[int, float]]:
 
 def markdown_table(runs: dict[str, dict[str, float]]) -> str:
     """One row per (validation set, run), one column per k, plus distinct correct answers and retention,
-    and for multi-turn runs their turns per trajectory and single-turn share.
+    and for multi-turn runs their turns and tool calls per trajectory and single-turn share.
 
     Example:
         >>> print(markdown_table({"base": {"val/a/pass@1": 0.25, "val/a/pass@2": 0.5}}))
@@ -120,16 +131,16 @@ def markdown_table(runs: dict[str, dict[str, float]]) -> str:
         |---|---|---|---|---|---|
         | a | base | 0.250 | 0.500 | – | – |
         >>> print(markdown_table({"grpo": {"val/a/pass@1": 0.5, "val/a/turns": 1.25, "val/a/single_turn": 0.75}}))
-        | set | run | pass@1 | distinct correct | retention@max k | turns | single-turn |
-        |---|---|---|---|---|---|---|
-        | a | grpo | 0.500 | – | – | 1.25 | 0.750 |
+        | set | run | pass@1 | distinct correct | retention@max k | turns | tool calls | single-turn |
+        |---|---|---|---|---|---|---|---|
+        | a | grpo | 0.500 | – | – | 1.25 | – | 0.750 |
     """
     curves = {label: pass_curves(m) for label, m in runs.items()}
     ks = sorted({k for c in curves.values() for s in c.values() for k in s})
     multi_turn = any(key.endswith("/turns") for m in runs.values() for key in m)
     head = "| set | run | " + " | ".join(f"pass@{k}" for k in ks) + " | distinct correct | retention@max k |"
-    head += " turns | single-turn |" if multi_turn else ""
-    lines = [head, "|" + "---|" * (len(ks) + 4 + 2 * multi_turn)]
+    head += " turns | tool calls | single-turn |" if multi_turn else ""
+    lines = [head, "|" + "---|" * (len(ks) + 4 + 3 * multi_turn)]
     sets = sorted({s for c in curves.values() for s in c})
     for s in sets:
         for label, c in curves.items():
@@ -141,8 +152,10 @@ def markdown_table(runs: dict[str, dict[str, float]]) -> str:
             retention = [v for key, v in m.items() if key.startswith(f"val/{s}/retention/pass@")]
             extra = [f"{distinct:.2f}" if distinct is not None else "–", f"{retention[-1]:.3f}" if retention else "–"]
             if multi_turn:
-                turns, single = m.get(f"val/{s}/turns"), m.get(f"val/{s}/single_turn")
-                extra += [f"{turns:.2f}" if turns is not None else "–", f"{single:.3f}" if single is not None else "–"]
+                turns, calls = m.get(f"val/{s}/turns"), m.get(f"val/{s}/tool_calls")
+                single = m.get(f"val/{s}/single_turn")
+                extra += [f"{x:.2f}" if x is not None else "–" for x in (turns, calls)]
+                extra.append(f"{single:.3f}" if single is not None else "–")
             lines.append(f"| {s} | {label} | " + " | ".join(cells + extra) + " |")
     return "\n".join(lines)
 
@@ -558,7 +571,10 @@ def main(argv: list[str] | None = None) -> str:
     if args.base and not args.curves:
         raise SystemExit("lit-rlvr report: --base gives the curves their step 0; draw them with --curves OUT.png")
     jsonl = [p for p in args.paths if str(p).endswith(".jsonl")]
-    runs = {label: record for path in jsonl for label, record in load_runs(path).items()}
+    runs: dict[str, dict[str, float]] = {}
+    for path in jsonl:
+        for label, record in load_runs(path).items():
+            runs.setdefault(label, {}).update(record)
     if args.curves is None and (logs := [p for p in args.paths if p not in jsonl]):
         runs |= {name: record for name, series in load_logs(logs).items() if (record := last_validation(series))}
     if not runs and (args.curves is None or args.out):

@@ -293,3 +293,28 @@ def test_with_base_every_runs_validation_curves_start_at_step_0_from_the_bases_v
     }
     rows = curve_panels(drawn)
     assert rows[0][1].lines == {"grpo": [("gap", {0: 0.25, 40: 0.0})]}  # the gap closes from the base's
+
+
+def test_one_label_over_two_environments_is_one_row_per_set_with_turns_and_tool_calls(tmp_path):
+    """The agents demo: ``base`` validated on the countdown checker and, on its own, on the SQL agent
+    (one file per lane): each set keeps its own record, later values of a metric replace earlier ones."""
+    countdown, sql = tmp_path / "metrics_countdown.jsonl", tmp_path / "metrics_sql.jsonl"
+    countdown.write_text(
+        json.dumps({"label": "base", "val/c/pass@1": 0.1, "val/c/turns": 1.5, "val/c/tool_calls": 0.5}) + "\n"
+    )
+    sql.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"label": "base", "val/s/pass@1": 0.5, "val/s/turns": 2.0},
+                {"label": "base", "val/s/pass@1": 0.75, "val/s/turns": 1.75, "val/s/tool_calls": 0.75},
+            ]
+        )
+    )
+    printed = run_main(str(countdown), str(sql))
+    assert printed.splitlines() == [
+        "| set | run | pass@1 | distinct correct | retention@max k | turns | tool calls | single-turn |",
+        "|---|---|---|---|---|---|---|---|",
+        "| c | base | 0.100 | – | – | 1.50 | 0.50 | – |",
+        "| s | base | 0.750 | – | – | 1.75 | 0.75 | – |",
+    ]
