@@ -1,4 +1,4 @@
-"""Write the CPU demo's prompt files: countdown-3 (RL + held-out), addition (out-of-domain), SQL toy.
+"""Write the CPU demo's prompt files: countdown-3 (RL + held-out), addition (out-of-domain), the SQL toys.
 
 Rows follow the library's convention ``{"id", "prompt", "answer", "reward", ...extras}`` and are
 read with the ``generic`` data adapter (keep ``extra_fields`` containing ``digits`` for countdown
@@ -13,6 +13,8 @@ and ``db_path`` for SQL; a relative ``db_path`` is resolved against the data fil
 | ``addition_val.jsonl`` | 200 two-digit additions, out of domain, never in RL nor warm start | ``math`` | ``a``, ``b`` |
 | ``sql_train.jsonl`` / ``sql_val.jsonl`` | SQL toy questions (80/20) | ``sql`` | ``db_path`` |
 | ``sql_toy.sqlite`` | the SQL toy's database | | |
+| ``sql_agent_train.jsonl`` / ``sql_agent_val.jsonl`` | the multi-turn SQL toy: 8 questions of each of 24 training and 8 held-out databases | ``sql`` | ``db_path`` |
+| ``sql_agent/db00.sqlite`` … | the multi-turn SQL toy's 32 databases, each naming its table differently (:mod:`lit_rlvr.demo.sql_agent`) | | |
 
 The countdown answer is the target as a decimal string (``"26"``); the addition answer is the sum
 (``"82"`` for ``A37+45=``), which the math reward matches against the model's ``\\boxed{082}``.
@@ -31,7 +33,7 @@ import random
 import tempfile
 from pathlib import Path
 
-from lit_rlvr.demo import sql_toy
+from lit_rlvr.demo import sql_agent, sql_toy
 from lit_rlvr.demo.countdown import addition_prompt, countdown_prompt, solutions, split_countdown
 
 ADDITION_VAL_SIZE = 200
@@ -143,13 +145,14 @@ def write_demo_data(
 
     Returns:
         ``{"countdown_train", "countdown_select", "agents_train", "countdown_val", "addition_val",
-        "sql_train", "sql_val", "sql_db"}`` → the paths written.
+        "sql_train", "sql_val", "sql_db", "sql_agent_train", "sql_agent_val", "sql_agent_dbs"}`` → the
+        paths written (``sql_agent_dbs``: the databases' folder).
 
     Example:
         >>> import tempfile
         >>> paths = write_demo_data(tempfile.mkdtemp())
         >>> sorted(paths), sum(1 for _ in open(paths["countdown_val"]))
-        (['addition_val', 'agents_train', 'countdown_select', 'countdown_train', 'countdown_val', 'sql_db', 'sql_train', 'sql_val'], 142)
+        (['addition_val', 'agents_train', 'countdown_select', 'countdown_train', 'countdown_val', 'sql_agent_dbs', 'sql_agent_train', 'sql_agent_val', 'sql_db', 'sql_train', 'sql_val'], 142)
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -158,6 +161,10 @@ def write_demo_data(
     with tempfile.TemporaryDirectory() as tmp:
         db = sql_toy.build_database(Path(tmp) / db_name, seed)
         paths = {"sql_db": _write_if_changed(out / db_name, db.read_bytes())}
+        (out / "sql_agent").mkdir(exist_ok=True)
+        for db in sql_agent.write_databases(Path(tmp) / "sql_agent", seed):
+            _write_if_changed(out / "sql_agent" / db.name, db.read_bytes())
+    agent_train, agent_val = sql_agent.split_rows(seed, "sql_agent")
     sql_train, sql_val = sql_toy.split_questions(seed, sql_holdout)
     select = set(train[::select_every])
     rl_train = [p for p in train if p not in select]
@@ -174,6 +181,9 @@ def write_demo_data(
             out / "sql_train.jsonl", [{**q, "reward": "sql", "db_path": db_name} for q in sql_train]
         ),
         "sql_val": _write_jsonl(out / "sql_val.jsonl", [{**q, "reward": "sql", "db_path": db_name} for q in sql_val]),
+        "sql_agent_train": _write_jsonl(out / "sql_agent_train.jsonl", agent_train),
+        "sql_agent_val": _write_jsonl(out / "sql_agent_val.jsonl", agent_val),
+        "sql_agent_dbs": out / "sql_agent",
     }
     return paths
 

@@ -11,7 +11,9 @@ expressions, right only part of the time) and has partly learned an out-of-domai
   ``\\boxed{082}`` (two-digit by default, see :mod:`lit_rlvr.demo.data`), never drawing the
   held-out addition pairs; with ``checker_share``, multi-turn trajectories with the countdown
   checker (:func:`lit_rlvr.demo.agents.checker_trajectory`), trained on the model's turns only
-  (the checker's ``?`` joins the vocabulary). Prompts are built by
+  (the checker's ``?`` joins the vocabulary); with ``sql_agent_share``, the multi-turn SQL toy's
+  trajectories in the ``sql`` environment (:func:`lit_rlvr.demo.sql_agent.agent_trajectory`), with
+  ``vocab_size`` a small BPE tokenizer trained on them. Prompts are built by
   :func:`lit_rlvr.data.prompts.encode_prompt`, exactly as the RL DataModule builds them; each
   completion ends with EOS.
 - Model: a char-level tokenizer over :data:`lit_rlvr.demo.data.DEMO_CHARS` and a Llama
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import tempfile
 import time
 from dataclasses import asdict
 from datetime import timedelta
@@ -43,11 +46,18 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rlvr.callbacks import StepProgressBar
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
-from lit_rlvr.demo import sql_toy
+from lit_rlvr.demo import sql_agent, sql_toy
 from lit_rlvr.demo.agents import CHECK, checker_trajectory
 from lit_rlvr.demo.countdown import addition_completion, countdown_prompt, solutions, split_countdown
 from lit_rlvr.demo.data import ADDITION_WIDTH, DEMO_CHARS, addition_rows, addition_val_pairs, countdown_rows
-from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama, save_tiny_model
+from lit_rlvr.demo.sql_agent import agent_trajectory
+from lit_rlvr.demo.tiny import (
+    DEFAULT_CHARS,
+    build_bpe_tokenizer,
+    build_char_tokenizer,
+    build_tiny_llama,
+    save_tiny_model,
+)
 from lit_rlvr.functional.metrics import pass_at_k_curve
 from lit_rlvr.rewards import REWARDS
 
@@ -144,6 +154,10 @@ class _ExampleStream(IterableDataset):
                     row, parts = checker_trajectory(rng, d.train_pairs, d.checker_turns)
                     examples.append((d.encode(row), *d.encode_turns(parts)))
                     continue
+                elif draw >= 1.0 - d.checker_share - d.sql_agent_share:  # the share before it: no SQL agent, old draws
+                    row, parts = agent_trajectory(rng, d.sql_agent_rows, d.checker_turns)
+                    examples.append((d.encode(row), *d.encode_turns(parts)))
+                    continue
                 elif draw < d.countdown_share + d.sql_share:
                     row, completion = sql_example(rng, d.sql_train)
                 else:
@@ -163,8 +177,11 @@ class WarmStartData(pl.LightningDataModule):
         sql_share: probability that it is an SQL toy question (training split) answered by a
             random query with the gold's result.
         checker_share: probability that it is a multi-turn countdown trajectory with the checker
-            (:func:`~lit_rlvr.demo.agents.checker_trajectory`); the rest is addition.
-        checker_turns: the turn limit of those trajectories (the RL run's ``max_turns``).
+            (:func:`~lit_rlvr.demo.agents.checker_trajectory`).
+        sql_agent_share: probability that it is a multi-turn SQL agent trajectory on a training
+            database of the multi-turn SQL toy (:func:`~lit_rlvr.demo.sql_agent.agent_trajectory`,
+            observations by the ``sql`` environment); the rest is addition.
+        checker_turns: the turn limit of the multi-turn trajectories (the RL run's ``max_turns``).
         holdout: share of countdown pairs held out (never drawn), as in :func:`split_countdown`.
         addition_width: digits per addition operand.
         addition_val_size: number of held-out addition pairs (never drawn).
@@ -172,6 +189,8 @@ class WarmStartData(pl.LightningDataModule):
         data_seed: drives the countdown split, the held-out additions and the SQL split; must be
             the seed the data files were written with (``lit-rlvr demo-data --seed``, default 0),
             or the warm start trains on the held-out prompts.
+        sql_agent_dir: where the SQL agent's training databases are written (a temporary folder
+            when None); only with ``sql_agent_share``.
     """
 
     def __init__(
@@ -188,12 +207,15 @@ class WarmStartData(pl.LightningDataModule):
         data_seed: int = 0,
         checker_share: float = 0.0,
         checker_turns: int = 3,
+        sql_agent_share: float = 0.0,
+        sql_agent_dir: str | Path | None = None,
     ):
         super().__init__()
-        shares = (countdown_share, sql_share, checker_share)
+        shares = (countdown_share, sql_share, checker_share, sql_agent_share)
         if not (all(0.0 <= x <= 1.0 for x in shares) and sum(shares) <= 1.0 + 1e-9):
             raise ValueError(
-                f"countdown_share, sql_share and checker_share must be in [0, 1] with sum <= 1, got {shares}"
+                "countdown_share, sql_share, checker_share and sql_agent_share must be in [0, 1] with sum <= 1,"
+                f" got {shares}"
             )
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -202,6 +224,10 @@ class WarmStartData(pl.LightningDataModule):
         self.batch_size = batch_size
         self.countdown_share, self.sql_share = countdown_share, sql_share
         self.checker_share, self.checker_turns = checker_share, checker_turns
+        self.sql_agent_share, self.sql_agent_rows = sql_agent_share, []
+        if sql_agent_share:
+            folder = Path(sql_agent_dir or tempfile.mkdtemp(prefix="lit_rlvr_sql_agent_"))
+            self.sql_agent_rows = sql_agent.training_rows(folder, data_seed)  # every question of theirs
         self.sql_train, self.sql_val = sql_toy.split_questions(data_seed)
         self.addition_width = addition_width
         self.seed, self.data_seed = seed, data_seed
@@ -341,6 +367,8 @@ def warmstart(
     sql_share: float = 0.0,
     checker_share: float = 0.0,
     checker_turns: int = 3,
+    sql_agent_share: float = 0.0,
+    vocab_size: int | None = None,
     holdout: float = 0.1,
     addition_width: int = ADDITION_WIDTH,
     addition_val_size: int = 200,
@@ -360,8 +388,13 @@ def warmstart(
             the data files' ``lit-rlvr demo-data --seed`` so that the held-out prompts stay out.
         lr / batch_size / warmup_steps: optimisation.
         hidden_size / num_layers / num_heads / head_dim / intermediate_size: the Llama's size.
-        countdown_share / sql_share / checker_share / checker_turns / holdout / addition_width /
-            addition_val_size: see :class:`WarmStartData`.
+        countdown_share / sql_share / checker_share / checker_turns / sql_agent_share / holdout /
+            addition_width / addition_val_size: see :class:`WarmStartData` (the SQL agent's training
+            databases go to ``out_dir/sql_agent``).
+        vocab_size: None for one token per character; else a BPE tokenizer of that many tokens
+            trained on the SQL agent's trajectories (:func:`~lit_rlvr.demo.tiny.build_bpe_tokenizer`,
+            :func:`~lit_rlvr.demo.sql_agent.corpus`; needs ``sql_agent_share``), so that its
+            tags, keywords and observations' phrases are a few tokens each, and each table name one.
         prompt_format: prompt construction, must match the RL run's ``PromptFormat``.
         threads: torch CPU threads.
         eval_samples: samples per prompt when measuring the base (0 skips measuring).
@@ -374,12 +407,20 @@ def warmstart(
     settings = {k: v for k, v in locals().items() if k not in ("out_dir", "out", "progress_bar")}
     if not sql_share:
         del settings["sql_share"]  # bases warm-started before the SQL mix existed stay reusable
-    if not checker_share:
+    if not checker_share and not sql_agent_share:
         del settings["checker_share"], settings["checker_turns"]  # ... and before the checker's trajectories
+    if vocab_size is not None and not sql_agent_share:
+        raise ValueError(
+            "vocab_size (a BPE tokenizer trained on the SQL agent's trajectories) needs sql_agent_share > 0"
+        )
+    if not sql_agent_share:
+        del settings["sql_agent_share"], settings["vocab_size"]  # ... and before the SQL agent's
     if data_seed == seed:
         del settings["data_seed"]  # the same training as before data_seed existed: such a base stays reusable
     settings["prompt_format"] = asdict(prompt_format)
     chars = DEMO_CHARS + (CHECK if checker_share and CHECK not in DEMO_CHARS else "")
+    if sql_agent_share:  # the sql environment's observations are English: every printable character
+        chars += "".join(c for c in DEFAULT_CHARS if c not in chars)
     settings["chars"] = chars
     info_path = out / INFO_FILE
     if info_path.is_file():
@@ -390,7 +431,12 @@ def warmstart(
         info_path.unlink()
     torch.set_num_threads(threads)
     pl.seed_everything(seed, verbose=False)
-    tokenizer = build_char_tokenizer(chars)
+    if vocab_size is None:
+        tokenizer = build_char_tokenizer(chars)
+    else:
+        rows = sql_agent.training_rows(out / "sql_agent", data_seed)
+        texts = sql_agent.corpus(rows, seed=data_seed, max_turns=checker_turns)
+        tokenizer = build_bpe_tokenizer(texts, vocab_size, chars, words=sql_agent.TABLE_NAMES)
     model = build_tiny_llama(tokenizer, hidden_size, num_layers, num_heads, head_dim, intermediate_size, seed=seed)
     data = WarmStartData(
         tokenizer,
@@ -405,6 +451,8 @@ def warmstart(
         data_seed,
         checker_share,
         checker_turns,
+        sql_agent_share,
+        out / "sql_agent" if sql_agent_share else None,
     )
     module = WarmStartModule(model.train(), lr=lr, warmup_steps=warmup_steps, total_steps=steps)
     trainer = pl.Trainer(

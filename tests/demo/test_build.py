@@ -23,13 +23,20 @@ def rows(data):
     return {name: read_rows(data[name]) for name in FILES}
 
 
+def files(paths: dict) -> dict:
+    """Every file written, a folder's (the SQL agent's databases) one by one."""
+    return {f"{name}/{f.name}": f for name, p in paths.items() for f in (sorted(p.iterdir()) if p.is_dir() else [p])}
+
+
 def test_deterministic_and_idempotent(data, tmp_path):
-    other = write_demo_data(tmp_path, seed=0)
-    for name, path in data.items():
+    other = files(write_demo_data(tmp_path, seed=0))
+    written = files(data)
+    assert len(written) == len(other) > 32
+    for name, path in written.items():
         assert other[name].read_bytes() == path.read_bytes(), name
     mtimes = {name: path.stat().st_mtime_ns for name, path in other.items()}
     again = write_demo_data(tmp_path, seed=0)
-    assert {name: path.stat().st_mtime_ns for name, path in again.items()} == mtimes
+    assert {name: path.stat().st_mtime_ns for name, path in files(again).items()} == mtimes
 
 
 def test_other_seed_gives_other_data(data, tmp_path):
