@@ -80,25 +80,55 @@ demo: install
 	$(LIT) report --curves $(DEMO)/curves.png --base $(DEMO)/runs/logs/base $(addprefix $(DEMO)/runs/logs/,$(DEMO_METHODS))
 
 # ---------------------------------------------------------------------------- the multi-turn CPU demo
-# The countdown checker environment (docs/agents.md): warm start on synthetic tool-using trajectories
-# → the base's multi-turn reference cache → validate the base → for each method: fit, validate the
-# export → a table with pass@1, pass@k, turns per trajectory and the single-turn share. Meant for ≤ 10 min on
-# 2 idle cores (the warm start stops after 5 min at most); 13 min measured on 2 cores shared at load 6.
+# Two environments (docs/agents.md), a lane each, side by side on one torch thread each: the countdown
+# checker (configs/demo/agents: the tool is optional) and the SQL agent (configs/demo/sql_agent: each
+# database names its table differently, so the tool is needed). A lane: warm start on synthetic
+# tool-using trajectories → the base's multi-turn reference cache → validate the base (the table's
+# record; and as fit validates, for the curves' step 0) → for each method: fit, validate the export.
+# Then one table (pass@k, turns, tool calls, single-turn share per environment) and a PNG of pass@k and
+# behaviour over training per environment. A lane's output goes to $(AGENTS_LOGS)/<lane>.log; a
+# failing lane prints its log's tail and stops the demo.
 AGENTS := artifacts/demo_agents
 AGENTS_METHODS ?= grpo dph_f
-AGENTS_RECORD := --config configs/demo/agents/record.yaml --trainer.callbacks.init_args.path=$(AGENTS)/metrics.jsonl
+AGENTS_LOGS := $(AGENTS)/logs
+AGENTS_RECORD := --trainer.callbacks.init_args.path=$(AGENTS)/metrics
+# `$(call agents_log,LANE)`: the shell words that append a command's output to its lane's log, or print its tail and fail.
+agents_log = >> $(AGENTS_LOGS)/$(1).log 2>&1 || { tail -n 30 $(AGENTS_LOGS)/$(1).log; echo "make demo-agents: the $(1) lane failed (log: $(AGENTS_LOGS)/$(1).log)"; exit 1; }
 
-.PHONY: demo-agents
-demo-agents: export OMP_NUM_THREADS := 2
+.PHONY: demo-agents agents-countdown agents-sql
 demo-agents: install
-	$(LIT) warmstart --config configs/demo/agents/warmstart.yaml
+	mkdir -p $(AGENTS_LOGS)
+	rm -f $(AGENTS)/metrics*.jsonl $(AGENTS_LOGS)/*.log
 	$(LIT) demo-data --out_dir $(DEMO)/data
-	$(LIT) cache --config configs/demo/agents/cache.yaml
-	rm -f $(AGENTS)/metrics.jsonl
-	$(LIT) validate --config configs/demo/agents/base.yaml $(AGENTS_RECORD) --trainer.callbacks.init_args.label=base
-	for method in $(AGENTS_METHODS); do \
-		$(LIT) fit --config configs/demo/agents/base.yaml --config configs/demo/agents/$$method.yaml || exit 1; \
-		$(LIT) validate --config configs/demo/agents/base.yaml $(AGENTS_RECORD) --trainer.callbacks.init_args.label=$$method \
-			--model.policy.path=$(AGENTS)/runs/$$method/hf || exit 1; \
+	@echo "make demo-agents: the countdown checker and the SQL agent, side by side (logs in $(AGENTS_LOGS))"
+	$(MAKE) --no-print-directory -j 2 agents-countdown agents-sql
+	cat $(AGENTS)/metrics_countdown.jsonl $(AGENTS)/metrics_sql.jsonl > $(AGENTS)/metrics.jsonl
+	$(LIT) report $(AGENTS)/metrics.jsonl --out $(AGENTS)/passk.png
+	$(LIT) report --curves $(AGENTS)/curves_countdown.png --base $(AGENTS)/runs/logs/base $(addprefix $(AGENTS)/runs/logs/,$(AGENTS_METHODS))
+	$(LIT) report --curves $(AGENTS)/curves_sql.png --base $(AGENTS)/runs/logs/sql_base $(addprefix $(AGENTS)/runs/logs/sql_,$(AGENTS_METHODS))
+
+agents-countdown: export OMP_NUM_THREADS := 1
+agents-countdown: install
+	@$(LIT) warmstart --config configs/demo/agents/warmstart.yaml --threads 1 $(call agents_log,countdown)
+	@$(LIT) cache --config configs/demo/agents/cache.yaml $(call agents_log,countdown)
+	@$(LIT) validate --config configs/demo/agents/base.yaml --config configs/demo/agents/record.yaml $(AGENTS_RECORD)_countdown.jsonl --trainer.callbacks.init_args.label=base $(call agents_log,countdown)
+	@$(LIT) validate --config configs/demo/agents/base.yaml --trainer.logger.init_args.version=base --verbose=false $(call agents_log,countdown)
+	@for method in $(AGENTS_METHODS); do \
+		$(LIT) fit --config configs/demo/agents/base.yaml --config configs/demo/agents/$$method.yaml $(call agents_log,countdown); \
+		$(LIT) validate --config configs/demo/agents/base.yaml --config configs/demo/agents/record.yaml $(AGENTS_RECORD)_countdown.jsonl --trainer.callbacks.init_args.label=$$method \
+			--model.policy.path=$(AGENTS)/runs/$$method/hf $(call agents_log,countdown); \
 	done
-	$(LIT) report $(AGENTS)/metrics.jsonl
+	@echo "make demo-agents: the countdown lane is done"
+
+agents-sql: export OMP_NUM_THREADS := 1
+agents-sql: install
+	@$(LIT) warmstart --config configs/demo/sql_agent/warmstart.yaml $(call agents_log,sql)
+	@$(LIT) cache --config configs/demo/sql_agent/cache.yaml $(call agents_log,sql)
+	@$(LIT) validate --config configs/demo/sql_agent/base.yaml --config configs/demo/sql_agent/record.yaml $(AGENTS_RECORD)_sql.jsonl --trainer.callbacks.init_args.label=base $(call agents_log,sql)
+	@$(LIT) validate --config configs/demo/sql_agent/base.yaml --trainer.logger.init_args.version=sql_base --verbose=false $(call agents_log,sql)
+	@for method in $(AGENTS_METHODS); do \
+		$(LIT) fit --config configs/demo/sql_agent/base.yaml --config configs/demo/sql_agent/$$method.yaml $(call agents_log,sql); \
+		$(LIT) validate --config configs/demo/sql_agent/base.yaml --config configs/demo/sql_agent/record.yaml $(AGENTS_RECORD)_sql.jsonl --trainer.callbacks.init_args.label=$$method \
+			--model.policy.path=$(AGENTS)/runs/sql_$$method/hf $(call agents_log,sql); \
+	done
+	@echo "make demo-agents: the sql lane is done"
