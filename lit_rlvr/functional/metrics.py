@@ -427,7 +427,11 @@ def mean_token_entropy(entropy: Tensor, loss_tokens: Tensor) -> Tensor:
 
 # ------------------------------------------------------------------ multi-turn behaviour (docs/agents.md)
 BEHAVIOUR_SUMS = ("trajectories", "turns", "tool_calls", "tool_errors", "env_failed")
-"""The leading entries of :func:`behaviour_sums`; the counts of trajectories with t = 1 … max_turns turns follow."""
+"""The leading entries of :func:`behaviour_sums`; the turn histogram's counts follow."""
+
+TURN_HISTOGRAM_BINS = 16
+"""The turn histogram's most bins: t = 1 … 15 turns, then one bin (``turns_16_plus``) for 16 or more, so
+that a large ``max_turns`` cannot add a logged column (and a CSV column) per turn."""
 
 
 def behaviour_sums(
@@ -443,16 +447,21 @@ def behaviour_sums(
         tool_calls: ``(B,)`` tool calls of each.
         tool_errors: ``(B,)`` failed tool calls of each.
         env_failed: ``(B,)`` bool, its environment raised or hung (the trajectory is not trained on).
-        max_turns: the loop's turn limit (the histogram's last bin).
+        max_turns: the loop's turn limit: the histogram has ``min(max_turns, TURN_HISTOGRAM_BINS)``
+            bins, the last of :data:`TURN_HISTOGRAM_BINS` counting that many turns or more.
 
     Returns:
-        ``(5 + max_turns,)`` float64: :data:`BEHAVIOUR_SUMS` (B, Σ turns, Σ tool calls, Σ tool
-        errors, environment failures), then the trajectories with exactly t turns, t = 1 … max_turns.
+        ``(5 + bins,)`` float64: :data:`BEHAVIOUR_SUMS` (B, Σ turns, Σ tool calls, Σ tool
+        errors, environment failures), then the trajectories with exactly t turns, t = 1 … bins
+        (at most :data:`TURN_HISTOGRAM_BINS`: its last bin counts t ≥ that many).
 
     Example:
         >>> behaviour_sums(torch.tensor([1, 3, 2]), torch.tensor([0, 2, 1]), torch.tensor([0, 1, 0]),
         ...                torch.tensor([False, False, True]), max_turns=3)
         tensor([3., 6., 3., 1., 1., 1., 1., 1.], dtype=torch.float64)
+        >>> behaviour_sums(torch.tensor([1, 16, 40]), torch.zeros(3), torch.zeros(3), torch.zeros(3, dtype=torch.bool),
+        ...                max_turns=100).shape  # 15 bins of exactly t turns, one of 16 or more
+        torch.Size([21])
     """
     if not turns.shape == tool_calls.shape == tool_errors.shape == env_failed.shape or turns.dim() != 1:
         raise ValueError(
@@ -470,7 +479,8 @@ def behaviour_sums(
             env_failed.double().sum(),
         ]
     )
-    histogram = torch.bincount(turns.long().cpu(), minlength=max_turns + 1)[1:].double()  # (max_turns,)
+    bins = min(max_turns, TURN_HISTOGRAM_BINS)
+    histogram = torch.bincount(turns.long().cpu().clamp(max=bins), minlength=bins + 1)[1:].double()  # (bins,)
     return torch.cat([head.cpu(), histogram])
 
 
@@ -480,8 +490,9 @@ def behaviour_means(sums: Tensor) -> dict[str, Tensor]:
     Returns:
         ``turns`` (mean turns per trajectory), ``tool_calls`` and ``tool_errors`` (means per
         trajectory), ``env_failed`` (share whose environment failed), ``single_turn`` (share with
-        exactly one turn), and ``turns_<t>`` (share with exactly t turns: the histogram). NaN with no
-        trajectory.
+        exactly one turn), and ``turns_<t>`` (share with exactly t turns: the histogram; its bin
+        :data:`TURN_HISTOGRAM_BINS`, when it has that many, is ``turns_16_plus``, 16 turns or more). NaN
+        with no trajectory.
 
     Example:
         >>> means = behaviour_means(torch.tensor([4., 6., 2., 1., 0., 2., 1., 1.], dtype=torch.float64))
@@ -492,9 +503,12 @@ def behaviour_means(sums: Tensor) -> dict[str, Tensor]:
     B = sums[0]
     means = {name: sums[i] / B for i, name in enumerate(BEHAVIOUR_SUMS) if i}
     means["single_turn"] = sums[len(BEHAVIOUR_SUMS)] / B
-    means.update(
-        {f"turns_{t}": sums[len(BEHAVIOUR_SUMS) + t - 1] / B for t in range(1, len(sums) - len(BEHAVIOUR_SUMS) + 1)}
-    )
+    bins = len(sums) - len(BEHAVIOUR_SUMS)
+    if bins > TURN_HISTOGRAM_BINS:
+        raise ValueError(f"behaviour_means: {bins} histogram bins, more than TURN_HISTOGRAM_BINS={TURN_HISTOGRAM_BINS}")
+    for t in range(1, bins + 1):
+        name = f"turns_{t}_plus" if t == TURN_HISTOGRAM_BINS else f"turns_{t}"
+        means[name] = sums[len(BEHAVIOUR_SUMS) + t - 1] / B
     return means
 
 

@@ -15,7 +15,13 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from lit_rlvr.functional.metrics import BEHAVIOUR_SUMS, behaviour_means, behaviour_sums, distinct_tool_sequences
+from lit_rlvr.functional.metrics import (
+    BEHAVIOUR_SUMS,
+    TURN_HISTOGRAM_BINS,
+    behaviour_means,
+    behaviour_sums,
+    distinct_tool_sequences,
+)
 from lit_rlvr.metrics.diversity import _GroupMean
 
 
@@ -23,7 +29,8 @@ class TurnBehaviour(Metric):
     """Turns per trajectory (mean and histogram), tool calls, tool errors, environment failures, single-turn share.
 
     Args:
-        max_turns: the loop's turn limit (the histogram's bins are 1 … max_turns).
+        max_turns: the loop's turn limit (the histogram's bins are 1 … max_turns, at most
+            :data:`~lit_rlvr.functional.metrics.TURN_HISTOGRAM_BINS`: ``turns_16_plus`` counts the tail).
 
     Example:
         >>> metric = TurnBehaviour(max_turns=2)
@@ -41,7 +48,8 @@ class TurnBehaviour(Metric):
     def __init__(self, max_turns: int, **kwargs) -> None:
         super().__init__(**kwargs)
         self.max_turns = max_turns
-        self.add_state("sums", torch.zeros(len(BEHAVIOUR_SUMS) + max_turns, dtype=torch.float64), dist_reduce_fx="sum")
+        bins = min(max_turns, TURN_HISTOGRAM_BINS)
+        self.add_state("sums", torch.zeros(len(BEHAVIOUR_SUMS) + bins, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, turns: Tensor, tool_calls: Tensor, tool_errors: Tensor, env_failed: Tensor) -> None:
         """Add B trajectories (each ``(B,)``: turns, tool calls, failed calls, environment failed)."""

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from lit_rlvr.functional.metrics import behaviour_means, behaviour_sums, distinct_tool_sequences
+from lit_rlvr.functional.metrics import TURN_HISTOGRAM_BINS, behaviour_means, behaviour_sums, distinct_tool_sequences
 from lit_rlvr.metrics import DistinctToolSequences, TurnBehaviour, ValidationPanel
 
 
@@ -34,7 +34,10 @@ def reference(rows, max_turns: int) -> dict[str, float]:
         "env_failed": sum(r[3] for r in rows) / B,
         "single_turn": sum(r[0] == 1 for r in rows) / B,
     }
-    ref.update({f"turns_{t}": sum(r[0] == t for r in rows) / B for t in range(1, max_turns + 1)})
+    last = TURN_HISTOGRAM_BINS  # the histogram's last possible bin counts its turns or more
+    ref.update({f"turns_{t}": sum(r[0] == t for r in rows) / B for t in range(1, min(max_turns + 1, last))})
+    if max_turns >= last:
+        ref[f"turns_{last}_plus"] = sum(r[0] >= last for r in rows) / B
     return ref
 
 
@@ -47,7 +50,7 @@ def tensors(rows):
     )
 
 
-@pytest.mark.parametrize("seed,B,max_turns", [(0, 1, 1), (1, 7, 3), (2, 40, 5), (3, 16, 2)])
+@pytest.mark.parametrize("seed,B,max_turns", [(0, 1, 1), (1, 7, 3), (2, 40, 5), (3, 16, 2), (4, 60, 16), (5, 80, 100)])
 def test_the_functional_core_matches_counting_by_hand(seed, B, max_turns):
     rows = trajectories(seed, B, max_turns)
     got = {k: float(v) for k, v in behaviour_means(behaviour_sums(*tensors(rows), max_turns)).items()}
@@ -66,6 +69,16 @@ def test_the_shells_over_several_updates_equal_the_core_over_all_the_data():
     assert float(distinct.compute()) == pytest.approx(
         sum(len({tuple(r[1]) for r in rows[lo:hi]}) for lo, hi in ((0, 7), (7, 8), (8, 30))) / 3
     )
+
+
+def test_a_large_turn_limit_logs_a_bounded_histogram():
+    """2,000 turns once gave 2,033 logged (and CSV) columns: the tail is one bin, whatever the limit."""
+    rows = [(t, [], 0, False) for t in (1, 2, 15, 16, 17, 99, 2000)]
+    for metric in (TurnBehaviour(max_turns=2000), TurnBehaviour(max_turns=100)):
+        metric.update(*tensors([r for r in rows if r[0] <= metric.max_turns]))
+        names = list(metric.compute())
+        assert len(names) == 5 + TURN_HISTOGRAM_BINS and names[-1] == "turns_16_plus" and "turns_15" in names
+    assert float(metric.compute()["turns_16_plus"]) == pytest.approx(3 / 6)
 
 
 def test_edge_cases_no_trajectory_and_bad_shapes():
