@@ -124,6 +124,7 @@ class RLVRModule(LightningModule):
                 setattr(self, key, group)
         self.val_sampling = self.evaluation.sampling(self.sampling)
         self.completion_tokens = completion_budget(self.sampling, self.environment)  # Dr. GRPO's normaliser
+        completion_budget(self.val_sampling, self.environment, "model.evaluation.max_new_tokens")  # checked alike
         self.entropy_state = self.entropy.initial_state() if self.entropy is not None else None  # saved in checkpoints
         self._unstepped: list[Counter] = []  # the groups of each batch since the last optimizer step
         self.reward_mix = self.scoring.mix()  # the rewards, their weights and the correctness term

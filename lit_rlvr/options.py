@@ -649,9 +649,19 @@ def optimizers(params, optimizer: Callable, lr_scheduler: Callable | None = None
     return {"optimizer": made, "lr_scheduler": {"scheduler": lr_scheduler(made)}}
 
 
-def completion_budget(sampling: SamplingParams, environment: EnvironmentOptions | None) -> int:
-    """A completion's token budget, Dr. GRPO's normaliser: ``max_new_tokens``, or a multi-turn trajectory's total."""
-    return sampling.max_new_tokens if environment is None else environment.turns.total_tokens(sampling)
+def completion_budget(
+    sampling: SamplingParams, environment: EnvironmentOptions | None, where: str = "model.sampling.max_new_tokens"
+) -> int:
+    """A completion's token budget, Dr. GRPO's normaliser: ``max_new_tokens``, or a multi-turn trajectory's total.
+
+    Raises:
+        ValueError: a multi-turn ``max_total_tokens`` smaller than one turn (``sampling.max_new_tokens``,
+            set by ``where``, when ``max_turn_tokens`` is not set).
+    """
+    if environment is None:
+        return sampling.max_new_tokens
+    environment.check_budget(environment.turn_tokens(sampling), where)
+    return environment.turns.total_tokens(sampling)
 
 
 G = TypeVar("G")

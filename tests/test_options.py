@@ -256,3 +256,24 @@ def test_completion_budget_is_max_new_tokens_or_the_trajectorys_total():
     from lit_rlvr.options import SamplingParams, completion_budget
 
     assert completion_budget(SamplingParams(n=2, max_new_tokens=8), None) == 8
+
+
+def test_a_trajectory_budget_smaller_than_one_turn_is_refused_at_start_up(tiny_model_dir):
+    """``max_total_tokens`` below one turn's ``max_new_tokens`` once ran without a word, every trajectory cut."""
+    import lit_rlvr.demo  # noqa: F401  (the countdown environment)
+    from lit_rlvr.module import RLVRModule
+    from lit_rlvr.options import EnvironmentOptions, EvalOptions, PolicyOptions, SamplingParams, completion_budget
+
+    env = EnvironmentOptions("countdown", max_total_tokens=100)
+    with pytest.raises(
+        ValueError, match=r"max_total_tokens=100 is smaller than one turn's 256 tokens \(model.sampling"
+    ):
+        completion_budget(SamplingParams(max_new_tokens=256), env)
+    assert completion_budget(SamplingParams(max_new_tokens=64), env) == 100
+    with pytest.raises(ValueError, match=r"smaller than one turn's 200 tokens \(model.evaluation.max_new_tokens\)"):
+        RLVRModule(
+            PolicyOptions(path=str(tiny_model_dir)),
+            sampling=SamplingParams(n=2, max_new_tokens=8),
+            evaluation=EvalOptions(max_new_tokens=200),
+            environment=env,
+        )

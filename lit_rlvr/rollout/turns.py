@@ -56,6 +56,13 @@ from lit_rlvr.rollout.engine import chat_turn_end_ids
 from lit_rlvr.rollout.types import Episode, Rollouts, SamplingParams
 
 TURN_SEED_STRIDE = 1_000_003  # turn t samples with seed + t · stride
+MAX_TURNS_LIMIT = 100
+"""The most ``max_turns`` a run may set: each turn is a generate call and an environment step per live
+trajectory, so a mistyped limit (``1e8``) would otherwise run until memory is gone."""
+MAX_TOKENS_LIMIT = 1 << 20
+"""The most ``max_turn_tokens`` / ``max_total_tokens`` a run may set (1,048,576: beyond any model's context)."""
+MAX_OBSERVATION_CHARS_LIMIT = 1 << 20
+"""The most ``max_observation_chars`` a run may set (1 MiB of text in one observation)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,13 +70,15 @@ class TurnOptions:
     """The multi-turn rollout loop's limits, set as :class:`EnvironmentOptions`' keys (``model.environment.max_turns``, …).
 
     Args:
-        max_turns: model turns per trajectory (SkyRL's ``generator.max_turns``, verl's
+        max_turns: model turns per trajectory, 1 to 100 (SkyRL's ``generator.max_turns``, verl's
             ``multi_turn.max_assistant_turns``, TRL's ``max_tool_calling_iterations`` + 1).
-        max_turn_tokens: tokens one model turn may generate (None: ``sampling.max_new_tokens``).
+        max_turn_tokens: tokens one model turn may generate, at most 1,048,576 (None:
+            ``sampling.max_new_tokens``).
         max_total_tokens: tokens of the whole trajectory after the prompt, the model's and the
-            environment's (None: ``max_turns × max_turn_tokens``); Dr. GRPO's normaliser.
-        max_observation_chars: characters of one observation's text (longer text is cut, saying so;
-            verl's ``max_tool_response_length``).
+            environment's, at most 1,048,576 and at least one turn's (None: ``max_turns ×
+            max_turn_tokens``); Dr. GRPO's normaliser.
+        max_observation_chars: characters of one observation's text, 16 to 1,048,576 (longer text is
+            cut, saying so; verl's ``max_tool_response_length``).
         step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``); None:
             no limit. A hung or failing environment costs only its trajectory (reward 0, not trained on).
     """
@@ -81,19 +90,44 @@ class TurnOptions:
     step_timeout_s: float | None = 30.0
 
     def __post_init__(self):
-        if self.max_turns < 1:
-            raise ValueError(f"model.environment.max_turns must be >= 1, got {self.max_turns}")
+        if not 1 <= self.max_turns <= MAX_TURNS_LIMIT:
+            raise ValueError(
+                f"model.environment.max_turns must be in [1, {MAX_TURNS_LIMIT}] (MAX_TURNS_LIMIT), got {self.max_turns}"
+            )
         for name in ("max_turn_tokens", "max_total_tokens"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"model.environment.{name} must be >= 1 or None, got {value}")
-        if self.max_observation_chars < 16:
-            raise ValueError(f"model.environment.max_observation_chars must be >= 16, got {self.max_observation_chars}")
+            if value is not None and not 1 <= value <= MAX_TOKENS_LIMIT:
+                raise ValueError(
+                    f"model.environment.{name} must be in [1, {MAX_TOKENS_LIMIT}] (MAX_TOKENS_LIMIT) or None, got {value}"
+                )
+        if self.max_turn_tokens is not None and self.max_total_tokens is not None:
+            self.check_budget(self.max_turn_tokens, "model.environment.max_turn_tokens")
+        if not 16 <= self.max_observation_chars <= MAX_OBSERVATION_CHARS_LIMIT:
+            raise ValueError(
+                f"model.environment.max_observation_chars must be in [16, {MAX_OBSERVATION_CHARS_LIMIT}], "
+                f"got {self.max_observation_chars}"
+            )
         if self.step_timeout_s is not None and not self.step_timeout_s > 0:
             raise ValueError(f"model.environment.step_timeout_s must be > 0 seconds or None, got {self.step_timeout_s}")
 
     def turn_tokens(self, sampling: SamplingParams) -> int:
         return self.max_turn_tokens or sampling.max_new_tokens
+
+    def check_budget(self, turn_tokens: int, where: str) -> None:
+        """Refuse a ``max_total_tokens`` smaller than one turn's ``turn_tokens`` (set by ``where``): no
+        turn could be generated whole, and every trajectory would end cut at ``length``.
+
+        Example:
+            >>> TurnOptions(max_total_tokens=100).check_budget(256, "model.sampling.max_new_tokens")  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: model.environment.max_total_tokens=100 is smaller than one turn's 256 tokens ...
+        """
+        if self.max_total_tokens is not None and self.max_total_tokens < turn_tokens:
+            raise ValueError(
+                f"model.environment.max_total_tokens={self.max_total_tokens} is smaller than one turn's {turn_tokens} "
+                f"tokens ({where}): raise it to >= {turn_tokens}, or lower {where}"
+            )
 
     def total_tokens(self, sampling: SamplingParams) -> int:
         return self.max_total_tokens or self.max_turns * self.turn_tokens(sampling)

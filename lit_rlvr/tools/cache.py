@@ -51,6 +51,7 @@ from lit_rlvr.options import (
     PolicyOptions,
     SamplingParams,
     ScoringOptions,
+    completion_budget,
 )
 from lit_rlvr.plugins import load_plugins
 from lit_rlvr.rollout.turns import rows_scored_by_rewards
@@ -120,6 +121,7 @@ def build_cache(
         raise ValueError("data.cache.path is required: it is where the reference cache is built")
     if policy.lora is not None:
         raise ValueError("policy.lora: the reference cache samples π_ref, the base policy; remove the LoRA settings")
+    completion_budget(sampling, environment, "sampling.max_new_tokens")  # one turn fits the trajectory's budget
     target = data.cache
     out = target.path
     data.cache = None  # the cache is being built: the DataModule must not open it

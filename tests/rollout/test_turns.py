@@ -434,13 +434,33 @@ def test_rollouts_check_the_mask_and_pad_it_and_options_check_themselves():
     with pytest.raises(ValueError, match="Episode.status must be one of"):
         Episode(0.0, "finished")
     for bad, message in (
-        ({"max_turns": 0}, "model.environment.max_turns must be >= 1, got 0"),
+        ({"max_turns": 0}, r"model.environment.max_turns must be in \[1, 100\] \(MAX_TURNS_LIMIT\), got 0"),
         ({"max_total_tokens": 0}, "model.environment.max_total_tokens"),
         ({"step_timeout_s": 0}, "model.environment.step_timeout_s must be > 0"),
         ({"max_observation_chars": 3}, "max_observation_chars"),
     ):
         with pytest.raises(ValueError, match=message):
             TurnOptions(**bad)
+
+
+def test_the_turn_limits_are_bounded_at_start_up():
+    """``max_turns: 1e8`` once grew to 22.8 GB before anything refused it: every limit has a ceiling,
+    named in the error, and a budget smaller than one turn is refused too."""
+    for bad, message in (
+        ({"max_turns": 101}, r"model.environment.max_turns must be in \[1, 100\] \(MAX_TURNS_LIMIT\), got 101"),
+        ({"max_turns": 10**8}, r"must be in \[1, 100\]"),
+        ({"max_turn_tokens": 2**20 + 1}, r"model.environment.max_turn_tokens must be in \[1, 1048576\]"),
+        ({"max_total_tokens": 2**30}, r"model.environment.max_total_tokens must be in \[1, 1048576\]"),
+        ({"max_observation_chars": 2**21}, r"max_observation_chars must be in \[16, 1048576\]"),
+        (
+            {"max_turn_tokens": 64, "max_total_tokens": 32},
+            "model.environment.max_total_tokens=32 is smaller than one turn's 64 tokens "
+            "\\(model.environment.max_turn_tokens\\)",
+        ),
+    ):
+        with pytest.raises(ValueError, match=message):
+            TurnOptions(**bad)
+    assert TurnOptions(max_turns=100, max_turn_tokens=2**20, max_total_tokens=2**20).max_turns == 100
 
 
 def test_the_environment_group_resolves_each_rows_environment_and_checks_itself():
@@ -498,7 +518,9 @@ def test_the_environment_group_is_the_turn_limits_plus_the_environments():
         )
         == 7
     )  # the YAML keys, read as they were
-    with pytest.raises(ValueError, match="model.environment.max_turns must be >= 1, got 0"):
+    with pytest.raises(
+        ValueError, match=r"model.environment.max_turns must be in \[1, 100\] \(MAX_TURNS_LIMIT\), got 0"
+    ):
         EnvironmentOptions("countdown", max_turns=0)
     with pytest.raises(TypeError):
         TurnOptions(3)  # the limits are keywords: nothing positional can land on the wrong one
