@@ -36,6 +36,7 @@ from typing_extensions import override
 
 from lit_rlvr.callbacks import HFExport, PassCountsWriter, RolloutCallback, SignalCheckpoint, StepProgressBar
 from lit_rlvr.checkpoint import SafeCheckpointIO
+from lit_rlvr.contracts import StartupError
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.flags import merge_mapping_flags
 from lit_rlvr.module import RLVRModule
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
         )
-    except ConfigError as err:
+    except (ConfigError, StartupError) as err:  # a setting, or data or a cache the run cannot use (at set-up)
         if argv is not None:  # called from Python: the exception, with its short message
             raise
         _exit_with_config_error(f"lit-rlvr {args[0] if args and not args[0].startswith('-') else ''}".strip(), str(err))

@@ -32,6 +32,12 @@ from lit_rlvr.rollout.types import Rollouts, SamplingParams
 R = TypeVar("R", bound="RowTensors")
 
 
+class StartupError(ValueError):
+    """A run refused at set-up, before any generation: the data, a reference cache or a setting does not
+    fit the run, and the message names what to change. ``lit-rlvr`` ends with the message and exit status
+    2, as a configuration it refuses (``lit_rlvr.cli``); from Python it is raised, its cause chained."""
+
+
 class RowTensors:
     """Row-aligned tensors in the padded layout of :meth:`~lit_rlvr.rollout.types.Rollouts.to_padded`.
 
@@ -385,7 +391,8 @@ def check_prompt_data(
     reference: Any = None,
     anchor: Any = None,
 ) -> None:
-    """The start-up check of a DataModule against the module, before any generation.
+    """The start-up check of a DataModule against the module, before any generation; what it refuses is a
+    :class:`StartupError` (``lit-rlvr`` ends with its message and exit status 2).
 
     Args:
         datamodule: must provide :class:`PromptData`; its prompts must be ``tokenizer``'s ids
@@ -401,6 +408,23 @@ def check_prompt_data(
             with it needs the reference cache.
     """
     require(datamodule, PromptData, "RLVRModule", "DataModule")
+    try:
+        _check_prompt_data(datamodule, tokenizer, rewards, advantage, environment, reference, anchor)
+    except StartupError:
+        raise
+    except ValueError as err:  # a row, a reward or the cache the run cannot use: a refusal, not a crash
+        raise StartupError(str(err)) from err
+
+
+def _check_prompt_data(
+    datamodule: PromptData,
+    tokenizer: Any,
+    rewards: Any,
+    advantage: str,
+    environment: EnvironmentOptions | None,
+    reference: Any,
+    anchor: Any,
+) -> None:
     check_tokenizer(datamodule.tokenizer, tokenizer)
     rows = datamodule.all_rows()
     # every row has an environment, and every row its environment does not score can be scored, before any generation

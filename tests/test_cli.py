@@ -115,6 +115,50 @@ def test_a_config_error_is_lit_rlvrs_own_message_once_at_the_end(flag, message, 
         assert str(raised.value) == message
 
 
+def _refuse_the_cache(*args, **kwargs):
+    from lit_rlvr.cache.format import CacheMismatchError
+
+    raise CacheMismatchError("reference cache /c does not match this run:\n  environment: countdown@1 != sql@1")
+
+
+STARTUP_ERRORS = {
+    "a data option a config sets and the adapter does not take": (
+        ["--data.train.options={extra_feilds: [digits]}"],
+        None,
+        "(to remove an option a config sets: --data.train.options.extra_feilds=null)",
+    ),
+    "a reference cache built for another environment": (
+        [],
+        _refuse_the_cache,
+        "  environment: countdown@1 != sql@1",
+    ),
+}
+
+
+@pytest.mark.parametrize("flags, check, last", STARTUP_ERRORS.values(), ids=STARTUP_ERRORS)
+def test_a_run_refused_at_set_up_ends_like_a_config_error(
+    flags, check, last, tiny_model_dir, tmp_path, seven_reward, monkeypatch, capsys
+):
+    """The data or the reference cache refused once the run is set up: lit_rlvr's few lines and exit 2,
+    as a refused setting, not exit 1 and a traceback."""
+    import lit_rlvr.module
+
+    if check is not None:
+        monkeypatch.setattr(lit_rlvr.module, "check_prompt_data", check)
+    args = ["fit", "--config", str(tiny_config(tmp_path, tiny_model_dir, seven_reward)), *flags]
+    monkeypatch.setattr(sys, "argv", ["lit-rlvr", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err, err
+    assert "lit-rlvr fit: error: " in err and err.splitlines()[-2].endswith(last), err
+    assert err.splitlines()[-1] == "(every option: lit-rlvr fit --help, and docs/configuration.md)"
+    from lit_rlvr.contracts import StartupError
+
+    with pytest.raises(StartupError):  # from Python: the exception
+        main(args)
+
+
 def engine_options(print_config, *flags: str) -> dict:
     config = print_config(
         "fit", "--config", str(CONFIGS / "math" / "base.yaml"), "--config", str(CONFIGS / "math" / "grpo.yaml"), *flags

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from lit_rlvr.atomic import atomic_file
+from lit_rlvr.contracts import StartupError
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -74,8 +75,9 @@ class CacheError(RuntimeError):
     """Base class for reference-cache problems."""
 
 
-class CacheMismatchError(CacheError):
-    """The cache was built from another model, tokenizer, dataset or sampling setup."""
+class CacheMismatchError(CacheError, StartupError):
+    """The cache was built from another model, tokenizer, dataset, sampling setup, environment or turn
+    limits: a run refuses it at set-up (a :class:`~lit_rlvr.contracts.StartupError`: ``lit-rlvr`` exits 2)."""
 
 
 class CacheCorruptError(CacheError):

@@ -31,8 +31,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
-from lit_rlvr.contracts import TrainBatch, ValBatch
-from lit_rlvr.data.adapters import load_rows
+from lit_rlvr.contracts import StartupError, TrainBatch, ValBatch
+from lit_rlvr.data.adapters import ADAPTERS, load_rows
 from lit_rlvr.data.prompts import PromptFormat, encode_prompt
 from lit_rlvr.data.readers import BadRow, HFSource
 from lit_rlvr.data.samplers import BatchKey, EvalShardSampler, PromptBatchSampler, anchor_batch_indices
@@ -157,6 +157,15 @@ class _Prepared:
         """The prepared rows at ``indices``, in order."""
         pick = lambda values: [values[i] for i in indices]  # noqa: E731
         return _Prepared(pick(self.rows), pick(self.prompt_ids), pick(self.positions), self.total)
+
+
+def _removal_hint(spec: DatasetSpec, key: str) -> str:
+    """How to remove an adapter option that a config sets and this adapter does not take: a mapping given on
+    the command line (``--data.train.options='{…}'``) merges into the config's, so it cannot drop a key."""
+    if spec.adapter not in ADAPTERS or ADAPTERS.takes_any(spec.adapter):
+        return ""
+    unknown = [k for k in spec.options if k not in ADAPTERS.options(spec.adapter)]
+    return f" (to remove an option a config sets: --{key}.options.{unknown[0]}=null)" if unknown else ""
 
 
 def check_golds(rows: list[dict], check: GoldCheck) -> list[str | None]:
@@ -322,6 +331,16 @@ class PromptDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------------------- setup
     @override
     def setup(self, stage: str | None = None) -> None:
+        """Load, check and tokenize the datasets; what a dataset's settings or rows make unusable is a
+        :class:`~lit_rlvr.contracts.StartupError` (``lit-rlvr`` ends with its message and exit status 2)."""
+        try:
+            self._setup(stage)
+        except StartupError:
+            raise
+        except ValueError as err:  # an adapter option, too many bad rows, no usable prompt: a refusal, not a crash
+            raise StartupError(str(err)) from err
+
+    def _setup(self, stage: str | None) -> None:
         if self.tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -365,7 +384,10 @@ class PromptDataModule(pl.LightningDataModule):
     def _prepare(self, spec: DatasetSpec, key: str) -> _Prepared:
         """Load, validate, format and tokenize one dataset (config key ``key``); report bad and over-long rows."""
         name = spec.name or spec.adapter
-        loaded = load_rows(spec.source, spec.adapter, name=name, options_key=f"{key}.options", **spec.options)
+        try:
+            loaded = load_rows(spec.source, spec.adapter, name=name, options_key=f"{key}.options", **spec.options)
+        except ValueError as err:
+            raise StartupError(f"{err}{_removal_hint(spec, key)}") from err
         if self.gold_check is not None and loaded.rows:
             loaded.drop(check_golds(loaded.rows, self.gold_check))
         self.bad_rows[name] = []
