@@ -164,7 +164,7 @@ def test_rows_an_environment_scores_need_no_reward_the_others_are_refused_naming
     """A skyrl-gym or lit_rlvr environment that scores its trajectories needs no ``reward`` in its rows (the
     docs' skyrl-gym example); single-turn, or in an environment that does not score, a row still needs one."""
     import lit_rlvr.demo  # noqa: F401  (the countdown environment, which scores its episodes)
-    from lit_rlvr.contracts import check_prompt_data
+    from lit_rlvr.contracts import StartupError, check_prompt_data
     from lit_rlvr.envs import ENVIRONMENTS, EnvironmentBase, register_environment
     from lit_rlvr.options import EnvironmentOptions
     from lit_rlvr.rewards import RewardMix
@@ -186,6 +186,8 @@ def test_rows_an_environment_scores_need_no_reward_the_others_are_refused_naming
     check_prompt_data(DM(rows), None, RewardMix(), "grpo", EnvironmentOptions("countdown"))
     with pytest.raises(ValueError, match=r"row 'c1' has no \['reward'\] .* run it in an environment that scores"):
         check_prompt_data(DM(rows), None, RewardMix(), "grpo")
+    with pytest.raises(StartupError, match="row 'c1' has no 'environment' field and model.environment.name is null"):
+        check_prompt_data(DM(rows), None, RewardMix(), "grpo", EnvironmentOptions(None))  # at start-up, exit 2
     register_environment("_test_unscored")(type("Unscored", (EnvironmentBase,), {}))
     try:
         with pytest.raises(ValueError, match=r"row 'c1' has no \['reward'\]"):
