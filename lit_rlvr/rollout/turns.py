@@ -186,6 +186,12 @@ class EnvironmentOptions(TurnOptions):
         }  # a deadline does not change what is sampled
         return {"environments": sorted({s.identity for s in self.specs(rows)}), "turns": turns}
 
+    def check_tokenizer(self, rows: Sequence[Mapping[str, Any]], tokenizer: Any) -> None:
+        """Raise ``ValueError`` if an environment of ``rows`` cannot work with the policy's ``tokenizer``
+        (:meth:`EnvSpec.check_tokenizer <lit_rlvr.envs.EnvSpec.check_tokenizer>`), before any generation."""
+        for spec in {id(s): s for s in self.specs(rows)}.values():
+            spec.check_tokenizer(tokenizer, "model.environment")
+
     def loop(self, tokenizer: Any, context: int | None = None) -> TurnLoop:
         """A :class:`TurnLoop` with these limits."""
         return TurnLoop(tokenizer, self.turns, context)
