@@ -429,6 +429,8 @@ def _check_prompt_data(
     rows = datamodule.all_rows()
     # every row has an environment, and every row its environment does not score can be scored, before any generation
     rewards.check_rows(rows_scored_by_rewards(rows, environment), "data")
+    if environment is not None:  # an environment that cannot work with this tokenizer would fail every trajectory
+        environment.check_tokenizer(rows, tokenizer)
     if ADVANTAGES.trait(advantage, "binary_rewards", default=False):  # each row's own reward, now known
         rewards.require_binary(f"model.loss.advantage={advantage!r}", rows)
     if reference is None:

@@ -71,6 +71,7 @@ from lit_rlvr.options import (
 from lit_rlvr.policy import PolicyForwards, ReferencePolicy, load_policy, shard_fsdp2
 from lit_rlvr.rewards.combine import MixedScore
 from lit_rlvr.rewards.conventions import TrainerState
+from lit_rlvr.rewards.report import EnvironmentReport
 from lit_rlvr.upgrade import CHECKPOINT_FORMAT, upgrade_checkpoint, upgraded_checkpoint
 
 
@@ -139,6 +140,7 @@ class RLVRModule(LightningModule):
         self.lockstep = Lockstep()  # the data-parallel ranks, set at setup for the Trainer's
         self.forwards = PolicyForwards(self.policy, self.micro_batching, self.sampling.temperature, self.lockstep)
         self.reward_report = self.scoring.report(self.reward_mix)
+        self.environment_report = EnvironmentReport(self.scoring.max_failed_steps)  # multi-turn: why environments fail
         self.scorer = None
         evaluation, max_turns = self.evaluation, self.environment and self.environment.turns.max_turns
         self.val_panels = ValidationPanels(evaluation.pass_k, max_turns, evaluation.reference_pass_counts())  # by set
@@ -210,6 +212,9 @@ class RLVRModule(LightningModule):
     def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
         """Rollouts → rewards → advantages → token selections → optimizer steps on L_exp (+ η L_pef) (docs/methods.md §5)."""
         rollouts = require_rollouts(batch)
+        if rollouts.episodes is not None:  # every rank alike: the check sums over the ranks
+            where = f"train environments (step {self.global_step}, rank {self.global_rank})"
+            self.environment_report(rollouts.episodes, where, self.lockstep.reduce_tensor)
         scores = self.score_rollouts(rollouts, batch.rows, "train")
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (B,) Σ_k w_k r_k
         data = StepData.from_rollouts(rollouts, self.tokenizer.pad_token_id, rewards).to(self.device)

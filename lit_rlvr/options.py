@@ -518,6 +518,8 @@ class ScoringOptions:
         max_failed_steps: training batches in a row on which a reward may raise on every item (on
             every rank) before the run stops with an error naming it and showing its traceback
             (null: never stop). Timeouts do not count; every failure is logged, naming the reward.
+            Multi-turn: also the training batches in a row on which every trajectory's environment may
+            fail (raise or hang, on every rank) before the run stops naming the reasons.
     """
 
     workers: int = 2

@@ -16,8 +16,9 @@ row ``i·n + j``), as flat arrays with offsets so nothing is padded:
   ``pass_counts (P,) int32``;
 - a multi-turn cache (sampled with an environment) also ``loss_mask (ΣT,) uint8``: 1 on the model's
   tokens, 0 on the environment's (the anchors' divergence acts on the model's only), and its manifest
-  records the environments (``name@version``) and turn limits (``environment``, None for single-turn):
-  a run with another environment, or another version of it, refuses it;
+  records the environments (``name@version``), turn limits and the options given to them
+  (``environment``, None for single-turn): a run with another environment, another version of it,
+  other limits or other options refuses it;
 - safetensors metadata ``lit_rlvr``: JSON with ``ids`` (the P prompt row ids) and the scorer's
   ``status_counts``.
 

@@ -168,6 +168,7 @@ class ReferenceCache:
             diffs.append(
                 f"environment: cache sampled {_environment(found)}, this run samples {_environment(environment)} "
                 "(build the cache with the run's model.environment as its environment)"
+                + _option_differences(found, environment)
             )
         if diffs:
             raise CacheMismatchError(f"reference cache {self.path} does not match this run:\n  " + "\n  ".join(diffs))
@@ -278,4 +279,28 @@ def _environment(identity: dict | None) -> str:
     """A cache's or a run's environment record, in words."""
     if identity is None:
         return "single-turn completions (no environment)"
-    return f"trajectories in {', '.join(identity['environments'])} with turns {identity['turns']}"
+    options = f" and options {identity['options']}" if identity.get("options") else ""
+    return f"trajectories in {', '.join(identity['environments'])} with turns {identity['turns']}{options}"
+
+
+def _option_differences(cache: dict | None, run: dict | None) -> str:
+    """The environment options in which a run differs from its cache, each named; "" when none do.
+
+    Example:
+        >>> _option_differences({"options": {"sql@1": {"max_rows": 20}}}, {"options": {"sql@1": {"max_rows": 5}}})
+        '; options differ: sql@1 max_rows: cache 20, this run 5'
+    """
+    if cache is None or run is None:
+        return ""
+    ours, theirs = cache.get("options") or {}, run.get("options") or {}
+
+    def shown(options: dict, env: str, key: str) -> str:
+        return repr(options[env][key]) if key in options.get(env, {}) else "not set"
+
+    diffs = [
+        f"{env} {key}: cache {shown(ours, env, key)}, this run {shown(theirs, env, key)}"
+        for env in sorted({*ours, *theirs})
+        for key in sorted({*ours.get(env, {}), *theirs.get(env, {})})
+        if shown(ours, env, key) != shown(theirs, env, key)
+    ]
+    return f"; options differ: {'; '.join(diffs)}" if diffs else ""

@@ -364,6 +364,23 @@ class EnvSpec:
             )
         return env if isinstance(env, Environment) else ForeignEnvironment(env, self.version)
 
+    def check_tokenizer(self, tokenizer: Any, key: str = "model.environment") -> None:
+        """Raise ``ValueError`` at start-up if this environment cannot work with the policy's ``tokenizer``:
+        one that takes the tokenizer (the ``trl`` adapter, which parses tool calls with it) is made once
+        with it and closed, so a failure that would end every trajectory (``env_error``) ends the run
+        before its first step instead. An environment that does not take the tokenizer is not made."""
+        if not _takes(self.factory, "tokenizer"):
+            return
+        try:
+            env = self.make(tokenizer)
+        except (ValueError, TypeError) as err:
+            raise ValueError(
+                f"{key}: environment {self.name!r} cannot work with the policy's tokenizer: {err}"
+            ) from err
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+
 
 def resolve_environment(
     name: str, options: Mapping[str, Any] | None = None, key: str = "environment", options_key: str | None = None

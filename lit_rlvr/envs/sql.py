@@ -149,7 +149,9 @@ class SQLEnvironment(EnvironmentBase):
 
     def _final(self, solution: str) -> Step:
         text = solution if "```" in solution else f"```sql\n{solution.strip()}\n```"
-        score = sql_score(text, self.row["answer"], mode=self.mode, timeout_s=self.timeout_s, **self.scoring_row)
+        # Only what the scorer reads: the row's other columns (``mode``, ``completion``…) would collide with its arguments.
+        where = {"db_path": self.row["db_path"], "id": self.row.get("id")}
+        score = sql_score(text, self.row["answer"], mode=self.mode, timeout_s=self.timeout_s, **where)
         return Step(reward=score.reward, done=True, info={"status": score.status, "reason": score.reason})
 
     def _unanswered(self) -> float:

@@ -20,6 +20,12 @@ the run with an error that names it and shows the traceback, rather than train o
 timeout does not count toward it (a slow service recovers, a bug does not). A completion that no
 reward applies to scores 0 and is warned about once (TRL warns too).
 
+:class:`EnvironmentReport` does the same for multi-turn environments: each distinct reason an
+environment failed (raised or hung, :attr:`Episode.reason <lit_rlvr.rollout.types.Episode>`) is
+warned about once, with how many trajectories of the batch it ended, and a training batch on which
+every trajectory of every rank failed is a failed step: ``max_failed_steps`` of them in a row stop
+the run with an error naming the reasons, rather than train on nothing with a loss of 0.
+
 Only the training process imports this module (the reward workers never do): it needs torch for
 the cross-rank sums.
 """
@@ -27,6 +33,7 @@ the cross-rank sums.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -181,6 +188,66 @@ class RewardReport:
                     f"(model.scoring.max_failed_steps={self.max_failed_steps}), so the run stops rather than train on rewards of "
                     f"0; fix the reward or its data{detail}"
                 )
+
+
+ENV_FAILED = ("env_error", "env_timeout")  # the episode statuses of an environment that raised or hung
+MAX_WARNED_REASONS = 20  # distinct failure reasons warned about in a run; later ones go to the INFO log
+
+
+class EnvironmentReport:
+    """Shows why environments failed, and stops a run whose environments fail on every trajectory (module docstring).
+
+    Args:
+        max_failed_steps: training batches in a row on which every trajectory's environment may fail
+            (on every rank) before the run stops (``model.scoring.max_failed_steps``); None: never.
+
+    Example:
+        >>> from types import SimpleNamespace as E
+        >>> report = EnvironmentReport(max_failed_steps=2)
+        >>> failed = [E(status="env_error", reason="ValueError: no tool-call parser")] * 4
+        >>> report(failed, "step 0, rank 0", lambda t: t)
+        >>> report(failed, "step 1, rank 0", lambda t: t)
+        Traceback (most recent call last):
+        ...
+        RuntimeError: the environment failed on every trajectory, on every rank, for 2 training batches in a row (model.scoring.max_failed_steps=2), so the run stops rather than train on nothing; reasons here (step 1, rank 0): 4x ValueError: no tool-call parser
+    """
+
+    def __init__(self, max_failed_steps: int | None = None):
+        self.max_failed_steps = max_failed_steps
+        self.failed_steps = 0  # training batches in a row on which every trajectory's environment failed
+        self._warned: set[str] = set()
+
+    def __call__(self, episodes: Sequence[Any], where: str, reduce_sum: Callable[[Tensor], Tensor]) -> None:
+        """Warn about each new reason among ``episodes`` (a training batch's :class:`Episode` list), count
+        the batch as failed when every rank's every trajectory failed; ``reduce_sum`` sums over the ranks.
+
+        Raises:
+            RuntimeError: ``max_failed_steps`` failed batches in a row.
+        """
+        reasons = Counter(e.reason or e.status for e in episodes if e.status in ENV_FAILED)
+        for reason, count in reasons.most_common():
+            if reason in self._warned or len(self._warned) >= MAX_WARNED_REASONS:
+                log.info("%s: %d of %d trajectories' environments failed: %s", where, count, len(episodes), reason)
+            else:
+                self._warned.add(reason)
+                log.warning(
+                    "%s: the environment failed on %d of %d trajectories (reward 0, not trained on; "
+                    "train/env_failed is their share): %s",
+                    where,
+                    count,
+                    len(episodes),
+                    reason,
+                )
+        totals = reduce_sum(torch.tensor([sum(reasons.values()), len(episodes)], dtype=torch.float64))
+        failed_all = totals[1] > 0 and totals[0] == totals[1]
+        self.failed_steps = self.failed_steps + 1 if failed_all else 0
+        if self.max_failed_steps is not None and self.failed_steps >= self.max_failed_steps:
+            shown = "; ".join(f"{n}x {r}" for r, n in reasons.most_common(3)) or "none on this rank"
+            raise RuntimeError(
+                f"the environment failed on every trajectory, on every rank, for {self.failed_steps} training batches "
+                f"in a row (model.scoring.max_failed_steps={self.max_failed_steps}), so the run stops rather than train "
+                f"on nothing; reasons here ({where}): {shown}"
+            )
 
 
 def _row_rewards(rows: Sequence[dict]) -> str:

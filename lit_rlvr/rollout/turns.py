@@ -44,6 +44,7 @@ that seed plus the samples before it).
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import threading
 import time
@@ -214,11 +215,24 @@ class EnvironmentOptions(TurnOptions):
 
     def identity(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """What a multi-turn reference cache of ``rows`` records and a run compares: the environments'
-        ``name@version`` (:attr:`EnvSpec.identity <lit_rlvr.envs.EnvSpec.identity>`) and the turn limits."""
+        ``name@version`` (:attr:`EnvSpec.identity <lit_rlvr.envs.EnvSpec.identity>`), the turn limits,
+        and, for environments given options, their checked options as configured (an option set to its
+        default still differs from one left out)."""
         turns = {
             k: v for k, v in asdict(self.turns).items() if k != "step_timeout_s"
         }  # a deadline does not change what is sampled
-        return {"environments": sorted({s.identity for s in self.specs(rows)}), "turns": turns}
+        specs = self.specs(rows)
+        identity = {"environments": sorted({s.identity for s in specs}), "turns": turns}
+        options = {s.identity: dict(s.options) for s in specs if s.options}  # what each answers depends on them
+        if options:  # absent without options, so a cache built before options were recorded still matches
+            identity["options"] = json.loads(json.dumps(options, sort_keys=True, default=repr))  # as the manifest reads
+        return identity
+
+    def check_tokenizer(self, rows: Sequence[Mapping[str, Any]], tokenizer: Any) -> None:
+        """Raise ``ValueError`` if an environment of ``rows`` cannot work with the policy's ``tokenizer``
+        (:meth:`EnvSpec.check_tokenizer <lit_rlvr.envs.EnvSpec.check_tokenizer>`), before any generation."""
+        for spec in {id(s): s for s in self.specs(rows)}.values():
+            spec.check_tokenizer(tokenizer, "model.environment")
 
     def loop(self, tokenizer: Any, context: int | None = None) -> TurnLoop:
         """A :class:`TurnLoop` with these limits."""

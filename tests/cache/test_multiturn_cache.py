@@ -108,3 +108,42 @@ def test_a_run_with_another_environment_version_or_limits_is_refused(multiturn_c
         single.check(environment=None)
         with pytest.raises(CacheMismatchError, match="environment: cache sampled single-turn completions"):
             single.check(environment=ENV.identity(rows))
+
+
+class HintedCountdown(CountdownChecker):
+    """The countdown checker with an option (what it answers could depend on it)."""
+
+    def __init__(self, *, hint: str = ""):
+        super().__init__()
+        self.hint = hint
+
+
+if "_countdown_hinted" not in ENVIRONMENTS:
+    register_environment("_countdown_hinted", scores=True)(HintedCountdown)
+
+
+def test_a_run_with_other_environment_options_is_refused_naming_the_option(tmp_path, tiny):
+    """The environment's options are part of the cache's identity: a run whose option differs (or is
+    left out) is refused, the differing option named; the run that built it passes."""
+    model, tok = tiny
+    rows = [{k: v for k, v in r.items() if k != "reward"} for r in countdown_rows([("357", 26)])]
+    built = EnvironmentOptions("_countdown_hinted", options={"_countdown_hinted": {"hint": "a"}}, max_turns=2)
+    out = build_reference_cache(
+        tmp_path / "cache",
+        rows,
+        [encode_prompt(r, tok) for r in rows],
+        engine=HFEngine(model, tok),
+        scorer=NoScorer(),
+        model=model,
+        tokenizer=tok,
+        params=replace(PARAMS, n=2),
+        progress=False,
+        environment=built,
+    )
+    with ReferenceCache(out) as cache:
+        assert cache.manifest["environment"]["options"] == {"_countdown_hinted@1": {"hint": "a"}}
+        cache.check(environment=built.identity(rows))
+        for options, said in [({"hint": "b"}, "'a', this run 'b'"), ({}, "'a', this run not set")]:
+            run = replace(built, options={"_countdown_hinted": options})
+            with pytest.raises(CacheMismatchError, match=r"options differ: _countdown_hinted@1 hint: cache " + said):
+                cache.check(environment=run.identity(rows))

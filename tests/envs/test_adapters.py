@@ -176,3 +176,36 @@ def test_the_docs_worked_examples_configure_the_adapters_they_say(tool_tokenizer
         encode_prompt({"prompt": "Count to 7"}, tool_tokenizer, PromptFormat(**config["data"]["prompt"]))
     )
     assert '"name": "increment"' in prompt and "how much to add" in prompt
+
+
+def test_a_trl_environment_that_cannot_parse_the_policys_tool_calls_is_a_start_up_error(
+    tool_tokenizer, trl_counter, tiny_model_dir
+):
+    """The char tokenizer has no chat template TRL knows: every trajectory would fail (env_error) and
+    train nothing, so the start-up check refuses it, naming the environment and why; Qwen's passes."""
+    from transformers import AutoTokenizer
+
+    from lit_rlvr.contracts import check_prompt_data
+    from lit_rlvr.rewards.combine import RewardMix
+    from lit_rlvr.rollout.turns import EnvironmentOptions
+
+    rows = [{"id": "t", "prompt": "Count to 7", "answer": "7"}]
+    environment = EnvironmentOptions(trl_counter.path)
+    environment.check_tokenizer(rows, tool_tokenizer)
+    char = AutoTokenizer.from_pretrained(tiny_model_dir)
+    refused = r"model.environment: environment 'trl' cannot work with the policy's tokenizer: .*cannot parse this tokenizer's tool calls"
+    with pytest.raises(ValueError, match=refused):
+        environment.check_tokenizer(rows, char)
+
+    class Data:  # what check_prompt_data reads of a DataModule
+        tokenizer, reference_cache, train_rows = char, None, rows
+        base_pass_counts, val_samples_per_prompt = None, {}
+
+        def all_rows(self):
+            return rows
+
+        def fit_context(self, *args):
+            pass
+
+    with pytest.raises(ValueError, match=refused):
+        check_prompt_data(Data(), char, RewardMix(), "grpo", environment)

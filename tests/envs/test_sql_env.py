@@ -135,3 +135,18 @@ def test_a_row_without_a_database_or_gold_is_refused_naming_it(tmp_path):
     env = resolve_environment("sql").make()
     with pytest.raises(ValueError, match="row id='q7': the sql environment needs 'db_path'"):
         env.reset({"id": "q7", "db_path": str(tmp_path / "missing.sqlite"), "answer": "SELECT 1"}, 3)
+
+
+@pytest.mark.parametrize("column", ["mode", "timeout_s", "completion"])
+def test_row_columns_named_like_the_scorers_arguments_do_not_break_scoring(tmp_path, column):
+    """A row's own columns (a dataset may well have ``mode`` or ``completion``) never reach the scorer's
+    keyword arguments: the correct solution still scores 1 and a wrong one 0."""
+    db = tmp_path / "one.sqlite"
+    with sqlite3.connect(db) as c:
+        c.executescript("CREATE TABLE t(a INT); INSERT INTO t VALUES (1), (2);")
+    row = {"id": "q", "db_path": str(db), "answer": "SELECT a FROM t WHERE a = 2", column: "bird"}
+    for solution, reward in (("SELECT a FROM t WHERE a > 1", 1.0), ("SELECT a FROM t", 0.0)):
+        env = resolve_environment("sql").make()
+        env.reset(row, 3)
+        step = env.step(f"<solution>{solution}</solution>")
+        assert (step.done, step.reward, step.info["status"]) == (True, reward, "ok")

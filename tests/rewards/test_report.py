@@ -172,3 +172,106 @@ def test_a_fit_with_a_reward_that_always_raises_stops_with_its_name_and_tracebac
         and "in always_raises" in first
     )
     assert second.startswith("train rewards (step 1, rank 0)")  # the second batch: the run stops there
+
+
+def test_each_reason_an_environment_failed_is_warned_once_with_its_count(caplog):
+    """The reasons kept in the episodes reach the log: one warning per distinct reason, with how many
+    trajectories it ended; a reason seen before goes to INFO; a batch that trained something resets the count."""
+    from types import SimpleNamespace
+
+    from lit_rlvr.rewards.report import EnvironmentReport
+
+    def episodes(*statuses_reasons):
+        return [SimpleNamespace(status=s, reason=r) for s, r in statuses_reasons]
+
+    report = EnvironmentReport(max_failed_steps=2)
+    batch = episodes(
+        ("env_error", "KeyError: 'db'"), ("env_error", "KeyError: 'db'"), ("done", ""), ("env_timeout", "")
+    )
+    with caplog.at_level(logging.INFO, logger="lit_rlvr.rewards.report"):
+        report(batch, "step 0, rank 0", same)
+        report(batch, "step 1, rank 0", same)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        len(warnings) == 2 and "failed on 2 of 4 trajectories" in warnings[0] and warnings[0].endswith("KeyError: 'db'")
+    )
+    assert "failed on 1 of 4 trajectories" in warnings[1] and warnings[1].endswith("env_timeout")
+    assert sum("step 1, rank 0: 2 of 4" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO) == 1
+    assert report.failed_steps == 0  # one trajectory of each batch ran
+
+
+def test_environments_failing_on_every_trajectory_stop_the_run_after_max_failed_steps():
+    from types import SimpleNamespace
+
+    from lit_rlvr.rewards.report import EnvironmentReport
+
+    failed = [SimpleNamespace(status="env_error", reason="ValueError: cannot parse tool calls")] * 3
+    report = EnvironmentReport(max_failed_steps=3)
+    report(failed, "s0", same)
+    report([SimpleNamespace(status="done", reason="")] + failed[1:], "s1", same)  # one ran: the count starts again
+    report(failed, "s2", same)
+    report(failed, "s3", same)
+    with pytest.raises(
+        RuntimeError,
+        match=r"for 3 training batches in a row .*reasons here \(s4\): 3x ValueError: cannot parse tool calls",
+    ):
+        report(failed, "s4", same)
+    never = EnvironmentReport(max_failed_steps=None)
+    for _ in range(5):
+        never(failed, "s", same)
+    # several ranks: a batch fails only when every rank's every trajectory did
+    other_rank_ran = EnvironmentReport(max_failed_steps=1)
+    other_rank_ran(failed, "s", lambda t: t + torch.tensor([0.0, 2.0]))
+
+
+def test_a_fit_whose_environment_always_fails_stops_naming_why(tiny_model_dir, toy_prompts, caplog):
+    """Every trajectory's environment raises: the reason is warned about at the first step, and the
+    run stops after ``max_failed_steps`` batches naming it, rather than end with nothing trained."""
+    from lightning import Trainer
+
+    from lit_rlvr.callbacks import RolloutCallback
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.data.datamodule import DatasetSpec
+    from lit_rlvr.envs import ENVIRONMENTS, EnvironmentBase, register_environment
+    from lit_rlvr.module import RLVRModule
+    from lit_rlvr.options import PolicyOptions, SamplingParams, ScoringOptions
+    from lit_rlvr.rollout.turns import EnvironmentOptions
+
+    class Broken(EnvironmentBase):
+        def step(self, action):
+            raise ValueError("this tokenizer's tool calls cannot be parsed")
+
+    register_environment("_test_broken")(Broken)
+    try:
+        dm = PromptDataModule(
+            tokenizer=str(tiny_model_dir), train=DatasetSpec(files=toy_prompts(4), name="toy"), batch_size=2
+        )
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            sampling=SamplingParams(n=2, max_new_tokens=4, seed=0),
+            scoring=ScoringOptions(workers=0, max_failed_steps=2),
+            environment=EnvironmentOptions("_test_broken", max_turns=2),
+        )
+        trainer = Trainer(
+            max_steps=10,
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[RolloutCallback(engine="hf")],
+        )
+        with caplog.at_level(logging.WARNING, logger="lit_rlvr.rewards.report"):
+            with pytest.raises(
+                RuntimeError,
+                match=r"environment failed on every trajectory.*for 2 training batches in a row.*"
+                r"4x ValueError: this tokenizer's tool calls cannot be parsed",
+            ):
+                trainer.fit(module, datamodule=dm)
+    finally:
+        ENVIRONMENTS.pop("_test_broken")
+    warned = [r.getMessage() for r in caplog.records if r.name == "lit_rlvr.rewards.report"]
+    assert len(warned) == 1 and warned[0].startswith(
+        "train environments (step 0, rank 0): the environment failed on 4 of 4"
+    )
+    assert warned[0].endswith("ValueError: this tokenizer's tool calls cannot be parsed")

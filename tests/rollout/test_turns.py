@@ -478,7 +478,9 @@ def test_the_environment_group_resolves_each_rows_environment_and_checks_itself(
     assert env.identity([{"id": "a"}, {"id": "b", "environment": "calculator"}]) == {
         "environments": ["calculator@1", "countdown@1"],
         "turns": {"max_turns": 2, "max_turn_tokens": None, "max_total_tokens": None, "max_observation_chars": 4000},
+        "options": {"calculator@1": {"reward": "math"}},  # the options given (countdown's none: not listed)
     }
+    assert "options" not in env.identity([{"id": "a"}])  # no options: what caches built before recorded
     again = pickle.loads(pickle.dumps(env))  # a checkpoint's hyper-parameters, a spawned rank
     assert again == env and again.specs([{"id": "a"}])[0].identity == "countdown@1"
     assert EnvironmentOptions(**{"name": "countdown", "max_turns": 4}).turns == TurnOptions(max_turns=4)  # plain data
