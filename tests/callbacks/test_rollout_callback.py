@@ -250,7 +250,7 @@ def test_module_without_policy_is_a_clear_error(tmp_path, tok):
         ({"engine": "trt"}, r"rollout.engine: unknown rollout engine 'trt'; valid names"),
         (
             {"engine": "hf", "engine_options": {"max_batch_row": 4}},
-            r"rollout.engine_options: unknown option\(s\) \['max_batch_row'\] of rollout engine 'hf'; accepted: \['decode', 'max_batch_rows'\]",
+            r"rollout.engine_options: unknown option\(s\) \['max_batch_row'\] of rollout engine 'hf'; accepted: \['decode', 'max_batch_rows', 'prefix_cache_mb'\]",
         ),
         ({"engine": "hf", "engine_options": {"model_path": "x"}}, r"\['model_path'\] are set by the callback itself"),
         ({"drift_every_n_steps": -1}, "drift_every_n_steps"),
