@@ -180,7 +180,7 @@ class EnvironmentBase:
         ...         last = self.next_turn()
         ...         return Step(f"{action} ({self.turns_left} left)", reward=0.0, done=last)
         >>> env = Echo()
-        >>> env.reset({"id": "e", "answer": "4", "level": 2}, max_turns=2), env.scoring_row
+        >>> env.reset({"id": "e", "answer": "4", "level": 2, "completion": "x"}, max_turns=2), env.scoring_row
         (None, {'id': 'e', 'level': 2})
         >>> env.step_tokens("hi", [1, 2], []).observation, env.step("bye").done
         ('hi (1 left)', True)
@@ -213,8 +213,10 @@ class EnvironmentBase:
 
     @property
     def scoring_row(self) -> dict[str, Any]:
-        """The row's fields but its gold ``answer``: the ``**row`` a reward function takes beside the answer."""
-        return {k: v for k, v in self.row.items() if k != "answer"}
+        """The row's fields but ``answer`` and ``completion``: the ``**row`` a reward function
+        ``reward(completion, answer, **row)`` takes beside its two arguments (a row column named
+        either would collide with them)."""
+        return {k: v for k, v in self.row.items() if k not in ("answer", "completion")}
 
     def step(self, action: str) -> Step:
         raise NotImplementedError

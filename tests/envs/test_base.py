@@ -296,3 +296,17 @@ def test_an_environment_says_whether_it_scores_its_trajectories(tmp_path):
         )
     finally:
         ENVIRONMENTS.pop("_test_unscored"), ENVIRONMENTS.pop("_test_scored")
+
+
+def test_a_row_column_named_completion_or_answer_never_reaches_a_rewards_keywords():
+    """reward(completion, answer, **row): the countdown checker and the calculator score a row that
+    carries a ``completion`` column (a dataset's reference solution, say) as one without it."""
+    import lit_rlvr.demo  # noqa: F401  (the countdown checker)
+
+    row = {"id": "c", "answer": "26", "digits": "357", "completion": "5*7-3*3;"}
+    env = resolve_environment("countdown").make()
+    env.reset(row, 2)
+    assert env.step("3*7+5;").reward == 1.0
+    env = resolve_environment("calculator").make()
+    env.reset({"id": "k", "answer": "42", "reward": "math", "completion": "42"}, 2)
+    assert env.step("<answer>42</answer>").reward == 1.0
