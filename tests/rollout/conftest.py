@@ -1,11 +1,31 @@
-"""A scripted engine for the multi-turn loop's tests: every trajectory's turns are given as token ids."""
+"""The rollout tests' shared pieces: a scripted engine for the multi-turn loop (every trajectory's turns
+given as token ids), and the char tokenizer, tiny Llama and ragged prompts the ``hf`` engine's tests use."""
 
 from __future__ import annotations
 
 import pytest
 
+from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
 from lit_rlvr.rollout.engine import EngineBase
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
+
+PROMPTS = ["12+3=", "7", "abc def ghi", "9*9=", "C375=026:"]  # ragged lengths: left padding differs per row
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return build_tiny_llama(tok, num_layers=2, seed=0).eval()
+
+
+@pytest.fixture(scope="module")
+def prompts(tok):
+    """:data:`PROMPTS` encoded."""
+    return [tok.encode(p) for p in PROMPTS]
 
 
 class ScriptedEngine(EngineBase):

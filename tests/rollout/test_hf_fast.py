@@ -13,26 +13,10 @@ import pytest
 import torch
 
 import lit_rlvr.rollout.hf as hf
-from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
+from lit_rlvr.demo.tiny import build_tiny_llama
 from lit_rlvr.policy import completion_logprobs
 from lit_rlvr.rollout import HFEngine, SamplingParams
-
-PROMPTS = ["12+3=", "7", "abc def ghi", "9*9=", "C375=026:"]  # ragged lengths: left padding differs per row
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    return build_tiny_llama(tok, num_layers=2, seed=0).eval()
-
-
-@pytest.fixture(scope="module")
-def prompts(tok):
-    return [tok.encode(p) for p in PROMPTS]
+from tests.rollout.conftest import PROMPTS
 
 
 def engines(model, tok, **kw):

@@ -14,13 +14,12 @@ import copy
 import pytest
 import torch
 
-from lit_rlvr.demo.tiny import build_char_tokenizer, build_tiny_llama
+from lit_rlvr.demo.tiny import build_tiny_llama
 from lit_rlvr.envs import EnvironmentBase, EnvSpec, Step
 from lit_rlvr.rollout import HFEngine, SamplingParams
 from lit_rlvr.rollout.prefix import PrefixCache, RowKV
 from lit_rlvr.rollout.turns import TurnLoop, TurnOptions
 
-PROMPTS = ["12+3=", "7", "abc def ghi", "9*9=", "C375=026:"]  # ragged: left padding differs per row
 OBSERVATION = "=ok="
 TOKEN_BYTES = 2 * 2 * 4 * 32 * 4  # layers × (keys, values) × heads × head size × float32
 
@@ -30,21 +29,6 @@ class Echo(EnvironmentBase):
 
     def step(self, action: str) -> Step:
         return Step(OBSERVATION, tool_call="x")
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    return build_tiny_llama(tok, num_layers=2, seed=0).eval()
-
-
-@pytest.fixture(scope="module")
-def prompts(tok):
-    return [tok.encode(p) for p in PROMPTS]
 
 
 def prefill_widths(model) -> tuple[list[int], torch.utils.hooks.RemovableHandle]:
