@@ -43,6 +43,24 @@ def scores(*per_completion: tuple[ScoreResult, ...]) -> list[MixedScore]:
 ROWS = [{"id": "q"}] * 3
 
 
+def quiet_trainer():
+    """A CPU trainer of up to 10 steps with the hf rollouts, nothing logged or saved: the failing-step
+    tests stop it long before."""
+    from lightning import Trainer
+
+    from lit_rlvr.callbacks import RolloutCallback
+
+    return Trainer(
+        max_steps=10,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[RolloutCallback(engine="hf")],
+    )
+
+
 def test_a_failed_item_is_missing_from_its_rewards_mean_not_a_zero():
     """The mean used to count an error as 0: 1 of 3 here, where the reward scored 1 of 2."""
     module = Logged()
@@ -133,9 +151,6 @@ def always_raises(completions, **kwargs):
 
 @pytest.mark.timeout(120)
 def test_a_fit_with_a_reward_that_always_raises_stops_with_its_name_and_traceback(tiny_model_dir, toy_prompts, caplog):
-    from lightning import Trainer
-
-    from lit_rlvr.callbacks import RolloutCallback
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec
     from lit_rlvr.module import RLVRModule
@@ -148,15 +163,7 @@ def test_a_fit_with_a_reward_that_always_raises_stops_with_its_name_and_tracebac
     module = RLVRModule(
         PolicyOptions(str(tiny_model_dir)), sampling=SamplingParams(n=2, max_new_tokens=4, seed=0), scoring=scoring
     )
-    trainer = Trainer(
-        max_steps=10,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[RolloutCallback(engine="hf")],
-    )
+    trainer = quiet_trainer()
     with caplog.at_level(logging.WARNING, logger="lit_rlvr.rewards.report"):
         with pytest.raises(
             RuntimeError,
@@ -227,9 +234,6 @@ def test_environments_failing_on_every_trajectory_stop_the_run_after_max_failed_
 def test_a_fit_whose_environment_always_fails_stops_naming_why(tiny_model_dir, toy_prompts, caplog):
     """Every trajectory's environment raises: the reason is warned about at the first step, and the
     run stops after ``max_failed_steps`` batches naming it, rather than end with nothing trained."""
-    from lightning import Trainer
-
-    from lit_rlvr.callbacks import RolloutCallback
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.data.datamodule import DatasetSpec
     from lit_rlvr.envs import ENVIRONMENTS, EnvironmentBase, register_environment
@@ -252,15 +256,7 @@ def test_a_fit_whose_environment_always_fails_stops_naming_why(tiny_model_dir, t
             scoring=ScoringOptions(workers=0, max_failed_steps=2),
             environment=EnvironmentOptions("_test_broken", max_turns=2),
         )
-        trainer = Trainer(
-            max_steps=10,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            callbacks=[RolloutCallback(engine="hf")],
-        )
+        trainer = quiet_trainer()
         with caplog.at_level(logging.WARNING, logger="lit_rlvr.rewards.report"):
             with pytest.raises(
                 RuntimeError,
