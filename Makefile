@@ -107,28 +107,23 @@ demo-agents: install
 	$(LIT) report --curves $(AGENTS)/curves_countdown.png --base $(AGENTS)/runs/logs/base $(addprefix $(AGENTS)/runs/logs/,$(AGENTS_METHODS))
 	$(LIT) report --curves $(AGENTS)/curves_sql.png --base $(AGENTS)/runs/logs/sql_base $(addprefix $(AGENTS)/runs/logs/sql_,$(AGENTS_METHODS))
 
-agents-countdown: export OMP_NUM_THREADS := 1
-agents-countdown: install
-	@$(LIT) warmstart --config configs/demo/agents/warmstart.yaml --threads 1 $(call agents_log,countdown)
-	@$(LIT) cache --config configs/demo/agents/cache.yaml $(call agents_log,countdown)
-	@$(LIT) validate --config configs/demo/agents/base.yaml --config configs/demo/agents/record.yaml $(AGENTS_RECORD)_countdown.jsonl --trainer.callbacks.init_args.label=base $(call agents_log,countdown)
-	@$(LIT) validate --config configs/demo/agents/base.yaml --trainer.logger.init_args.version=base --verbose=false $(call agents_log,countdown)
+# The lanes: one recipe, each lane's configs folder and the prefix of its runs' names (logger versions, exports).
+AGENTS_LANES := agents-countdown agents-sql
+agents-countdown: LANE := countdown
+agents-countdown: CONFIGS := configs/demo/agents
+agents-countdown: RUNS :=
+agents-sql: LANE := sql
+agents-sql: CONFIGS := configs/demo/sql_agent
+agents-sql: RUNS := sql_
+$(AGENTS_LANES): export OMP_NUM_THREADS := 1
+$(AGENTS_LANES): install
+	@$(LIT) warmstart --config $(CONFIGS)/warmstart.yaml --threads 1 $(call agents_log,$(LANE))
+	@$(LIT) cache --config $(CONFIGS)/cache.yaml $(call agents_log,$(LANE))
+	@$(LIT) validate --config $(CONFIGS)/base.yaml --config $(CONFIGS)/record.yaml $(AGENTS_RECORD)_$(LANE).jsonl --trainer.callbacks.init_args.label=base $(call agents_log,$(LANE))
+	@$(LIT) validate --config $(CONFIGS)/base.yaml --trainer.logger.init_args.version=$(RUNS)base --verbose=false $(call agents_log,$(LANE))
 	@for method in $(AGENTS_METHODS); do \
-		$(LIT) fit --config configs/demo/agents/base.yaml --config configs/demo/agents/$$method.yaml $(call agents_log,countdown); \
-		$(LIT) validate --config configs/demo/agents/base.yaml --config configs/demo/agents/record.yaml $(AGENTS_RECORD)_countdown.jsonl --trainer.callbacks.init_args.label=$$method \
-			--model.policy.path=$(AGENTS)/runs/$$method/hf $(call agents_log,countdown); \
+		$(LIT) fit --config $(CONFIGS)/base.yaml --config $(CONFIGS)/$$method.yaml $(call agents_log,$(LANE)); \
+		$(LIT) validate --config $(CONFIGS)/base.yaml --config $(CONFIGS)/record.yaml $(AGENTS_RECORD)_$(LANE).jsonl --trainer.callbacks.init_args.label=$$method \
+			--model.policy.path=$(AGENTS)/runs/$(RUNS)$$method/hf $(call agents_log,$(LANE)); \
 	done
-	@echo "make demo-agents: the countdown lane is done"
-
-agents-sql: export OMP_NUM_THREADS := 1
-agents-sql: install
-	@$(LIT) warmstart --config configs/demo/sql_agent/warmstart.yaml $(call agents_log,sql)
-	@$(LIT) cache --config configs/demo/sql_agent/cache.yaml $(call agents_log,sql)
-	@$(LIT) validate --config configs/demo/sql_agent/base.yaml --config configs/demo/sql_agent/record.yaml $(AGENTS_RECORD)_sql.jsonl --trainer.callbacks.init_args.label=base $(call agents_log,sql)
-	@$(LIT) validate --config configs/demo/sql_agent/base.yaml --trainer.logger.init_args.version=sql_base --verbose=false $(call agents_log,sql)
-	@for method in $(AGENTS_METHODS); do \
-		$(LIT) fit --config configs/demo/sql_agent/base.yaml --config configs/demo/sql_agent/$$method.yaml $(call agents_log,sql); \
-		$(LIT) validate --config configs/demo/sql_agent/base.yaml --config configs/demo/sql_agent/record.yaml $(AGENTS_RECORD)_sql.jsonl --trainer.callbacks.init_args.label=$$method \
-			--model.policy.path=$(AGENTS)/runs/sql_$$method/hf $(call agents_log,sql); \
-	done
-	@echo "make demo-agents: the sql lane is done"
+	@echo "make demo-agents: the $(LANE) lane is done"

@@ -39,8 +39,14 @@ def recipe(target: str) -> list[list[str]]:
     a lane's log redirection dropped and ``$(MAKE) … TARGETS`` replaced by those targets' commands."""
     makefile = (ROOT / "Makefile").read_text()
     variables = dict(re.findall(r"^([A-Z_]+)\s*[?:]?=\s*(.*)$", makefile, re.MULTILINE))
+    # a target's own variables (``agents-sql: LANE := sql``), and the rule it is built by: its own, or
+    # one written for a list of targets naming it (``$(AGENTS_LANES): install``)
+    variables |= dict(re.findall(rf"^{re.escape(target)}: ([A-Z_]+) :=[ \t]*(.*)$", makefile, re.MULTILINE))
+    rules = [re.escape(target)] + [
+        re.escape(f"$({name})") for name, value in variables.items() if target in value.split()
+    ]
     body = (
-        re.search(rf"^{re.escape(target)}: install\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+        re.search(rf"^(?:{'|'.join(rules)}): install\n((?:\t.*\n)+)", makefile, re.MULTILINE)
         .group(1)
         .replace("\\\n", " ")
     )
@@ -56,7 +62,7 @@ def recipe(target: str) -> list[list[str]]:
         return text
 
     def command(step: str) -> list[str]:
-        return shlex.split(re.sub(r"\$\(call agents_log,\w+\)", "", step))
+        return shlex.split(re.sub(r"\$\(call agents_log,[^)]*\)+", "", step))
 
     commands = []
     for line in body.splitlines():
