@@ -55,6 +55,8 @@ def _check(
         raise ValueError(f"timeout_s must be > 0 seconds; got {timeout_s}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+    if not isinstance(reminder, bool):
+        raise ValueError(f"reminder must be true or false; got {reminder!r}")
 
 
 @register_environment("sql", check=_check, scores=True)

@@ -129,6 +129,8 @@ def test_without_the_reminder_an_observation_is_the_result_alone(tmp_path):
     assert with_reminder.startswith("\n\n<observation>1\n<reminder>You have 4 turns left")
     assert without.step("<sql>SELECT 1</sql>").observation == "\n\n<observation>1</observation>\n\n"
     assert without.step("<solution>SELECT 1</solution>").reward == 1.0
+    with pytest.raises(ValueError, match="reminder must be true or false; got 'no'"):
+        resolve_environment("sql", {"reminder": "no"})
 
 
 def test_a_row_without_a_database_or_gold_is_refused_naming_it(tmp_path):
