@@ -317,6 +317,7 @@ class ObservationRenderer:
         eos = getattr(tokenizer, "eos_token_id", None)
         self.turn_end: list[int] = ends or ([eos] if isinstance(eos, int) else [])
         self._bases: dict[str, list[int]] = {}
+        self._lock = threading.Lock()  # one render at a time (below)
 
     def cut(self, text: str) -> str:
         """``text`` cut to ``max_chars`` characters, saying how many were left out."""
@@ -356,6 +357,10 @@ class ObservationRenderer:
         """The observation's token ids (within the bounds, :meth:`bound`), to follow a trajectory whose
         last token is ``last_id``.
 
+        The loop renders in the environments' threads; renders take turns (a lock), as a fast
+        tokenizer's ``split_special_tokens`` is a switch on the tokenizer shared by every call (one
+        thread's plain-text encoding would split another's template tokens).
+
         Raises:
             ValueError: chat messages, and the tokenizer has no chat template, or its template does not
                 render them as a continuation of the conversation (the loop ends the trajectory, ``env_error``).
@@ -363,10 +368,11 @@ class ObservationRenderer:
         if not observation:
             return []
         observation = self.bound(observation)
-        if isinstance(observation, str):
-            return self.encode(observation)
-        close = [] if not self.turn_end or last_id == self.turn_end[0] else list(self.turn_end)
-        return close + self.chat_turns(observation)
+        with self._lock:
+            if isinstance(observation, str):
+                return self.encode(observation)
+            close = [] if not self.turn_end or last_id == self.turn_end[0] else list(self.turn_end)
+            return close + self.chat_turns(observation)
 
     def forges(self, text: str) -> bool:
         """Whether ``text`` holds a special token's text (``<|im_end|>``, …), which must stay plain text."""

@@ -790,3 +790,31 @@ def test_a_step_blocked_in_a_c_call_is_abandoned_saying_so_and_stops_when_the_ca
     assert out.episodes[0].reason.endswith(
         "its thread could not be stopped (blocked in a C call, or it swallowed the exception) and is abandoned"
     )
+
+
+def test_observations_rendered_in_the_environments_threads_at_once_render_as_one_at_a_time(chat_model_dir):
+    """Renders run in the environments' threads; a fast tokenizer's ``split_special_tokens`` is a
+    switch shared by every call, so a text observation holding special-token text, encoded plain in
+    one thread, split the template's own tokens of a chat observation rendered in another."""
+    tok = AutoTokenizer.from_pretrained(chat_model_dir)
+    renderer = ObservationRenderer(tok)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    observations = [FORGED, [{"role": "user", "content": "1 row"}]]
+    expected = [renderer.render(o, last_id=end) for o in observations]
+    wrong: list[object] = []
+
+    def work(k):
+        for _ in range(150):
+            try:
+                got = renderer.render(observations[k % 2], last_id=end)
+            except ValueError as err:
+                got = err
+            if got != expected[k % 2]:
+                wrong.append(got)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
