@@ -78,9 +78,8 @@ from lit_rlvr.upgrade import CHECKPOINT_FORMAT, upgrade_checkpoint, upgraded_che
 class RLVRModule(LightningModule):
     """A policy trained with verifiable rewards; the method is chosen by its option groups.
 
-    Each group (``policy``, ``sampling``, ``loss``, ``anchor``, ``kl``, ``entropy``, ``batching``, ``scoring``,
-    ``evaluation``, ``rollout_correction``, ``environment``, ``dynamic_sampling``; None = off) is a class of
-    :mod:`lit_rlvr.options`, which says what it sets; docs/configuration.md lists every key. ``sampling``'s
+    Each option group below is a class of :mod:`lit_rlvr.options` (None = off), which says what it sets;
+    docs/configuration.md lists every key. ``sampling``'s
     ``temperature`` is also the trainer's log-probs' (DPH-RL's anchor term uses 1.0, its cached π_ref's).
 
     Args:
@@ -166,9 +165,7 @@ class RLVRModule(LightningModule):
     @override
     def configure_model(self) -> None:
         """FSDP2 (``ModelParallelStrategy``): shard every decoder layer, then the whole policy."""
-        mesh = getattr(self, "device_mesh", None) if self._trainer is not None else None
-        if mesh is not None:
-            shard_fsdp2(self.policy, mesh)
+        shard_fsdp2(self.policy, getattr(self, "device_mesh", None) if self._trainer is not None else None)
 
     @override
     def configure_callbacks(self) -> list:
@@ -263,10 +260,8 @@ class RLVRModule(LightningModule):
     def score_rollouts(
         self, rollouts: Rollouts, prompts: list[dict], prefix: str, with_answers: bool = False
     ) -> list[MixedScore]:
-        """P·n scores, prompt-major: every reward of :attr:`reward_mix` on each trajectory's final turn
-        (:meth:`RewardMix.score_rollouts <lit_rlvr.rewards.combine.RewardMix.score_rollouts>`), in the
-        reward workers (with the correctness term's answers for validation), logged under ``prefix`` by
-        :class:`~lit_rlvr.rewards.report.RewardReport`."""
+        """P·n scores, prompt-major, of each trajectory's final turn by :attr:`reward_mix` in the reward workers
+        (with the correctness term's answers for validation), logged under ``prefix`` (:class:`RewardReport`)."""
         state = TrainerState.of(self._trainer)
         scores, rows = self.reward_mix.score_rollouts(self.scorer, rollouts, prompts, state, with_answers)
         self.reward_report(self, scores, rows, prefix, self.lockstep.reduce_tensor)
@@ -418,8 +413,7 @@ class RLVRModule(LightningModule):
         rollouts, name = require_rollouts(batch), batch.set_name
         prompts, rollouts = batch.counted(rollouts)  # the padding prompts only keep the ranks in step
         scores = self.score_rollouts(rollouts, prompts, f"val/{name}", with_answers=True)
-        ids, datamodule = [row["id"] for row in prompts], self.trainer.datamodule
-        base = datamodule.base_pass_counts if datamodule is not None else None  # the reference cache's
+        ids, base = [row["id"] for row in prompts], getattr(self.trainer.datamodule, "base_pass_counts", None)
         behaviour, tools = rollouts.behaviour(), rollouts.tool_sequences()
         correct = self.val_panels.add(
             name, batch.n_samples, ids, scores, rollouts.texts, base, behaviour, tools, self.device

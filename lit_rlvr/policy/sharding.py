@@ -15,9 +15,10 @@ def shard_fsdp2(policy: nn.Module, mesh) -> None:
 
     Args:
         policy: an HF causal LM (possibly PEFT-wrapped) whose blocks are ``.model.layers``.
-        mesh: the strategy's device mesh; its ``data_parallel`` dimension is used when named.
+        mesh: the strategy's device mesh; its ``data_parallel`` dimension is used when named (None:
+            a strategy without one, nothing to shard).
     """
-    if getattr(policy, "_lit_rlvr_sharded", False):
+    if mesh is None or getattr(policy, "_lit_rlvr_sharded", False):
         return
     from torch.distributed.fsdp import fully_shard
 
