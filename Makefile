@@ -44,7 +44,7 @@ clean-venv:
 # reference cache beside the base's validations (32 samples for the table; and as fit validates, 8
 # samples, for the curves' step 0) → each method's fit (validating every 40 steps, CSV logs in
 # $(DEMO)/runs/logs/<method>) and the validation of its export, two methods at a time → Pass@k table
-# and PNG, and the curves over training. GRPO shows the collapse, DPH-F the cure. A lane's output goes
+# and PNG beside the curves over training (side by side). GRPO shows the collapse, DPH-F the cure. A lane's output goes
 # to $(DEMO)/logs/<lane>.log; a failing lane prints its log's tail and stops the demo.
 DEMO := artifacts/demo
 LIT := $(VENV)/bin/lit-rlvr
@@ -76,8 +76,9 @@ demo: install
 	@echo "make demo: fit and validate $(DEMO_METHODS), two at a time"
 	printf '%s\n' $(DEMO_METHODS) | xargs -P 2 -I{} sh -c '{ $(DEMO_METHOD); } $(call lane,$$0)' {}
 	cat $(DEMO)/metrics_base.jsonl $(foreach m,$(DEMO_METHODS),$(DEMO)/metrics_$(m).jsonl) > $(DEMO)/metrics.jsonl
-	$(LIT) report $(DEMO)/metrics.jsonl --out $(DEMO)/passk.png
-	$(LIT) report --curves $(DEMO)/curves.png --base $(DEMO)/runs/logs/base $(addprefix $(DEMO)/runs/logs/,$(DEMO_METHODS))
+	$(LIT) report $(DEMO)/metrics.jsonl --out $(DEMO)/passk.png & table=$$!; \
+	$(LIT) report --curves $(DEMO)/curves.png --base $(DEMO)/runs/logs/base $(addprefix $(DEMO)/runs/logs/,$(DEMO_METHODS)) \
+		|| { wait $$table; exit 1; }; wait $$table
 
 # ---------------------------------------------------------------------------- the multi-turn CPU demo
 # Two environments (docs/agents.md), a lane each, side by side on one torch thread each: the countdown
@@ -103,9 +104,10 @@ demo-agents: install
 	@echo "make demo-agents: the countdown checker and the SQL agent, side by side (logs in $(AGENTS_LOGS))"
 	$(MAKE) --no-print-directory -j 2 agents-countdown agents-sql
 	cat $(AGENTS)/metrics_countdown.jsonl $(AGENTS)/metrics_sql.jsonl > $(AGENTS)/metrics.jsonl
-	$(LIT) report $(AGENTS)/metrics.jsonl --out $(AGENTS)/passk.png
-	$(LIT) report --curves $(AGENTS)/curves_countdown.png --base $(AGENTS)/runs/logs/base $(addprefix $(AGENTS)/runs/logs/,$(AGENTS_METHODS))
-	$(LIT) report --curves $(AGENTS)/curves_sql.png --base $(AGENTS)/runs/logs/sql_base $(addprefix $(AGENTS)/runs/logs/sql_,$(AGENTS_METHODS))
+	$(LIT) report $(AGENTS)/metrics.jsonl --out $(AGENTS)/passk.png & table=$$!; \
+	$(LIT) report --curves $(AGENTS)/curves_countdown.png --base $(AGENTS)/runs/logs/base $(addprefix $(AGENTS)/runs/logs/,$(AGENTS_METHODS)) \
+		&& $(LIT) report --curves $(AGENTS)/curves_sql.png --base $(AGENTS)/runs/logs/sql_base $(addprefix $(AGENTS)/runs/logs/sql_,$(AGENTS_METHODS)) \
+		|| { wait $$table; exit 1; }; wait $$table
 
 # The lanes: one recipe, each lane's configs folder and the prefix of its runs' names (logger versions, exports).
 AGENTS_LANES := agents-countdown agents-sql

@@ -18,17 +18,25 @@ the model's tokens (0.0 on the environment's, which no loss reads) and one
 What ends a trajectory (:attr:`Episode.status <lit_rlvr.rollout.types.Episode>`): the environment
 (``done``), :attr:`TurnOptions.max_turns`, the token budget or the context (``length``: the
 observation that would not fit is dropped, as TRL and SkyRL drop it), or the environment failing
-or hanging past :attr:`TurnOptions.step_timeout_s` (``env_error`` / ``env_timeout``): that costs
-only its own trajectory, which gets reward 0 and an all-zero loss mask, the reason recorded. A hung
-environment's thread is abandoned (a daemon thread; the environment is never called again).
+or hanging past :attr:`TurnOptions.step_timeout_s` (``env_error`` / ``env_timeout``), its
+observation included (rendering it runs in the same timed call, and an observation the tokenizer
+cannot render is the environment's failure): that costs only its own trajectory, which gets reward
+0 and an all-zero loss mask, the reason recorded. At the deadline the call's thread is stopped: an
+exception is raised in it (``PyThreadState_SetAsyncExc``, func_timeout's method), which lands at
+its next Python instruction, so a step spinning in Python stops costing CPU at once. A thread
+blocked in one C call (a ``time.sleep``, a database query, a lock) is stopped only when that call
+returns, and one whose code swallows the exception keeps running: either is abandoned (a daemon
+thread), its reason saying so. A timed-out environment is never called again (not even ``close``).
 
 Observations are rendered (:class:`ObservationRenderer`): text is tokenized as it is (inside the
 model's assistant message, SkyRL's ``use_conversation_multi_turn: false``); chat messages become new
 turns of the chat template by the fixed-base method (SkyRL's ``get_obs_ids_from_obs`` for user
 messages, TRL's ``_get_tool_suffix_ids`` for tool messages), after the token that closes the
 model's turn, which the environment adds (mask 0) when the model's turn ended at a stop string
-(SkyRL's ``append_eos_token_after_stop_str_in_multi_turn``). Text longer than
-:attr:`TurnOptions.max_observation_chars` is cut, saying so (verl's ``max_tool_response_length``).
+(SkyRL's ``append_eos_token_after_stop_str_in_multi_turn``). An observation longer than
+:attr:`TurnOptions.max_observation_chars` characters (text, or chat messages' contents together) is
+cut, saying so (verl's ``max_tool_response_length``; :meth:`ObservationRenderer.bound`), and chat
+messages past :data:`MAX_OBSERVATION_MESSAGES` are left out.
 Unlike SkyRL, a trajectory's last turn is not closed with an added token (nothing follows it), and
 no end-of-sequence token is appended to a text-format trajectory (SkyRL appends one and trains on
 it: a token the model did not sample).
@@ -44,6 +52,7 @@ that seed plus the samples before it).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import re
 import threading
@@ -64,6 +73,12 @@ MAX_TOKENS_LIMIT = 1 << 20
 """The most ``max_turn_tokens`` / ``max_total_tokens`` a run may set (1,048,576: beyond any model's context)."""
 MAX_OBSERVATION_CHARS_LIMIT = 1 << 20
 """The most ``max_observation_chars`` a run may set (1 MiB of text in one observation)."""
+MAX_OBSERVATION_MESSAGES = 64
+"""The most chat messages of one observation that are rendered; later ones are left out, saying so (the
+characters bound alone would let thousands of empty messages through, each a templated turn)."""
+STOP_WAIT_S = 0.5
+"""How long, at most, :class:`TurnLoop` waits for the threads of environment calls past their deadline to
+stop (the exception raised in them again and again); a thread still running after it is abandoned."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,10 +93,12 @@ class TurnOptions:
         max_total_tokens: tokens of the whole trajectory after the prompt, the model's and the
             environment's, at most 1,048,576 and at least one turn's (None: ``max_turns ×
             max_turn_tokens``); Dr. GRPO's normaliser.
-        max_observation_chars: characters of one observation's text, 16 to 1,048,576 (longer text is
-            cut, saying so; verl's ``max_tool_response_length``).
-        step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``); None:
-            no limit. A hung or failing environment costs only its trajectory (reward 0, not trained on).
+        max_observation_chars: characters of one observation in total (its text, or all its chat
+            messages' contents together), 16 to 1,048,576 (past it the observation is cut, saying so;
+            verl's ``max_tool_response_length``).
+        step_timeout_s: the deadline of one environment call (``reset``, ``step``, ``close``), its
+            observation's rendering included; None: no limit. A hung or failing environment costs
+            only its trajectory (reward 0, not trained on); a call past the deadline is stopped.
     """
 
     max_turns: int = 5
@@ -278,7 +295,7 @@ class ObservationRenderer:
 
     Args:
         tokenizer: the policy's tokenizer.
-        max_chars: characters of one observation's text.
+        max_chars: characters of one observation in total: its text, or its chat messages' contents together.
 
     Example:
         >>> from lit_rlvr.demo.tiny import build_char_tokenizer
@@ -288,6 +305,8 @@ class ObservationRenderer:
         '=38\\n'
         >>> r.cut("x" * 40)
         'xxxxxxxxxxxxxxxxxxxx…(20 more characters)'
+        >>> [m["content"] for m in r.bound([{"role": "tool", "content": "y" * 15}] * 3)]
+        ['yyyyyyyyyyyyyyy', 'yyyyy…(25 more characters, 1 more message)']
     """
 
     def __init__(self, tokenizer: Any, max_chars: int = 4000):
@@ -298,6 +317,7 @@ class ObservationRenderer:
         eos = getattr(tokenizer, "eos_token_id", None)
         self.turn_end: list[int] = ends or ([eos] if isinstance(eos, int) else [])
         self._bases: dict[str, list[int]] = {}
+        self._lock = threading.Lock()  # one render at a time (below)
 
     def cut(self, text: str) -> str:
         """``text`` cut to ``max_chars`` characters, saying how many were left out."""
@@ -307,15 +327,52 @@ class ObservationRenderer:
             else f"{text[: self.max_chars]}…({len(text) - self.max_chars} more characters)"
         )
 
-    def render(self, observation: Observation, last_id: int | None) -> list[int]:
-        """The observation's token ids, to follow a trajectory whose last token is ``last_id``."""
+    def bound(self, observation: Observation) -> Observation:
+        """``observation`` within ``max_chars`` characters in total, and at most
+        :data:`MAX_OBSERVATION_MESSAGES` chat messages.
+
+        Text is cut (:meth:`cut`). Chat messages are kept in order while their contents fit; the first
+        one that does not is cut to the characters left (possibly none), ending with a note of how many
+        characters (its own and the later messages') and messages were left out; the later messages are
+        dropped (the note's own characters are not counted).
+        """
         if isinstance(observation, str):
-            return self.encode(self.cut(observation)) if observation else []
+            return self.cut(observation)
+        left, kept = self.max_chars, []
+        for i, m in enumerate(observation):
+            content = m["content"]
+            last = i + 1 == MAX_OBSERVATION_MESSAGES and len(observation) > MAX_OBSERVATION_MESSAGES
+            if len(content) <= left and not last:
+                kept.append(m)
+                left -= len(content)
+                continue
+            chars = max(0, len(content) - left) + sum(len(x["content"]) for x in observation[i + 1 :])
+            more = len(observation) - i - 1
+            note = f"…({chars} more characters" + (f", {more} more message{'s' * (more != 1)})" if more else ")")
+            kept.append({**m, "content": content[:left] + note})
+            break
+        return kept
+
+    def render(self, observation: Observation, last_id: int | None) -> list[int]:
+        """The observation's token ids (within the bounds, :meth:`bound`), to follow a trajectory whose
+        last token is ``last_id``.
+
+        The loop renders in the environments' threads; renders take turns (a lock), as a fast
+        tokenizer's ``split_special_tokens`` is a switch on the tokenizer shared by every call (one
+        thread's plain-text encoding would split another's template tokens).
+
+        Raises:
+            ValueError: chat messages, and the tokenizer has no chat template, or its template does not
+                render them as a continuation of the conversation (the loop ends the trajectory, ``env_error``).
+        """
         if not observation:
             return []
-        messages = [{**m, "content": self.cut(m["content"])} for m in observation]
-        close = [] if not self.turn_end or last_id == self.turn_end[0] else list(self.turn_end)
-        return close + self.chat_turns(messages)
+        observation = self.bound(observation)
+        with self._lock:
+            if isinstance(observation, str):
+                return self.encode(observation)
+            close = [] if not self.turn_end or last_id == self.turn_end[0] else list(self.turn_end)
+            return close + self.chat_turns(observation)
 
     def forges(self, text: str) -> bool:
         """Whether ``text`` holds a special token's text (``<|im_end|>``, …), which must stay plain text."""
@@ -526,22 +583,22 @@ class TurnLoop:
 
     # ------------------------------------------------------------------ the phases
     def _reset(self, trajectories: list[_Trajectory], specs: list[EnvSpec]) -> None:
-        def start(t: _Trajectory, spec: EnvSpec) -> Callable[[], Observation | None]:
+        def start(t: _Trajectory, spec: EnvSpec) -> Callable[[], tuple[list[int], str]]:
             def call():
                 t.env, t.env_name = spec.make(self.tokenizer), spec.name
                 out = t.env.reset(t.row, self.options.max_turns)
                 if out is not None:
                     check_observation(out, f"environment {spec.name!r}: reset's return value")
-                return out
+                return self._render(t, out or "", t.prompt[-1] if t.prompt else None)  # under the deadline too
 
             return call
 
         for t, out in zip(trajectories, self._run([start(t, s) for t, s in zip(trajectories, specs)], "reset")):
             if self._failed(t, out):
                 continue
-            if out:
-                ids = self.renderer.render(out, t.prompt[-1] if t.prompt else None)
-                t.add(ids, None, self._text(out, ids), model=False)
+            ids, text = out
+            if ids:
+                t.add(ids, None, text, model=False)
 
     def _model_turn(
         self,
@@ -597,20 +654,23 @@ class TurnLoop:
             t.finish, t.final_text = finish, text
 
     def _environment_turn(self, live: list[_Trajectory], last: bool) -> None:
-        def step(t: _Trajectory) -> Callable[[], Step]:
+        def step(t: _Trajectory) -> Callable[[], tuple[Step, list[int], str]]:
             def call():
                 out = t.env.step_tokens(t.final_text, t.ids[t.turn_start :], t.prompt + t.ids[: t.turn_start])
                 if not isinstance(out, Step):
                     raise TypeError(
                         f"environment {t.env_name!r}: step returned {type(out).__name__}, not a lit_rlvr.envs.Step"
                     )
-                return out
+                if out.done or last:  # the episode ends here: its observation is never shown
+                    return out, [], ""
+                return (out, *self._render(t, out.observation, t.ids[-1] if t.ids else None))  # under the deadline
 
             return call
 
-        for t, out in zip(live, self._run([step(t) for t in live], "step")):
-            if self._failed(t, out):
+        for t, result in zip(live, self._run([step(t) for t in live], "step")):
+            if self._failed(t, result):
                 continue
+            out, ids, text = result
             if out.tool_call is not None:
                 t.tool_calls.append(out.tool_call)
             t.tool_errors += int(out.tool_error)  # a failed call, or a turn the environment rejected as invalid
@@ -618,12 +678,11 @@ class TurnLoop:
             if out.done or last:
                 t.end("done" if out.done else "max_turns", out.reward)
                 continue
-            ids = self.renderer.render(out.observation, t.ids[-1] if t.ids else None)
             if self._room(t) - len(ids) < 1:  # no room left for a model token after it: TRL and SkyRL drop it too
                 t.finish = "length"
                 t.end("length", out.reward, "the observation does not fit the token budget")
                 continue
-            t.add(ids, None, self._text(out.observation, ids), model=False)
+            t.add(ids, None, text, model=False)
 
     def _close(self, trajectories: list[_Trajectory]) -> None:
         """Close every environment that is not hung (errors while closing are ignored: the episode is over)."""
@@ -645,30 +704,52 @@ class TurnLoop:
 
     def _run(self, calls: list[Callable[[], Any]], what: str) -> list[Any]:
         """Each call in its own daemon thread, all under one deadline: its result, or the exception it raised
-        (a ``TimeoutError`` for one still running at the deadline)."""
+        (a ``TimeoutError`` for one still running at the deadline, whose thread is then stopped, :meth:`_stop`)."""
         t0 = time.perf_counter()
-        results: list[Any] = [None] * len(calls)
-        done = [threading.Event() for _ in calls]
-
-        def runner(i: int, fn: Callable[[], Any]) -> None:
-            try:
-                results[i] = fn()
-            except BaseException as err:  # the environment's failure is its trajectory's outcome
-                results[i] = err
-            finally:
-                done[i].set()
-
-        for i, fn in enumerate(calls):
-            threading.Thread(target=runner, args=(i, fn), name=f"lit-rlvr-env-{what}", daemon=True).start()
+        running = [_EnvCall(fn, f"lit-rlvr-env-{what}") for fn in calls]
+        for call in running:
+            call.thread.start()
         timeout = self.options.step_timeout_s
         deadline = None if timeout is None else time.monotonic() + timeout
-        for i, event in enumerate(done):
-            if not event.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+        results: list[Any] = []
+        late: list[int] = []
+        for i, call in enumerate(running):
+            if call.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                results.append(call.result)
+            else:
+                results.append(None)
+                late.append(i)
+        if late:
+            alive = self._stop([running[i] for i in late])
+            for i in late:
+                fate = (
+                    "its thread could not be stopped (blocked in a C call, or it swallowed the exception) and is abandoned"
+                    if running[i] in alive
+                    else "it was stopped"
+                )
                 results[i] = TimeoutError(
-                    f"the environment's {what} did not return within {timeout:g} s (model.environment.step_timeout_s)"
+                    f"the environment's {what} did not return within {timeout:g} s "
+                    f"(model.environment.step_timeout_s); {fate}"
                 )
         self.stats.environment_s += time.perf_counter() - t0
         return results
+
+    @staticmethod
+    def _stop(calls: list[_EnvCall]) -> list[_EnvCall]:
+        """Stop the threads of ``calls`` (past their deadline): raise :class:`_Stopped` in each still
+        running, again every few milliseconds (doubling) until every thread has ended or
+        :data:`STOP_WAIT_S` has passed; the calls whose threads still run (abandoned)."""
+        end, wait = time.monotonic() + STOP_WAIT_S, 0.005
+        while True:
+            alive = [c for c in calls if c.thread.is_alive()]
+            if not alive or time.monotonic() >= end:
+                return alive
+            for call in alive:
+                call.stop()
+            round_end = min(end, time.monotonic() + wait)
+            for call in alive:
+                call.thread.join(max(0.0, round_end - time.monotonic()))
+            wait *= 2
 
     @staticmethod
     def _failed(t: _Trajectory, out: Any) -> bool:
@@ -681,10 +762,74 @@ class TurnLoop:
             return True
         return False
 
-    def _text(self, observation: Observation, ids: list[int]) -> str:
+    def _render(self, t: _Trajectory, observation: Observation, last_id: int | None) -> tuple[list[int], str]:
+        """``observation``'s token ids and text (run inside the environment's timed call).
+
+        Raises:
+            ValueError: the tokenizer cannot render it (no chat template, one that does not continue a
+                conversation, …), naming the environment: its trajectory ends ``env_error``.
+        """
+        try:
+            ids = self.renderer.render(observation, last_id)
+        except Exception as err:
+            kind = "text" if isinstance(observation, str) else "chat-message"
+            raise ValueError(
+                f"environment {t.env_name!r}: its {kind} observation cannot be rendered with the policy's tokenizer "
+                f"({type(err).__name__}: {err})"
+            ) from err
         if isinstance(observation, str):
-            return self.renderer.cut(observation)
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+            return ids, self.renderer.cut(observation)
+        return ids, self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+class _Stopped(BaseException):
+    """Raised in the thread of an environment call past its deadline, to stop it. A ``BaseException``
+    (like ``KeyboardInterrupt``) so that an environment's ``except Exception`` does not swallow it."""
+
+
+_set_async_exc = getattr(getattr(ctypes, "pythonapi", None), "PyThreadState_SetAsyncExc", None)  # CPython's
+
+
+class _EnvCall:
+    """One environment call in its own daemon thread, stoppable (:meth:`stop`) while it runs.
+
+    ``result`` is the call's return value or the exception it raised, set before ``done``. A stop is
+    raised only while the call's work is not over (under ``_lock``), and one raised but not yet
+    delivered when it ends is dropped, so no stop ever lands outside the call's own code.
+    """
+
+    def __init__(self, fn: Callable[[], Any], name: str):
+        self.fn = fn
+        self.result: Any = None
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._over = False
+        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            try:
+                self.result = self.fn()
+            except BaseException as err:  # the environment's failure is its trajectory's outcome
+                self.result = err
+            self.done.set()
+        except _Stopped:  # stopped between the call and its result: the loop has given up on it already
+            pass
+        while True:  # no stop after this, and none left pending
+            try:
+                with self._lock:
+                    self._over = True
+                    if _set_async_exc is not None:
+                        _set_async_exc(ctypes.c_ulong(threading.get_ident()), None)
+                return
+            except _Stopped:
+                continue
+
+    def stop(self) -> None:
+        """Raise :class:`_Stopped` in the call's thread (at its next Python instruction), unless it is over."""
+        with self._lock:
+            if not self._over and _set_async_exc is not None and self.thread.ident is not None:
+                _set_async_exc(ctypes.c_ulong(self.thread.ident), ctypes.py_object(_Stopped))
 
 
 def _whole_prompts(rows: list[int], n: int) -> bool:

@@ -286,3 +286,20 @@ def test_agents_quick_prints_the_turn_loops_overhead(tmp_path):
         re.search(rf"^\| {t} \| [0-9.]+ \| \d+ \| [0-9.]+ \| \d+ \| [0-9.]+× \| [0-9.]+% \|$", table, re.MULTILINE)
         for t in (1, 3, 5)
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_env_timeout_quick_compares_the_rollout_after_a_stopped_step_with_one_after_an_abandoned_one(tmp_path):
+    lines = run_quick("env_timeout.py", tmp_path / "e.md", "--threads", "1")
+    assert re.fullmatch(
+        r"env_timeout_after_over_baseline=\d+\.\d{3} cpu=\d+\.\d{3} abandoned=\d+\.\d{3} abandoned_cpu=\d+\.\d{3}",
+        lines[-1],
+    )
+    table = (tmp_path / "e.md").read_text()
+    rows = {
+        row[0]: row for row in (line.strip("| ").split(" | ") for line in table.splitlines() if line.startswith("| "))
+    }
+    # no thread left after the stopped steps, the abandoned one still there (timings are not asserted)
+    assert rows["steps spinning past the deadline, stopped"][5] == "0"
+    assert rows["one step spinning past the deadline, abandoned (before the fix)"][5] == "1"

@@ -75,8 +75,8 @@ def recipe(target: str) -> list[list[str]]:
             name, values, loop = re.fullmatch(r"for (\w+) in ([^;]+); do (.*); done", line).groups()
             steps = [step for step in loop.split("; ") if "lit-rlvr" in step]
             commands += [command(step.replace(f"$${name}", value)) for value in values.split() for step in steps]
-        elif "lit-rlvr" in line:
-            commands.append(command(line))
+        elif "lit-rlvr" in line:  # one command, or several joined by the shell (`a & b && c || …`)
+            commands += [command(step) for step in re.split(r" (?:&&|\|\||;|&) ", line) if "lit-rlvr" in step]
     return [c[c.index(next(w for w in c if w.endswith("lit-rlvr"))) + 1 :] for c in commands]
 
 

@@ -351,6 +351,65 @@ def test_a_row_without_an_environment_is_refused_at_set_up(tiny_model_dir, tmp_p
         trainer.fit(model, datamodule=dm)
 
 
+class SpinsForever(EnvironmentBase):
+    """A step that never returns, spinning in Python (a core busy for as long as its thread runs)."""
+
+    def step(self, action):
+        while True:
+            pass
+
+
+@pytest.mark.timeout(120)
+def test_a_fit_whose_environment_spins_ends_its_steps_and_leaves_nothing_spinning(tiny_model_dir, toy_prompts, caplog):
+    """Issue 42's done-when: every step's environment spins forever (step_timeout_s 2); the fit ends its
+    3 steps with train/env_failed 1, the reason warned about, and no environment thread left running
+    (the process idle after it). The spinning threads used to be abandoned, burning the cores."""
+    import logging
+    import threading
+    import time
+
+    register_environment("_test_spins")(SpinsForever)
+    try:
+        dm = PromptDataModule(
+            tokenizer=str(tiny_model_dir), train=DatasetSpec(files=toy_prompts(6), name="toy"), batch_size=2
+        )
+        model = RLVRModule(
+            PolicyOptions(str(tiny_model_dir), dtype="float32"),
+            sampling=SamplingParams(n=2, max_new_tokens=4, seed=0),
+            scoring=ScoringOptions(workers=0, max_failed_steps=None),
+            environment=EnvironmentOptions("_test_spins", max_turns=2, step_timeout_s=2.0),
+            optimizer=lambda p: torch.optim.AdamW(p, lr=1e-4),
+        )
+        logger = Names()
+        trainer = Trainer(
+            max_steps=3,
+            accelerator="cpu",
+            logger=logger,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            log_every_n_steps=1,
+            callbacks=[RolloutCallback(engine="hf")],
+        )
+        with caplog.at_level(logging.WARNING, logger="lit_rlvr.rewards.report"):
+            trainer.fit(model, datamodule=dm)
+    finally:
+        ENVIRONMENTS.pop("_test_spins")
+    assert trainer.global_step == 3 and logger.metrics["train/env_failed"] == 1.0
+    end = time.monotonic() + 2
+    while any(t.name.startswith("lit-rlvr-env-") for t in threading.enumerate()) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("lit-rlvr-env-")] == []
+    cpu = time.process_time()
+    time.sleep(1.0)
+    assert time.process_time() - cpu < 0.3  # nothing left spinning
+    warned = [r.getMessage() for r in caplog.records if r.name == "lit_rlvr.rewards.report"]
+    assert len(warned) == 1 and warned[0].startswith(
+        "train environments (step 0, rank 0): the environment failed on 4 of 4 trajectories"
+    )
+    assert warned[0].endswith("did not return within 2 s (model.environment.step_timeout_s); it was stopped")
+
+
 @pytest.mark.timeout(300)
 def test_dph_f_on_a_multi_turn_cache_anchors_on_the_models_tokens(tiny_model_dir, tmp_path, seven_reward):
     """`lit-rlvr cache` with the run's environment, then DPH-F (forward KL on the cached trajectories'

@@ -644,3 +644,177 @@ def test_generation_metrics_count_the_models_tokens_and_environment_tokens_on_th
         "val_rollout/mean_len": single.num_tokens() / 2,
         "val_rollout/truncated": 0.0,
     }
+
+
+def env_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("lit-rlvr-env-")]
+
+
+def wait_for_no_env_threads(seconds: float) -> list[threading.Thread]:
+    """The environment threads still alive after waiting up to ``seconds`` for them to end."""
+    end = time.monotonic() + seconds
+    while env_threads() and time.monotonic() < end:
+        time.sleep(0.05)
+    return env_threads()
+
+
+def test_a_chat_observation_the_tokenizer_cannot_render_costs_only_its_trajectory(tiny_model_dir, scripted):
+    """The char tokenizer has no chat template: chat messages from reset or step used to raise out of
+    ``generate`` (the fit crashed); now they end their own trajectory, ``env_error``, the reason kept."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert tok.chat_template is None
+    chat = [{"role": "tool", "content": "6 rows"}]
+    prompts = [tok(p).input_ids for p in ("A1:", "B2:", "C3:")]
+    engine = scripted(tok, {tuple(p): [[tok("12?").input_ids, tok("3;").input_ids]] for p in prompts})
+    specs = [
+        spec(lambda: Scripted([chat]), "chatty"),
+        spec(lambda: Scripted(["ok"], reset_text=chat), "chatty_reset"),
+        spec(lambda: Scripted(["ok"])),
+    ]
+    out = TurnLoop(tok, TurnOptions(max_turns=3)).generate(
+        engine, prompts, [{"id": str(i)} for i in range(3)], SamplingParams(n=1, max_new_tokens=8), specs
+    )
+    assert [(e.status, e.reward) for e in out.episodes] == [("env_error", 0.0), ("env_error", 0.0), ("done", 1.0)]
+    for episode, name in zip(out.episodes, ("chatty", "chatty_reset")):
+        assert episode.reason.startswith(
+            f"ValueError: environment {name!r}: its chat-message observation cannot be rendered with the policy's "
+            "tokenizer (ValueError: Cannot use chat template"
+        )
+    assert set(out.loss_mask[0]) == {0} and out.completion_ids[1] == [] and 1 in out.loss_mask[2]
+
+
+def test_chat_observations_are_bounded_in_total_characters_and_in_messages(chat_model_dir):
+    """``max_observation_chars`` used to bound each message, with no bound on their number: 20,000
+    messages of 500 characters rendered 10 M characters. Now their contents together are bounded,
+    and messages past MAX_OBSERVATION_MESSAGES are left out, saying so."""
+    tok = AutoTokenizer.from_pretrained(chat_model_dir)
+    renderer = ObservationRenderer(tok, max_chars=1200)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    many = [{"role": "user", "content": "x" * 500} for _ in range(2000)]
+    text = tok.decode(renderer.render(many, last_id=end))
+    assert text.count("<|im_start|>user") == 3 and text.count("x") == 1200
+    assert f"…({500 * 2000 - 1200} more characters, 1997 more messages)<|im_end|>" in text
+    # within the characters, past the number of messages: the last one kept says how many were left out
+    from lit_rlvr.rollout.turns import MAX_OBSERVATION_MESSAGES
+
+    small = [{"role": "user", "content": "y"} for _ in range(MAX_OBSERVATION_MESSAGES + 10)]
+    text = tok.decode(renderer.render(small, last_id=end))
+    assert text.count("<|im_start|>user") == MAX_OBSERVATION_MESSAGES
+    assert text.count("y") == MAX_OBSERVATION_MESSAGES and "y…(10 more characters, 10 more messages)<|im_end|>" in text
+    # exactly at the bound nothing is cut; text observations are cut as before
+    exact = [{"role": "user", "content": "z" * 600}] * 2
+    assert renderer.bound(exact) == exact
+    assert renderer.bound("w" * 1300) == "w" * 1200 + "…(100 more characters)"
+
+
+def test_rendering_an_observation_runs_under_the_environments_deadline(tiny_model_dir, scripted):
+    """A render that takes longer than step_timeout_s is the environment's timeout (it used to run
+    after the deadline, unbounded)."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = tok("A1:").input_ids
+    engine = scripted(tok, {tuple(prompt): [[tok("12?").input_ids, tok("3;").input_ids]]})
+    loop = TurnLoop(tok, TurnOptions(max_turns=3, step_timeout_s=0.3))
+    render = loop.renderer.render
+
+    def slow(observation, last_id):
+        if observation == "slow":
+            end = time.monotonic() + 3
+            while time.monotonic() < end:  # pure Python: stopped at the deadline
+                pass
+        return render(observation, last_id)
+
+    loop.renderer.render = slow
+    t0 = time.monotonic()
+    out = loop.generate(
+        engine, [prompt], [{"id": "a"}], SamplingParams(n=1, max_new_tokens=8), spec(lambda: Scripted(["slow"]))
+    )
+    assert time.monotonic() - t0 < 2.5
+    assert out.episodes[0].status == "env_timeout" and "step did not return within 0.3 s" in out.episodes[0].reason
+
+
+class Spins(Scripted):
+    """A step that never returns and burns a core doing it (pure Python)."""
+
+    def step(self, action):
+        while True:
+            pass
+
+
+def test_a_spinning_environment_is_stopped_at_its_deadline_and_costs_nothing_after(tiny_model_dir, scripted):
+    """A step spinning in Python used to be abandoned at the deadline with its thread still burning a
+    core (later Python work ran 4–7x slower); now the thread is stopped: none is left, and the process
+    uses no CPU while it sleeps."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompts = [tok(p).input_ids for p in ("A1:", "B2:")]
+    engine = scripted(tok, {tuple(p): [[tok("12?").input_ids, tok("3;").input_ids]] for p in prompts})
+    t0 = time.monotonic()
+    out = TurnLoop(tok, TurnOptions(max_turns=3, step_timeout_s=0.5)).generate(
+        engine,
+        prompts,
+        [{"id": "a"}, {"id": "b"}],
+        SamplingParams(n=1, max_new_tokens=8),
+        [spec(lambda: Spins(["ok"])), spec(lambda: Scripted(["ok"]))],
+    )
+    assert time.monotonic() - t0 < 5
+    assert [e.status for e in out.episodes] == ["env_timeout", "done"]
+    assert wait_for_no_env_threads(2.0) == []
+    cpu, wall = time.process_time(), time.monotonic()
+    time.sleep(1.0)
+    assert time.process_time() - cpu < 0.3, (
+        f"{time.process_time() - cpu:.2f} s of CPU in {time.monotonic() - wall:.2f} s of sleep"
+    )
+    assert out.episodes[0].reason.endswith(
+        "did not return within 0.5 s (model.environment.step_timeout_s); it was stopped"
+    )
+
+
+def test_a_step_blocked_in_a_c_call_is_abandoned_saying_so_and_stops_when_the_call_returns(tiny_model_dir, scripted):
+    """An exception raised in a thread lands only at its next Python instruction: a step in
+    ``time.sleep`` runs on until the sleep ends, then stops there (the line after never runs)."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = tok("A1:").input_ids
+    engine = scripted(tok, {tuple(prompt): [[tok("12?").input_ids, tok("3;").input_ids]]})
+    after = threading.Event()
+
+    class Sleeps(Scripted):
+        def step(self, action):
+            time.sleep(2.0)
+            after.set()
+            return super().step(action)
+
+    out = TurnLoop(tok, TurnOptions(max_turns=3, step_timeout_s=0.3)).generate(
+        engine, [prompt], [{"id": "a"}], SamplingParams(n=1, max_new_tokens=8), spec(lambda: Sleeps(["ok"]))
+    )
+    assert out.episodes[0].status == "env_timeout"
+    assert wait_for_no_env_threads(5.0) == [] and not after.is_set()
+    assert out.episodes[0].reason.endswith(
+        "its thread could not be stopped (blocked in a C call, or it swallowed the exception) and is abandoned"
+    )
+
+
+def test_observations_rendered_in_the_environments_threads_at_once_render_as_one_at_a_time(chat_model_dir):
+    """Renders run in the environments' threads; a fast tokenizer's ``split_special_tokens`` is a
+    switch shared by every call, so a text observation holding special-token text, encoded plain in
+    one thread, split the template's own tokens of a chat observation rendered in another."""
+    tok = AutoTokenizer.from_pretrained(chat_model_dir)
+    renderer = ObservationRenderer(tok)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    observations = [FORGED, [{"role": "user", "content": "1 row"}]]
+    expected = [renderer.render(o, last_id=end) for o in observations]
+    wrong: list[object] = []
+
+    def work(k):
+        for _ in range(150):
+            try:
+                got = renderer.render(observations[k % 2], last_id=end)
+            except ValueError as err:
+                got = err
+            if got != expected[k % 2]:
+                wrong.append(got)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
