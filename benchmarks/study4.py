@@ -217,15 +217,17 @@ def study4_seconds_table(study: Study, methods: tuple[str, ...]) -> list[str]:
     return lines
 
 
-def study4_runs_table(by: dict, base: str, blocks: list[tuple[str, str]]) -> list[str]:
-    """One row per base × seed: held-out pass@1 / pass@16 of the base and of every arm."""
+def study4_runs_table(
+    by: dict, base: str, blocks: list[tuple[str, str]], methods: tuple[str, ...] = STUDY4_METHODS
+) -> list[str]:
+    """One row per base × seed: held-out pass@1 / pass@16 of the base and of every arm (``methods``: study 6's too)."""
     lines = [
-        "| base × seed | base | " + " | ".join(NAMES[m] for m in STUDY4_METHODS) + " |",
-        "|---|---|" + "---|" * len(STUDY4_METHODS),
+        "| base × seed | base | " + " | ".join(NAMES[m] for m in methods) + " |",
+        "|---|---|" + "---|" * len(methods),
     ]
     for b, s in blocks:
         cells = []
-        for v in (base, *STUDY4_METHODS):
+        for v in (base, *methods):
             r = next((r for r in by.get(v, []) if block_of(r) == (b, s)), None)
             cells.append(f"{r[f'val/{HELD_OUT}/pass@1']:.3f} / {r[f'val/{HELD_OUT}/pass@16']:.3f}" if r else "–")
         lines.append(f"| {b}, {s} | " + " | ".join(cells) + " |")
@@ -246,18 +248,21 @@ def study4_verdicts(by: dict) -> list[str]:
     return lines
 
 
-def study4_pareto_plot(by: dict, out: Path, base: str, title: str) -> None:
+def study4_pareto_plot(
+    by: dict, out: Path, base: str, title: str, methods: tuple[str, ...] = STUDY4_METHODS, floor: float | None = None
+) -> None:
     """Left: held-out pass@1 vs pass@16 per arm (mean ± 95% CI, its runs as dots); right: the paired differences
-    against GRPO with their CIs, the quadrant where an arm Pareto-dominates GRPO shaded."""
+    against GRPO with their CIs, the quadrant where an arm Pareto-dominates GRPO shaded (``methods``: the arms,
+    GRPO among them; ``floor``: study 6's claim, Δpass@1 above ``floor`` and Δpass@16 above 0, shaded too)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     p1, p16 = f"val/{HELD_OUT}/pass@1", f"val/{HELD_OUT}/pass@16"
-    colours = {"base": "black", **{m: plt.cm.tab10(i) for i, m in enumerate(STUDY4_METHODS)}}
+    colours = {"base": "black", **{m: plt.cm.tab10(i) for i, m in enumerate(methods)}}
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5))
-    for v, name in ((base, "base"), *((m, NAMES[m]) for m in STUDY4_METHODS)):
+    for v, name in ((base, "base"), *((m, NAMES[m]) for m in methods)):
         rs, colour = by.get(v, []), colours["base" if v == base else v]
         if (point := pareto_point(rs, HELD_OUT)) is None:
             continue
@@ -292,6 +297,15 @@ def study4_pareto_plot(by: dict, out: Path, base: str, title: str) -> None:
     x0, x1 = right.get_xlim()
     y0, y1 = right.get_ylim()
     right.fill_between([0, max(x1, 0.01)], 0, max(y1, 0.01), color="green", alpha=0.07, label="Pareto-dominates GRPO")
+    if floor is not None:
+        right.fill_between(
+            [floor, 0],
+            0,
+            max(y1, 0.01),
+            color="orange",
+            alpha=0.07,
+            label=f"study 6's claim: both CIs inside (Δpass@1 > {floor}, Δpass@16 > 0)",
+        )
     right.set(
         xlim=(min(x0, -0.01), max(x1, 0.01)),
         ylim=(min(y0, -0.01), max(y1, 0.01)),

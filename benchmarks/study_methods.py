@@ -125,6 +125,11 @@ NAMES = {
     "w_reinforce": "W-REINFORCE",
     "unlikeliness": "unlikeliness",
     "max_rl": "MaxRL",
+    "ucpo": "UCPO",
+    # study 6's hybrids (benchmarks/study6.py) and study 7's bonus arm (benchmarks/study7.py)
+    "dph_f_ucpo": "DPH-F + UCPO",
+    "dph6_passk_combined": "DPH-F(6) + Pass@k combined",
+    "tool_call": "GRPO + tool-call bonus",
 }
 
 

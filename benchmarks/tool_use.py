@@ -171,12 +171,13 @@ class ToolStudy(study_runner.Study):
 
     def validate(self, label: str, model: Path, seed: int, domain: str, counts, out_counts) -> None:
         """The final validation: record.yaml's 64 held-out prompts × 8 trajectories, rollout seed 1000 + RL seed."""
+        configs = self.configs_of(domain)
         self.lit(
             "validate",
             "--config",
-            f"{AGENTS}/base.yaml",
+            f"{configs}/base.yaml",
             "--config",
-            f"{AGENTS}/record.yaml",
+            f"{configs}/record.yaml",
             f"--trainer.callbacks.init_args.path={self.metrics}",
             f"--trainer.callbacks.init_args.label={label}",
             f"--model.policy.path={model}",
@@ -186,15 +187,19 @@ class ToolStudy(study_runner.Study):
             log=label.replace("/", "_"),
         )
 
+    def configs_of(self, domain: str) -> str:
+        """The configs folder of a job's ``domain`` (study 7, benchmarks/study7.py, has two)."""
+        return AGENTS
+
     def fit_args(self, job: study_runner.Job) -> list[str]:
-        out, base = self.run_dir(job), self.base_dir(job.base_seed)
+        out, base, configs = self.run_dir(job), self.base_dir(job.base_seed, job.domain), self.configs_of(job.domain)
         cache = [f"--data.cache.path={base / 'ref_cache'}"] if job.method.startswith("dph") else []
         return [
             "fit",
             "--config",
-            f"{AGENTS}/base.yaml",
+            f"{configs}/base.yaml",
             "--config",
-            f"{AGENTS}/{job.method}.yaml",
+            f"{configs}/{job.method}.yaml",
             f"--model.policy.path={base}",
             *cache,
             f"--seed_everything={job.seed}",
