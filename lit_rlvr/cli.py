@@ -326,7 +326,12 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     quiet_known_noise()
     if args and args[0] in TOOLS:
-        _tools()[args[0]](args[1:])
+        try:
+            _tools()[args[0]](args[1:])
+        except (ConfigError, StartupError) as err:  # a refusal at start-up: the tool's few lines and exit 2
+            if argv is not None:  # called from Python: the exception
+                raise
+            _exit_with_config_error(f"lit-rlvr {args[0]}", str(err))
         return
     if argv is None:  # LightningCLI reads sys.argv itself
         sys.argv[1:] = _nulls_as_dicts(sys.argv[1:])
