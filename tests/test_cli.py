@@ -64,6 +64,8 @@ def test_validate_a_checkpoint_that_fit_wrote(tiny_model_dir, seven_reward, tmp_
     assert f"Loaded model weights from the checkpoint at {checkpoint}" in caplog.text
     table = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert ["metric", "toy_val"] in table and any(row[:1] == ["pass@2"] for row in table)
+    values = {row[0]: float(row[1]) for row in table if row[0].startswith("pass")}
+    assert values["pass^1"] == values["pass@1"] and values["pass^2"] <= values["pass@1"] <= values["pass@2"]
 
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -465,8 +465,9 @@ def test_an_advantage_that_needs_binary_rewards_refuses_rewards_known_not_to_be_
             loss=LossOptions(advantage="passk", advantage_options={"k": 2}),
             scoring=two,
         )
-    with pytest.raises(ValueError, match="model.loss.advantage='nsr' needs binary rewards"):
-        RLVRModule(PolicyOptions("/not/loaded/before/the/check"), loss=LossOptions(advantage="nsr"), scoring=two)
+    for name in ("nsr", "ucpo"):
+        with pytest.raises(ValueError, match=f"model.loss.advantage='{name}' needs binary rewards"):
+            RLVRModule(PolicyOptions("/not/loaded/before/the/check"), loss=LossOptions(advantage=name), scoring=two)
 
 
 @pytest.mark.timeout(180)
@@ -762,6 +763,8 @@ def hand_step(tiny_model_dir, batch, method: str) -> dict[str, torch.Tensor]:
         kwargs.update(loss=method, options=options)
     elif method == "unlikeliness":
         adv = ADVANTAGES["unlikeliness"](rewards, ids, mean_logprobs=masked_row_mean(old, mask), rank_penalty=0.5)
+    elif method == "ucpo":
+        adv = ADVANTAGES["ucpo"](rewards, ids, mean_logprobs=masked_row_mean(old, mask), tau=0.5)
     elif method == "nsr":
         adv = rewards - 1.0
     lp, h = reference.forwards.forward_logprobs(data, with_entropy=True, entropy_grad=True)
@@ -785,6 +788,7 @@ METHODS = {
     "entropy_bonus": {"entropy": EntropyOptions("static", {"entropy_coef": 0.1})},
     "unlikeliness": {"loss": LossOptions(advantage="unlikeliness", advantage_options={"rank_penalty": 0.5})},
     "nsr": {"loss": LossOptions(advantage="nsr")},
+    "ucpo": {"loss": LossOptions(advantage="ucpo", advantage_options={"tau": 0.5})},
 }
 
 

@@ -1,13 +1,16 @@
 """The functional core: pure torch functions, no Lightning, no config objects (CONTRIBUTING.md, "A functional core in thin shells").
 
-Data flow: rollouts → rewards → :mod:`~lit_rlvr.functional.advantages` →
+Data flow: rollouts → rewards → :mod:`~lit_rlvr.functional.advantages` (+ :mod:`~lit_rlvr.functional.ucpo`) →
 :mod:`~lit_rlvr.functional.losses` (+ :mod:`~lit_rlvr.functional.covariance`,
 :mod:`~lit_rlvr.functional.entropy`, :mod:`~lit_rlvr.functional.divergences`) →
 :mod:`~lit_rlvr.functional.metrics`. Registries: ``ADVANTAGES``, ``POLICY_LOSSES``,
 ``TOKEN_MASKS``, ``ENTROPY_CONTROLS``, ``DIVERGENCES``, ``AGGREGATIONS``, ``KL_ESTIMATORS``.
 """
 
-from lit_rlvr.functional import covariance  # noqa: F401  (registers clip_cov and kl_cov)
+from lit_rlvr.functional import (
+    covariance,  # noqa: F401  (registers clip_cov and kl_cov)
+    ucpo,  # noqa: F401  (registers the ucpo advantage)
+)
 from lit_rlvr.functional.advantages import ADVANTAGES, register_advantage
 from lit_rlvr.functional.divergences import DIVERGENCES, f_divergence, register_divergence
 from lit_rlvr.functional.entropy import ENTROPY_CONTROLS, TOKEN_MASKS, entropy_bonus

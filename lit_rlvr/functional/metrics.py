@@ -6,6 +6,8 @@ distributed reduction is a plain sum.
 
 - pass@k: unbiased per-prompt estimate of Chen et al. 2021 ("Evaluating Large Language Models
   Trained on Code", Eq. 1), averaged over prompts; see :func:`lit_rlvr.functional.pass_at_k`.
+- pass^k: the unbiased chance that k samples are all correct, C(c, k)/C(n, k) (τ-bench, arXiv
+  2406.12045; docs/methods.md §4.5), averaged over prompts; see :func:`lit_rlvr.functional.passk.pass_hat_k`.
 - maj@k: majority vote over final answers (Wang et al. 2023, "Self-Consistency Improves Chain of
   Thought Reasoning", arXiv 2203.11171) on the first k samples of each prompt. Samples are i.i.d.,
   so the first k are a uniform draw of k, and the per-prompt value is an unbiased (if noisier than
@@ -19,12 +21,12 @@ Answers are canonical keys (strings already normalised by the reward's own equiv
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from lit_rlvr.functional.passk import pass_at_k
+from lit_rlvr.functional.passk import pass_at_k, pass_hat_k
 
 Answers = Sequence[Sequence["str | None"]]
 
@@ -117,7 +119,9 @@ def correct_counts(
     return c, n_t.contiguous()
 
 
-def valid_pass_at_k_sums(correct: Tensor, valid: Tensor, k: Sequence[int]) -> tuple[Tensor, Tensor]:
+def valid_pass_at_k_sums(
+    correct: Tensor, valid: Tensor, k: Sequence[int], per_prompt: Callable[..., Tensor] | None = None
+) -> tuple[Tensor, Tensor]:
     """Sums of the unbiased pass@k over prompts counting only their valid samples (a trajectory whose
     environment failed is left out, not counted a miss), and how many prompts each budget counts.
 
@@ -125,6 +129,8 @@ def valid_pass_at_k_sums(correct: Tensor, valid: Tensor, k: Sequence[int]) -> tu
         correct: ``(P, n)`` bool or 0/1.
         valid: ``(P, n)`` bool, the samples that count.
         k: budgets; for budget k only prompts with at least k valid samples count.
+        per_prompt: the per-prompt estimator, ``(num_correct, n, k) -> (P, K)``: None is
+            :func:`per_prompt_pass_at_k`, :func:`per_prompt_pass_hat_k` gives pass^k's sums.
 
     Returns:
         ``(sums (K,), prompts (K,))`` float64: Σ over the counted prompts of pass@k[j], and their number.
@@ -139,13 +145,14 @@ def valid_pass_at_k_sums(correct: Tensor, valid: Tensor, k: Sequence[int]) -> tu
         raise ValueError(
             f"pass@k: correct and valid must both be (P, n); got {tuple(correct.shape)} and {tuple(valid.shape)}"
         )
+    per_prompt = per_prompt or per_prompt_pass_at_k
     valid = valid.bool()
     c, n = (_binary(correct, "pass@k").bool() & valid).sum(1), valid.sum(1)
     sums, prompts = torch.zeros(len(ks), dtype=torch.float64), torch.zeros(len(ks), dtype=torch.float64)
     for j, kj in enumerate(ks):
         rows = n >= kj
         if rows.any():
-            sums[j] = per_prompt_pass_at_k(c[rows], n[rows], [kj])[:, 0].sum().cpu()
+            sums[j] = per_prompt(c[rows], n[rows], [kj])[:, 0].sum().cpu()
             prompts[j] = float(rows.sum())
     return sums, prompts
 
@@ -189,6 +196,32 @@ def per_prompt_pass_at_k(num_correct: Tensor, n: Tensor, k: Sequence[int]) -> Te
         else:
             out[rows] = col
     return out.to(device)
+
+
+def per_prompt_pass_hat_k(num_correct: Tensor, n: Tensor, k: Sequence[int]) -> Tensor:
+    """pass^k of every prompt, C(c, k)/C(n, k), for a ladder of budgets (docs/methods.md §4.5).
+
+    Args:
+        num_correct: ``(P,)`` correct samples per prompt.
+        n: ``(P,)`` samples per prompt (may differ between prompts).
+        k: budgets, each <= min(n).
+
+    Returns:
+        ``(P, K)`` float64, column j is pass^k[j].
+
+    Raises:
+        ValueError: when a budget exceeds the smallest n, naming both.
+
+    Example:
+        >>> per_prompt_pass_hat_k(torch.tensor([3, 1]), torch.tensor([4, 4]), [1, 2])
+        tensor([[0.7500, 0.5000],
+                [0.2500, 0.0000]], dtype=torch.float64)
+    """
+    ks = check_ks(k, "pass^k")
+    if num_correct.numel() == 0:
+        return torch.empty(0, len(ks), dtype=torch.float64, device=num_correct.device)
+    _check_k_le_n(ks, int(n.min()), "pass^k")
+    return torch.stack([pass_hat_k(n, num_correct, kj) for kj in ks], dim=1)
 
 
 def pass_at_k_curve(

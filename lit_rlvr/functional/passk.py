@@ -1,9 +1,12 @@
-"""Unbiased pass@k (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", Eq. 1).
+"""Unbiased pass@k (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", Eq. 1) and pass^k.
 
     pass@k = 1 − C(n − c, k) / C(n, k) = 1 − Π_{i = n−c+1}^{n} (1 − k / i)
+    pass^k = C(c, k) / C(n, k)         = Π_{i < k} (c − i) / (n − i)
 
-The product form (docs/methods.md §4) never forms a binomial, so it is stable for n up to thousands in
-float64. It is exactly 1 when n − c < k (every k-subset holds a correct sample).
+The product form (docs/methods.md §4.1) never forms a binomial, so it is stable for n up to thousands in
+float64. pass@k is exactly 1 when n − c < k (every k-subset holds a correct sample). pass^k, the
+chance that k samples drawn without replacement are all correct (Yao et al. 2024, τ-bench, arXiv
+2406.12045; prime-rl's ``compute_pass_metrics``; docs/methods.md §4.5), is exactly 0 when c < k.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import torch
 from torch import Tensor
 
 
-def _check(n: Tensor, c: Tensor, k: Tensor) -> None:
+def _check(n: Tensor, c: Tensor, k: Tensor, name: str = "pass@k") -> None:
     """Raise ``ValueError`` naming the first offending (n, c, k) triple."""
     bad = (k < 1) | (k > n) | (c > n) | (c < 0)
     if bad.any():
@@ -20,7 +23,7 @@ def _check(n: Tensor, c: Tensor, k: Tensor) -> None:
         i = bad.nonzero()[0].tolist() if bad.dim() else []
         nv, cv, kv = (int(t[tuple(i)]) for t in (n_b, c_b, k_b))
         raise ValueError(
-            f"pass@k needs 1 <= k <= n and 0 <= c <= n; got n={nv}, c={cv}, k={kv}"
+            f"{name} needs 1 <= k <= n and 0 <= c <= n; got n={nv}, c={cv}, k={kv}"
             + (" (k > n: draw more samples or lower k)" if kv > nv else "")
         )
 
@@ -70,4 +73,40 @@ def pass_at_k(n: int | Tensor, c: int | Tensor, k: int | Tensor) -> float | Tens
         log_prod = _log_prod_grid(*torch.broadcast_tensors(n_t, c_t, k_t))
     n_t, c_t, k_t = torch.broadcast_tensors(n_t, c_t, k_t)
     value = torch.where(n_t - c_t < k_t, torch.ones_like(log_prod), -torch.expm1(log_prod) + 0.0)  # +0: no -0.0
+    return float(value) if scalar else value
+
+
+def pass_hat_k(n: int | Tensor, c: int | Tensor, k: int | Tensor) -> float | Tensor:
+    """Unbiased estimate of the probability that all of k samples are correct (pass^k).
+
+    C(c, k)/C(n, k) = Π_{i<k} (c − i)/(n − i), the product of k ratios in (0, 1] in float64 (no
+    binomial is formed, so nothing overflows); exactly 0 when c < k. At k = 1 it is c/n, pass@1. pass@k measures coverage (one of k
+    right), pass^k consistency (k of k right): RL that sharpens the policy raises pass^k while pass@k
+    falls (docs/methods.md §4.5).
+
+    Args:
+        n: samples drawn per problem (int or tensor, broadcasts with ``c`` and ``k``).
+        c: correct samples among them.
+        k: budget.
+
+    Returns:
+        A float if all inputs are ints, else a float64 tensor of the broadcast shape.
+
+    Raises:
+        ValueError: when k < 1, k > n, c > n or c < 0, naming the values.
+
+    Example:
+        >>> pass_hat_k(4, 3, 2)  # C(3,2)/C(4,2) = 3/6
+        0.5
+        >>> pass_hat_k(torch.tensor([10, 10, 10]), torch.tensor([1, 9, 10]), 2)
+        tensor([0.0000, 0.8000, 1.0000], dtype=torch.float64)
+    """
+    scalar = all(isinstance(x, int) for x in (n, c, k))
+    n_t, c_t, k_t = (torch.as_tensor(x, dtype=torch.float64) for x in (n, c, k))
+    _check(n_t, c_t, k_t, "pass^k")
+    n_t, c_t, k_t = torch.broadcast_tensors(n_t, c_t, k_t)
+    i = torch.arange(int(k_t.max().item()) if k_t.numel() else 0, dtype=torch.float64, device=n_t.device)
+    live = (i < k_t.unsqueeze(-1)) & (c_t >= k_t).unsqueeze(-1)  # (..., max k): the factors of the product
+    ratios = (c_t.unsqueeze(-1) - i) / (n_t.unsqueeze(-1) - i).clamp(min=1.0)
+    value = torch.where(live, ratios, 1.0).prod(-1) * (c_t >= k_t)  # 0 where c < k
     return float(value) if scalar else value

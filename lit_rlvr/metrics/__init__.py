@@ -14,7 +14,7 @@ from lit_rlvr.metrics.diversity import (
 )
 from lit_rlvr.metrics.majority import MajorityAtK
 from lit_rlvr.metrics.panel import ValidationPanel, ValidationPanels
-from lit_rlvr.metrics.passk import PassAtK
+from lit_rlvr.metrics.passk import PassAtK, PassHatK
 
 __all__ = [
     "DistinctAnswers",
@@ -24,6 +24,7 @@ __all__ = [
     "MajorityAtK",
     "MeanTokenEntropy",
     "PassAtK",
+    "PassHatK",
     "TurnBehaviour",
     "ValidationPanel",
     "ValidationPanels",

@@ -1,6 +1,7 @@
 """The validation panel: every diversity-collapse metric of one validation set (docs/methods.md §4).
 
-For each named validation set lit_rlvr reports the pass@k ladder (Chen et al. 2021), maj@k
+For each named validation set lit_rlvr reports the pass@k ladder (Chen et al. 2021) and beside it
+pass^k (all k samples correct: τ-bench, arXiv 2406.12045, prime-rl's eval metric), maj@k
 (self-consistency, Wang et al. 2023), retention (pass@k over the prompts the base policy solved:
 DPH-RL's keep rate), distinct final answers, distinct correct answers and distinct completions
 per prompt, and the share of zero-variance groups; for multi-turn rollouts also the trajectories'
@@ -8,7 +9,7 @@ behaviour (turns, tool calls, tool errors, single-turn share, distinct tool-call
 :mod:`lit_rlvr.metrics.behaviour`). :class:`ValidationPanel` holds those
 torchmetrics ``Metric``s (sum states, so multi-process results equal one process over the union
 of the prompts), updates them from one batch of scored samples and returns their values under
-the names the loggers show (``pass@k``, ``maj@k``, ``retention/pass@k``, ``distinct_answers``, …).
+the names the loggers show (``pass@k``, ``pass^k``, ``maj@k``, ``retention/pass@k``, ``distinct_answers``, …).
 :class:`ValidationPanels` keeps one per set, turns a batch of scores into a panel update
 (:meth:`ValidationPanels.add`, what ``RLVRModule.validation_step`` calls) and knows which base
 policy retention is measured against; :func:`is_last_val_batch` says when a set's panel is taken.
@@ -26,7 +27,7 @@ from lit_rlvr.functional.metrics import Answers, pass_k_ladder
 from lit_rlvr.metrics.behaviour import DistinctToolSequences, TurnBehaviour
 from lit_rlvr.metrics.diversity import DistinctAnswers, DistinctCompletions, DistinctCorrectAnswers, ZeroVarianceShare
 from lit_rlvr.metrics.majority import MajorityAtK
-from lit_rlvr.metrics.passk import PassAtK
+from lit_rlvr.metrics.passk import PassAtK, PassHatK
 
 
 class ValidationPanel(nn.Module):
@@ -34,7 +35,7 @@ class ValidationPanel(nn.Module):
 
     Args:
         n: samples per prompt.
-        ks: pass@k / maj@k budgets (those above ``n`` are dropped); None = 1, 2, 4, …, n.
+        ks: pass@k / pass^k / maj@k budgets (those above ``n`` are dropped); None = 1, 2, 4, …, n.
         max_turns: multi-turn rollouts' turn limit: the panel also reports their behaviour
             (None: single-turn rollouts, no behaviour metrics).
 
@@ -44,7 +45,7 @@ class ValidationPanel(nn.Module):
         >>> panel.update(correct, answers=[["4", "5"], [None, "7"]], texts=[["4", "5"], ["x", "7"]],
         ...              rewards=correct.flatten().float(), base_solved=torch.tensor([True, False]))
         >>> {k: round(float(v), 3) for k, v in panel.compute().items()}  # doctest: +NORMALIZE_WHITESPACE
-        {'pass@1': 0.25, 'pass@2': 0.5, 'maj@1': 0.5, 'maj@2': 0.5, 'retention/pass@1': 0.5,
+        {'pass@1': 0.25, 'pass@2': 0.5, 'pass^1': 0.25, 'pass^2': 0.0, 'maj@1': 0.5, 'maj@2': 0.5, 'retention/pass@1': 0.5,
          'retention/pass@2': 1.0, 'distinct_answers': 1.5, 'distinct_correct_answers': 0.5,
          'distinct_completions': 2.0, 'zero_variance_groups': 0.5}
     """
@@ -58,6 +59,7 @@ class ValidationPanel(nn.Module):
         self.metrics = nn.ModuleDict(
             {
                 "pass": PassAtK(k=ks),
+                "pass_hat": PassHatK(k=ks),  # pass^k: all k samples correct
                 "maj": MajorityAtK(k=ks),
                 "retention": PassAtK(k=ks),  # pass@k restricted to prompts the base policy solved
                 "distinct_answers": DistinctAnswers(),
@@ -97,6 +99,7 @@ class ValidationPanel(nn.Module):
         # a trajectory whose environment failed is left out of pass@k (not counted a miss)
         valid = None if behaviour is None or not behaviour[3].any() else ~behaviour[3].to(correct.device).view(P, -1)
         m["pass"].update(correct, valid=valid)
+        m["pass_hat"].update(correct, valid=valid)
         m["maj"].update(answers, correct)
         m["distinct_answers"].update(answers)
         m["distinct_correct_answers"].update(answers, correct)
@@ -113,7 +116,7 @@ class ValidationPanel(nn.Module):
             m["distinct_tool_sequences"].update(tool_sequences)
 
     def compute(self) -> dict[str, Tensor]:
-        """Every metric's value by logged name (``pass@k``, ``maj@k``, ``retention/pass@k``, …).
+        """Every metric's value by logged name (``pass@k``, ``pass^k``, ``maj@k``, ``retention/pass@k``, …).
 
         Under several processes each metric syncs its sum states here, so every rank must call
         this at the same point (RLVRModule does, at each set's last validation batch, which
@@ -150,8 +153,9 @@ class ValidationPanels(nn.ModuleDict):
         >>> panels = ValidationPanels()
         >>> panels.panel("gsm8k", n=2).update(torch.tensor([[True, False]]), answers=[["4", "5"]], texts=[["4", "5"]],
         ...                                   rewards=torch.tensor([1.0, 0.0]))
-        >>> {k: round(float(v), 2) for k, v in panels.take("gsm8k").items() if "pass" in k}
-        {'val/gsm8k/pass@1': 0.5, 'val/gsm8k/pass@2': 1.0}
+        >>> {k: round(float(v), 2) for k, v in panels.take("gsm8k").items() if "pass" in k}  # doctest: +NORMALIZE_WHITESPACE
+        {'val/gsm8k/pass@1': 0.5, 'val/gsm8k/pass@2': 1.0, 'val/gsm8k/pass^1': 0.5,
+         'val/gsm8k/pass^2': 0.0}
         >>> panels.take("gsm8k")  # taken: reset until the next update
         {}
     """

@@ -1,4 +1,5 @@
-"""``PassAtK``: the unbiased pass@k (Chen et al. 2021, Eq. 1) as a torchmetrics ``Metric``.
+"""``PassAtK``: the unbiased pass@k (Chen et al. 2021, Eq. 1) as a torchmetrics ``Metric``, and
+``PassHatK``: pass^k, the chance that k samples are all correct (docs/methods.md §4.5), the same shell.
 
 Two forms, following torchmetrics' conventions: ``PassAtK(k=16)`` (an int) computes one scalar
 tensor, so ``self.log("val/pass@16", metric)`` logs the metric object itself; ``PassAtK(k=(1, 4,
@@ -19,7 +20,13 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.plot import _AX_TYPE, _PLOT_OUT_TYPE, _error_on_missing_matplotlib
 
-from lit_rlvr.functional.metrics import check_ks, correct_counts, per_prompt_pass_at_k, valid_pass_at_k_sums
+from lit_rlvr.functional.metrics import (
+    check_ks,
+    correct_counts,
+    per_prompt_pass_at_k,
+    per_prompt_pass_hat_k,
+    valid_pass_at_k_sums,
+)
 
 Ladder = dict[str, Tensor]
 
@@ -50,11 +57,13 @@ class PassAtK(Metric):
     full_state_update = False
     plot_lower_bound = 0.0
     plot_upper_bound = 1.0
+    prefix = "pass@"  # the ladder's keys: pass@k
+    per_prompt = staticmethod(per_prompt_pass_at_k)  # (num_correct (P,), n (P,), ks) -> (P, K)
 
     def __init__(self, k: int | Sequence[int] = (1, 2, 4, 8, 16), **kwargs) -> None:
         super().__init__(**kwargs)
         self.scalar = isinstance(k, int)  # bools are ints too: check_ks rejects them
-        self.k = check_ks((k,) if self.scalar else k, "PassAtK")
+        self.k = check_ks((k,) if self.scalar else k, type(self).__name__)
         self.add_state("pass_sum", torch.zeros(len(self.k), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("num_prompts", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("k_prompts", torch.zeros(len(self.k), dtype=torch.float64), dist_reduce_fx="sum")
@@ -75,23 +84,24 @@ class PassAtK(Metric):
         """
         if valid is not None:
             if correct is None:
-                raise ValueError("PassAtK.update: `valid` needs `correct` (P, n)")
-            sums, prompts = valid_pass_at_k_sums(correct, valid.to(correct.device), self.k)
+                raise ValueError(f"{type(self).__name__}.update: `valid` needs `correct` (P, n)")
+            sums, prompts = valid_pass_at_k_sums(correct, valid.to(correct.device), self.k, self.per_prompt)
             self.pass_sum += sums.to(self.pass_sum.device)
             self.k_prompts += prompts.to(self.k_prompts.device)
             self.num_prompts += float(valid.any(1).sum())  # prompts with a valid sample
             return
         c, n_t = correct_counts(correct, num_correct=num_correct, n=n)
-        self.pass_sum += per_prompt_pass_at_k(c, n_t, self.k).sum(0).to(self.pass_sum.device)
+        self.pass_sum += self.per_prompt(c, n_t, self.k).sum(0).to(self.pass_sum.device)
         self.num_prompts += c.numel()
         self.k_prompts += c.numel()
 
     def compute(self) -> Tensor | Ladder:
-        """Mean over prompts (nan before any prompt): a scalar for an int ``k``, else ``{"pass@k": ...}``."""
+        """Mean over prompts (nan before any prompt): a scalar for an int ``k``, else ``{"pass@k": ...}``
+        (``{"pass^k": ...}`` for :class:`PassHatK`)."""
         mean = self.pass_sum / self.k_prompts  # (len(k),): each budget over the prompts it counted
         if self.scalar:
             return mean[0]
-        return {f"pass@{kj}": mean[j] for j, kj in enumerate(self.k)}
+        return {f"{self.prefix}{kj}": mean[j] for j, kj in enumerate(self.k)}
 
     def plot(
         self, val: Tensor | Ladder | Sequence[Tensor] | Sequence[Ladder] | None = None, ax: _AX_TYPE | None = None
@@ -123,11 +133,28 @@ class PassAtK(Metric):
         return plot_pass_at_k(self.compute() if val is None else val, ax)
 
 
+class PassHatK(PassAtK):
+    """Mean over prompts of pass^k = C(c, k)/C(n, k), the chance that k samples are all correct
+    (τ-bench, arXiv 2406.12045; prime-rl's eval metric; docs/methods.md §4.5), for one budget or a
+    ladder: :class:`PassAtK`'s shell (sum states, ``valid`` samples, ``plot``) over
+    :func:`~lit_rlvr.functional.metrics.per_prompt_pass_hat_k`, with keys ``pass^k``.
+
+    Example:
+        >>> metric = PassHatK(k=(1, 2))
+        >>> metric.update(torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]]))
+        >>> metric.compute()
+        {'pass^1': tensor(0.5000, dtype=torch.float64), 'pass^2': tensor(0.2500, dtype=torch.float64)}
+    """
+
+    prefix = "pass^"
+    per_prompt = staticmethod(per_prompt_pass_hat_k)
+
+
 def plot_pass_at_k(val: Ladder | Sequence[Ladder], ax: _AX_TYPE | None = None) -> _PLOT_OUT_TYPE:
-    """pass@k against k (log2 x axis, y in [0, 1]) for one ladder or a list of ladders.
+    """pass@k (or pass^k) against k (log2 x axis, y in [0, 1]) for one ladder or a list of ladders.
 
     Args:
-        val: ``{"pass@k": tensor}`` (as :meth:`PassAtK.compute` returns), or a list of them,
+        val: ``{"pass@k": tensor}`` (as :meth:`PassAtK.compute` returns, or ``{"pass^k": …}``), or a list of them,
             each drawn as its own curve labelled by its position.
         ax: a matplotlib axis to draw on; None creates a figure.
 
@@ -155,7 +182,7 @@ def plot_pass_at_k(val: Ladder | Sequence[Ladder], ax: _AX_TYPE | None = None) -
     ax.minorticks_off()
     ax.set_ylim(0.0, 1.0)
     ax.set_xlabel("k (samples per prompt)")
-    ax.set_ylabel("pass@k")
+    ax.set_ylabel(next(iter(ladders[0]))[:5] + "k")  # pass@k or pass^k
     ax.grid(True)
     if len(ladders) > 1:
         ax.legend()
@@ -163,8 +190,8 @@ def plot_pass_at_k(val: Ladder | Sequence[Ladder], ax: _AX_TYPE | None = None) -
 
 
 def _budget(key: str) -> int:
-    """``"pass@16"`` → 16, with an error naming the key otherwise."""
-    prefix, _, k = key.partition("@")
-    if prefix != "pass" or not k.isdigit():
-        raise ValueError(f"PassAtK.plot: expected keys like 'pass@16', got {key!r}")
+    """``"pass@16"`` (or ``"pass^16"``) → 16, with an error naming the key otherwise."""
+    k = key[5:]
+    if key[:5] not in ("pass@", "pass^") or not k.isdigit():
+        raise ValueError(f"PassAtK.plot: expected keys like 'pass@16' or 'pass^16', got {key!r}")
     return int(k)

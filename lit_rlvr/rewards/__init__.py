@@ -10,6 +10,7 @@
   answer keys run there too.
 - :class:`RewardMix` — several weighted rewards per completion (TRL's ``reward_funcs`` +
   ``reward_weights``), one of them the correctness (:mod:`~lit_rlvr.rewards.combine`).
+- ``tool_call`` — the multi-turn tool-call bonus, a term with its weight (:mod:`~lit_rlvr.rewards.tools`).
 - :class:`RewardFunc` — a reward function written for TRL or verl, called as it is
   (:mod:`~lit_rlvr.rewards.conventions`).
 
@@ -19,6 +20,7 @@ row's ``id``.
 
 from lit_rlvr.rewards import math as math
 from lit_rlvr.rewards import sql as sql
+from lit_rlvr.rewards import tools as tools  # registers tool_call
 from lit_rlvr.rewards.base import (
     REWARDS,
     STATUSES,
@@ -45,4 +47,5 @@ __all__ = [
     "math",
     "register_reward",
     "sql",
+    "tools",
 ]

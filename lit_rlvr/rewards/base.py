@@ -262,6 +262,7 @@ class RewardRegistry(Registry):
         check_gold: Callable | None = None,
         check: Callable[..., None] | None = None,
         values: Iterable[float] | None = None,
+        trajectory: bool = False,
     ):
         def decorator(fn: Callable) -> Callable:
             if not callable(fn):
@@ -269,7 +270,8 @@ class RewardRegistry(Registry):
             takes_timeout = "timeout_s" in inspect.signature(fn).parameters
             declared = None if values is None else tuple(sorted(float(v) for v in values))
             record = Reward(name, fn, answer_key or stripped_completion, check_gold, takes_timeout, values=declared)
-            super(RewardRegistry, self).register(name, check=check, signature=fn)(record)
+            traits = {"trajectory": True} if trajectory else {}
+            super(RewardRegistry, self).register(name, check=check, signature=fn, **traits)(record)
             return fn
 
         return decorator
@@ -291,6 +293,7 @@ def register_reward(
     check_gold: Callable | None = None,
     check: Callable[..., None] | None = None,
     values: Iterable[float] | None = None,
+    trajectory: bool = False,
 ):
     """Register ``fn(completion, answer, **row) -> ScoreResult | float`` as reward ``name``.
 
@@ -302,6 +305,9 @@ def register_reward(
             (called at start-up with the configured options over the defaults).
         values: every value the reward returns, when few and known (``(0, 1)`` for a pass/fail
             check): lets start-up refuse settings that cannot work with them (:attr:`Reward.values`).
+        trajectory: the reward reads a multi-turn trajectory's behaviour: its rows get the
+            trajectory's ``tool_calls`` (none for a single-turn completion), and it is scored beside
+            an environment's own reward too (:mod:`~lit_rlvr.rewards.tools`).
 
     Example:
         >>> @register_reward("_doc_exact")
@@ -311,7 +317,9 @@ def register_reward(
         (1.0, '42', ['strip'])
         >>> _ = REWARDS.pop("_doc_exact")
     """
-    return REWARDS.register(name, answer_key=answer_key, check_gold=check_gold, check=check, values=values)
+    return REWARDS.register(
+        name, answer_key=answer_key, check_gold=check_gold, check=check, values=values, trajectory=trajectory
+    )
 
 
 class RewardTimeout(BaseException):

@@ -27,6 +27,11 @@ Without ``reward_funcs`` (:class:`RewardMix` with no terms) each row is scored b
 ``row`` (:data:`ROW`) is that per-row reward as one term among others, so a dataset that mixes
 rewards by row (math and SQL rows) can add rewards for every row.
 
+A reward registered with ``trajectory=True`` (the tool-call bonus ``tool_call``,
+:mod:`~lit_rlvr.rewards.tools`) reads a multi-turn trajectory's behaviour: its rows get the
+trajectory's ``tool_calls``, and it is scored beside an environment's own reward as well, which it
+is added to with its weight (the environment's reward itself is kept unweighted, as before).
+
 Departures from TRL: a completion that no reward applies to scores 0 (TRL ≥ 1.x gives it a zero
 advantage instead; here the registered advantage estimators see the 0), and is warned about once;
 TRL's ``normalize_then_sum`` aggregation is not offered.
@@ -41,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lit_rlvr.plugins import is_import_path, load_function
-from lit_rlvr.rewards.base import STATUS_NOT_APPLICABLE, STATUS_OK, Reward, ScoreResult, in_range
+from lit_rlvr.rewards.base import REWARDS, STATUS_NOT_APPLICABLE, STATUS_OK, Reward, ScoreResult, in_range
 from lit_rlvr.rewards.conventions import (
     PYTHON_ONLY,
     RewardFunc,
@@ -251,6 +256,16 @@ class RewardMix:
         return {t.name: t.record for t in self.terms if t.record is not None}
 
     @property
+    def trajectory_terms(self) -> list[int]:
+        """Indices of the terms that read a multi-turn trajectory (registered with ``trajectory=True``:
+        ``tool_call``)."""
+        return [
+            k
+            for k, t in enumerate(self.terms)
+            if t.record is None and t.source in REWARDS and REWARDS.trait(t.source, "trajectory", default=False)
+        ]
+
+    @property
     def _correctness_index(self) -> int:
         return self.names.index(self.correctness) if self.terms else 0
 
@@ -387,9 +402,11 @@ class RewardMix:
         rows: Sequence[dict],
         completion_ids: Sequence[Sequence[int]] | None = None,
         trainer_state: TrainerState | None = None,
+        tool_calls: Sequence[Sequence[str]] | None = None,
     ) -> list[list[dict]]:
-        """Per term, the rows routed to it (the scorer's items): ``reward`` names the term, and a
-        TRL function also gets ``completion_ids`` and ``trainer_state``.
+        """Per term, the rows routed to it (the scorer's items): ``reward`` names the term, a TRL
+        function also gets ``completion_ids`` and ``trainer_state``, and a trajectory term
+        (:attr:`trajectory_terms`) each trajectory's ``tool_calls`` (multi-turn rollouts only).
 
         Example:
             >>> mix = RewardMix.from_config(["math", "sql"], correctness="math")
@@ -398,14 +415,16 @@ class RewardMix:
         """
         if not self.terms:
             return [list(rows)]
-        out = []
-        for term in self.terms:
+        out, trajectory = [], set(self.trajectory_terms) if tool_calls is not None else set()
+        for k, term in enumerate(self.terms):
             extra = {"trainer_state": trainer_state or TrainerState()} if term.convention == "trl" else {}
             term_rows = []
             for i, row in enumerate(rows):
                 item = {**row, "reward": term.scorer_name(row), "answer": row.get("answer"), **extra}
                 if extra and completion_ids is not None:
                     item["completion_ids"] = list(completion_ids[i])
+                if k in trajectory:
+                    item["tool_calls"] = tuple(tool_calls[i])
                 term_rows.append(item)
             out.append(term_rows)
         return out
@@ -420,12 +439,14 @@ class RewardMix:
         completion_ids: Sequence[Sequence[int]] | None = None,
         trainer_state: TrainerState | None = None,
         given: Sequence[float | None] | None = None,
+        tool_calls: Sequence[Sequence[str]] | None = None,
     ) -> list[MixedScore]:
         """Score every completion with every term in ``scorer``'s workers and combine them.
 
         A completion whose reward is ``given`` (a multi-turn environment's, docs/agents.md) is not
         scored: that reward is its reward and its correctness (correct when > 0.5, as a correctness
-        reward's), and its answer (maj@k, distinct answers) is its text, stripped.
+        reward's), and its answer (maj@k, distinct answers) is its text, stripped; only the
+        trajectory terms (:attr:`trajectory_terms`) are scored, and added with their weights.
 
         Args:
             scorer: a :class:`~lit_rlvr.rewards.BatchScorer` built with ``rewards=self.records``
@@ -436,6 +457,7 @@ class RewardMix:
             completion_ids: B completion token-id lists (TRL's ``completion_ids``), when known.
             trainer_state: progress for TRL's ``trainer_state``.
             given: B rewards given by the environments (None where the rewards score the completion).
+            tool_calls: multi-turn rollouts: B trajectories' tool calls, for the trajectory terms.
 
         Returns:
             B :class:`MixedScore`.
@@ -451,15 +473,17 @@ class RewardMix:
                     with_answers=with_answers,
                     completion_ids=pick(completion_ids),
                     trainer_state=trainer_state,
+                    tool_calls=pick(tool_calls),
                 )
                 if todo
                 else []
             )
+            extra = self._trajectory_results(scorer, completions, rows, tool_calls, given)
             return [
-                next(scored) if g is None else self.given_score(g, completions[i] if with_answers else None)
+                next(scored) if g is None else self.given_score(g, completions[i] if with_answers else None, extra[i])
                 for i, g in enumerate(given)
             ]
-        per_term = self.item_rows(rows, completion_ids, trainer_state)  # (K, B)
+        per_term = self.item_rows(rows, completion_ids, trainer_state, tool_calls)  # (K, B)
         c = self._correctness_index
         B, K = len(completions), len(per_term)
         by_term: list[list[ScoreResult]] = [[] for _ in range(K)]
@@ -505,24 +529,58 @@ class RewardMix:
                 completion_ids=ids,
                 trainer_state=trainer_state,
                 given=given,
+                tool_calls=None if rollouts.episodes is None else [e.tool_calls for e in rollouts.episodes],
             )
         return scores, rows
 
-    def given_score(self, reward: float, text: str | None = None) -> MixedScore:
-        """The score of a completion whose reward a multi-turn environment gave (:meth:`score`'s ``given``).
+    def given_score(
+        self, reward: float, text: str | None = None, trajectory: Mapping[int, ScoreResult] | None = None
+    ) -> MixedScore:
+        """The score of a completion whose reward a multi-turn environment gave (:meth:`score`'s ``given``):
+        that reward, plus the trajectory terms' results (``trajectory``, by term index) times their weights.
 
         Example:
             >>> s = RewardMix.from_config(["math"]).given_score(1.0, " 3*7+5; ")
             >>> s.reward, s.correct, s.answer, s.given
             (1.0, 1.0, '3*7+5;', True)
+            >>> mix = RewardMix.from_config(["math", "tool_call"], [1.0, 0.1], "math")
+            >>> s = mix.given_score(1.0, trajectory={1: ScoreResult(1.0)})
+            >>> s.reward, s.correct, s.parts
+            (1.1, 1.0, (1.0, 1.0))
         """
-        c, K = self._correctness_index, max(len(self.terms), 1)
+        c, K, trajectory = self._correctness_index, max(len(self.terms), 1), trajectory or {}
         answer = text.strip() or None if text is not None else None
         results = tuple(
-            ScoreResult(reward, STATUS_OK, answer=answer) if k == c else ScoreResult(0.0, STATUS_NOT_APPLICABLE)
+            ScoreResult(reward, STATUS_OK, answer=answer)
+            if k == c
+            else trajectory.get(k, ScoreResult(0.0, STATUS_NOT_APPLICABLE))
             for k in range(K)
         )
-        return MixedScore(float(reward), float(reward), results, c, given=True)
+        parts = _parts(results)
+        bonus = weighted_sum([parts[k] for k in trajectory], [self.terms[k].weight for k in trajectory])
+        return MixedScore(math.fsum([float(reward), bonus]), float(reward), results, c, given=True)
+
+    def _trajectory_results(
+        self,
+        scorer,
+        completions: Sequence[str],
+        rows: Sequence[dict],
+        tool_calls: Sequence[Sequence[str]] | None,
+        given: Sequence[float | None],
+    ) -> list[dict[int, ScoreResult]]:
+        """Per completion, ``{term index: result}`` of the trajectory terms, scored for the completions
+        whose reward an environment gave (empty for the others, and without ``tool_calls``)."""
+        out: list[dict[int, ScoreResult]] = [{} for _ in completions]
+        ks, todo = self.trajectory_terms, [i for i, g in enumerate(given) if g is not None]
+        if not ks or not todo or tool_calls is None:
+            return out
+        per_term = self.item_rows([rows[i] for i in todo], tool_calls=[tool_calls[i] for i in todo])
+        texts = [completions[i] for i in todo]
+        flat = scorer.score(texts * len(ks), [row for k in ks for row in per_term[k]])
+        for j, k in enumerate(ks):
+            for i, result in zip(todo, flat[j * len(todo) : (j + 1) * len(todo)]):
+                out[i][k] = result
+        return out
 
     def correctness_scorer(self, scorer) -> CorrectnessScorer:
         """``scorer`` seen through the correctness term only (the reference cache's rewards and pass counts)."""

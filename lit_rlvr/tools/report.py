@@ -1,6 +1,6 @@
 """``lit-rlvr report``: the Pass@k table of finished runs, and the curves of a run over training.
 
-    lit-rlvr report artifacts/demo/metrics.jsonl --out artifacts/demo/passk.png     # table + pass@k against k
+    lit-rlvr report artifacts/demo/metrics.jsonl --out artifacts/demo/passk.png     # table + pass@k, pass^k against k
     lit-rlvr report artifacts/demo/runs/logs                                       # table of each run's last validation
     lit-rlvr report --curves artifacts/demo/curves.png --base artifacts/demo/runs/logs/base \
         artifacts/demo/runs/logs/grpo artifacts/demo/runs/logs/dph_f               # curves over steps, from the base at 0
@@ -11,12 +11,12 @@ A folder is searched for CSV and TensorBoard logs; each folder holding logs is o
 after its path below the folder given (or its own name); a MetricsWriter file holds one run per
 label.
 
-The table (and ``--out``, pass@k against k) has one row per run and validation set: a
+The table (and ``--out``, pass@k against k, with pass^k dashed where logged) has one row per run and validation set: a
 MetricsWriter label's last record, or a log's last validation (e.g. ``base`` and ``dph_f``);
 each validation set is one panel (in-domain and out-of-domain). With ``--curves`` the logs are
 drawn instead, and the table is the MetricsWriter files'.
 
-``--curves`` draws, per validation set, pass@1 and pass@k over steps, the gap pass@k − pass@1
+``--curves`` draws, per validation set, pass@1 and pass@k over steps (and pass^k where logged), the gap pass@k − pass@1
 (what the diversity collapse closes), distinct correct answers and the zero-variance share, and
 the training reward, the training forward's mean token entropy (logged every step) and the
 rollouts' mean response length; for multi-turn runs also their behaviour (docs/agents.md), per
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 _PASS = re.compile(r"^val/(?P<set>[^/]+)/pass@(?P<k>\d+)$")
+_PASS_HAT = re.compile(r"^val/(?P<set>[^/]+)/pass\^(?P<k>\d+)$")  # pass^k (docs/methods.md §4.5)
 _EVENTS = "events.out.tfevents."
 
 Series = dict[str, dict[int, float]]  # metric name → {step: value}
@@ -106,16 +107,18 @@ def _jsonl_records(path: str | Path) -> dict[str, list[dict]]:
     return runs
 
 
-def pass_curves(metrics: dict[str, float]) -> dict[str, dict[int, float]]:
-    """``{set: {k: pass@k}}`` from one record.
+def pass_curves(metrics: dict[str, float], pattern: re.Pattern = _PASS) -> dict[str, dict[int, float]]:
+    """``{set: {k: pass@k}}`` from one record (``pattern=_PASS_HAT``: ``{set: {k: pass^k}}``).
 
     Example:
-        >>> pass_curves({"val/a/pass@1": 0.2, "val/a/pass@4": 0.5, "val/a/maj@4": 0.3, "step": 3})
+        >>> pass_curves({"val/a/pass@1": 0.2, "val/a/pass@4": 0.5, "val/a/maj@4": 0.3, "val/a/pass^4": 0.1, "step": 3})
         {'a': {1: 0.2, 4: 0.5}}
+        >>> pass_curves({"val/a/pass@4": 0.5, "val/a/pass^4": 0.1}, _PASS_HAT)
+        {'a': {4: 0.1}}
     """
     curves: dict[str, dict[int, float]] = {}
     for key, value in metrics.items():
-        m = _PASS.match(key)
+        m = pattern.match(key)
         if m:
             curves.setdefault(m["set"], {})[int(m["k"])] = float(value)
     return {s: dict(sorted(c.items())) for s, c in sorted(curves.items())}
@@ -190,9 +193,11 @@ def results_table(results: list[dict[str, float]]) -> str:
 
 
 def plot(runs: dict[str, dict[str, float]], out: str | Path) -> Path:
-    """pass@k against k (log scale), one panel per validation set, one line per run."""
+    """pass@k against k (log scale), one panel per validation set, one line per run; pass^k (all k
+    samples correct) dashed in the run's colour where it was logged."""
     plt = _pyplot()
     curves = {label: pass_curves(m) for label, m in runs.items()}
+    hats = {label: pass_curves(m, _PASS_HAT) for label, m in runs.items()}
     sets = sorted({s for c in curves.values() for s in c})
     colours = run_colours(runs)
     fig, axes = plt.subplots(1, max(len(sets), 1), figsize=(5 * max(len(sets), 1), 4), squeeze=False)
@@ -200,9 +205,12 @@ def plot(runs: dict[str, dict[str, float]], out: str | Path) -> Path:
         for label, c in curves.items():
             if s in c:
                 ax.plot(list(c[s]), list(c[s].values()), marker="o", label=label, color=colours[label])
+            if s in hats[label]:
+                hat = hats[label][s]
+                ax.plot(list(hat), list(hat.values()), marker="o", linestyle="--", color=colours[label])
         ax.set_xscale("log", base=2)
         ax.set_xlabel("k")
-        ax.set_ylabel("pass@k")
+        ax.set_ylabel("pass@k (—), pass^k (- -)" if any(s in h for h in hats.values()) else "pass@k")
         ax.set_title(s)
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
@@ -413,7 +421,7 @@ _BEHAVIOUR_PANELS = (
 def curve_panels(runs: dict[str, Series]) -> list[list[Panel]]:
     """The curves figure as rows of :class:`Panel`.
 
-    One row per validation set (pass@1 and pass@k, their gap, distinct correct answers,
+    One row per validation set (pass@1 and pass@k, and pass^k dotted where logged, their gap, distinct correct answers,
     zero-variance share; k is the largest budget every run logged for the set), then one row of
     training curves (reward, token entropy, response length) when any run logged ``train/``, and
     one row of multi-turn behaviour per validation set and for training where a run logged it
@@ -436,14 +444,17 @@ def curve_panels(runs: dict[str, Series]) -> list[list[Panel]]:
         passes, gap, distinct, zero_var = {}, {}, {}, {}
         for name, series in runs.items():
             p1, pk = series.get(f"val/{s}/pass@1"), series.get(f"val/{s}/pass@{k}")
+            hat = series.get(f"val/{s}/pass^{k}") if k > 1 else None
             if p1:
                 passes[name] = [("pass@1", p1)] + ([(f"pass@{k}", pk)] if pk and k > 1 else [])
+                passes[name] += [(f"pass^{k}", hat)] if hat and len(passes[name]) == 2 else []
             if p1 and pk and k > 1:
                 gap[name] = [("gap", {t: round(pk[t] - p1[t], 12) for t in sorted(p1.keys() & pk.keys())})]
             for lines, key in ((distinct, "distinct_correct_answers"), (zero_var, "zero_variance_groups")):
                 if series.get(f"val/{s}/{key}"):
                     lines[name] = [(key, series[f"val/{s}/{key}"])]
         title = f"{s}: pass@1 (—), pass@{k} (- -)" if k > 1 else f"{s}: pass@1"
+        title += f", pass^{k} (···)" if any(len(lines) == 3 for lines in passes.values()) else ""
         rows.append(
             [
                 Panel(title, passes),
@@ -497,7 +508,7 @@ def plot_curves(runs: dict[str, Series], out: str | Path) -> Path:
                         marker="o",
                         ms=3,
                         color=colours[name],
-                        linestyle="-" if i == 0 else "--",
+                        linestyle=("-", "--", ":")[min(i, 2)],
                         label=name if i == 0 else None,
                     )
             if panel.lines:

@@ -25,7 +25,9 @@ from lit_rlvr.functional.advantages import ADVANTAGES, _passk_pos_neg
 SEEDS = [0, 1, 2]
 LAYOUTS = {"equal": [4, 4, 4], "unequal": [1, 2, 3, 5, 8], "one_group": [7]}
 K_ENTRIES = ["passk", "passk_full", "passk_bootstrap", "passk_combined", "passk_entropy_adaptive", "pkpo"]
-BINARY_ENTRIES = ["passk", "passk_combined", "passk_entropy_adaptive", "pkpo", "max_rl", "psr", "nsr", "w_reinforce"]
+BINARY_ENTRIES = [
+    *["passk", "passk_combined", "passk_entropy_adaptive", "pkpo", "max_rl", "psr", "nsr", "w_reinforce", "ucpo"]
+]
 POLARITY_ENTRIES = ["psr", "nsr", "w_reinforce"]  # REINFORCE with reward ±1: no group baseline
 
 
@@ -231,7 +233,7 @@ def options_for(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, k: in
         opts["generator"] = torch.Generator().manual_seed(0)
     if name == "passk_entropy_adaptive":
         opts["entropies"] = entropies_for(group_ids, 0)
-    if name == "unlikeliness":
+    if name in ("unlikeliness", "ucpo"):
         opts["mean_logprobs"] = -entropies_for(group_ids, 1)
     return opts
 
@@ -255,6 +257,7 @@ def test_registry_holds_every_estimator_with_explicit_keyword_options():
         "nsr",
         "w_reinforce",
         "unlikeliness",
+        "ucpo",
     }
     for name, fn in ADVANTAGES.items():
         params = list(inspect.signature(fn).parameters.values())

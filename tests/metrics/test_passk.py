@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lit_rlvr.functional.metrics import correct_counts, pass_at_k_curve, per_prompt_pass_at_k
-from lit_rlvr.metrics import PassAtK
+from lit_rlvr.metrics import PassAtK, PassHatK
 
 
 def exact(n: int, c: int, k: int) -> Fraction:
@@ -249,6 +249,9 @@ def test_a_failed_environments_trajectory_is_left_out_of_pass_at_k_by_hand():
     want = {"pass@1": (1 / 3 + 1 / 2) / 2, "pass@2": (2 / 3 + 5 / 6) / 2, "pass@4": 1.0}
     for key, value in want.items():
         assert got[key] == pytest.approx(value, abs=1e-6) and got[f"retention/{key}"] == pytest.approx(value, abs=1e-6)
+    # pass^k over the same valid samples: prompt 0 C(1,k)/C(3,k), prompt 1 C(2,k)/C(4,k); pass^4 only prompt 1's 0
+    want_hat = {"pass^1": (1 / 3 + 2 / 4) / 2, "pass^2": (0 + 1 / 6) / 2, "pass^4": 0.0}
+    assert {k: pytest.approx(got[k], abs=1e-6) for k in want_hat} == want_hat
     # without failures: the same values as the plain update, bit for bit
     plain, with_valid = PassAtK(k=(1, 2, 4)), PassAtK(k=(1, 2, 4))
     plain.update(correct)
@@ -256,3 +259,28 @@ def test_a_failed_environments_trajectory_is_left_out_of_pass_at_k_by_hand():
     assert all(torch.equal(plain.compute()[k], with_valid.compute()[k]) for k in ("pass@1", "pass@2", "pass@4"))
     with pytest.raises(ValueError, match="`valid` needs `correct`"):
         PassAtK(k=1).update(num_correct=torch.tensor([1]), n=2, valid=torch.ones(1, 2, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pass_hat_k_metric_is_the_mean_of_exact_per_prompt_fractions_over_updates(seed):
+    """PassHatK over two updates with different n equals the mean over prompts of C(c, k)/C(n, k)."""
+    gen = torch.Generator().manual_seed(seed)
+    first = torch.rand(5, 8, generator=gen) < 0.7
+    second = torch.rand(3, 4, generator=gen) < 0.5
+    metric = PassHatK(k=(1, 2, 4))
+    metric.update(first)
+    metric.update(num_correct=second.sum(1), n=4)
+    coverage = PassAtK(k=(1, 2, 4))
+    coverage.update(first)
+    coverage.update(num_correct=second.sum(1), n=4)
+    got, at = metric.compute(), coverage.compute()
+    counts = [(8, int(c)) for c in first.sum(1)] + [(4, int(c)) for c in second.sum(1)]
+    for k in (1, 2, 4):
+        want = sum(Fraction(comb(c, k), comb(n, k)) for n, c in counts) / len(counts)
+        assert got[f"pass^{k}"].item() == pytest.approx(float(want), abs=1e-12)
+        assert got[f"pass^{k}"] <= at[f"pass@{k}"]  # all k right implies one of k right
+    assert got["pass^1"] == at["pass@1"]
+    scalar, ladder = PassHatK(k=2), PassHatK(k=(2,))
+    scalar.update(first)
+    ladder.update(first)
+    assert scalar.compute() == ladder.compute()["pass^2"]

@@ -31,6 +31,7 @@ DIVERSITY_METHODS = {
     "nsr": "train/entropy",
     "w_reinforce": "train/entropy",
     "unlikeliness": "train/entropy",
+    "ucpo": "train/entropy",
 }
 
 

@@ -63,13 +63,16 @@ def test_event_file_reader_matches_tensorboard_on_a_fresh_file(tmp_path):
 
     logger = TensorBoardLogger(tmp_path, name="", version="r")
     for step in range(0, 50, 7):
-        logger.log_metrics({"train/loss": 1.0 / (step + 1), "val/s/pass@8": step / 49}, step=step)
+        logger.log_metrics(
+            {"train/loss": 1.0 / (step + 1), "val/s/pass@8": step / 49, "val/s/pass^8": step / 98}, step=step
+        )
     logger.finalize("success")
     acc = EventAccumulator(logger.log_dir)
     acc.Reload()
     expected = {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
     (events,) = Path(logger.log_dir).glob("events.out.tfevents.*")
     assert read_event_file(events) == expected
+    assert "val/s/pass^8" in expected  # pass^k's name is a TensorBoard tag as it is
 
 
 def test_logs_of_every_kind_become_runs_named_after_their_folders(tmp_path):
@@ -318,3 +321,24 @@ def test_one_label_over_two_environments_is_one_row_per_set_with_turns_and_tool_
         "| c | base | 0.100 | – | – | 1.50 | 0.50 | – |",
         "| s | base | 0.750 | – | – | 1.75 | 0.75 | – |",
     ]
+
+
+def test_pass_hat_k_is_drawn_beside_pass_at_k_and_leaves_the_table_as_it_was(tmp_path, monkeypatch):
+    """``val/<set>/pass^k`` (docs/methods.md §4.5): dashed in the run's colour in --out, dotted in the
+    curves' pass panel; the table keeps its pass@k columns only."""
+    from lit_rlvr.tools import report
+
+    record = {"val/a/pass@1": 0.5, "val/a/pass@2": 0.75, "val/a/pass^1": 0.5, "val/a/pass^2": 0.25}
+    drawn = []
+    monkeypatch.setattr(report, "_save", lambda fig, out: drawn.append(fig) or Path(out))
+    report.plot({"grpo": record}, tmp_path / "passk.png")
+    (ax,) = drawn[0].axes
+    lines = {line.get_linestyle(): line.get_ydata().tolist() for line in ax.get_lines()}
+    assert lines == {"-": [0.5, 0.75], "--": [0.5, 0.25]} and ax.get_ylabel() == "pass@k (—), pass^k (- -)"
+    assert "pass^" not in report.markdown_table({"grpo": record})
+    csv_run(tmp_path / "logs", "grpo", {10: record})  # Lightning's CSVLogger writes the name as it is
+    runs = load_logs([tmp_path / "logs"]) | {"base": {"val/a/pass@1": {0: 0.25}, "val/a/pass@2": {0: 0.5}}}
+    assert runs["grpo"] == {key: {10: value} for key, value in record.items()}
+    (panels,) = curve_panels(runs)
+    assert panels[0].title == "a: pass@1 (—), pass@2 (- -), pass^2 (···)"
+    assert panels[0].lines["grpo"][2] == ("pass^2", {10: 0.25}) and len(panels[0].lines["base"]) == 2
