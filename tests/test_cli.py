@@ -129,6 +129,11 @@ STARTUP_ERRORS = {
         None,
         "(to remove an option a config sets: --data.train.options.extra_feilds=null)",
     ),
+    "a reference cache that is not there": (
+        ["--data.cache.path=/nonexistent/lit_rlvr_cache"],
+        None,
+        "(manifest.json missing); build one with `lit-rlvr cache`",
+    ),
     "a reference cache built for another environment": (
         [],
         _refuse_the_cache,

@@ -411,13 +411,19 @@ def _resume_shards(out: Path, manifest: dict) -> dict[str, dict]:
     path = out / MANIFEST
     if not path.is_file():
         return {}
-    old = json.loads(path.read_text())
+    try:
+        old = json.loads(path.read_text())
+        entries = {e["file"]: e for e in old["shards"]}
+    except (ValueError, KeyError, TypeError) as err:  # not JSON, or not a manifest's keys: not resumable
+        raise CacheMismatchError(
+            f"{path} is not a reference cache manifest lit_rlvr can read ({type(err).__name__}: {err}); "
+            f"use another directory or delete {out}"
+        ) from err
     if diffs := identity_diff(manifest, old):
         raise CacheMismatchError(
             f"{out} holds a reference cache built with different settings; use another directory or "
             "delete it. Differences:\n  " + "\n  ".join(diffs)
         )
-    entries = {e["file"]: e for e in old["shards"]}
     for sidecar in sorted(out.glob("shard-*.safetensors.entry.json")):
         try:
             entry = json.loads(sidecar.read_text())

@@ -105,7 +105,8 @@ class ReferenceCache:
         self.manifest = json.loads(manifest_path.read_text())
         if self.manifest.get("format_version") != FORMAT_VERSION:
             raise CacheMismatchError(
-                f"{self.path}: cache format version {self.manifest.get('format_version')!r}, this library reads {FORMAT_VERSION}"
+                f"{self.path}: cache format version {self.manifest.get('format_version')!r}, this library reads "
+                f"{FORMAT_VERSION}; build the cache again with this version's `lit-rlvr cache`"
             )
         if not self.manifest.get("complete"):
             done = sum(e["num_prompts"] for e in self.manifest["shards"])

@@ -17,7 +17,9 @@ SIGINT one, with one that only notes the signal, from the start of the sanity ch
    stops every rank at the same step;
 3. saves ``<default_root_dir>/checkpoints/last-interrupted.ckpt`` (a fixed path, whatever the
    logger's version folder) with ``trainer.save_checkpoint`` on every rank, as Lightning's
-   checkpoint writers need under DDP and FSDP (rank 0 or each shard's owner writes, all wait);
+   checkpoint writers need under DDP and FSDP (rank 0 or each shard's owner writes, all wait),
+   and logs that step's metrics (its row in ``metrics.csv``, whatever ``log_every_n_steps``) and
+   flushes the loggers;
 4. exits with ``128 + the signal's number`` (143 for SIGTERM, 130 for SIGINT), as a shell reports
    a process ended by that signal, so schedulers and scripts see a failure, and requeue.
 
@@ -137,11 +139,26 @@ class SignalCheckpoint(Callback):
         path, name = self.checkpoint_path(trainer), signal.Signals(signum).name
         trainer.save_checkpoint(path)  # every rank: a collective under DDP/FSDP
         self.saved = str(path)
+        self._log_the_step(trainer)
         rank_zero_info(
             f"lit_rlvr: stopped by {name} after step {trainer.global_step}; saved {path}. "
             f"Resume with the same command and --ckpt_path {path}"
         )
         raise SIGTERMException(128 + signum)  # what a shell reports for a process ended by the signal
+
+    @staticmethod
+    def _log_the_step(trainer: Trainer) -> None:
+        """Send the stopped step's metrics to the loggers and flush them, as Lightning does for a run's
+        last step. Lightning logs a step's metrics only after ``on_train_batch_end``, where the stop is
+        raised, so the step trained and checkpointed would have no row in ``metrics.csv``. Every rank
+        calls it, as Lightning does (a ``sync_dist`` metric is a collective); the loggers write on rank 0.
+        """
+        trainer.should_stop = True  # the row is written whatever log_every_n_steps, as for a run's last step
+        connector = trainer._logger_connector  # no public API logs a step's metrics before the step ends
+        connector.on_batch_end()
+        connector.update_train_step_metrics()
+        for logger in trainer.loggers:
+            logger.save()
 
     @override
     def on_validation_batch_end(

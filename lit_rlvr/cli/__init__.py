@@ -130,6 +130,13 @@ def _exit_with_config_error(prog: str, message: str) -> NoReturn:
     sys.exit(2)
 
 
+def _is_refusal(err: Exception) -> bool:
+    """Whether ``err`` is a refusal at start-up (:class:`ConfigError`, :class:`~lit_rlvr.contracts.StartupError`;
+    the latter's module is only looked up once loaded, so that the tools that never load it start light)."""
+    contracts = sys.modules.get("lit_rlvr.contracts")
+    return isinstance(err, ConfigError) or (contracts is not None and isinstance(err, contracts.StartupError))
+
+
 def _tool(name: str) -> Callable[[list[str]], object]:
     """The ``main`` of tool ``name``, imported alone: ``report`` or ``demo-data`` load no torch."""
     module = importlib.import_module(TOOL_MODULES[name])
@@ -148,7 +155,12 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     quiet_known_noise()
     if args and args[0] in TOOLS:
-        _tool(args[0])(args[1:])
+        try:
+            _tool(args[0])(args[1:])
+        except Exception as err:  # a refusal at start-up: the tool's few lines and exit 2
+            if argv is not None or not _is_refusal(err):  # called from Python: the exception
+                raise
+            _exit_with_config_error(f"lit-rlvr {args[0]}", str(err))
         return
     if argv is None:  # LightningCLI reads sys.argv itself
         sys.argv[1:] = _nulls_as_dicts(sys.argv[1:])

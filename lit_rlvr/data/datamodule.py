@@ -168,6 +168,35 @@ def _removal_hint(spec: DatasetSpec, key: str) -> str:
     return f" (to remove an option a config sets: --{key}.options.{unknown[0]}=null)" if unknown else ""
 
 
+def _open_cache(path: str, verify: str) -> Any:
+    """The :class:`~lit_rlvr.cache.ReferenceCache` at ``path`` (``data.cache.path``), opened and
+    verified. One that is not there, is damaged (a shard missing, truncated or altered; an unfinished
+    build) or is not a cache (a manifest that is not lit_rlvr's JSON) is a
+    :class:`~lit_rlvr.contracts.StartupError` naming the path and what to do, not a traceback."""
+    from lit_rlvr.cache.format import CacheCorruptError, CacheError, CacheMismatchError
+    from lit_rlvr.cache.reader import ReferenceCache
+
+    key = f"data.cache.path={str(path)!r}"
+    try:
+        return ReferenceCache(path, verify=verify)
+    except CacheMismatchError:
+        raise
+    except CacheCorruptError as err:
+        hint = (
+            ""
+            if "lit-rlvr cache" in str(err)
+            else "; run the `lit-rlvr cache` command that built it again: it rebuilds what is missing or damaged"
+        )
+        raise StartupError(f"{key}: {err}{hint}") from err
+    except CacheError as err:  # no manifest: nothing was built there
+        raise StartupError(f"{key}: {err}") from err
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # not JSON, or not the manifest's keys
+        raise StartupError(
+            f"{key}: not a reference cache lit_rlvr can read ({type(err).__name__}: {err}); "
+            "build it again with `lit-rlvr cache` into an empty folder, or correct data.cache.path"
+        ) from err
+
+
 def check_golds(rows: list[dict], check: GoldCheck) -> list[str | None]:
     """Per row, why its gold is unusable (None if fine), checked in ``check.workers`` reward processes.
 
@@ -505,11 +534,10 @@ class PromptDataModule(pl.LightningDataModule):
     def _attach_cache(self) -> None:
         """Open the reference cache, check it belongs to this run, split D_pef / D_exp, index anchors."""
         from lit_rlvr.cache.format import dataset_fingerprint
-        from lit_rlvr.cache.reader import ReferenceCache
         from lit_rlvr.cache.split import split_by_pass_count
 
         options = self.cache
-        cache = ReferenceCache(options.path, verify=options.verify)
+        cache = _open_cache(options.path, options.verify)
         cache.check(
             tokenizer=self.tokenizer, dataset_fingerprint=dataset_fingerprint(self.train_rows, self.train_prompt_ids)
         )

@@ -22,6 +22,8 @@ Where it departs from SkyRL's ``SQLEnv``, and why:
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,19 +46,23 @@ def _check(
     format_reward: bool,
     reminder: bool = True,
 ) -> None:
+    """Refuse, at start-up, an option value of the wrong type or out of range (a string where a number
+    goes, a number where true or false goes), naming the option, the value and what is accepted."""
     for name, tag in (("sql_tag", sql_tag), ("answer_tag", answer_tag)):
-        if not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
+        if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
             raise ValueError(f"{name} must be a tag name such as 'sql'; got {tag!r}")
     if sql_tag == answer_tag:
         raise ValueError(f"sql_tag and answer_tag must differ; both are {sql_tag!r}")
-    if max_rows < 1 or max_chars < 100:
-        raise ValueError(f"max_rows must be >= 1 and max_chars >= 100; got {max_rows}, {max_chars}")
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0 seconds; got {timeout_s}")
+    for name, value, least in (("max_rows", max_rows, 1), ("max_chars", max_chars, 100)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f"{name} must be a whole number >= {least}; got {value!r}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s < math.inf:
+        raise ValueError(f"timeout_s must be a number of seconds > 0; got {timeout_s!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
-    if not isinstance(reminder, bool):
-        raise ValueError(f"reminder must be true or false; got {reminder!r}")
+    for name, value in (("format_reward", format_reward), ("reminder", reminder)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false; got {value!r}")
 
 
 @register_environment("sql", check=_check, scores=True)

@@ -150,12 +150,12 @@ def _trl_arguments(completions: list[str], answers: list, rows: list[dict]) -> t
         [{"role": "assistant", "content": c}] if isinstance(p, list) else c for c, p in zip(completions, prompts)
     ]
     state = states[0] if states and states[0] is not None else TrainerState()
-    return (), {
+    return (), {  # TRL's own arguments over a column of the same name (a column 'completions' is not the completions)
+        **columns,
         "prompts": prompts,
         "completions": completions,
         "completion_ids": completion_ids,
         "trainer_state": state,
-        **columns,
     }
 
 
@@ -419,6 +419,8 @@ class RewardFunc:
         params = inspect.signature(self.fn).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         self._accepted = None if takes_any else frozenset(params)  # None: every argument
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        self._positional = [name for name, p in params.items() if p.kind in positional]
 
     @property
     def name(self) -> str:
@@ -443,10 +445,15 @@ class RewardFunc:
     def _call(self, completions: list[str], answers: list, rows: list[dict]):
         """The function on these items (its raw return value, awaited)."""
         args, kwargs = CONVENTIONS[self.convention].arguments(completions, answers, rows)
-        if self._accepted is not None:
-            kwargs = {k: v for k, v in kwargs.items() if k in self._accepted}
+        kwargs = self._without_collisions(args, kwargs)
         out = self.fn(*args, **kwargs, **self.call_options)
         return _await(out) if inspect.isawaitable(out) else out
+
+    def _without_collisions(self, args: tuple, kwargs: dict) -> dict:
+        """The keyword arguments the function accepts, less a row field named like an argument the
+        call already gives: one of ``args``' parameters or a configured option (``call_options``)."""
+        taken = {*self._positional[: len(args)], *self.call_options}
+        return {k: v for k, v in kwargs.items() if k not in taken and (self._accepted is None or k in self._accepted)}
 
     def __call__(self, completion: str, answer: Any, *, timeout_s: float | None = None, **row) -> ScoreResult:
         try:
@@ -505,8 +512,7 @@ class RewardFunc:
         """
         rest = {k: v for k, v in row.items() if k != "answer"}
         args, kwargs = CONVENTIONS[self.convention].arguments([""], [row.get("answer")], [rest])
-        if self._accepted is not None:
-            kwargs = {k: v for k, v in kwargs.items() if k in self._accepted}
+        kwargs = self._without_collisions(args, kwargs)
         inspect.signature(self.fn).bind(*args, **kwargs, **self.call_options)
 
     def check_row(self, row: dict) -> None:

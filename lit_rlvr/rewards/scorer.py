@@ -163,12 +163,11 @@ def score_one(
         ScoreResult(reward=1.0, status='ok', answer='18')
     """
     record = table[row["reward"]]
-    kwargs = {k: v for k, v in row.items() if k != "answer"}
-    kwargs.update((options or {}).get(record.name, {}))
+    own = dict((options or {}).get(record.name, {}))
     if record.takes_timeout:
-        kwargs["timeout_s"] = timeout_s
+        own["timeout_s"] = timeout_s
     try:
-        result = as_result(record.score(completion, row["answer"], **kwargs))
+        result = as_result(record.score(completion, row["answer"], **call_kwargs(record.score, row, own, 2)))
     except GoldAnswerError:
         raise
     except Exception as e:
@@ -177,9 +176,9 @@ def score_one(
     if checked is not result:  # out of range: an error, no answer
         return checked
     if with_answer:
-        key_kwargs = {k: v for k, v in kwargs.items() if k != "timeout_s" or _takes(record.answer_key, "timeout_s")}
+        key_own = {k: v for k, v in own.items() if k != "timeout_s" or _takes(record.answer_key, "timeout_s")}
         try:
-            answer = record.answer_key(completion, **key_kwargs)
+            answer = record.answer_key(completion, **call_kwargs(record.answer_key, row, key_own, 1))
         except Exception:  # an answer that cannot be canonicalised votes as its text
             answer = stripped_completion(completion)
         result = replace(result, answer=answer)
@@ -199,11 +198,9 @@ def check_gold_one(table: Mapping[str, Reward], row: dict, timeout_s: float | No
     """
     record = table[row["reward"]]
     if record.check_gold is not None:
-        kwargs = {k: v for k, v in row.items() if k != "answer"}
-        if _takes(record.check_gold, "timeout_s"):
-            kwargs["timeout_s"] = timeout_s
+        own = {"timeout_s": timeout_s} if _takes(record.check_gold, "timeout_s") else {}
         try:
-            record.check_gold(row["answer"], **kwargs)
+            record.check_gold(row["answer"], **call_kwargs(record.check_gold, row, own, 1))
         except GoldAnswerError:
             raise
         except Exception as e:
@@ -228,6 +225,41 @@ def run_task(
 
 
 TASKS = ("score", "answer", "gold")  # score; score + canonical answer; check the row's gold
+
+
+def call_kwargs(fn: Callable, row: Mapping, own: Mapping, positional: int) -> dict:
+    """The keyword arguments of one call ``fn(<positional arguments>, **kwargs)`` of a reward's
+    scorer (2: completion, answer), answer key (1: completion) or gold check (1: answer): ``own``
+    (the configured ``model.scoring.options`` and the scorer's ``timeout_s``) and the row's fields,
+    less those that would collide with an argument the call already gives (a ``TypeError``, and an
+    item scored 0 with status ``error``): ``answer`` and ``completion``, as
+    :attr:`~lit_rlvr.envs.base.EnvironmentBase.scoring_row` leaves them out; the names of ``fn``'s
+    first ``positional`` parameters; and ``fn``'s keyword-only parameters, its options and
+    ``timeout_s``, which the config and the scorer set and a row column never does. A function
+    without ``**row`` gets only the fields it names.
+
+    Example:
+        >>> def exact(completion, answer, *, strip=True, timeout_s=None, **row): ...
+        >>> row = {"id": "q", "answer": "4", "completion": "c", "strip": "yes", "timeout_s": "x", "mode": "m"}
+        >>> call_kwargs(exact, row, {"timeout_s": 5.0}, 2)
+        {'id': 'q', 'mode': 'm', 'timeout_s': 5.0}
+        >>> def plain(completion, answer, id): ...
+        >>> call_kwargs(plain, row, {}, 2)
+        {'id': 'q'}
+    """
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: every field but the two arguments
+        params = [inspect.Parameter("row", inspect.Parameter.VAR_KEYWORD)]
+    taken = {"answer", "completion", *own}
+    taken.update(p.name for p in params[:positional])
+    taken.update(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        fields = {k: v for k, v in row.items() if k not in taken}
+    else:
+        named = {p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+        fields = {k: v for k, v in row.items() if k in named and k not in taken}
+    return {**fields, **own}
 
 
 def _takes(fn: Callable, name: str) -> bool:

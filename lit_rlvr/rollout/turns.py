@@ -245,11 +245,14 @@ class EnvironmentOptions(TurnOptions):
             identity["options"] = json.loads(json.dumps(options, sort_keys=True, default=repr))  # as the manifest reads
         return identity
 
-    def check_tokenizer(self, rows: Sequence[Mapping[str, Any]], tokenizer: Any) -> None:
+    def check_tokenizer(
+        self, rows: Sequence[Mapping[str, Any]], tokenizer: Any, key: str = "model.environment"
+    ) -> None:
         """Raise ``ValueError`` if an environment of ``rows`` cannot work with the policy's ``tokenizer``
-        (:meth:`EnvSpec.check_tokenizer <lit_rlvr.envs.EnvSpec.check_tokenizer>`), before any generation."""
+        (:meth:`EnvSpec.check_tokenizer <lit_rlvr.envs.EnvSpec.check_tokenizer>`), before any generation;
+        ``key`` is where the command reads these options (``environment`` in ``lit-rlvr cache``)."""
         for spec in {id(s): s for s in self.specs(rows)}.values():
-            spec.check_tokenizer(tokenizer, "model.environment")
+            spec.check_tokenizer(tokenizer, key)
 
     def loop(self, tokenizer: Any, context: int | None = None) -> TurnLoop:
         """A :class:`TurnLoop` with these limits."""

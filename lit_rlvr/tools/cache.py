@@ -42,6 +42,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 
+from lit_rlvr.contracts import StartupError
 from lit_rlvr.data.datamodule import PromptDataModule
 from lit_rlvr.flags import merge_mapping_flags
 from lit_rlvr.options import (
@@ -108,29 +109,25 @@ def build_cache(
     Returns:
         The printed summary (empty on ranks other than 0, and on rank 0 of a multi-process build,
         whose caller finishes the manifest first).
+
+    Raises:
+        StartupError: before any loading, what ``fit`` would refuse at start-up, named by this
+            command's keys (``lit-rlvr cache`` ends with its message and exit status 2).
     """
     import torch
     from transformers import AutoModelForCausalLM
 
     from lit_rlvr.cache.builder import build_reference_cache
     from lit_rlvr.policy.loading import DTYPES
-    from lit_rlvr.rollout import ENGINES, build_engine
+    from lit_rlvr.rollout import build_engine
 
-    ENGINES.get_checked(engine, "engine", engine_options or {}, "engine_options")  # before any loading
-    if data.cache is None:
-        raise ValueError("data.cache.path is required: it is where the reference cache is built")
-    if policy.lora is not None:
-        raise ValueError("policy.lora: the reference cache samples π_ref, the base policy; remove the LoRA settings")
-    completion_budget(sampling, environment, "sampling.max_new_tokens")  # one turn fits the trajectory's budget
-    target = data.cache
+    try:  # what fit checks at start-up, under this command's keys, before any loading
+        target, mix, scored = _checked_setup(data, policy, sampling, engine, engine_options, scoring, environment)
+    except StartupError:
+        raise
+    except ValueError as err:  # a setting, a row or an environment the build cannot use: a refusal, not a crash
+        raise StartupError(str(err)) from err
     out = target.path
-    data.cache = None  # the cache is being built: the DataModule must not open it
-    data.setup("fit")
-    if not data.train_rows:
-        raise ValueError("data.train is required: the cache covers the training prompts")
-    mix = scoring.mix()  # the cache's rewards and pass counts are the correctness reward's, as validation's
-    scored = rows_scored_by_rewards(data.train_rows, environment)  # every row has an environment, before any loading
-    mix.check_rows(scored, "data.train")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(policy.path, dtype=DTYPES[policy.dtype]).to(device).eval()
@@ -162,6 +159,40 @@ def build_cache(
         if hasattr(rollout_engine, "close"):
             rollout_engine.close()
     return print_summary(out, target.perfect_threshold) if world_size == 1 else ""
+
+
+def _checked_setup(
+    data: PromptDataModule,
+    policy: PolicyOptions,
+    sampling: SamplingParams,
+    engine: str,
+    engine_options: dict[str, Any] | None,
+    scoring: ScoringOptions,
+    environment: EnvironmentOptions | None,
+) -> tuple[Any, Any, list[dict]]:
+    """:func:`build_cache`'s start-up checks (raising ``ValueError``), as ``fit`` runs them: the
+    engine and its options, the cache's path, the prompts (``data.setup``), that every row can be
+    scored, and that every environment works with the policy's tokenizer. Returns the cache's
+    options, the reward mix and the rows its rewards score."""
+    from lit_rlvr.rollout import ENGINES
+
+    ENGINES.get_checked(engine, "engine", engine_options or {}, "engine_options")
+    if data.cache is None:
+        raise ValueError("data.cache.path is required: it is where the reference cache is built")
+    if policy.lora is not None:
+        raise ValueError("policy.lora: the reference cache samples π_ref, the base policy; remove the LoRA settings")
+    completion_budget(sampling, environment, "sampling.max_new_tokens")  # one turn fits the trajectory's budget
+    target = data.cache
+    data.cache = None  # the cache is being built: the DataModule must not open it
+    data.setup("fit")
+    if not data.train_rows:
+        raise ValueError("data.train is required: the cache covers the training prompts")
+    mix = scoring.mix()  # the cache's rewards and pass counts are the correctness reward's, as validation's
+    scored = rows_scored_by_rewards(data.train_rows, environment)  # every row has an environment
+    mix.check_rows(scored, "data.train")
+    if environment is not None:  # one that cannot work with the tokenizer would fail every trajectory
+        environment.check_tokenizer(data.train_rows, data.tokenizer, "environment")
+    return target, mix, scored
 
 
 def print_summary(out: str, perfect_threshold: int | None) -> str:

@@ -108,6 +108,11 @@ def test_corrupt_truncated_and_missing_shards_are_detected(tmp_path, built_cache
     counter = CountingEngine(make_engine(model, tok))
     build(corrupt, *toy_rows, model, tok, engine=counter)
     assert counter.prompts == 3 and _files(corrupt) == _files(built_cache)
+    # a manifest that is not one cannot be resumed: the build refuses it, naming it, before sampling
+    (corrupt / "manifest.json").write_text("{not json")
+    with pytest.raises(CacheMismatchError, match=r"manifest.json is not a reference cache manifest .*delete"):
+        build(corrupt, *toy_rows, model, tok, engine=counter)
+    assert counter.prompts == 3
 
 
 def test_mismatched_model_tokenizer_and_dataset_are_named(tmp_path, built_cache, tiny, toy_rows, kit):

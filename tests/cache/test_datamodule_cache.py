@@ -124,3 +124,40 @@ def test_base_pass_counts_exposed_for_retention(tiny_model_dir, toy_jsonl, built
         for s in cache.iter_samples():
             by_prompt[s.prompt_id] = by_prompt.get(s.prompt_id, 0) + (s.reward >= 1.0)
     assert counts == by_prompt and set(counts) == {f"toy/{i}" for i in range(12)}
+
+
+def _truncate_a_shard(folder):
+    shard = sorted(folder.glob("shard-*.safetensors"))[0]
+    shard.write_bytes(shard.read_bytes()[:100])
+
+
+DAMAGE = {
+    "missing": (None, r"no reference cache at .*manifest.json missing.*build one with `lit-rlvr cache`"),
+    "a truncated shard": (_truncate_a_shard, r"truncated.*run the `lit-rlvr cache` command that built it again"),
+    "a manifest that is not JSON": (
+        lambda folder: (folder / "manifest.json").write_text("{not json"),
+        r"not a reference cache lit_rlvr can read \(JSONDecodeError.*build it again with `lit-rlvr cache`",
+    ),
+    "a manifest of another format": (
+        lambda folder: (folder / "manifest.json").write_text("[1, 2]"),
+        r"not a reference cache lit_rlvr can read \(AttributeError.*build it again with `lit-rlvr cache`",
+    ),
+}
+
+
+@pytest.mark.parametrize(("damage", "match"), DAMAGE.values(), ids=DAMAGE)
+def test_a_cache_that_is_missing_or_damaged_is_a_start_up_error_naming_its_path(
+    tmp_path, tiny_model_dir, toy_jsonl, built_cache, damage, match
+):
+    """Refused at set-up with what to do (``lit-rlvr`` exits 2 with the message), not a traceback."""
+    import shutil
+
+    from lit_rlvr.contracts import StartupError
+
+    folder = tmp_path / "cache"
+    if damage is not None:
+        shutil.copytree(built_cache, folder)
+        damage(folder)
+    with pytest.raises(StartupError, match=match) as refused:
+        _dm(tiny_model_dir, toy_jsonl, folder).setup("fit")
+    assert str(refused.value).startswith(f"data.cache.path={str(folder)!r}: ")

@@ -6,12 +6,14 @@ The multi-process behaviour (DDP, a signal to the group or to one rank) is teste
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
 from lit_rlvr.callbacks import SignalCheckpoint
@@ -30,7 +32,9 @@ class Signals(L.LightningModule):
         if batch_idx == self.at:
             os.kill(os.getpid(), self.signum)
         self.trained += 1
-        return self.layer(batch).sum()
+        loss = self.layer(batch).sum()
+        self.log("train/loss", loss)
+        return loss
 
     def validation_step(self, batch, batch_idx):
         if batch_idx == self.at:
@@ -62,15 +66,19 @@ def data() -> DataLoader:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_fit_stops_after_the_step_with_a_checkpoint_and_the_signals_exit_code(tmp_path, signum):
-    callback, model = SignalCheckpoint(), Signals(signum, at=1)
+    callback, model = SignalCheckpoint(), Signals(signum, at=3)
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    run = trainer(tmp_path, callback)
+    run = trainer(tmp_path, callback, logger=CSVLogger(tmp_path / "logs"), log_every_n_steps=3)
     with pytest.raises(SystemExit) as stop:
         run.fit(model, data())
-    assert stop.value.code == 128 + signum and model.trained == 2  # the step in progress finished, no other began
+    assert stop.value.code == 128 + signum and model.trained == 4  # the step in progress finished, no other began
     assert not run.received_sigterm  # Lightning's handler never saw it: its broadcast would deadlock DDP
     saved = torch.load(callback.saved, weights_only=False)
-    assert callback.saved == str(tmp_path / "checkpoints" / "last-interrupted.ckpt") and saved["global_step"] == 2
+    assert callback.saved == str(tmp_path / "checkpoints" / "last-interrupted.ckpt") and saved["global_step"] == 4
+    # the checkpointed step (index 3: global_step - 1) has its row in metrics.csv, off the logging interval
+    # too, as a run's last step has
+    (metrics,) = (tmp_path / "logs").rglob("metrics.csv")
+    assert [row["step"] for row in csv.DictReader(metrics.open()) if row["train/loss"]] == ["2", "3"]
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before  # the process's own, again
 
 

@@ -152,3 +152,29 @@ def test_row_columns_named_like_the_scorers_arguments_do_not_break_scoring(tmp_p
         env.reset(row, 3)
         step = env.step(f"<solution>{solution}</solution>")
         assert (step.done, step.reward, step.info["status"]) == (True, reward, "ok")
+
+
+BAD_OPTIONS = {
+    "format_reward": ["yes", 1, 0.5, None],
+    "max_rows": ["50", True, 2.5, 0],
+    "max_chars": ["9000", 2500.0, 99],
+    "timeout_s": ["5", True, float("inf"), float("nan"), 0],
+    "sql_tag": [5, ["sql"]],
+}
+ACCEPTED = {
+    "format_reward": "true or false",
+    "max_rows": "a whole number >= 1",
+    "max_chars": "a whole number >= 100",
+    "timeout_s": "a number of seconds > 0",
+    "sql_tag": "a tag name such as 'sql'",
+}
+
+
+@pytest.mark.parametrize(("option", "value"), [(k, v) for k, values in BAD_OPTIONS.items() for v in values], ids=repr)
+def test_an_option_of_the_wrong_type_or_range_is_refused_at_start_up_naming_it(option, value):
+    """A YAML ``format_reward: "yes"`` or ``max_rows: "50"`` is refused with the option, the value and what
+    is accepted, not read as truthy or failing later with a comparison's TypeError."""
+    message = f"model.environment.options.sql: {option} must be {ACCEPTED[option]}; got {value!r}"
+    with pytest.raises(ValueError) as refused:
+        resolve_environment("sql", {option: value}, options_key="model.environment.options.sql")
+    assert str(refused.value) == message

@@ -367,7 +367,8 @@ def test_a_signal_saves_a_checkpoint_exits_non_zero_and_the_run_resumes(tiny_mod
     base = fit_args(
         tiny_model_dir, tmp_path, files, "--model.scoring.timeout_s=0.5", "--trainer.enable_checkpointing=false"
     )
-    args = [*base, "--trainer.max_steps=1000"]
+    logger = f'--trainer.logger={{"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {{"save_dir": "{tmp_path / "logs"}"}}}}'
+    args = [*base, "--trainer.max_steps=1000", logger]
     environment = dict(ENV, PYTHONPATH=os.pathsep.join([str(plugin_dir), *sys.path]), ISSUE24_MARK=str(mark))
     proc = subprocess.Popen(
         [sys.executable, "-m", "lit_rlvr.cli", *args],
@@ -390,7 +391,9 @@ def test_a_signal_saves_a_checkpoint_exits_non_zero_and_the_run_resumes(tiny_mod
     assert f"stopped by {signum.name} after step" in out and f"--ckpt_path {checkpoint}" in out
     assert verify_checkpoint(checkpoint)  # complete, its sha256 checked
     step = torch.load(checkpoint, weights_only=False, map_location="cpu")["global_step"]
-    assert step >= 0
+    assert step >= 1
+    (metrics,) = (tmp_path / "logs").rglob("metrics.csv")  # the step trained and checkpointed has its row
+    assert str(step - 1) in [row["step"] for row in csv.DictReader(metrics.open()) if row.get("train/reward")]
     if signum == signal.SIGINT:
         return  # the same checkpoint: resumed once, below, for SIGTERM
     resumed = run_cli([*base, f"--trainer.max_steps={step + 1}", f"--ckpt_path={checkpoint}"], tmp_path, plugin_dir)

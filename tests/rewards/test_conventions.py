@@ -405,3 +405,15 @@ def test_a_whole_batch_failure_scores_the_batch_as_errors_and_only_trl_functions
         RewardMix.from_config([f"{user_rewards['verl']}:compute_score"], whole_batch=["compute_score"])
     with pytest.raises(ValueError, match=r"scoring.whole_batch names 'nope', which is not one of"):
         RewardMix.from_config(["trl_rewards.contains_solution"], whole_batch=["nope"])
+
+
+def test_a_row_column_named_like_an_argument_or_an_option_of_the_function_does_not_collide():
+    def native(completion, answer, scale=1.0, **row):
+        return scale * float(completion == answer)
+
+    def trl(completions, solution, **kw):
+        return [float(c == s) for c, s in zip(completions, solution)]
+
+    scaled = RewardFunc(native, options={"scale": 0.5})  # the configured option, not the row's column
+    assert scaled("4", "4", id="q", scale="a column").reward == 0.5
+    assert RewardFunc(trl)("4", None, id="q", solution="4", completions="a column").reward == 1.0

@@ -238,3 +238,35 @@ def test_pool_on_real_data_matches_in_process(shared_data):
     assert sum(r.reward for r in expected) == len(gsm) + len(math500) + len(spider)
     with BatchScorer(workers=2) as pool:
         assert pool.score(completions, rows) == expected
+
+
+def test_a_row_column_named_like_an_argument_or_option_of_its_reward_does_not_collide(toy_db):
+    """A dataset's own columns ``completion``, ``mode`` or ``timeout_s`` are row fields: they neither
+    collide with the reward's arguments (a TypeError: a right answer scored 0) nor set its options."""
+    columns = {"completion": "the reference solution", "mode": "multi-turn", "timeout_s": "long"}
+    rows = [
+        {"id": "s", "reward": "sql", "answer": "SELECT b FROM t", "db_path": toy_db, **columns},
+        {"id": "m", "reward": "math", "answer": "#### 18", **columns},
+    ]
+    plain = [{k: v for k, v in row.items() if k not in columns} for row in rows]
+    completions = ["SELECT b FROM t", "\\boxed{18}"]
+    for options in ({}, {"sql": {"mode": "bird"}}):
+        scorer = BatchScorer(workers=0, options=options)
+        assert scorer.score(completions, rows) == [ScoreResult(1.0), ScoreResult(1.0)]
+        answers = [r.answer for r in scorer.score(completions, rows, with_answers=True)]
+        assert answers[1] == "18" and answers == [r.answer for r in scorer.score(completions, plain, with_answers=True)]
+        assert scorer.check_golds(rows) == [None, None]
+
+
+def test_a_reward_gets_only_the_row_fields_it_names_and_its_options_from_the_config():
+    def exact(completion, answer, *, strip: bool = True, **row):
+        return float((completion.strip() if strip else completion) == answer)
+
+    def by_id(completion, answer, id):  # no **row: the other fields are not passed
+        return float(completion == answer and id == "q")
+
+    rows = [{"id": "q", "reward": r, "answer": "4", "strip": False, "prompt": "2+2?"} for r in ("exact", "by_id")]
+    scorer = BatchScorer(workers=0, rewards={"exact": exact, "by_id": by_id})
+    assert scorer.score(["4 ", "4"], rows) == [ScoreResult(1.0), ScoreResult(1.0)]  # the row's strip is no option
+    configured = BatchScorer(workers=0, rewards={"exact": exact}, options={"exact": {"strip": False}})
+    assert [r.reward for r in configured.score(["4 "], rows[:1])] == [0.0]

@@ -178,3 +178,45 @@ def test_a_dict_on_the_cache_command_line_merges_into_the_configs_as_in_fit(prin
         "enforce_eager": True,
     }
     assert engine_options("--engine_options={}") == {}
+
+
+def cache_config(tmp_path: Path, model_dir: Path, rows: list[dict], more: str = "") -> Path:
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = tmp_path / "cache.yaml"
+    config.write_text(
+        f"policy: {{path: {model_dir}}}\ndata:\n  train: {{files: {data}, adapter: jsonl}}\n"
+        f"  cache: {{path: {tmp_path / 'cache'}}}\nsampling: {{n: 2, max_new_tokens: 4}}\n"
+        f"engine: hf\nscoring: {{workers: 0}}\nprogress: false\n{more}"
+    )
+    return config
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("refusal", ["a row no reward scores", "an environment the tokenizer cannot serve"])
+def test_a_refusal_at_start_up_is_the_commands_own_lines_and_exit_2(
+    refusal, tmp_path, tiny_model_dir, trl_counter, monkeypatch, capsys
+):
+    """As `lit-rlvr fit` refuses them (the same checks, the environment's tokenizer check too), before
+    any loading: the message under this command's keys and exit status 2, not a traceback."""
+    import sys
+
+    from lit_rlvr.cli import main as lit_rlvr
+    from lit_rlvr.contracts import StartupError
+
+    if refusal == "a row no reward scores":
+        config = cache_config(tmp_path, tiny_model_dir, [{"prompt": "1+1=", "answer": "2", "reward": "nosuch"}])
+        message = "lit-rlvr cache: error: jsonl: 1 of 1 rows are bad"
+    else:
+        rows = [{"id": "t", "prompt": "Count to 7", "answer": "7"}]
+        config = cache_config(tmp_path, tiny_model_dir, rows, f"environment: {{name: {trl_counter.path}}}\n")
+        message = "lit-rlvr cache: error: environment: environment 'trl' cannot work with the policy's tokenizer"
+    monkeypatch.setattr(sys, "argv", ["lit-rlvr", "cache", "--config", str(config)])
+    with pytest.raises(SystemExit) as exit_info:
+        lit_rlvr()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err, err
+    assert message in err and err.splitlines()[-1] == "(every option: lit-rlvr cache --help, and docs/configuration.md)"
+    assert not (tmp_path / "cache").exists()  # refused before anything was built
+    with pytest.raises(StartupError):  # from Python: the exception
+        main(["--config", str(config)])
