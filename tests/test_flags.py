@@ -1,6 +1,6 @@
 """Mapping flags merge into the configured mapping (lit_rlvr/flags.py), on a small jsonargparse parser.
 
-The CLI's own merging (``lit-rlvr fit`` with the shipped configs) is in tests/test_cli.py.
+The CLI's own merging (``lit-rlvr fit`` with the shipped configs) is in tests/cli/test_cli.py.
 """
 
 from __future__ import annotations

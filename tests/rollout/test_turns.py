@@ -13,7 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_rlvr.envs import EnvironmentBase, EnvSpec, Step, resolve_environment
 from lit_rlvr.plugins import load_function
-from lit_rlvr.rollout.turns import TURN_SEED_STRIDE, ObservationRenderer, TurnLoop, TurnOptions
+from lit_rlvr.rollout.observations import ObservationRenderer
+from lit_rlvr.rollout.turns import TURN_SEED_STRIDE, TurnLoop, TurnOptions
 from lit_rlvr.rollout.types import SamplingParams
 
 ENGINE_KINDS = [
@@ -695,7 +696,7 @@ def test_chat_observations_are_bounded_in_total_characters_and_in_messages(chat_
     assert text.count("<|im_start|>user") == 3 and text.count("x") == 1200
     assert f"…({500 * 2000 - 1200} more characters, 1997 more messages)<|im_end|>" in text
     # within the characters, past the number of messages: the last one kept says how many were left out
-    from lit_rlvr.rollout.turns import MAX_OBSERVATION_MESSAGES
+    from lit_rlvr.rollout.observations import MAX_OBSERVATION_MESSAGES
 
     small = [{"role": "user", "content": "y"} for _ in range(MAX_OBSERVATION_MESSAGES + 10)]
     text = tok.decode(renderer.render(small, last_id=end))

@@ -165,7 +165,7 @@ def test_each_shipped_cache_config_samples_and_runs_its_passes_as_its_training_c
 
 def test_a_dict_on_the_cache_command_line_merges_into_the_configs_as_in_fit(print_config):
     """``--engine_options='{…}'`` replaced the cache config's dict (dropping its ``gpu_memory_utilization``);
-    it merges now, as in ``lit-rlvr fit`` (tests/test_cli.py): ``KEY: null`` removes a key, ``{}`` empties."""
+    it merges now, as in ``lit-rlvr fit`` (tests/cli/test_cli.py): ``KEY: null`` removes a key, ``{}`` empties."""
 
     def engine_options(*flags: str) -> dict | None:
         return print_config("cache", "--config", str(CONFIGS / "math" / "cache.yaml"), *flags)["engine_options"]

@@ -68,7 +68,7 @@ def test_validate_a_checkpoint_that_fit_wrote(tiny_model_dir, seven_reward, tmp_
     assert values["pass^1"] == values["pass@1"] and values["pass^2"] <= values["pass@1"] <= values["pass@2"]
 
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 ERRORS = {
     "a value of the wrong type (the parser)": (
         "--model.sampling.n=abc",
