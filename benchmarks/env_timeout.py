@@ -13,7 +13,11 @@ timed-out step within 10% of the baseline (issue 42: abandoned spinning threads 
 a step). Then, once, the same measurement after one trajectory (P=1, G=1) whose spinning thread is
 abandoned instead of stopped (the loop before the fix, ``TurnLoop._stop`` replaced by one that stops
 nothing), last, since that thread spins until the process exits. Also reported: environment threads
-alive after each, and the process's CPU seconds over one second of sleep after it. Writes
+alive after each, and the process's CPU seconds over one second of sleep after it. The garbage of the
+rollout before (both arms leave about 800 cyclic objects: frames, tracebacks of the failed calls) is
+collected before the timed rollout: without that, which rollout pays for a collection of the whole
+heap (torch's and transformers' objects, ~0.4 s) depends on the collector's allocation counts, not
+on any thread (1.14× measured so, with no environment thread alive). Writes
 ``benchmarks/results/env_timeout.md``; the last line is
 ``env_timeout_after_over_baseline=<ratio> cpu=<ratio> abandoned=<ratio> abandoned_cpu=<ratio>`` (wall
 seconds, then CPU seconds: on a loaded machine the CPU seconds are the steadier measure).
@@ -22,6 +26,7 @@ seconds, then CPU seconds: on a loaded machine the CPU seconds are the steadier 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import threading
@@ -120,6 +125,7 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
     def after(spec: EnvSpec, few: bool = False) -> tuple[float, float, int]:
         """The answering rollout's wall and CPU seconds after a rollout in ``spec``, and the environment threads left."""
         rollout(spec, few)
+        gc.collect()  # both arms leave ~800 cyclic objects (frames, tracebacks): not the collector's timing decides
         return (*rollout(answers), env_threads())
 
     try:
