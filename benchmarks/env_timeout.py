@@ -73,7 +73,7 @@ def idle_cpu_s() -> float:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="P=2 × G=2, 1 round")
+    parser.add_argument("--quick", action="store_true", help="P=2 × G=2, 2 turns of 4 tokens, 1 round")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--turns", type=int, default=3)
@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     cfg = parser.parse_args(argv)
     if cfg.quick:
-        cfg.prompts, cfg.samples, cfg.rounds = 2, 2, 1
+        cfg.prompts, cfg.samples, cfg.rounds, cfg.turns, cfg.turn_tokens = 2, 2, 1, 2, 4
     return cfg
 
 
