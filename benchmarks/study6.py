@@ -21,13 +21,23 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import study3
 import study4
 from study_methods import NAMES, direction_check
-from study_runner import HELD_OUT, RESULTS, ROOT, Job, Study, _shown, commands_section, load_notes, publish
+from study_runner import (
+    HELD_OUT,
+    RESULTS,
+    ROOT,
+    Job,
+    Study,
+    _shown,
+    commands_section,
+    load_notes,
+    publish,
+    study_parser,
+)
 from study_stats import T95, Hypothesis, block_of, ci, group, in_blocks, mean, verdict
 
 STUDY6 = study4.STUDY4  # the same bases, seeds, steps and validations as study 4
@@ -272,24 +282,9 @@ def write_report(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--work", type=Path, default=None, help="work folder (default artifacts/study6, artifacts/study6_smoke)"
-    )
-    parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="base 0 from a 5-step warm start, RL seed 0, 2 steps, 8 prompts per validation set; reports into --work",
-    )
-    parser.add_argument("--report-only", action="store_true")
-    parser.add_argument(
-        "--deadline",
-        type=lambda v: datetime.fromisoformat(v).replace(tzinfo=UTC),
-        default=None,
-        help="no job starts after this UTC time (e.g. 2026-12-07T12:00); those running finish, the report reads complete blocks",
-    )
-    return parser.parse_args(argv)
+    return study_parser(
+        __doc__, "study6", "base 0 from a 5-step warm start, RL seed 0, 2 steps, 8 prompts per validation set"
+    ).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,7 +23,6 @@ import argparse
 import math
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import study3
@@ -454,22 +453,9 @@ def write_report(study: AgentStudy, out: Path, curves: Path, behaviour: Path) ->
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--work", type=Path, default=None, help="work folder (default artifacts/study7, artifacts/study7_smoke)"
-    )
-    parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
-    parser.add_argument(
-        "--smoke", action="store_true", help="base 0 from 5-step warm starts, RL seed 0, 2 steps; reports into --work"
-    )
-    parser.add_argument("--report-only", action="store_true")
-    parser.add_argument(
-        "--deadline",
-        type=lambda v: datetime.fromisoformat(v).replace(tzinfo=UTC),
-        default=None,
-        help="no job starts after this UTC time (e.g. 2026-12-07T12:00); those running finish, the report reads complete blocks",
-    )
-    return parser.parse_args(argv)
+    return study_runner.study_parser(
+        __doc__, "study7", "base 0 from 5-step warm starts, RL seed 0, 2 steps"
+    ).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:

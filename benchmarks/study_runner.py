@@ -5,6 +5,7 @@ processes that run them two at a time, the records they leave in a work folder, 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -320,6 +321,26 @@ class Study:
         return {
             t["label"]: t for t in (json.loads(line) for line in self.timings.read_text().splitlines() if line.strip())
         }
+
+
+def study_parser(description: str, name: str, smoke: str) -> argparse.ArgumentParser:
+    """The command line every pre-registered study script shares: ``--work`` (default
+    ``artifacts/<name>``, ``artifacts/<name>_smoke``), ``--slots``, ``--smoke`` (``smoke`` says what it
+    runs), ``--report-only`` and ``--deadline`` (UTC)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--work", type=Path, default=None, help=f"work folder (default artifacts/{name}, artifacts/{name}_smoke)"
+    )
+    parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
+    parser.add_argument("--smoke", action="store_true", help=f"{smoke}; reports into --work")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument(
+        "--deadline",
+        type=lambda v: datetime.fromisoformat(v).replace(tzinfo=UTC),
+        default=None,
+        help="no job starts after this UTC time (e.g. 2026-12-07T12:00); those running finish, the report reads complete blocks",
+    )
+    return parser
 
 
 def load_notes(study: Study) -> list[str]:

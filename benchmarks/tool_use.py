@@ -26,7 +26,7 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import study3
@@ -490,25 +490,9 @@ def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> Non
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--work",
-        type=Path,
-        default=None,
-        help="work folder (default artifacts/study_tools, artifacts/study_tools_smoke)",
-    )
-    parser.add_argument("--slots", type=int, default=2, help="jobs at a time (one torch thread each)")
-    parser.add_argument(
-        "--smoke", action="store_true", help="base 0 from a 5-step warm start, RL seed 0, 2 steps; reports into --work"
-    )
-    parser.add_argument("--report-only", action="store_true")
-    parser.add_argument(
-        "--deadline",
-        type=lambda v: datetime.fromisoformat(v).replace(tzinfo=UTC),
-        default=None,
-        help="no job starts after this UTC time (e.g. 2026-12-04T19:05); those running finish, the report reads complete blocks",
-    )
-    return parser.parse_args(argv)
+    return study_runner.study_parser(
+        __doc__, "study_tools", "base 0 from a 5-step warm start, RL seed 0, 2 steps"
+    ).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
