@@ -223,7 +223,9 @@ def main() -> None:
         pooled = common.alternate({keep: setup(*args)}, work.rounds)
     else:
         # RSS is not reported here: the contenders fork from one process that imported the library once
-        pooled, _ = common.alternate_in_workers(runs, work.rounds, cfg.threads, preload=["common", "lit_rlvr.cli"])
+        pooled, _ = common.alternate_in_workers(
+            runs, work.rounds, cfg.threads, preload=["common", "lit_rlvr.cli.lightning_cli"]
+        )
     load_after = common.load_average()
     med = {name: common.median_ms(run.times) for name, run in pooled.items()}
 

@@ -168,7 +168,9 @@ def main(argv: list[str] | None = None) -> None:
     load_before, work, model_dir = common.start_bench(cfg, plan["shape"])
     how = contenders(plan["bucket_mb"])
     setups = {name: (setup, (str(model_dir), h, cfg.rank, cfg.gpu, plan["syncs"])) for name, h in how.items()}
-    runs, rss = common.alternate_in_workers(setups, plan["rounds"], cfg.threads)
+    # every contender imports these (the RSS columns include them for each alike): imported once, then forked
+    preload = ["common", "peft", "transformers", "vllm", "lit_rlvr.rollout.vllm"]
+    runs, rss = common.alternate_in_workers(setups, plan["rounds"], cfg.threads, preload=preload)
     rows, medians = [], {}
     for name, r in runs.items():
         medians[name] = statistics.median(r.times)
