@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Environments that set PYTHONDONTWRITEBYTECODE (this project's CI machines do) make every Python process the suite
+# and the demo start compile lit_rlvr's modules again: ~0.3 s of CPU each, hundreds of processes. __pycache__/ is
+# ignored by git.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: install test lint format clean-venv
 
