@@ -18,6 +18,10 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 # 18 s instead of 27 s to /health on this machine. The in-process engine sets this itself; the one
 # test that keeps vllm-cpu's default (its `mp` executor) is test_vllm_server_generates_syncs_and_trains_asynchronously.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+# vLLM's sampler runs kernels torch inductor compiled; loading them, inductor checks each vector ISA the CPU
+# flags name by compiling and loading a C++ probe (8 subprocesses, ~1 s of CPU per vLLM process). The
+# suite's machines build these probes (the check never fails here), so the tests take the flags' word.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("LIT_RLVR_DATA", REPO_ROOT.parent / "shared" / "data"))
