@@ -1,0 +1,202 @@
+"""Where the test suite's CPU goes: every process it starts, and each test's share.
+
+    python benchmarks/suite_cpu.py                                  # the suite as `make test` runs it
+    python benchmarks/suite_cpu.py --out /tmp/s.md -- -n 1 tests/functional   # any pytest arguments
+
+The environment is `make test`'s (one torch thread per test, bytecode written) unless yours sets it.
+
+`make test`'s `--durations` gives each test's wall time, which on 2 busy cores is mostly waiting;
+`/usr/bin/time` and ``getrusage`` miss the CPU of processes nobody reaps (a multiprocessing
+forkserver's children, a killed `vllm serve`'s engine core). This runs pytest with a marker in its
+environment and reads ``/proc`` twice a second: every process that carries the marker (all the
+suite's descendants: pytest-xdist workers, `lit-rlvr` runs, DDP ranks, vLLM servers, benchmark
+contenders, reward workers), its command, its CPU seconds and the test it was started under
+(``PYTEST_CURRENT_TEST``, which pytest sets while a test runs and child processes inherit). A
+pytest plugin (this module, loaded with ``-p suite_cpu``) adds each test's CPU inside the worker
+that ran it. A process that lives less than the polling interval is missed, and one polled last
+before it ended loses at most that interval of CPU.
+
+The report: wall time, CPU seconds, how busy the cores were (CPU / (wall × cores)), CPU by kind
+of process, the tests that cost most (their own CPU plus their processes') and the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MARK = "LIT_RLVR_SUITE_CPU"  # the marker's variable; its value names the run
+OUT_DIR = "LIT_RLVR_SUITE_CPU_DIR"  # where the plugin writes each worker's per-test CPU
+KINDS = (  # (kind, a piece of its command line), the first match wins
+    ("pytest-xdist worker", "exec(eval(sys.stdin"),
+    ("vllm serve", "vllm.entrypoints"),
+    ("lit-rlvr", "lit_rlvr.cli"),
+    ("multiprocessing worker", "multiprocessing."),
+    ("torch inductor probe", "cdll.LoadLibrary"),
+    ("reward launcher and its workers", "lit_rlvr.rewards.launcher"),
+    ("benchmark script", "benchmarks/"),
+    ("pytest", "pytest"),
+    ("compiler", "cc1plus"),
+    ("compiler", "g++"),
+    ("python -c", "python -c"),
+)
+
+
+# ---------------------------------------------------------------------------------------------- the plugin
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Times the test's own CPU in this process and appends it to the run's file."""
+    folder = os.environ.get(OUT_DIR)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    yield
+    if folder:
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        with open(Path(folder) / f"tests-{os.getpid()}.jsonl", "a") as f:
+            f.write(json.dumps({"test": item.nodeid, "cpu": cpu}) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- the census
+
+
+def _processes(needle: bytes, seen: dict) -> None:
+    """Adds or updates every marked process in ``seen`` (key: pid and start time)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            key = f"{pid}:{fields[19]}"
+            cpu = (int(fields[11]) + int(fields[12])) / tick
+            if key not in seen:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+                if needle not in env:
+                    seen[key] = None
+                    continue
+                test = next((v[20:].decode(errors="replace") for v in env if v.startswith(b"PYTEST_CURRENT_TEST=")), "")
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                seen[key] = {"command": command[:300], "test": test.rsplit(" (", 1)[0], "cpu": cpu}
+            elif seen[key] is not None:
+                seen[key]["cpu"] = max(seen[key]["cpu"], cpu)
+        except (OSError, IndexError, ValueError):  # it ended between the listing and the read
+            continue
+
+
+def census(
+    command: list[str], interval: float = 0.5, env: dict[str, str] | None = None
+) -> tuple[int, float, list[dict], dict[str, float]]:
+    """Runs ``command`` marked (``env`` over this process's environment and make test's settings);
+    ``(exit code, wall seconds, processes, each test's CPU inside its worker)``."""
+    name = uuid.uuid4().hex
+    folder = Path(tempfile.mkdtemp(prefix="lit_rlvr_suite_cpu_"))
+    # make test's settings: one torch thread per test, bytecode written (the Makefile says why)
+    env = {"OMP_NUM_THREADS": "1", "LIT_RLVR_TEST_THREADS": "1", **os.environ, **(env or {}), MARK: name}
+    env.update({OUT_DIR: str(folder), "PYTHONDONTWRITEBYTECODE": ""})
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *filter(None, [env.get("PYTHONPATH")])])
+    seen: dict = {}
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, cwd=ROOT)
+    while proc.poll() is None:
+        _processes(f"{MARK}={name}".encode(), seen)
+        time.sleep(interval)
+    wall = time.perf_counter() - start
+    own: dict[str, float] = collections.Counter()
+    for path in folder.glob("tests-*.jsonl"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            own[row["test"]] += row["cpu"]
+    return proc.returncode, wall, [p for p in seen.values() if p], dict(own)
+
+
+def kind(command: str) -> str:
+    return next((k for k, piece in KINDS if piece in command), "other")
+
+
+def report(
+    code: int, wall: float, processes: list[dict], own: dict[str, float], argv: list[str], top: int
+) -> list[str]:
+    """The markdown report (module docstring)."""
+    cpu = sum(p["cpu"] for p in processes)
+    cores = os.cpu_count() or 1
+    by_kind: dict[str, list[float]] = collections.defaultdict(list)
+    for p in processes:
+        by_kind[kind(p["command"])].append(p["cpu"])
+    tests: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])  # own, processes', count
+    for test, seconds in own.items():
+        tests[test][0] += seconds
+    for p in processes:
+        if p["test"] and kind(p["command"]) != "pytest-xdist worker":
+            tests[p["test"]][1] += p["cpu"]
+            tests[p["test"]][2] += 1
+    files: dict[str, float] = collections.Counter()
+    for test, (mine, theirs, _) in tests.items():
+        files[test.split("::")[0]] += mine + theirs
+    ranked = sorted(tests.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))
+    return [
+        f"# Where the suite's CPU goes ({time.strftime('%Y-%m-%d %H:%M')})",
+        "",
+        f"`python benchmarks/suite_cpu.py {' '.join(argv)}`: pytest exited {code}; {wall:.0f} s wall, "
+        f"{cpu:.0f} s of CPU in {len(processes)} processes, the {cores} cores {cpu / (wall * cores):.0%} busy; "
+        f"{sum(own.values()):.0f} s of it inside the tests' own workers, "
+        f"{sum(t[1] for t in tests.values()):.0f} s in processes the tests started.",
+        "",
+        "| kind of process | processes | CPU s | share |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {k} | {len(v)} | {sum(v):.0f} | {sum(v) / max(cpu, 1e-9):.0%} |"
+            for k, v in sorted(by_kind.items(), key=lambda kv: -sum(kv[1]))
+        ),
+        "",
+        f"The {top} tests that cost most (their own CPU in the worker plus their processes'):",
+        "",
+        "| test | CPU s | own | processes (count) |",
+        "|---|---:|---:|---:|",
+        *(f"| `{t}` | {a + b:.1f} | {a:.1f} | {b:.1f} ({n}) |" for t, (a, b, n) in ranked[:top]),
+        "",
+        "| test file | CPU s |",
+        "|---|---:|",
+        *(f"| `{f}` | {c:.1f} |" for f, c in sorted(files.items(), key=lambda kv: -kv[1])[:top]),
+    ]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="suite_cpu.md", help="file name under benchmarks/results/ or an absolute path")
+    parser.add_argument("--top", type=int, default=40, help="tests and files listed")
+    parser.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments (default: make test's)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    given = sys.argv[1:] if argv is None else argv
+    cfg = parse_args(given)
+    pytest_args = cfg.pytest_args or ["-n", str((os.cpu_count() or 1) + 1), "--dist", "worksteal"]
+    code, wall, processes, own = census([sys.executable, "-m", "pytest", "-p", "suite_cpu", "-q", *pytest_args])
+    lines = report(code, wall, processes, own, given, cfg.top)
+    out = Path(cfg.out) if Path(cfg.out).is_absolute() else ROOT / "benchmarks" / "results" / cfg.out
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:12]))
+    print(f"wrote {out}")
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
