@@ -2,6 +2,7 @@
 
     python benchmarks/suite_cpu.py                                  # the suite as `make test` runs it
     python benchmarks/suite_cpu.py --out /tmp/s.md -- -n 1 tests/functional   # any pytest arguments
+    python3 benchmarks/suite_cpu.py --ci --out /tmp/ci.md     # in a fresh clone: bash .ci/run, the install included
 
 The environment is `make test`'s (one torch thread per test, bytecode written) unless yours sets it.
 
@@ -14,7 +15,9 @@ contenders, reward workers), its command, its CPU seconds and the test it was st
 (``PYTEST_CURRENT_TEST``, which pytest sets while a test runs and child processes inherit). A
 pytest plugin (this module, loaded with ``-p suite_cpu``) adds each test's CPU inside the worker
 that ran it. A process that lives less than the polling interval is missed, and one polled last
-before it ended loses at most that interval of CPU.
+before it ended loses at most that interval of CPU. A test that builds its processes' environment
+when its module is imported (a module-level copy of ``os.environ``) leaves them without a test's
+name: they count in the totals and the kinds, not in a test's row.
 
 The report: wall time, CPU seconds, how busy the cores were (CPU / (wall × cores)), CPU by kind
 of process, the tests that cost most (their own CPU plus their processes') and the files.
@@ -34,7 +37,10 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
+try:
+    import pytest
+except ImportError:  # `--ci` from a fresh clone's Python: the plugin runs in make test's pytest, not here
+    pytest = None
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "LIT_RLVR_SUITE_CPU"  # the marker's variable; its value names the run
@@ -58,17 +64,19 @@ KINDS = (  # (kind, a piece of its command line), the first match wins
 # ---------------------------------------------------------------------------------------------- the plugin
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Times the test's own CPU in this process and appends it to the run's file."""
-    folder = os.environ.get(OUT_DIR)
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    yield
-    if folder:
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-        with open(Path(folder) / f"tests-{os.getpid()}.jsonl", "a") as f:
-            f.write(json.dumps({"test": item.nodeid, "cpu": cpu}) + "\n")
+if pytest is not None:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        """Times the test's own CPU in this process and appends it to the run's file."""
+        folder = os.environ.get(OUT_DIR)
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        yield
+        if folder:
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            with open(Path(folder) / f"tests-{os.getpid()}.jsonl", "a") as f:
+                f.write(json.dumps({"test": item.nodeid, "cpu": cpu}) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- the census
@@ -102,15 +110,19 @@ def _processes(needle: bytes, seen: dict) -> None:
 
 
 def census(
-    command: list[str], interval: float = 0.5, env: dict[str, str] | None = None
+    command: list[str], interval: float = 0.5, env: dict[str, str] | None = None, make_settings: bool = True
 ) -> tuple[int, float, list[dict], dict[str, float]]:
-    """Runs ``command`` marked (``env`` over this process's environment and make test's settings);
-    ``(exit code, wall seconds, processes, each test's CPU inside its worker)``."""
+    """Runs ``command`` marked (``env`` over this process's environment, over make test's settings unless
+    ``make_settings`` is False: make sets them itself); ``(exit code, wall seconds, processes, each test's CPU
+    inside its worker)``."""
     name = uuid.uuid4().hex
     folder = Path(tempfile.mkdtemp(prefix="lit_rlvr_suite_cpu_"))
-    # make test's settings: one torch thread per test, bytecode written (the Makefile says why)
-    env = {"OMP_NUM_THREADS": "1", "LIT_RLVR_TEST_THREADS": "1", **os.environ, **(env or {}), MARK: name}
-    env.update({OUT_DIR: str(folder), "PYTHONDONTWRITEBYTECODE": ""})
+    # make test's settings: one torch thread per test, bytecode written (the Makefile says why); not for make
+    # itself, whose `nproc` would read OMP_NUM_THREADS as the number of cores
+    settings = {"OMP_NUM_THREADS": "1", "LIT_RLVR_TEST_THREADS": "1", "PYTHONDONTWRITEBYTECODE": ""}
+    env = {**(settings if make_settings else {}), **os.environ, **(env or {}), MARK: name, OUT_DIR: str(folder)}
+    if make_settings:
+        env["PYTHONDONTWRITEBYTECODE"] = ""
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *filter(None, [env.get("PYTHONPATH")])])
     seen: dict = {}
     start = time.perf_counter()
@@ -182,15 +194,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="suite_cpu.md", help="file name under benchmarks/results/ or an absolute path")
     parser.add_argument("--top", type=int, default=40, help="tests and files listed")
+    parser.add_argument(
+        "--ci",
+        action="store_true",
+        help="run CI's entry point (bash .ci/run: install, lint, make test) instead of pytest",
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments (default: make test's)")
     return parser.parse_args(argv)
+
+
+def command_of(cfg: argparse.Namespace) -> tuple[list[str], dict[str, str], bool]:
+    """What to run: ``(command, environment added, make test's settings added)``."""
+    if cfg.ci:
+        return ["bash", ".ci/run"], {"CI": "true", "PYTEST_ADDOPTS": "-p suite_cpu"}, False
+    pytest_args = cfg.pytest_args or ["-n", str((os.cpu_count() or 1) + 1), "--dist", "worksteal"]
+    return [sys.executable, "-m", "pytest", "-p", "suite_cpu", "-q", *pytest_args], {}, True
 
 
 def main(argv: list[str] | None = None) -> None:
     given = sys.argv[1:] if argv is None else argv
     cfg = parse_args(given)
-    pytest_args = cfg.pytest_args or ["-n", str((os.cpu_count() or 1) + 1), "--dist", "worksteal"]
-    code, wall, processes, own = census([sys.executable, "-m", "pytest", "-p", "suite_cpu", "-q", *pytest_args])
+    command, env, make_settings = command_of(cfg)
+    code, wall, processes, own = census(command, env=env, make_settings=make_settings)
     lines = report(code, wall, processes, own, given, cfg.top)
     out = Path(cfg.out) if Path(cfg.out).is_absolute() else ROOT / "benchmarks" / "results" / cfg.out
     out.write_text("\n".join(lines) + "\n")

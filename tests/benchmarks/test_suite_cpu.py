@@ -70,3 +70,11 @@ def test_the_command_line(tmp_path):
     cfg = suite_cpu.parse_args(["--out", str(tmp_path / "s.md"), "--top", "5", "--", "-n", "1", "tests/functional"])
     assert cfg.top == 5 and cfg.pytest_args == ["-n", "1", "tests/functional"]
     assert suite_cpu.parse_args([]).pytest_args == []
+
+
+def test_ci_runs_the_entry_point_with_the_plugin_and_leaves_make_its_own_settings():
+    command, env, make_settings = suite_cpu.command_of(suite_cpu.parse_args(["--ci"]))
+    assert command == ["bash", ".ci/run"] and (suite_cpu.ROOT / ".ci" / "run").exists()
+    assert env["PYTEST_ADDOPTS"] == "-p suite_cpu" and not make_settings  # make's nproc would read OMP_NUM_THREADS
+    command, env, make_settings = suite_cpu.command_of(suite_cpu.parse_args(["--", "-n", "1", "tests/functional"]))
+    assert command[1:] == ["-m", "pytest", "-p", "suite_cpu", "-q", "-n", "1", "tests/functional"] and make_settings
