@@ -119,9 +119,9 @@ def census(
     folder = Path(tempfile.mkdtemp(prefix="lit_rlvr_suite_cpu_"))
     # make test's settings: one torch thread per test, bytecode written (the Makefile says why); not for make
     # itself, whose `nproc` would read OMP_NUM_THREADS as the number of cores
-    settings = {"OMP_NUM_THREADS": "1", "LIT_RLVR_TEST_THREADS": "1", "PYTHONDONTWRITEBYTECODE": ""}
+    settings = {"OMP_NUM_THREADS": "1", "LIT_RLVR_TEST_THREADS": "1"}  # defaults: a caller's own win
     env = {**(settings if make_settings else {}), **os.environ, **(env or {}), MARK: name, OUT_DIR: str(folder)}
-    if make_settings:
+    if make_settings:  # over the environment's, as make's `export PYTHONDONTWRITEBYTECODE :=` does
         env["PYTHONDONTWRITEBYTECODE"] = ""
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *filter(None, [env.get("PYTHONPATH")])])
     seen: dict = {}
@@ -166,7 +166,7 @@ def report(
     return [
         f"# Where the suite's CPU goes ({time.strftime('%Y-%m-%d %H:%M')})",
         "",
-        f"`python benchmarks/suite_cpu.py {' '.join(argv)}`: pytest exited {code}; {wall:.0f} s wall, "
+        f"`python benchmarks/suite_cpu.py {' '.join(argv)}`: the command exited {code}; {wall:.0f} s wall, "
         f"{cpu:.0f} s of CPU in {len(processes)} processes, the {cores} cores {cpu / (wall * cores):.0%} busy; "
         f"{sum(own.values()):.0f} s of it inside the tests' own workers, "
         f"{sum(t[1] for t in tests.values()):.0f} s in processes the tests started.",
