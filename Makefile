@@ -44,45 +44,59 @@ clean-venv:
 
 # ---------------------------------------------------------------------------- the CPU demo
 # Data → warm start (or reuse; its own base measurement is skipped: the base is validated below; two
-# torch threads) → then two lanes, each process on one torch thread, so both cores work: DPH-RL's
-# reference cache beside the base's validations (32 samples for the table; and as fit validates, 8
-# samples, for the curves' step 0) → each method's fit (validating every 40 steps, CSV logs in
-# $(DEMO)/runs/logs/<method>) and the validation of its export, two methods at a time → Pass@k table
-# and PNG beside the curves over training (side by side). GRPO shows the collapse, DPH-F the cure. A lane's output goes
-# to $(DEMO)/logs/<lane>.log; a failing lane prints its log's tail and stops the demo.
+# torch threads) → two lanes side by side, each process on one torch thread, so both cores work: DPH-RL's
+# reference cache, then each method that reads it; the base's validations (32 samples for the table;
+# and as fit validates, 8 samples, for the curves' step 0), then the other methods. A method: its fit
+# (validating every 40 steps, CSV logs in $(DEMO)/runs/logs/<method>), then the validation of its export.
+# The lanes are make's jobs (-j 2): the longest one, the cache then DPH-F's fit, starts as soon as the
+# warm start ends. Then the Pass@k table and PNG beside the curves over training. GRPO shows the
+# collapse, DPH-F the cure. A lane's output goes to $(DEMO)/logs/<lane>.log; a failing lane prints its
+# log's tail and stops the demo.
 DEMO := artifacts/demo
 LIT := $(VENV)/bin/lit-rlvr
 DEMO_METHODS ?= grpo dph_f
+# The methods whose config reads the reference cache (a `cache:` under `data:`): they wait for it.
+DEMO_CACHED := $(strip $(foreach m,$(DEMO_METHODS),$(if $(shell grep -s '^  cache:' configs/demo/$(m).yaml),$(m))))
 DEMO_LOGS := $(DEMO)/logs
+DEMO_LANES := demo-cache demo-base $(addprefix demo-fit-,$(DEMO_METHODS)) $(addprefix demo-validate-,$(DEMO_METHODS))
 RECORD := --config configs/demo/record.yaml
 # `$(call lane,NAME)`: the shell words that send a lane's output to its log, or print its tail and fail.
+# `$(call lane_more,NAME)`: the same, appending (a method's validation after its fit).
 lane = > $(DEMO_LOGS)/$(1).log 2>&1 || { tail -n 30 $(DEMO_LOGS)/$(1).log; echo "make demo: $(1) failed (log: $(DEMO_LOGS)/$(1).log)"; exit 1; }
-# One method's lane: fit, then validate the export at 32 samples (metrics in $(DEMO)/metrics_<method>.jsonl).
-DEMO_METHOD = $(LIT) fit --config configs/demo/base.yaml --config configs/demo/$$0.yaml \
-	&& $(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=$$0 \
-		--trainer.callbacks.init_args.path=$(DEMO)/metrics_$$0.jsonl --model.policy.path=$(DEMO)/runs/$$0/hf \
-		--model.evaluation.retention_reference=$(DEMO)/base_pass_counts.json
+lane_more = >$(call lane,$(1))
 
-.PHONY: demo
+.PHONY: demo $(DEMO_LANES)
 demo: export OMP_NUM_THREADS := 1
 demo: install
 	mkdir -p $(DEMO_LOGS)
 	rm -f $(DEMO)/metrics.jsonl $(DEMO)/metrics_*.jsonl
 	$(LIT) demo-data --out_dir $(DEMO)/data
 	$(LIT) warmstart --config configs/demo/warmstart.yaml --out_dir $(DEMO)/base --eval_samples 0 --threads 2
-	@echo "make demo: the reference cache and the base's validations, side by side (logs in $(DEMO_LOGS))"
-	{ $(LIT) cache --config configs/demo/cache.yaml $(call lane,cache); } & cache=$$!; \
-	{ $(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=base \
-		--trainer.callbacks.init_args.path=$(DEMO)/metrics_base.jsonl --pass_counts.path=$(DEMO)/base_pass_counts.json \
-		&& $(LIT) validate --config configs/demo/base.yaml --trainer.logger.init_args.version=base --verbose=false; \
-	} $(call lane,base) || { kill $$cache 2>/dev/null; exit 1; }; \
-	wait $$cache
-	@echo "make demo: fit and validate $(DEMO_METHODS), two at a time"
-	printf '%s\n' $(DEMO_METHODS) | xargs -P 2 -I{} sh -c '{ $(DEMO_METHOD); } $(call lane,$$0)' {}
+	@echo "make demo: two lanes (logs in $(DEMO_LOGS)): the reference cache, then $(or $(DEMO_CACHED),no method); the base's validations, then $(or $(filter-out $(DEMO_CACHED),$(DEMO_METHODS)),no method)"
+	$(MAKE) --no-print-directory -j 2 $(DEMO_LANES)
 	cat $(DEMO)/metrics_base.jsonl $(foreach m,$(DEMO_METHODS),$(DEMO)/metrics_$(m).jsonl) > $(DEMO)/metrics.jsonl
 	$(LIT) report $(DEMO)/metrics.jsonl --out $(DEMO)/passk.png & table=$$!; \
 	$(LIT) report --curves $(DEMO)/curves.png --base $(DEMO)/runs/logs/base $(addprefix $(DEMO)/runs/logs/,$(DEMO_METHODS)) \
 		|| { wait $$table; exit 1; }; wait $$table
+
+# The lanes (run by `make demo`, after its warm start).
+demo-cache:
+	@$(LIT) cache --config configs/demo/cache.yaml $(call lane,cache)
+demo-base:
+	@{ $(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=base \
+		--trainer.callbacks.init_args.path=$(DEMO)/metrics_base.jsonl --pass_counts.path=$(DEMO)/base_pass_counts.json \
+		&& $(LIT) validate --config configs/demo/base.yaml --trainer.logger.init_args.version=base --verbose=false; \
+	} $(call lane,base)
+# A method: its fit, after the cache if it reads it, else after the base's validations; then the validation
+# of its export at 32 samples (metrics in $(DEMO)/metrics_<method>.jsonl; retention against the base's counts).
+$(foreach m,$(DEMO_METHODS),$(eval demo-fit-$(m): $(if $(filter $(m),$(DEMO_CACHED)),demo-cache,demo-base)))
+$(addprefix demo-fit-,$(DEMO_METHODS)): demo-fit-%:
+	@echo "make demo: fit $*"
+	@$(LIT) fit --config configs/demo/base.yaml --config configs/demo/$*.yaml $(call lane,$*)
+$(addprefix demo-validate-,$(DEMO_METHODS)): demo-validate-%: demo-fit-% demo-base
+	@$(LIT) validate --config configs/demo/base.yaml $(RECORD) --trainer.callbacks.init_args.label=$* \
+		--trainer.callbacks.init_args.path=$(DEMO)/metrics_$*.jsonl --model.policy.path=$(DEMO)/runs/$*/hf \
+		--model.evaluation.retention_reference=$(DEMO)/base_pass_counts.json $(call lane_more,$*)
 
 # ---------------------------------------------------------------------------- the multi-turn CPU demo
 # Two environments (docs/agents.md), a lane each, side by side on one torch thread each: the countdown
