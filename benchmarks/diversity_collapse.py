@@ -81,7 +81,7 @@ from study1 import (
 from study2 import run_regime, write_regime_report
 from study3 import run_study3, run_study3_amended, run_study3_amendment2, run_study3_amendment3, write_study3_report
 from study4 import STUDY4, STUDY4_SMOKE, claim_work, run_study4, write_study4_report
-from study_runner import RESULTS, ROOT, Job, Study
+from study_runner import RESULTS, ROOT, Job, Study, record_seconds
 
 
 class FitTimer(Callback):
@@ -179,8 +179,7 @@ def main() -> None:
             claim_work(study.work, setting, None)
         else:
             run_study4(study, setting)
-            with (study.work / "seconds.txt").open("a") as f:
-                f.write(f"{args.preset}{' --smoke' if args.smoke else ''} {time.perf_counter() - t0:.0f}\n")
+            record_seconds(study.work, f"{args.preset}{' --smoke' if args.smoke else ''}", t0)
         where = study.work if args.smoke else RESULTS
         write_study4_report(study, setting, where / "study4.md", where / "study4_pareto.png")
         return
@@ -188,15 +187,13 @@ def main() -> None:
         if not args.report_only:
             amended = {1: run_study3_amended, 2: run_study3_amendment2, 3: run_study3_amendment3}[args.amendment]
             amended(study) if args.deadline else run_study3(study)
-            with (study.work / "seconds.txt").open("a") as f:
-                f.write(f"{args.preset} {time.perf_counter() - t0:.0f}\n")
+            record_seconds(study.work, args.preset, t0)
         write_study3_report(study)
         return
     if regime:
         if not args.report_only:
             run_regime(study, args.preset)
-            with (study.work / "seconds.txt").open("a") as f:
-                f.write(f"{args.preset} {time.perf_counter() - t0:.0f}\n")
+            record_seconds(study.work, args.preset, t0)
         write_regime_report(study)
         return
     parts = {
@@ -230,8 +227,7 @@ def main() -> None:
                 "sql": lambda: sql_jobs(flags, seeds=(0,) if budget else (0, 1, 2)),
             }[part]()
             study.run(jobs)
-        with (args.work / "seconds.txt").open("a") as f:
-            f.write(f"{args.preset} {time.perf_counter() - t0:.0f}\n")
+        record_seconds(args.work, args.preset, t0)
     write_report(study, args.preset)
 
 

@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 
 from study_methods import METHODS, expectation_check, sweep_variants
-from study_runner import HELD_OUT, OOD, RESULTS, SELECT, SQL, Job, Study, _shown
+from study_runner import HELD_OUT, OOD, RESULTS, SELECT, SQL, Job, Study, _shown, seconds_of
 from study_stats import ci, deltas, fmt, group, in_blocks, mean, pareto_curves
 
 KS = (1, 4, 16, 32)
@@ -432,9 +432,9 @@ def write_report(study: Study, preset: str) -> None:
         "every record in `"
         + _shown(study.metrics)
         + "`. Wall time (s) per run of the script: "
-        + ", ".join((study.work / "seconds.txt").read_text().split("\n")[:-1])
+        + ", ".join(seconds_of(study.work))
         + ".\n"
-        if (study.work / "seconds.txt").exists()
+        if seconds_of(study.work)
         else "",
     ]
     if any(v in by for v in ABLATION):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from study1 import choose_dph, method_flags, wallclock_jobs
 from study_methods import KNOB_NAMES, KNOBS, METHODS, NAMES, expectation_check, sweep_variants
-from study_runner import HELD_OUT, OOD, RESULTS, Job, Study, _shown, commands_section, load_notes, publish
+from study_runner import HELD_OUT, OOD, RESULTS, Job, Study, _shown, commands_section, load_notes, publish, seconds_note
 from study_stats import T95, block_of, cell, deltas, fmt, group, in_blocks, paired, pareto_curves, step_seconds
 
 # benchmarks/results/study3_plan.md, written before its runs: 200-step warm starts (the demo's base), 160 RL steps
@@ -465,7 +465,6 @@ def write_study3_report(
     shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
     deadline = study.work / "deadline.txt"
     deadline_lines = deadline.read_text().splitlines() if deadline.exists() else []
-    seconds = study.work / "seconds.txt"
     sections = [
         "# Study 3: every method side by side in the regime where GRPO clearly raises pass@1\n",
         "Plan, rule and expected directions committed before these runs: [`study3_plan.md`](study3_plan.md). Command: "
@@ -475,11 +474,7 @@ def write_study3_report(
         "`lit-rlvr` commands in `"
         + _shown(study.work / "logs")
         + "`"
-        + (
-            " (wall time of the script, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")"
-            if seconds.exists()
-            else ""
-        )
+        + seconds_note(study.work, "the script")
         + ". Bases: 200-step warm starts, seeds 0 and 1, both holding out the data files' prompts; every run 160 steps of "
         "16 prompts × 16 samples at lr 1e-4, validated at 32 samples per prompt with rollout seed 1000 + its RL seed. "
         "Mean ± 95% t-interval over runs, the worst (lowest) run in brackets.\n",

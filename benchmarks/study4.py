@@ -28,7 +28,18 @@ from study3 import (
     paired_table,
 )
 from study_methods import NAMES, direction_check
-from study_runner import HELD_OUT, RESULTS, ROOT, Job, Study, _shown, commands_section, load_notes, publish
+from study_runner import (
+    HELD_OUT,
+    RESULTS,
+    ROOT,
+    Job,
+    Study,
+    _shown,
+    commands_section,
+    load_notes,
+    publish,
+    seconds_note,
+)
 from study_stats import (
     T95,
     Hypothesis,
@@ -341,7 +352,6 @@ def write_study4_report(
     by = in_blocks(by, blocks, (*STUDY4_METHODS, base))
     shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
     smoke = setting != STUDY4
-    seconds = study.work / "seconds.txt"
     sections = [
         "# Study 4: MaxRL beside GRPO, DPH-F and Pass@k in the demo's regime\n",
         *(
@@ -358,11 +368,7 @@ def write_study4_report(
         + "`, each run's `lit-rlvr` commands in `"
         + _shown(study.work / "logs")
         + "`"
-        + (
-            " (wall time of each invocation, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")"
-            if seconds.exists()
-            else ""
-        )
+        + seconds_note(study.work)
         + f". Bases: warm start `{setting.warm}` with seeds {', '.join(map(str, setting.bases))}, made on this machine; RL seeds "
         f"{', '.join(map(str, setting.seeds))}; every run {setting.steps} steps of 16 prompts × 16 samples at lr 1e-4, validated at 32 "
         "samples per prompt with rollout seed 1000 + its RL seed. Mean ± 95% t-interval over runs, the worst (lowest) run "

@@ -36,6 +36,8 @@ from study_runner import (
     commands_section,
     load_notes,
     publish,
+    record_seconds,
+    seconds_note,
     study_parser,
 )
 from study_stats import T95, Hypothesis, block_of, ci, group, in_blocks, mean, verdict
@@ -211,7 +213,6 @@ def write_report(
     by = in_blocks(by, blocks, (*METHODS, base))
     shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
     smoke = setting != STUDY6
-    seconds = study.work / "seconds.txt"
     sections = [
         "# Study 6: a no-cost cure? GRPO, DPH-F, UCPO, Pass@k combined and two hybrids in study 4's regime\n",
         *(
@@ -225,11 +226,7 @@ def write_report(
         "Plan, hypotheses and rule committed before these runs: [`study6.md`](study6.md). Command: "
         f"`python benchmarks/study6.py{' --smoke' if smoke else ''} --slots 2`; every record in `{_shown(study.metrics)}`, "
         f"each run's `lit-rlvr` commands in `{_shown(study.work / 'logs')}`"
-        + (
-            " (wall time of each invocation, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")"
-            if seconds.exists()
-            else ""
-        )
+        + seconds_note(study.work)
         + f". Bases: warm start `{setting.warm}` with seeds {', '.join(map(str, setting.bases))}, made on this machine; RL "
         f"seeds {', '.join(map(str, setting.seeds))}; every run {setting.steps} steps of 16 prompts × 16 samples at lr 1e-4, "
         "validated at 32 samples per prompt with rollout seed 1000 + its RL seed. Mean ± 95% t-interval over runs, the "
@@ -301,8 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         t0 = time.perf_counter()
         run(study, setting)
-        with (study.work / "seconds.txt").open("a") as f:
-            f.write(f"{' '.join(['study6', *(['--smoke'] if args.smoke else [])])} {time.perf_counter() - t0:.0f}\n")
+        record_seconds(study.work, "study6 --smoke" if args.smoke else "study6", t0)
     where = study.work if args.smoke else RESULTS
     write_report(study, setting, where / "study6_results.md", where / "study6_pareto.png")
 

@@ -116,40 +116,15 @@ class AgentStudy(tool_use.ToolStudy):
     def prepare(self) -> None:  # type: ignore[override]
         """The demo's data, then per environment and base seed (two at a time) its warm start and reference cache."""
         self.lit("demo-data", "--out_dir", str(study_runner.DATA), log="prepare")
-
-        def base(env: str, seed: int) -> None:
-            out, configs = self.base_dir(seed, env), ENVS[env].configs
-            if not (out / "model.safetensors").exists():
-                self.lit(
-                    "warmstart",
-                    "--config",
-                    f"{configs}/warmstart.yaml",
-                    "--out_dir",
-                    str(out),
-                    "--seed",
-                    str(seed),
-                    "--steps",
-                    str(self.setting.warm(env)),
-                    "--max_seconds",
-                    "null",
-                    "--threads",
-                    "1",
-                    "--progress_bar",
-                    "false",
-                    log=f"warmstart_{env}_s{seed}",
+        self.parallel(
+            [
+                lambda e=e, s=s: self.prepare_base(
+                    self.base_dir(s, e), ENVS[e].configs, s, self.setting.warm(e), f"{e}_s{s}"
                 )
-            if not (out / "ref_cache" / "manifest.json").exists():
-                self.lit(
-                    "cache",
-                    "--config",
-                    f"{configs}/cache.yaml",
-                    f"--policy.path={out}",
-                    f"--data.cache.path={out / 'ref_cache'}",
-                    "--progress=false",
-                    log=f"cache_{env}_s{seed}",
-                )
-
-        self.parallel([lambda e=e, s=s: base(e, s) for e in ENVS for s in self.setting.bases])
+                for e in ENVS
+                for s in self.setting.bases
+            ]
+        )
 
     def configs_of(self, domain: str) -> str:
         return ENVS[domain].configs
@@ -380,7 +355,6 @@ def write_report(study: AgentStudy, out: Path, curves: Path, behaviour: Path) ->
             f"{len(planned) // len(ARMS) // len(ENVS)}); runs of incomplete blocks, left out: {', '.join(f'`{c}`' for c in cut) or 'none'}"
         )
     by = kept
-    seconds = study.work / "seconds.txt"
     sections = [
         "# Study 7: tool use when the tool is needed\n",
         *(
@@ -394,11 +368,7 @@ def write_report(study: AgentStudy, out: Path, curves: Path, behaviour: Path) ->
         "Plan, hypotheses and rule committed before these runs: [`study7.md`](study7.md). Command: "
         f"`python benchmarks/study7.py{' --smoke' if smoke else ''} --slots 2`; every record in "
         f"`{study_runner._shown(study.metrics)}`, each run's `lit-rlvr` commands in `{study_runner._shown(study.work / 'logs')}`"
-        + (
-            " (wall time of each invocation, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")"
-            if seconds.exists()
-            else ""
-        )
+        + study_runner.seconds_note(study.work)
         + f". Bases: each environment's warm start ({', '.join(f'{e} {setting.warm(e)} steps' for e in ENVS)}) with seeds "
         f"{', '.join(map(str, setting.bases))}; RL seeds {', '.join(map(str, setting.seeds))}; every run {setting.steps} steps "
         "of 8 prompts × 8 trajectories at lr 1e-4; the final validation 64 held-out prompts × 8 trajectories, rollout seed "
@@ -472,8 +442,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         t0 = time.perf_counter()
         run(study)
-        with (study.work / "seconds.txt").open("a") as f:
-            f.write(f"{' '.join(['study7', *(['--smoke'] if args.smoke else [])])} {time.perf_counter() - t0:.0f}\n")
+        study_runner.record_seconds(study.work, "study7 --smoke" if args.smoke else "study7", t0)
     where = study.work if args.smoke else study_runner.RESULTS
     write_report(study, where / "study7_results.md", where / "study7_curves.png", where / "study7_behaviour.png")
 

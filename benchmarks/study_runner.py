@@ -350,6 +350,25 @@ def load_notes(study: Study) -> list[str]:
     return ["", *(f"Load: {line}" for line in path.read_text().splitlines() if line.strip())] if path.exists() else []
 
 
+def record_seconds(work: Path, invocation: str, t0: float) -> None:
+    """Append one invocation of a study script and its wall seconds since ``t0`` (``time.perf_counter()``) to
+    ``work``/seconds.txt, which the study's report quotes (:func:`seconds_note`)."""
+    with (work / "seconds.txt").open("a") as f:
+        f.write(f"{invocation} {time.perf_counter() - t0:.0f}\n")
+
+
+def seconds_of(work: Path) -> list[str]:
+    """The ``<invocation> <seconds>`` lines :func:`record_seconds` wrote to ``work``/seconds.txt (none without it)."""
+    path = work / "seconds.txt"
+    return path.read_text().split("\n")[:-1] if path.exists() else []
+
+
+def seconds_note(work: Path, what: str = "each invocation") -> str:
+    """`` (wall time of <what>, seconds: <invocation> <s>, …)`` from ``work``/seconds.txt, or ``""`` without it."""
+    lines = seconds_of(work)
+    return f" (wall time of {what}, seconds: " + ", ".join(lines) + ")" if lines else ""
+
+
 def commands_section(study: Study, noun: str, shown: Callable[[str], bool]) -> list[str]:
     """A report's "Commands" section: the ``lit-rlvr fit`` line of the first recorded run of each variant
     ``shown`` keeps (``noun``: what the report calls a variant)."""

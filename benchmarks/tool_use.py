@@ -134,40 +134,46 @@ class ToolStudy(study_runner.Study):
     def prepare(self) -> None:  # type: ignore[override]
         """The demo's data, then per base seed (two at a time) its warm start and its multi-turn reference cache."""
         self.lit("demo-data", "--out_dir", str(study_runner.DATA), log="prepare")
+        self.parallel(
+            [
+                lambda s=s: self.prepare_base(self.base_dir(s), AGENTS, s, self.setting.warm_steps, f"s{s}")
+                for s in self.setting.bases
+            ]
+        )
 
-        def base(seed: int) -> None:
-            out = self.base_dir(seed)
-            if not (out / "model.safetensors").exists():
-                self.lit(
-                    "warmstart",
-                    "--config",
-                    f"{AGENTS}/warmstart.yaml",
-                    "--out_dir",
-                    str(out),
-                    "--seed",
-                    str(seed),
-                    "--steps",
-                    str(self.setting.warm_steps),
-                    "--max_seconds",
-                    "null",
-                    "--threads",
-                    "1",
-                    "--progress_bar",
-                    "false",
-                    log=f"warmstart_s{seed}",
-                )
-            if not (out / "ref_cache" / "manifest.json").exists():
-                self.lit(
-                    "cache",
-                    "--config",
-                    f"{AGENTS}/cache.yaml",
-                    f"--policy.path={out}",
-                    f"--data.cache.path={out / 'ref_cache'}",
-                    "--progress=false",
-                    log=f"cache_s{seed}",
-                )
-
-        self.parallel([lambda s=s: base(s) for s in self.setting.bases])
+    def prepare_base(self, out: Path, configs: str, seed: int, steps: int, name: str) -> None:
+        """One base in ``out``: the warm start of ``configs``/warmstart.yaml (``steps`` steps, ``seed``), then the
+        base's multi-turn reference cache; each skipped when already written (logs ``warmstart_<name>``,
+        ``cache_<name>``)."""
+        if not (out / "model.safetensors").exists():
+            self.lit(
+                "warmstart",
+                "--config",
+                f"{configs}/warmstart.yaml",
+                "--out_dir",
+                str(out),
+                "--seed",
+                str(seed),
+                "--steps",
+                str(steps),
+                "--max_seconds",
+                "null",
+                "--threads",
+                "1",
+                "--progress_bar",
+                "false",
+                log=f"warmstart_{name}",
+            )
+        if not (out / "ref_cache" / "manifest.json").exists():
+            self.lit(
+                "cache",
+                "--config",
+                f"{configs}/cache.yaml",
+                f"--policy.path={out}",
+                f"--data.cache.path={out / 'ref_cache'}",
+                "--progress=false",
+                log=f"cache_{name}",
+            )
 
     def validate(self, label: str, model: Path, seed: int, domain: str, counts, out_counts) -> None:
         """The final validation: record.yaml's 64 held-out prompts × 8 trajectories, rollout seed 1000 + RL seed."""
@@ -427,7 +433,6 @@ def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> Non
     cut = sorted(r["label"] for v in (*METHODS, "base") for r in by.get(v, []) if study_stats.block_of(r) not in blocks)
     by = study_stats.in_blocks(by, blocks, (*METHODS, "base"))
     shown = ", ".join(f"({b}, {s})" for b, s in blocks) or "none"
-    seconds = study.work / "seconds.txt"
     sections = [
         "# Study 5: does tool use collapse under RL, and which method keeps it\n",
         *(
@@ -441,11 +446,7 @@ def write_report(study: ToolStudy, out: Path, curves: Path, pareto: Path) -> Non
         "Plan, hypotheses and rule committed before these runs: [`study_tools_plan.md`](study_tools_plan.md). Command: "
         f"`python benchmarks/tool_use.py{' --smoke' if smoke else ''} --slots 2`; every record in `{study_runner._shown(study.metrics)}`, "
         f"each run's `lit-rlvr` commands in `{study_runner._shown(study.work / 'logs')}`"
-        + (
-            " (wall time of each invocation, seconds: " + ", ".join(seconds.read_text().split("\n")[:-1]) + ")"
-            if seconds.exists()
-            else ""
-        )
+        + study_runner.seconds_note(study.work)
         + f". The countdown checker environment (`configs/demo/agents/`): bases warm-started {setting.warm_steps} steps with seeds "
         f"{', '.join(map(str, setting.bases))}; RL seeds {', '.join(map(str, setting.seeds))}; every run {setting.steps} steps of "
         "8 prompts × 8 trajectories (up to 3 turns) at lr 1e-4; the final validation 64 held-out prompts × 8 trajectories, "
@@ -509,8 +510,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         t0 = time.perf_counter()
         run(study)
-        with (study.work / "seconds.txt").open("a") as f:
-            f.write(f"{' '.join(['tool_use', *(['--smoke'] if args.smoke else [])])} {time.perf_counter() - t0:.0f}\n")
+        study_runner.record_seconds(study.work, "tool_use --smoke" if args.smoke else "tool_use", t0)
     where = study.work if args.smoke else RESULTS
     write_report(study, where / "study_tools.md", where / "study_tools_curves.png", where / "study_tools_pareto.png")
 

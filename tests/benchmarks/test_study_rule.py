@@ -832,3 +832,17 @@ def test_smoke_is_study4s_and_its_validations_are_smaller(tmp_path):
     study.lit = lambda *args, log: seen.append(args)
     study.validate("grpo/b0/s0", tmp_path / "hf", 0, "countdown", None, tmp_path / "counts.json")
     assert seen[0][-2:] == ("--trainer.limit_val_batches=1", "--data.val_batch_size=8")
+
+
+def test_each_invocations_wall_seconds_are_recorded_once_and_quoted_by_the_reports(tmp_path):
+    """study_runner.record_seconds appends ``<invocation> <s>``; every study report quotes the lines through
+    seconds_note (study 1 through seconds_of); a work folder without the file quotes nothing."""
+    assert study_runner.seconds_of(tmp_path) == [] and study_runner.seconds_note(tmp_path) == ""
+    study_runner.record_seconds(tmp_path, "study6 --smoke", time.perf_counter() - 12.4)
+    study_runner.record_seconds(tmp_path, "study6", time.perf_counter() - 4800)
+    assert study_runner.seconds_of(tmp_path) == ["study6 --smoke 12", "study6 4800"]
+    assert (
+        study_runner.seconds_note(tmp_path)
+        == " (wall time of each invocation, seconds: study6 --smoke 12, study6 4800)"
+    )
+    assert study_runner.seconds_note(tmp_path, "the script").startswith(" (wall time of the script, seconds: ")
