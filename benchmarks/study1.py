@@ -426,15 +426,16 @@ def wallclock_table(by: dict, study: Study) -> list[str]:
 
 def write_report(study: Study, preset: str) -> None:
     by = group(study.records())
+    seconds = seconds_of(study.work)
     sections = [
         f"# The diversity-collapse study on the CPU demo (preset `{preset}`)\n",
         f"Command: `python benchmarks/diversity_collapse.py{'' if preset == 'study' else f' --preset {preset}'}`; "
         "every record in `"
         + _shown(study.metrics)
         + "`. Wall time (s) per run of the script: "
-        + ", ".join(seconds_of(study.work))
+        + ", ".join(seconds)
         + ".\n"
-        if seconds_of(study.work)
+        if seconds
         else "",
     ]
     if any(v in by for v in ABLATION):

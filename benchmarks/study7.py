@@ -113,18 +113,13 @@ class AgentStudy(tool_use.ToolStudy):
     def base_label(self, base_seed: int, seed: int, domain: str, warm: str = "") -> str:
         return f"{variant(domain, 'base')}/b{base_seed}/s{seed}"
 
-    def prepare(self) -> None:  # type: ignore[override]
-        """The demo's data, then per environment and base seed (two at a time) its warm start and reference cache."""
-        self.lit("demo-data", "--out_dir", str(study_runner.DATA), log="prepare")
-        self.parallel(
-            [
-                lambda e=e, s=s: self.prepare_base(
-                    self.base_dir(s, e), ENVS[e].configs, s, self.setting.warm(e), f"{e}_s{s}"
-                )
-                for e in ENVS
-                for s in self.setting.bases
-            ]
-        )
+    def bases(self) -> list[tuple[Path, str, int, int, str]]:
+        """Per environment and base seed: its warm start and multi-turn reference cache (:meth:`ToolStudy.prepare`)."""
+        return [
+            (self.base_dir(s, e), ENVS[e].configs, s, self.setting.warm(e), f"{e}_s{s}")
+            for e in ENVS
+            for s in self.setting.bases
+        ]
 
     def configs_of(self, domain: str) -> str:
         return ENVS[domain].configs

@@ -134,12 +134,11 @@ class ToolStudy(study_runner.Study):
     def prepare(self) -> None:  # type: ignore[override]
         """The demo's data, then per base seed (two at a time) its warm start and its multi-turn reference cache."""
         self.lit("demo-data", "--out_dir", str(study_runner.DATA), log="prepare")
-        self.parallel(
-            [
-                lambda s=s: self.prepare_base(self.base_dir(s), AGENTS, s, self.setting.warm_steps, f"s{s}")
-                for s in self.setting.bases
-            ]
-        )
+        self.parallel([lambda b=b: self.prepare_base(*b) for b in self.bases()])
+
+    def bases(self) -> list[tuple[Path, str, int, int, str]]:
+        """What :meth:`prepare` makes: ``(folder, configs, seed, warm-start steps, log name)`` per base."""
+        return [(self.base_dir(s), AGENTS, s, self.setting.warm_steps, f"s{s}") for s in self.setting.bases]
 
     def prepare_base(self, out: Path, configs: str, seed: int, steps: int, name: str) -> None:
         """One base in ``out``: the warm start of ``configs``/warmstart.yaml (``steps`` steps, ``seed``), then the
