@@ -102,20 +102,36 @@ class Launcher:
                 cls._instance = inst = cls(preload)
             return inst
 
-    def spawn(self, target: str, sock: socket.socket) -> LaunchedProcess:
+    def spawn(
+        self,
+        target: str,
+        sock: socket.socket,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        stdio: tuple[int, int] | None = None,
+    ) -> LaunchedProcess:
         """Fork a worker that runs ``target`` (``"module:function"``, called with the socket's fd).
 
-        ``sock`` is handed to the worker (close this process's copy afterwards). Does not wait
-        for the launcher: the worker's pid is read when it is first needed.
+        ``sock`` is handed to the worker (close this process's copy afterwards). ``env``, ``cwd``
+        and ``stdio`` (the file descriptors of its stdout and stderr) are this process's unless
+        given (the environment as :func:`worker_environment` has it). Does not wait for the
+        launcher: the worker's pid is read when it is first needed.
         """
-        request = (target, worker_environment(), os.getcwd(), list(sys.path))
-        stdio = [fd if _is_open(fd) else os.open(os.devnull, os.O_WRONLY) for fd in (1, 2)]
+        request = (
+            target,
+            worker_environment() if env is None else dict(env),
+            os.getcwd() if cwd is None else str(cwd),
+            list(sys.path),
+        )
+        mine = [] if stdio is not None else [fd for fd in (1, 2) if not _is_open(fd)]
+        devnull = {fd: os.open(os.devnull, os.O_WRONLY) for fd in mine}
+        fds = list(stdio) if stdio is not None else [devnull.get(fd, fd) for fd in (1, 2)]
         try:
-            rid = self._send("spawn", request, fds=[sock.fileno(), *stdio])
+            rid = self._send("spawn", request, fds=[sock.fileno(), *fds])
         finally:
-            for mine, fd in zip(stdio, (1, 2)):
-                if mine != fd:
-                    os.close(mine)
+            for fd in devnull.values():
+                os.close(fd)
         return LaunchedProcess(self, rid)
 
     def _send(self, op: str, args, fds=()) -> int:

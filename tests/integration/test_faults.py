@@ -32,6 +32,7 @@ import torch
 
 from lit_rlvr.cli import main
 from lit_rlvr.rollout import ENGINES
+from tests import processes
 from tests.conftest import REPO_ROOT
 
 _spec = importlib.util.spec_from_file_location("lit_rlvr_test_faults_helpers", Path(__file__).with_name("faults.py"))
@@ -164,15 +165,9 @@ def fit_args(model_dir, tmp_path: Path, files: Path, *more: str) -> list[str]:
 
 
 def run_cli(args: list[str], cwd: Path, plugin_dir: Path, timeout: float = 240, **env) -> subprocess.CompletedProcess:
+    """``lit-rlvr ARGS`` in a process of its own (forked warm: tests/processes.py), the plug-in importable."""
     environment = dict(ENV, PYTHONPATH=os.pathsep.join([str(plugin_dir), *sys.path]), **env)
-    return subprocess.run(
-        [sys.executable, "-m", "lit_rlvr.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=environment,
-        cwd=cwd,
-    )
+    return processes.run_cli(args, env=environment, cwd=cwd, timeout=timeout)
 
 
 # ---------------------------------------------------------------------------------------------- 1
@@ -370,21 +365,17 @@ def test_a_signal_saves_a_checkpoint_exits_non_zero_and_the_run_resumes(tiny_mod
     logger = f'--trainer.logger={{"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {{"save_dir": "{tmp_path / "logs"}"}}}}'
     args = [*base, "--trainer.max_steps=1000", logger]
     environment = dict(ENV, PYTHONPATH=os.pathsep.join([str(plugin_dir), *sys.path]), ISSUE24_MARK=str(mark))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lit_rlvr.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=environment,
-        cwd=tmp_path,
-    )
+    proc = processes.start_cli(args, env=environment, cwd=tmp_path, merge_stderr=True)
     deadline = time.monotonic() + 240
     while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert mark.exists(), proc.communicate(timeout=10)[0][-3000:]
+    if not mark.exists():
+        proc.kill()
+        pytest.fail(f"the run ended or hung before scoring (exit {proc.wait(30)}):\n{proc.stdout[-3000:]}")
     proc.send_signal(signum)
     sent = time.monotonic()
-    out, _ = proc.communicate(timeout=120)
+    proc.wait(120)
+    out = proc.stdout
     assert proc.returncode == 128 + signum, out[-3000:]
     assert time.monotonic() - sent < 60, "the step in progress is bounded by the deadline: 4 items x 1.5 s"
     checkpoint = tmp_path / "run" / "checkpoints" / "last-interrupted.ckpt"

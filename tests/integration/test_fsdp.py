@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
+
 SCRIPT = Path(__file__).parent / "scripts" / "fsdp2_step.py"
 
 
@@ -19,13 +21,8 @@ def run_step(model_dir, out: Path, devices: int, in_process=None) -> list[dict]:
         in_process(SCRIPT, "main", str(model_dir), str(out), devices)
     else:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        proc = subprocess.run(
-            [sys.executable, str(SCRIPT), str(model_dir), str(out), str(devices)],
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env=env,
-            cwd=out.parent,
+        proc = processes.run_script(
+            SCRIPT, [str(model_dir), str(out), str(devices)], env=env, cwd=out.parent, timeout=240
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(devices)]
@@ -48,13 +45,12 @@ def test_fsdp2_two_processes_match_single_process(tiny_model_dir, tmp_path, scri
 def test_fsdp2_fit_with_live_rollouts_on_two_processes(tiny_model_dir, toy_prompts, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     out = tmp_path / "fit"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT.with_name("fsdp2_fit.py")), str(tiny_model_dir), toy_prompts(8), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=240,
+    proc = processes.run_script(
+        SCRIPT.with_name("fsdp2_fit.py"),
+        [str(tiny_model_dir), toy_prompts(8), str(out)],
         env=env,
         cwd=tmp_path,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for rank in range(2):
@@ -103,13 +99,8 @@ def run_uneven(model_dir, out: Path, strategy: str, cases: tuple[str, ...], in_p
         in_process(UNEVEN, "main", str(model_dir), str(out), strategy, ",".join(cases))
     else:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        proc = subprocess.run(
-            [sys.executable, str(UNEVEN), str(model_dir), str(out), strategy, ",".join(cases)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            cwd=out.parent,
+        proc = processes.run_script(
+            UNEVEN, [str(model_dir), str(out), strategy, ",".join(cases)], env=env, cwd=out.parent, timeout=300
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {

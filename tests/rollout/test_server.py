@@ -15,8 +15,6 @@ import importlib.util
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +23,8 @@ import pytest
 import requests
 import torch
 import yaml
+
+from tests import processes
 
 pytestmark = [
     pytest.mark.slow,
@@ -349,13 +349,16 @@ def test_kill_9_mid_async_run_takes_its_server_and_resume_trains_the_same_prompt
     data["trainer"]["callbacks"].append(ckpt)
     config.write_text(yaml.safe_dump(data))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SCRIPTS), os.environ.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(config)]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "first.log", "w"))
+    command = ["fit", "--config", str(config)]
+    proc = processes.start_cli(command, env=env)  # a process of its own, forked warm (tests/processes.py)
     target = tmp_path / "ckpt" / "step=3.ckpt"
     deadline = time.monotonic() + 300
     while not target.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert target.exists(), (tmp_path / "first.log").read_text()[-3000:]
+    if not target.exists():
+        proc.kill()
+        proc.wait(30)
+        pytest.fail(f"no checkpoint of step 3:\n{proc.stderr[-3000:]}")
     time.sleep(1.0)  # the checkpoint's write completes; the producer generates ahead
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -367,9 +370,7 @@ def test_kill_9_mid_async_run_takes_its_server_and_resume_trains_the_same_prompt
     assert _gone(guard), "the vLLM server outlived its trainer's SIGKILL"
 
     (tmp_path / "run.jsonl").rename(tmp_path / "before.jsonl")
-    resumed = subprocess.run(
-        [*command, "--ckpt_path", str(target)], env=env, capture_output=True, text=True, timeout=400
-    )
+    resumed = processes.run_cli([*command, "--ckpt_path", str(target)], env=env, timeout=400)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _, after, digest = async_record.read(tmp_path / "run.jsonl")
     assert digest is not None

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import processes
 
 PLUGIN = '''
 import os
@@ -48,22 +49,8 @@ def cache_command(tmp_path: Path, tiny_model_dir, out: Path, devices: int, crash
     env.pop("CRASH_RANK", None)
     if crash_rank is not None:
         env["CRASH_RANK"] = str(crash_rank)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lit_rlvr.cli",
-            "cache",
-            "--config",
-            str(config),
-            f"--data.cache.path={out}",
-            "--devices",
-            str(devices),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
+    return processes.run_cli(
+        ["cache", "--config", str(config), f"--data.cache.path={out}", "--devices", str(devices)], env=env, timeout=240
     )
 
 

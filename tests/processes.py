@@ -1,0 +1,197 @@
+"""`lit-rlvr` processes (and the tests' scripts) for the tests, forked from a warm interpreter instead of started cold.
+
+A cold ``python -m lit_rlvr.cli …`` spends ~5 s of CPU importing torch, transformers and Lightning
+before it reads its first option, and the fault, resume and multi-rank tests start dozens of them
+on the suite's two cores. :func:`run_cli` and :func:`start_cli` (:func:`run_script` and
+:func:`start_script` for ``python SCRIPT ARGS``, such as tests/integration/scripts/) fork each one instead from one
+launcher process per pytest worker that imported those once: lit_rlvr's own reward-worker
+launcher (:class:`lit_rlvr.rewards.launcher.Launcher`, preloading :func:`preload`). The child is a
+process of its own as ``python -m lit_rlvr.cli ARGS`` makes one, as far as the run can tell: its
+own session (it leads its process group), the environment, working directory and ``sys.path``
+(``PYTHONPATH`` first) it was given, stdout and stderr into the caller's files, ``sys.argv`` as
+the ``-m`` entry point has it (a script: its path, its folder first on ``sys.path``; so Lightning
+starts rank 1 of a DDP run as a cold process running the same command), Python's default signal handlers, torch's thread count from
+``OMP_NUM_THREADS``, and at its end the exit handlers, then its exit code (or the signal that
+ended it).
+
+What a fork cannot check, a cold process does: what importing lit_rlvr prints, warns or reads from
+the environment at import. The tests of those (tests/repo/test_quiet_output.py, the package and
+demo tests) start ``python -m lit_rlvr.cli`` as users do.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import runpy
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from lit_rlvr.rewards import frames
+from lit_rlvr.rewards.launcher import LaunchedProcess, Launcher
+
+CLI_MAIN = Path(__file__).resolve().parents[1] / "lit_rlvr" / "cli" / "__main__.py"
+_LAUNCHER: Launcher | None = None
+
+
+def preload() -> None:
+    """What every `lit-rlvr` run imports, imported once in the launcher."""
+    import lightning.pytorch  # noqa: F401
+    import transformers.models.llama.modeling_llama  # noqa: F401
+
+    import lit_rlvr.cli.lightning_cli  # noqa: F401
+
+
+def _launcher() -> Launcher:
+    global _LAUNCHER
+    if _LAUNCHER is None or _LAUNCHER.owner != os.getpid() or _LAUNCHER.gone or _LAUNCHER.proc.poll() is not None:
+        _LAUNCHER = Launcher(f"{__name__}:preload")
+    return _LAUNCHER
+
+
+class CLIProcess:
+    """A forked `lit-rlvr` run: the part of ``subprocess.Popen`` the tests use (``pid``, ``poll``,
+    ``wait``, ``send_signal``, ``kill``, ``returncode``) and its output once it ended (``stdout``,
+    ``stderr``: text; ``stderr`` is empty when it went to stdout)."""
+
+    def __init__(
+        self, script: str | None, args: list[str], env: dict[str, str], cwd: str | Path, merge_stderr: bool
+    ) -> None:
+        self._files = [tempfile.TemporaryFile() for _ in range(1 if merge_stderr else 2)]
+        fds = [f.fileno() for f in self._files]
+        mine, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc: LaunchedProcess = _launcher().spawn(
+                f"{__name__}:_child", child, env=env, cwd=str(cwd), stdio=(fds[0], fds[-1])
+            )
+        finally:
+            child.close()
+        with mine:
+            frames.send(mine, (script, list(args)))
+        self.stdout: str | None = None
+        self.stderr: str | None = None
+
+    @property
+    def pid(self) -> int:
+        pid = self._proc.pid
+        if pid is None:
+            raise RuntimeError(f"the test launcher did not start the process: {self._proc.lost}")
+        return pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    def poll(self) -> int | None:
+        return self._proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code once it ended (negative: the signal), reading its output; ``subprocess.TimeoutExpired``."""
+        code = self._proc.wait(timeout)
+        if code is None:
+            raise RuntimeError(f"the test launcher exited before the process ended: {self._proc.lost}")
+        if self.stdout is None:
+            out = []
+            for f in self._files:
+                f.seek(0)
+                out.append(f.read().decode(errors="replace"))
+                f.close()
+            self.stdout, self.stderr = out[0], (out[1] if len(out) > 1 else "")
+        return code
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+
+def start_cli(
+    args: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None, merge_stderr: bool = False
+) -> CLIProcess:
+    """``lit-rlvr ARGS`` (as ``python -m lit_rlvr.cli ARGS``) forked in the background; ``env``: the
+    whole environment (default: this process's); ``merge_stderr``: stderr into stdout."""
+    return CLIProcess(None, args, dict(os.environ) if env is None else env, cwd or os.getcwd(), merge_stderr)
+
+
+def start_script(
+    script: str | Path,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    merge_stderr: bool = False,
+) -> CLIProcess:
+    """``python SCRIPT ARGS`` forked in the background (as :func:`start_cli`)."""
+    env = dict(os.environ) if env is None else env
+    return CLIProcess(str(Path(script).resolve()), args, env, cwd or os.getcwd(), merge_stderr)
+
+
+def run_cli(
+    args: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess:
+    """``subprocess.run([sys.executable, "-m", "lit_rlvr.cli", *args], capture_output=True, text=True, …)``,
+    forked: the same result, ``subprocess.TimeoutExpired`` (the process killed) after ``timeout`` seconds."""
+    return _finish(start_cli(args, env, cwd), ["lit-rlvr", *args], timeout)
+
+
+def run_script(
+    script: str | Path,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess:
+    """``subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, …)``, forked (as :func:`run_cli`)."""
+    return _finish(start_script(script, args, env, cwd), [str(script), *args], timeout)
+
+
+def _finish(proc: CLIProcess, command: list[str], timeout: float | None) -> subprocess.CompletedProcess:
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(30)
+        raise subprocess.TimeoutExpired(command, timeout, proc.stdout, proc.stderr) from None
+    return subprocess.CompletedProcess(command, code, proc.stdout, proc.stderr)
+
+
+def _child(fd: int) -> None:
+    """In the forked process: read the command, become ``python -m lit_rlvr.cli ARGS`` (or ``python SCRIPT ARGS``), run it."""
+    with socket.socket(fileno=fd) as sock:
+        (script, args), _ = frames.recv(sock)
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the launcher ignores Ctrl-C; a user's run does not
+    sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    if os.environ.get("PYTHONUNBUFFERED"):
+        sys.stdout.reconfigure(line_buffering=True)
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+    try:
+        if script is None:
+            sys.argv = [str(CLI_MAIN), *args]
+            from lit_rlvr.cli import main
+
+            main()
+        else:
+            sys.argv = [script, *args]
+            sys.path.insert(0, os.path.dirname(script))
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit:
+        atexit._run_exitfuncs()
+        raise
+    except BaseException as e:  # as the interpreter ends on it: sys.excepthook (torch.distributed's names the rank)
+        sys.excepthook(type(e), e, e.__traceback__)
+        atexit._run_exitfuncs()
+        if isinstance(e, KeyboardInterrupt):  # Python then ends by the signal itself
+            sys.stderr.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        raise SystemExit(1) from None
+    atexit._run_exitfuncs()
