@@ -65,3 +65,36 @@ def test_a_killed_api_server_ends_the_guard_with_its_exit_code(tree):
     os.kill(api, signal.SIGKILL)
     assert _until(lambda: processes.guard.poll() is not None)
     assert processes.fault() == "exited with code 137 (killed by signal 9, SIGKILL)"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("to", ["group", "guard"])
+def test_a_stop_lets_the_engine_processes_clean_up_before_the_group_is_killed(tmp_path, to):
+    """SIGTERM to the group (``VLLMServer.stop``) or to the guard alone (the trainer died: its death signal):
+    the "engine core" — whose SIGTERM handler removes what it owns, as vLLM's removes its shared memory —
+    finishes it, then the rest of the group (an API server that would not stop) is killed, well within
+    the grace time."""
+    from lit_rlvr.rollout.server_guard import GRACE_S
+
+    cleaned = tmp_path / "cleaned"
+    core = (
+        "import pathlib, signal, sys, time\n"
+        f"def stop(*_): time.sleep(0.3); pathlib.Path({str(cleaned)!r}).touch(); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop); time.sleep(600)"
+    )
+    api = (  # ignores SIGTERM, as a server waiting on its open connections
+        "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"subprocess.Popen([sys.executable, '-c', {core!r}]); time.sleep(600)"
+    )
+    guard = subprocess.Popen([sys.executable, str(GUARD), "--", sys.executable, "-c", api], start_new_session=True)
+    (api_pid,) = _until(lambda: server_module._children(guard.pid))
+    assert _until(lambda: server_module._children(api_pid))
+    time.sleep(0.5)  # the engine core's handler is installed
+    t0 = time.monotonic()
+    if to == "group":
+        os.killpg(guard.pid, signal.SIGTERM)
+    else:
+        guard.send_signal(signal.SIGTERM)
+    assert guard.wait(timeout=30) == -signal.SIGKILL  # the guard ends with its group
+    assert cleaned.exists() and time.monotonic() - t0 < GRACE_S
+    assert _until(lambda: (server_module._stat(api_pid) or ("gone",))[0] in ("gone", "Z"), 10)  # the API server too
