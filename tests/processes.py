@@ -9,10 +9,11 @@ launcher (:class:`lit_rlvr.rewards.launcher.Launcher`, preloading :func:`preload
 process of its own as ``python -m lit_rlvr.cli ARGS`` makes one, as far as the run can tell: its
 own session (it leads its process group), the environment, working directory and ``sys.path``
 (``PYTHONPATH`` first) it was given, stdout and stderr into the caller's files, ``sys.argv`` as
-the ``-m`` entry point has it (a script: its path, its folder first on ``sys.path``; so Lightning
-starts rank 1 of a DDP run as a cold process running the same command), Python's default signal handlers, torch's thread count from
-``OMP_NUM_THREADS``, and at its end the exit handlers, then its exit code (or the signal that
-ended it).
+the ``-m`` entry point has it (a script: its path, its folder first on ``sys.path``), Python's
+default signal handlers, torch's thread count from ``OMP_NUM_THREADS``, and at its end the exit
+handlers, then its exit code (or the signal that ended it). The second rank of a multi-process run
+(Lightning's launcher, ``lit-rlvr cache --devices 2``) is forked warm too: from an idle copy of the
+run taken before its command started (its *sibling*, below).
 
 What a fork cannot check, a cold process does: what importing lit_rlvr prints, warns or reads from
 the environment at import. The tests of those (tests/repo/test_quiet_output.py, the package and
@@ -23,13 +24,16 @@ from __future__ import annotations
 
 import atexit
 import os
+import pickle
 import runpy
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import NoReturn
 
 from lit_rlvr.rewards import frames
 from lit_rlvr.rewards.launcher import LaunchedProcess, Launcher
@@ -164,6 +168,32 @@ def _child(fd: int) -> None:
     """In the forked process: read the command, become ``python -m lit_rlvr.cli ARGS`` (or ``python SCRIPT ARGS``), run it."""
     with socket.socket(fileno=fd) as sock:
         (script, args), _ = frames.recv(sock)
+    run_command(script, args)
+
+
+def run_forked(script: str | None, args: list[str]) -> NoReturn:
+    """In a process forked from a warm one by a test script that starts a run itself (subreaper.py): run
+    the command as the launcher's children do and exit with its code."""
+    code = 1
+    try:
+        run_command(script, args)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def run_command(script: str | None, args: list[str]) -> None:
+    """Become ``python -m lit_rlvr.cli ARGS`` (script None) or ``python SCRIPT ARGS`` and run it; its end as
+    the interpreter's (``SystemExit``)."""
+    rank = _fork_sibling()
+    if rank is not None:  # this is the sibling, asked to run another rank of the command
+        script, args = rank
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the launcher ignores Ctrl-C; a user's run does not
@@ -195,3 +225,136 @@ def _child(fd: int) -> None:
             os.kill(os.getpid(), signal.SIGINT)
         raise SystemExit(1) from None
     atexit._run_exitfuncs()
+
+
+# ---------------------------------------------------------------- a multi-process run's second rank, warm
+# Lightning's launcher starts rank 1 of a `--trainer.devices=2` run (and `lit-rlvr cache --devices 2` its
+# rank 1) with `subprocess.Popen([python, script or -m module, *argv], env=…)`: a cold interpreter that
+# imports torch, transformers and Lightning again. A forked run instead forks, before its command starts,
+# one idle copy of itself (its *sibling*: warm, no threads, nothing run yet) and hands that Popen to it:
+# the sibling takes the environment and working directory Popen was given and runs the same command. It
+# is a child of the run, in its process group, with its output, as Popen's child is; it ends with the run
+# when no Popen asked for it. A second Popen of the same run (3 ranks and more) starts cold as before.
+_SIBLING: dict[str, int] = {}  # in a forked run: the sibling's pid and the write end of its request pipe
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(signum: int) -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+
+def _fork_sibling() -> tuple[str | None, list[str]] | None:
+    """In the run: fork the sibling and return None. In the sibling: wait for a command; return it
+    (``(script, args)``, the environment and directory applied), or exit when the run ends without one."""
+    parent = os.getpid()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(r)
+        _SIBLING.update(pid=pid, fd=w)
+        atexit.register(end_sibling)
+        _route_rank_launches()
+        return None
+    os.close(w)
+    _die_with_parent(signal.SIGKILL)
+    if os.getppid() != parent:  # the run ended before the line above
+        os._exit(0)
+    chunks = []
+    while chunk := os.read(r, 1 << 16):
+        chunks.append(chunk)
+    os.close(r)
+    if not chunks:
+        os._exit(0)
+    script, args, env, cwd = pickle.loads(b"".join(chunks))
+    _die_with_parent(0)  # from here on a rank, which Popen would not tie to its parent's life
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    return script, args
+
+
+def end_sibling() -> None:
+    """At the run's end, a sibling no Popen asked for is killed and reaped (not left to init); a run
+    that waits for every child it has (subreaper.py) calls it first."""
+    if "fd" in _SIBLING:
+        os.close(_SIBLING.pop("fd"))
+        os.kill(_SIBLING["pid"], signal.SIGKILL)
+        os.waitpid(_SIBLING["pid"], 0)
+
+
+def _as_command(command) -> tuple[str | None, list[str]] | None:
+    """``(script, args)`` (script None: lit-rlvr) for ``[python, -m lit_rlvr.cli | SCRIPT, *args]``; else None."""
+    if isinstance(command, (str, bytes, os.PathLike)) or len(command) < 2 or command[0] != sys.executable:
+        return None
+    command = [str(c) for c in command]
+    if command[1] == "-m":
+        return (None, command[3:]) if command[2:3] == ["lit_rlvr.cli"] else None
+    if command[1].startswith("-"):
+        return None
+    return (None if Path(command[1]) == CLI_MAIN else command[1]), command[2:]
+
+
+class _SiblingProcess:
+    """The sibling once it runs a rank: the part of ``subprocess.Popen`` Lightning's launcher and
+    ``lit-rlvr cache`` use (``pid``, ``poll``, ``returncode``, ``wait``, ``send_signal``, ``terminate``, ``kill``)."""
+
+    def __init__(self, pid: int, args) -> None:
+        self.pid, self.args, self.returncode = pid, args, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            got, status = os.waitpid(self.pid, os.WNOHANG)
+            if got:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() >= end:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _popen(args, *rest, **kwargs):
+    """``subprocess.Popen`` for the rank launchers: the first rank command goes to the sibling."""
+    command = _as_command(args)
+    if rest or set(kwargs) - {"env", "cwd"} or command is None or "fd" not in _SIBLING:
+        return subprocess.Popen(args, *rest, **kwargs)
+    fd = _SIBLING.pop("fd")
+    env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
+    data = memoryview(pickle.dumps((*command, env, os.fspath(kwargs.get("cwd") or os.getcwd()))))
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+    return _SiblingProcess(_SIBLING["pid"], args)
+
+
+def _route_rank_launches() -> None:
+    """Lightning's rank launcher and ``lit-rlvr cache``'s start their ranks through :func:`_popen`."""
+    import types
+
+    import lightning.fabric.strategies.launchers.subprocess_script as lightning_launcher
+
+    import lit_rlvr.tools.cache as cache_tool
+
+    routed = types.ModuleType("subprocess")
+    routed.__dict__.update(vars(subprocess))
+    routed.Popen = _popen
+    lightning_launcher.subprocess = routed
+    cache_tool.subprocess = routed

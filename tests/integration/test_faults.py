@@ -403,16 +403,15 @@ def ddp_signal_run(args: list[str], folder: Path, plugin_dir: Path, target: str)
     terminal sends it) or to rank 1 alone (``"rank1"``). Returns ``{rank: exit code}``, the seconds from
     the signal to the last rank's exit, and the output."""
     folder.mkdir(parents=True, exist_ok=True)
-    mark, record, log = folder / "hold", folder / "exits.json", folder / "out.log"
+    mark, record = folder / "hold", folder / "exits.json"
     environment = dict(ENV, PYTHONPATH=os.pathsep.join([str(plugin_dir), *sys.path]))
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(SUBREAPER), str(record), sys.executable, "-m", "lit_rlvr.cli", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=environment,
-            cwd=folder,
-        )
+    proc = processes.start_script(
+        SUBREAPER,
+        [str(record), sys.executable, "-m", "lit_rlvr.cli", *args],
+        env=environment,
+        cwd=folder,
+        merge_stderr=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while (
@@ -421,7 +420,11 @@ def ddp_signal_run(args: list[str], folder: Path, plugin_dir: Path, target: str)
             and time.monotonic() < deadline
         ):
             time.sleep(0.05)
-        assert proc.poll() is None and all(Path(f"{mark}.rank{r}").exists() for r in (0, 1)), log.read_text()[-3000:]
+        held = proc.poll() is None and all(Path(f"{mark}.rank{r}").exists() for r in (0, 1))
+        if not held:
+            proc.kill()
+            proc.wait(30)
+        assert held, proc.stdout[-3000:]
         pids = [int(Path(f"{mark}.rank{r}").read_text()) for r in (0, 1)]
         if target == "group":
             os.killpg(pids[0], signal.SIGTERM)  # rank 0 leads the group; rank 1 is in it
@@ -437,9 +440,9 @@ def ddp_signal_run(args: list[str], folder: Path, plugin_dir: Path, target: str)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             proc.kill()
-            proc.wait()
+            proc.wait(30)
     exits = {int(pid): code for pid, code in json.loads(record.read_text())["exits"].items()}
-    return {rank: exits.get(pid) for rank, pid in enumerate(pids)}, elapsed, log.read_text()
+    return {rank: exits.get(pid) for rank, pid in enumerate(pids)}, elapsed, proc.stdout
 
 
 @pytest.mark.slow
