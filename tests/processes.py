@@ -23,6 +23,7 @@ demo tests) start ``python -m lit_rlvr.cli`` as users do.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import pickle
 import runpy
@@ -168,12 +169,13 @@ def _child(fd: int) -> None:
     """In the forked process: read the command, become ``python -m lit_rlvr.cli ARGS`` (or ``python SCRIPT ARGS``), run it."""
     with socket.socket(fileno=fd) as sock:
         (script, args), _ = frames.recv(sock)
-    run_command(script, args)
+    run_forked(script, args)
 
 
 def run_forked(script: str | None, args: list[str]) -> NoReturn:
-    """In a process forked from a warm one by a test script that starts a run itself (subreaper.py): run
-    the command as the launcher's children do and exit with its code."""
+    """Run the command (:func:`run_command`) in this forked process, then end it with its exit code (as
+    a fork ends: ``os._exit``, no C-level exit handlers). Also for a test script that forks a run
+    itself (subreaper.py)."""
     code = 1
     try:
         run_command(script, args)
@@ -227,6 +229,19 @@ def run_command(script: str | None, args: list[str]) -> None:
     atexit._run_exitfuncs()
 
 
+def remove_unmapped_shared_memory(pattern: str, keep: set[str] = frozenset()) -> None:
+    """Remove the ``/dev/shm`` entries matching ``pattern`` that no process maps, except ``keep``: what a
+    run killed on purpose, or a forked one (no C-level exit handlers), left behind."""
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(line.split(maxsplit=5)[-1] for line in maps.read_text().splitlines() if "/dev/shm/" in line)
+        except OSError:  # it ended between the listing and the read
+            continue
+    for path in {str(p) for p in Path("/dev/shm").glob(pattern)} - set(keep) - mapped:
+        Path(path).unlink(missing_ok=True)
+
+
 # ---------------------------------------------------------------- a multi-process run's second rank, warm
 # Lightning's launcher starts rank 1 of a `--trainer.devices=2` run (and `lit-rlvr cache --devices 2` its
 # rank 1) with `subprocess.Popen([python, script or -m module, *argv], env=…)`: a cold interpreter that
@@ -240,8 +255,6 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent(signum: int) -> None:
-    import ctypes
-
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
 
 

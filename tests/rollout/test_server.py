@@ -318,14 +318,7 @@ def _remove_orphaned_shared_memory(before: set[str]) -> None:
     """This test kills vLLM's engine core on purpose (as the OOM killer would): the message queues of its
     multiprocessing executor (``/dev/shm/psm_*``, ~400 MB of RAM) then stay behind, which only a clean
     stop removes. The segments that appeared during the test and that no process still maps go."""
-    mapped = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            mapped.update(line.split()[-1] for line in maps.read_text().splitlines() if "/dev/shm/psm_" in line)
-        except OSError:  # it ended between the listing and the read
-            continue
-    for path in _shared_memory() - before - mapped:
-        Path(path).unlink(missing_ok=True)
+    processes.remove_unmapped_shared_memory("psm_*", keep=before)
 
 
 def _gone(group: int) -> bool:
