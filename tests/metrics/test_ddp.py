@@ -1,11 +1,11 @@
 """Metrics synced over 2 gloo processes equal the single-process result over all the data."""
 
 import socket
+import sys
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from lit_rlvr.functional.metrics import majority_at_k, pass_at_k_curve
 from lit_rlvr.metrics import (
@@ -16,6 +16,7 @@ from lit_rlvr.metrics import (
     TurnBehaviour,
     ZeroVarianceShare,
 )
+from tests import processes
 
 KS = (1, 2, 4, 8)
 
@@ -92,7 +93,16 @@ def free_port() -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_process_gloo_equals_single_process(tmp_path):
-    mp.spawn(worker, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
+    port = free_port()  # each rank: this file run as a script, forked warm (tests/processes.py)
+    ranks = [processes.start_script(__file__, [str(rank), str(port), str(tmp_path)]) for rank in range(2)]
+    try:
+        for rank in ranks:
+            assert rank.wait(100) == 0, rank.stderr[-3000:]
+    finally:  # a rank that failed leaves the other waiting for it
+        for rank in ranks:
+            if rank.poll() is None:
+                rank.kill()
+                rank.wait(30)
     data = [shard_data(0), shard_data(1)]
     single = compute_all(data)
     # the single-process run itself matches the functional core over all prompts
@@ -115,3 +125,7 @@ def test_two_process_gloo_equals_single_process(tmp_path):
                 assert synced[name][key].item() == pytest.approx(single[name][key].item(), rel=1e-13), (rank, key)
         for name in ("pass4", "zv", "ent", "tools"):
             assert synced[name].item() == pytest.approx(single[name].item(), rel=1e-13), (rank, name)
+
+
+if __name__ == "__main__":  # python test_ddp.py RANK PORT OUT_DIR: one rank of the test above
+    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
