@@ -47,6 +47,8 @@ def launch(tiny_model_dir, prompts, out: Path, *args: str, timeout: float = 200)
     it goes here, or the next run could not make its own."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     command = [str(tiny_model_dir), prompts, str(out), *args]
+    if "--tp" in args:  # what an earlier run that was killed left
+        _remove_tensor_parallel_shared_memory()
     t0 = time.perf_counter()
     proc = processes.start_script(SCRIPT, command, env, out.parent, merge_stderr=True)
     try:
@@ -59,9 +61,19 @@ def launch(tiny_model_dir, prompts, out: Path, *args: str, timeout: float = 200)
             pass
         proc.wait(30)
         if "--tp" in args:
-            processes.remove_unmapped_shared_memory("*-cpushm_*")
+            _remove_tensor_parallel_shared_memory()
     out.with_suffix(".log").write_text(output)
     return proc.returncode, output, time.perf_counter() - t0
+
+
+def _remove_tensor_parallel_shared_memory(wait_s: float = 10.0) -> None:
+    """The tensor-parallel group's segments, once the killed ranks no longer map them (a SIGKILLed process
+    unmaps its memory a moment after ``killpg`` returns)."""
+    deadline = time.monotonic() + wait_s
+    processes.remove_unmapped_shared_memory("*-cpushm_*")
+    while any(Path("/dev/shm").glob("*-cpushm_*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        processes.remove_unmapped_shared_memory("*-cpushm_*")
 
 
 def ranks(out: Path) -> list[dict]:
