@@ -395,7 +395,8 @@ def peak_rss_mb() -> float:
 
 
 def _worker(conn, setup: Callable, args: tuple, threads: int) -> None:
-    """A contender's process: ``run = setup(*args)``, then one ``run()`` per request; reports peak RSS."""
+    """A contender's process: ``run = setup(*args)``, then one ``run()`` per request; reports peak RSS,
+    then calls ``run.close()`` where the contender gave one (an engine's files in ``/dev/shm``)."""
     try:
         set_threads(threads)
         quiet_libraries()
@@ -404,7 +405,9 @@ def _worker(conn, setup: Callable, args: tuple, threads: int) -> None:
         conn.send(("ready", peak_rss_mb()))
         while conn.recv() == "run":
             conn.send(("ok", run()))
-        conn.send(("done", peak_rss_mb()))
+        peak = peak_rss_mb()
+        getattr(run, "close", lambda: None)()
+        conn.send(("done", peak))
     except BaseException:  # the parent re-raises it with the contender's name
         conn.send(("error", traceback.format_exc()))
 

@@ -140,6 +140,7 @@ def setup(model_dir: str, how: dict, rank: int, gpu: bool, syncs: int):
         # StepRun's fields, reused: times = seconds per sync, lengths = bytes per sync, own = peak extra MB
         return common.StepRun(times, nbytes, peaks)
 
+    run.close = engine.close  # the adapter folders it wrote
     return run
 
 
