@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from lit_rlvr.rewards import frames
-from lit_rlvr.rewards.launcher import LaunchedProcess, Launcher
+from lit_rlvr.rewards.launcher import LaunchedProcess, Launcher, run_and_exit
 
 CLI_MAIN = Path(__file__).resolve().parents[1] / "lit_rlvr" / "cli" / "__main__.py"
 _LAUNCHER: Launcher | None = None
@@ -169,25 +169,13 @@ def _child(fd: int) -> None:
     """In the forked process: read the command, become ``python -m lit_rlvr.cli ARGS`` (or ``python SCRIPT ARGS``), run it."""
     with socket.socket(fileno=fd) as sock:
         (script, args), _ = frames.recv(sock)
-    run_forked(script, args)
+    run_command(script, args)  # the launcher's worker then exits with its code
 
 
 def run_forked(script: str | None, args: list[str]) -> NoReturn:
-    """Run the command (:func:`run_command`) in this forked process, then end it with its exit code (as
-    a fork ends: ``os._exit``, no C-level exit handlers). Also for a test script that forks a run
-    itself (subreaper.py)."""
-    code = 1
-    try:
-        run_command(script, args)
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+    """For a test script that forks a run itself (subreaper.py): :func:`run_command` in this forked
+    process, then its exit code (as the launcher's children end: no C-level exit handlers)."""
+    run_and_exit(run_command, script, args)
 
 
 def run_command(script: str | None, args: list[str]) -> None:

@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import NoReturn
 
 from lit_rlvr.rewards import frames
 
@@ -349,25 +350,37 @@ def _fork_worker(control: socket.socket, fds: list[int], target: str, env: dict,
     pid = os.fork()
     if pid:
         return pid
+    run_and_exit(_worker, control, fds, target, env, cwd, path)
+
+
+def _worker(control: socket.socket, fds: list[int], target: str, env: dict, cwd: str, path: list[str]) -> None:
+    """In the forked worker: its session, output, environment, directory and path, then ``target(socket)``."""
+    control.close()
+    os.setsid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fds[1], 1)
+    os.dup2(fds[2], 2)
+    os.close(fds[1])
+    os.close(fds[2])
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        os.chdir(cwd)
+    except OSError:
+        pass
+    sys.path[:] = [""] + [p for p in path if p]
+    importlib.invalidate_caches()  # modules written since the launcher started
+    _resolve(target)(fds[0])
+
+
+def run_and_exit(function, *args) -> NoReturn:
+    """In a forked process: ``function(*args)``, then ``os._exit`` with its exit code (``SystemExit``'s; 1 on
+    any other exception, its traceback printed), Python's output flushed first. A fork must not return
+    into, or run the exit handlers of, the process it was forked from."""
     code = 1
     try:
-        control.close()
-        os.setsid()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(fds[1], 1)
-        os.dup2(fds[2], 2)
-        os.close(fds[1])
-        os.close(fds[2])
-        os.environ.clear()
-        os.environ.update(env)
-        try:
-            os.chdir(cwd)
-        except OSError:
-            pass
-        sys.path[:] = [""] + [p for p in path if p]
-        importlib.invalidate_caches()  # modules written since the launcher started
-        _resolve(target)(fds[0])
+        function(*args)
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

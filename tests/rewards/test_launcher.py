@@ -14,7 +14,7 @@ import time
 import pytest
 
 from lit_rlvr.rewards import BatchScorer, ScoreResult
-from lit_rlvr.rewards.launcher import Launcher, LauncherGone
+from lit_rlvr.rewards.launcher import Launcher, LauncherGone, run_and_exit
 from lit_rlvr.rewards.scorer import _PRELOAD
 
 PROBE = '''
@@ -212,3 +212,21 @@ def test_a_launcher_that_cannot_import_its_preload_fails_the_scorer_clearly(monk
         with BatchScorer(workers=1, timeout_s=5.0) as pool:
             pool.score(["\\boxed{2}"], [{"id": "a", "reward": "math", "answer": "2"}])
     assert "No module named 'lit_rlvr_no_such_module'" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [("return", 0), ("raise SystemExit(3)", 3), ("raise SystemExit('why')", 1), ("raise ValueError('x')", 1)],
+)
+def test_run_and_exit_ends_a_fork_with_the_functions_exit_code(body, code):
+    """What ``python -c BODY`` exits with: 0, SystemExit's code (a message: 1), 1 on an exception."""
+    reference = subprocess.run([sys.executable, "-c", f"def f():\n    {body}\nf()"], capture_output=True)
+    assert reference.returncode == code
+    namespace = {}
+    exec(f"def f():\n    {body}\n", namespace)
+    pid = os.fork()
+    if pid == 0:
+        sys.stderr = open(os.devnull, "w")  # the traceback of the ValueError case
+        run_and_exit(namespace["f"])
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == code
