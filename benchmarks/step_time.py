@@ -279,6 +279,7 @@ MICRO_BATCHING = {  # name -> model.batching options (BatchingOptions)
     "padded, micro_batch_tokens=4096": {"padding_free": False, "micro_batch_tokens": 4096},
     "packed (sdpa), one micro-batch": {"padding_free": True},
     "packed (sdpa), micro_batch_tokens=2048": {"padding_free": True, "micro_batch_tokens": 2048},
+    "shared prompts, one micro-batch": {"padding_free": False, "shared_prompts": True},
 }
 
 

@@ -455,6 +455,11 @@ class BatchingOptions:
             (where measured faster: flash-attention's varlen kernel anywhere, sdpa on CPU),
             ``true`` (wherever the attention keeps packed sequences apart), ``false``. Same
             log-probs (:func:`~lit_rlvr.policy.packs_sequences`).
+        shared_prompts: forward each distinct prompt of a micro-batch once and run its rows'
+            completions on its keys and values (shared-prefix forward, Liu et al. 2025): the G samples
+            of a group share their prompt, so the prompt's forward and backward are done once, not G
+            times. Same log-probs to float rounding (:func:`~lit_rlvr.policy.shares_prompts`); takes the
+            place of packing; not with gradient checkpointing.
     """
 
     ppo_epochs: int = 1
@@ -462,17 +467,25 @@ class BatchingOptions:
     micro_batch_size: int | None = None
     micro_batch_tokens: int | None = None
     padding_free: bool | Literal["auto"] = "auto"
+    shared_prompts: bool = False
 
     def __post_init__(self):
         _positive("model.batching.ppo_epochs", self.ppo_epochs, integer=True)
         for key in ("mini_batch_size", "micro_batch_size", "micro_batch_tokens"):
             _positive(f"model.batching.{key}", getattr(self, key), allow_none=True, integer=True)
         check_padding_free(self.padding_free)
+        if not isinstance(self.shared_prompts, bool):
+            raise ValueError(f"model.batching.shared_prompts must be true or false, got {self.shared_prompts!r}")
+        if self.shared_prompts and self.padding_free is True:
+            raise ValueError(
+                "model.batching: shared_prompts: true runs the padded forward in two parts, padding_free: true packs "
+                "it: choose one (padding_free: auto gives way to shared_prompts)"
+            )
 
     @property
     def micro_batching(self) -> MicroBatching:
         """The row cap, token budget and packing of every forward pass."""
-        return MicroBatching(self.micro_batch_size, self.micro_batch_tokens, self.padding_free)
+        return MicroBatching(self.micro_batch_size, self.micro_batch_tokens, self.padding_free, self.shared_prompts)
 
 
 @dataclass(frozen=True)

@@ -584,6 +584,49 @@ def test_padding_free_step_equals_the_padded_step(tiny_model_dir, attn):
         assert torch.allclose(results[0][name], results[1][name], atol=1e-5), name
 
 
+@pytest.mark.parametrize("micro", [None, 3])
+def test_shared_prompt_step_equals_the_padded_step(tiny_model_dir, micro, monkeypatch):
+    """Each distinct prompt forwarded once (+ RKL reference, recomputed old log-probs, anchors) = padded, to
+    float rounding, in two forwards per micro-batch (a row cap that splits a group shares within each part)."""
+    import lit_rlvr.policy.logprobs as logprobs
+
+    probing = []  # the once-per-model probe's own forwards are not the step's
+
+    def probe(model, real=logprobs._probe_sharing):
+        probing.append(model)
+        try:
+            return real(model)
+        finally:
+            probing.remove(model)
+
+    monkeypatch.setattr(logprobs, "_probe_sharing", probe)
+    results, forwards = [], []
+    for shared in (False, True):
+        module = RLVRModule(
+            PolicyOptions(str(tiny_model_dir)),
+            sampling=SamplingParams(n=4, max_new_tokens=8),
+            anchor=AnchorOptions(divergence="forward_kl", coef=0.5),
+            kl=KLOptions(coef=0.1),
+            batching=BatchingOptions(micro_batch_size=micro, padding_free=False, shared_prompts=shared),
+            scoring=ScoringOptions(workers=0),
+            recompute_old_logprobs=True,
+            max_grad_norm=None,
+            optimizer=sgd,
+        )
+        shapes = []
+        module.policy.model.register_forward_pre_hook(  # copied with the policy into the RKL reference
+            lambda mod, args, kwargs: None if probing else shapes.append(tuple(kwargs["input_ids"].shape)),
+            with_kwargs=True,
+        )
+        results.append(one_step(module, fixed_batch(module.tokenizer)))
+        forwards.append(shapes)
+    assert len(forwards[1]) == 2 * len(forwards[0])  # prompts, then completions on their keys and values
+    prompts, completions = [b for b, _ in forwards[1][::2]], [b for b, _ in forwards[1][1::2]]
+    assert prompts[0] == 2 if micro is None else sum(prompts) < sum(completions)
+    for name in results[0]:
+        assert torch.allclose(results[0][name], results[1][name], atol=1e-5), name
+
+
 @pytest.mark.parametrize("padding_free", [False, True])
 def test_no_grad_passes_follow_the_token_budget(tiny_model_dir, padding_free):
     """Old log-probs and the RKL reference pass run in the same budgeted micro-batches as training."""

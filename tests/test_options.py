@@ -97,6 +97,14 @@ def test_dynamic_sampling_true_is_the_group_with_its_defaults(print_config):
             lambda: BatchingOptions(mini_batch_size=2.5),
             r"model.batching.mini_batch_size must be an integer > 0 or null",
         ),
+        (
+            lambda: BatchingOptions(shared_prompts="yes"),
+            r"model.batching.shared_prompts must be true or false, got 'yes'",
+        ),
+        (
+            lambda: BatchingOptions(shared_prompts=True, padding_free=True),
+            r"model.batching: shared_prompts: true runs the padded forward in two parts, padding_free: true packs it",
+        ),
         (lambda: ScoringOptions(workers=-1), r"scoring.workers must be an integer >= 0, got -1"),
         (lambda: ScoringOptions(timeout_s=0), r"scoring.timeout_s must be a number > 0, got 0"),
         (lambda: ScoringOptions(max_failed_steps=0), r"scoring.max_failed_steps must be an integer > 0 or null"),
@@ -128,6 +136,7 @@ def test_batching_gives_every_forward_its_row_cap_token_budget_and_packing():
     batching = BatchingOptions(micro_batch_size=4, micro_batch_tokens=512, padding_free=False)
     assert batching.micro_batching == MicroBatching(4, 512, False)
     assert BatchingOptions().micro_batching == MicroBatching(None, None, "auto")
+    assert BatchingOptions(shared_prompts=True).micro_batching == MicroBatching(None, None, "auto", True)
 
 
 def test_validation_sampling_overrides_only_what_it_sets():

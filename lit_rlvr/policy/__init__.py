@@ -11,6 +11,7 @@ from lit_rlvr.policy.logprobs import (
     completion_logprobs,
     packs_sequences,
     sequence_logprob,
+    shares_prompts,
 )
 from lit_rlvr.policy.reference import ReferencePolicy
 from lit_rlvr.policy.sharding import gathered_parameters, shard_fsdp2
@@ -31,4 +32,5 @@ __all__ = [
     "packs_sequences",
     "sequence_logprob",
     "shard_fsdp2",
+    "shares_prompts",
 ]

@@ -12,7 +12,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lit_rlvr.policy.logprobs import MicroBatching, batched_completion_logprobs, completion_logprobs, packs_sequences
+from lit_rlvr.policy.logprobs import (
+    MicroBatching,
+    batched_completion_logprobs,
+    completion_logprobs,
+    packs_sequences,
+    shares_prompts,
+)
 
 
 class PolicyForwards:
@@ -28,6 +34,7 @@ class PolicyForwards:
 
     def __init__(self, policy: nn.Module, micro_batching: MicroBatching, temperature: float, ranks: Any):
         self.policy, self.micro_batching, self.temperature, self.ranks = policy, micro_batching, temperature, ranks
+        shares_prompts(policy, micro_batching.shared_prompts)  # a model that cannot share is refused at start-up
 
     @torch.no_grad()
     def logprobs(
@@ -47,7 +54,10 @@ class PolicyForwards:
         """Differentiable log-probs ``(b, T)`` (and entropies, differentiable with ``entropy_grad``) of
         one micro-batch (:meth:`~lit_rlvr.contracts.RowTensors.micro_batches`): one forward."""
         temperature = self.temperature if temperature is None else temperature
-        return completion_logprobs(self.policy, *part.forward_args, temperature, with_entropy, self.packs, entropy_grad)
+        shared = shares_prompts(self.policy, self.micro_batching.shared_prompts)
+        return completion_logprobs(
+            self.policy, *part.forward_args, temperature, with_entropy, self.packs, entropy_grad, shared
+        )
 
     @property
     def packs(self) -> bool:

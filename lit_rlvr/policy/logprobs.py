@@ -12,7 +12,9 @@ Two forwards give the same per-token log-probs (to float rounding; ``tests/polic
   position ids restarting at 0 for every sequence and no attention mask, so transformers keeps
   the sequences apart: flash-attention through its varlen kernel (one packed row), sdpa / eager
   through a block-diagonal causal mask (rows of at most the longest sequence, first-fit
-  decreasing). :func:`packs_sequences` checks once per model, on a probe, that it really does.
+  decreasing). :func:`packs_sequences` checks once per model, on a probe, that it really does;
+- shared prompts (``shared_prompts=True``): each distinct prompt forwarded once, its keys and
+  values repeated for its rows' completions (:func:`shares_prompts` checks the model once).
 
 :func:`batched_completion_logprobs` splits a batch into length-sorted micro-batches under a row
 cap and a token budget (:class:`MicroBatching`), each cropped to its own longest row.
@@ -48,6 +50,7 @@ def completion_logprobs(
     with_entropy: bool = False,
     padding_free: bool = False,
     entropy_grad: bool = False,
+    shared_prompts: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs (and optionally entropies) of the last ``response_len`` columns.
 
@@ -66,12 +69,18 @@ def completion_logprobs(
         padding_free: run the packed forward instead (only for a model that
             :func:`packs_sequences`; the values are the same).
         entropy_grad: keep the entropies differentiable (the entropy bonus); detached otherwise.
+        shared_prompts: forward each distinct prompt once (:func:`_shared_prompt_logprobs`; only for a
+            model that :func:`shares_prompts`; the values are the same). Takes precedence over ``padding_free``.
 
     Returns:
         ``logprobs (B, T)`` float32 and ``entropy (B, T)`` or None. Values on padded completion
         positions are meaningless (0 in the padding-free forward) and must be masked with
         ``response_mask``.
     """
+    if shared_prompts:
+        return _shared_prompt_logprobs(
+            model, input_ids, attention_mask, response_len, temperature, with_entropy, entropy_grad
+        )
     if padding_free:
         return _packed_logprobs(model, input_ids, attention_mask, response_len, temperature, with_entropy, entropy_grad)
     T = response_len
@@ -124,6 +133,45 @@ def _packed_logprobs(model, input_ids, attention_mask, response_len, temperature
         values = token_entropy(chosen if entropy_grad else chosen.detach(), temperature)[0]
         entropy = torch.zeros(B, T, dtype=torch.float32, device=dev).index_put((rows, cols), values)
     return lp, entropy
+
+
+def _shared_prompt_logprobs(model, input_ids, attention_mask, response_len, temperature, with_entropy, entropy_grad):
+    """:func:`completion_logprobs` with each distinct prompt forwarded once (shared-prefix forward:
+    Liu et al. 2025, "Prefix Grouper: Efficient GRPO Training through Shared-Prefix Forward").
+
+    Rows whose prompt columns (tokens and padding) are equal form a group; one forward over the U
+    distinct prompts keeps their keys and values ``(U, H, Lp, D)`` per layer, which are repeated for
+    each row (an index, so every row's gradient reaches its prompt's one forward), and a second forward
+    runs the B completions ``(B, T)`` on them, positions counting on from each prompt's length. The
+    first completion token is predicted from the prompt's last position. Always two forwards, however
+    many prompts repeat, so data-parallel ranks stay in step. The G samples of a GRPO group share
+    their prompt: on the CPU demo's shapes (16 prompts × 16 samples, ~10 + 8 tokens) forward and
+    backward took ~0.6× the padded forward's time (docs/performance.md).
+    """
+    from transformers.cache_utils import DynamicCache
+
+    T, (B, L), dev = response_len, input_ids.shape, input_ids.device
+    prompt_ids, prompt_mask = input_ids[:, : L - T], attention_mask[:, : L - T]
+    _, inverse = torch.unique(prompt_ids.masked_fill(prompt_mask == 0, -1), dim=0, return_inverse=True)  # (B,)
+    rows = torch.arange(B, device=dev)
+    first = torch.full((int(inverse.max()) + 1,), B, device=dev).scatter_reduce(0, inverse, rows, "amin")  # (U,)
+    ids, mask = prompt_ids[first], prompt_mask[first]
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **_logits_to_keep(model, 1))
+    layers = [(layer.keys[inverse], layer.values[inverse]) for layer in out.past_key_values.layers]
+    positions = mask.long().sum(-1)[inverse][:, None] + torch.arange(T, device=dev)  # (B, T)
+    logits = model(
+        input_ids=input_ids[:, -T:],
+        attention_mask=attention_mask,
+        position_ids=positions,
+        past_key_values=DynamicCache(ddp_cache_data=layers),
+        use_cache=True,
+    ).logits
+    logits = torch.cat([out.logits[:, -1:][inverse], logits[:, :-1]], dim=1)  # (B, T, V): position t predicts t+1
+    labels = input_ids[:, -T:]
+    logprobs = token_logprobs(logits, labels, temperature)
+    entropy = token_entropy(logits if entropy_grad else logits.detach(), temperature) if with_entropy else None
+    return logprobs, entropy
 
 
 def _pack(
@@ -245,6 +293,75 @@ def _probe_packing(model: nn.Module) -> float:
         model.train(was_training)
 
 
+def reusable(cache) -> bool:
+    """Whether ``cache`` holds every token's keys and values (transformers ``DynamicCache`` of plain
+    attention layers), so that a row's prefix can be cut out of it and fed back."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return isinstance(cache, DynamicCache) and bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+_SHARES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> max |Δ log-prob| on the probe
+
+
+def shares_prompts(model: nn.Module, shared_prompts: bool) -> bool:
+    """Whether to use the shared-prompt forward for ``model`` under ``model.batching.shared_prompts``.
+
+    ``True`` is checked once per model, on a probe of two rows that share a prompt, against the padded
+    forward: the model must keep every prompt token's keys and values (transformers' plain
+    ``DynamicLayer`` caches, :func:`reusable`: no sliding-window or recurrent layers) and take them back
+    through ``past_key_values``.
+
+    Raises:
+        ValueError: ``True`` with gradient checkpointing (which drops the keys and values), or for a
+            model the probe finds unable to share (the log-prob difference or the reason named).
+    """
+    if not shared_prompts:
+        return False
+    if getattr(base_model(model), "is_gradient_checkpointing", False):
+        raise ValueError(
+            "model.batching.shared_prompts=true needs the prompts' keys and values, which gradient checkpointing "
+            "drops: turn model.policy.gradient_checkpointing or model.batching.shared_prompts off"
+        )
+    if model not in _SHARES:
+        _SHARES[model] = _probe_sharing(model)
+    error = _SHARES[model]
+    dtype = next(model.parameters()).dtype
+    if isinstance(error, str) or error > (1e-3 if dtype == torch.float32 else 5e-2):
+        reason = error if isinstance(error, str) else f"max |log-prob difference| {error:.3g} on a probe"
+        raise ValueError(
+            f"model.batching.shared_prompts=true: {type(base_model(model)).__name__} cannot share its prompts' keys and "
+            f"values ({reason}); use shared_prompts: false"
+        )
+    return True
+
+
+@torch.no_grad()
+def _probe_sharing(model: nn.Module) -> float | str:
+    """Max |shared − padded| log-prob on two rows with one prompt, or why the model cannot share."""
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else 8
+        ids = torch.tensor(
+            [[0, 1, 2, 3, 4, 5, 6, 0], [0, 1, 2, 3, 7, 8, 0, 0], [4, 3, 2, 1, 9, 7, 5, 3]], device=device
+        )
+        mask = (torch.arange(8, device=device) >= 1) & (ids != 0)  # rows 0 and 1 share a left-padded prompt
+        ids, mask = ids % vocab, mask.long()
+        cache = model(input_ids=ids[:, :4], attention_mask=mask[:, :4], use_cache=True).past_key_values
+        if not reusable(cache):
+            return f"its cache {type(cache).__name__} does not keep every token's keys and values"
+        want, _ = completion_logprobs(model, ids, mask, 4)
+        got, _ = completion_logprobs(model, ids, mask, 4, shared_prompts=True)
+        return float((want - got)[mask[:, 4:].bool()].abs().max())
+    except Exception as err:  # a forward that does not take the cache back
+        return f"{type(err).__name__}: {str(err)[:300]}"
+    finally:
+        model.train(was_training)
+
+
 @dataclass(frozen=True)
 class MicroBatching:
     """How rows are split into forward passes: a row cap, a token budget, padding-free packing.
@@ -254,11 +371,13 @@ class MicroBatching:
         max_tokens: tokens per forward, padding included (None = no budget); see
             :func:`~lit_rlvr.functional.batching.token_budget_batches`.
         padding_free: ``"auto"``, ``True`` or ``False`` (:func:`packs_sequences`).
+        shared_prompts: forward each distinct prompt of a micro-batch once (:func:`shares_prompts`).
     """
 
     max_rows: int | None = None
     max_tokens: int | None = None
     padding_free: bool | str = False
+    shared_prompts: bool = False
 
     def split(self, attention_mask: Tensor, response_mask: Tensor, packed: bool) -> list[Tensor]:
         """Row indices of each micro-batch: length-sorted, under the row cap and the token budget.
@@ -287,13 +406,14 @@ def batched_completion_logprobs(
     with ``entropy_grad``); ``batching`` sets the
     row cap, the token budget and padding-free packing. Differentiable: under autograd every
     micro-batch's graph is kept (split the backward yourself, as ``RLVRModule`` does, to bound memory).
+    ``batching`` also says whether each distinct prompt of a micro-batch is forwarded once.
     ``lockstep``: under FSDP every forward is a collective, so ranks must run as many; it maps this
     rank's number of forwards to the number every rank runs (the most any rank has), and the
     extra forwards run on the first row and are discarded.
     """
     T = response_len
     response_mask = attention_mask[:, -T:]
-    packed = packs_sequences(model, batching.padding_free)
+    packed, shared = packs_sequences(model, batching.padding_free), shares_prompts(model, batching.shared_prompts)
     lps, ents, order = [], [], []
     groups = batching.split(attention_mask, response_mask, packed)
     for rows in groups:
@@ -303,14 +423,14 @@ def batched_completion_logprobs(
         )
         t = part["response_mask"].shape[1]
         lp, ent = completion_logprobs(
-            model, part["input_ids"], part["attention_mask"], t, temperature, with_entropy, packed, entropy_grad
+            model, part["input_ids"], part["attention_mask"], t, temperature, with_entropy, packed, entropy_grad, shared
         )
         lps.append(F.pad(lp, (0, T - t)))
         ents.append(F.pad(ent, (0, T - t)) if ent is not None else None)
         order.append(rows)
     for _ in range((lockstep(len(groups)) if lockstep is not None else len(groups)) - len(groups)):
         with torch.no_grad():
-            completion_logprobs(model, input_ids[:1], attention_mask[:1], T, temperature, False, packed)
+            completion_logprobs(model, input_ids[:1], attention_mask[:1], T, temperature, False, packed, False, shared)
     inverse = torch.empty_like(torch.cat(order))
     inverse[torch.cat(order)] = torch.arange(len(inverse), device=inverse.device)
     entropy = torch.cat(ents)[inverse] if with_entropy else None

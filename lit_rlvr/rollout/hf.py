@@ -43,8 +43,9 @@ import torch
 from torch import Tensor, nn
 
 from lit_rlvr.policy.loading import base_model
+from lit_rlvr.policy.logprobs import reusable
 from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids
-from lit_rlvr.rollout.prefix import PrefixCache, RowKeeper, batch_past, reusable, weights_version
+from lit_rlvr.rollout.prefix import PrefixCache, RowKeeper, batch_past, weights_version
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 from lit_rlvr.rollout.weights import sync_weights
 

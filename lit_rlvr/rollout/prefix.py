@@ -180,15 +180,6 @@ class RowKeeper:
             self.nbytes += kv.nbytes
 
 
-def reusable(cache) -> bool:
-    """Whether ``cache`` holds every token's keys and values (transformers ``DynamicCache`` of plain
-    attention layers), so that a row's prefix can be cut out of it and fed back."""
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
-    layers = getattr(cache, "layers", None)
-    return isinstance(cache, DynamicCache) and bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
-
-
 @torch.inference_mode()
 def batch_past(hits: Sequence[tuple[RowKV, int] | None]):
     """The cache of a batch whose rows start with stored prefixes, left-padded.

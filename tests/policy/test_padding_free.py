@@ -1,4 +1,5 @@
-"""The padding-free (packed) forward and the micro-batched log-prob passes against the padded forward.
+"""The padding-free (packed) and shared-prompt forwards and the micro-batched log-prob passes against the
+padded forward.
 
 Per-token log-probs, entropies and gradients must agree with ``completion_logprobs``'s padded
 forward on the tiny Llama, for every attention implementation that keeps packed sequences apart
@@ -18,6 +19,7 @@ from lit_rlvr.policy import (
     batched_completion_logprobs,
     completion_logprobs,
     packs_sequences,
+    shares_prompts,
 )
 from lit_rlvr.rollout.types import Rollouts
 
@@ -170,3 +172,99 @@ def test_auto_packs_flash_varlen_anywhere_and_sdpa_on_cpu_only(monkeypatch):
     assert policy_mod._packing_pays(model, "mask")
     monkeypatch.setattr(model, "parameters", lambda: iter([torch.nn.Parameter(torch.zeros(1, device="meta"))]))
     assert not policy_mod._packing_pays(model, "mask")  # sdpa off CPU: padded under auto
+
+
+@pytest.mark.parametrize("attn", IMPLEMENTATIONS)
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_shared_prompt_logprobs_and_entropies_equal_the_padded_forward(attn, seed, temperature):
+    model = tiny(attn)
+    batch = ragged_batch(seed, P=3, n=4)  # ragged prompts, each shared by its 4 rows
+    T, mask = batch["response_mask"].shape[1], batch["response_mask"].bool()
+    with torch.no_grad():
+        lp, ent = completion_logprobs(model, batch["input_ids"], batch["attention_mask"], T, temperature, True)
+        slp, sent = completion_logprobs(
+            model, batch["input_ids"], batch["attention_mask"], T, temperature, True, shared_prompts=True
+        )
+    assert slp.shape == sent.shape == (12, T)
+    assert torch.allclose(slp[mask], lp[mask], atol=1e-5) and torch.allclose(sent[mask], ent[mask], atol=1e-5)
+
+
+@pytest.mark.parametrize("entropy_grad", [False, True])
+def test_shared_prompt_gradients_equal_the_padded_gradients(entropy_grad):
+    """Every row's gradient reaches its prompt's one forward through the repeated keys and values."""
+    batch = ragged_batch(7, P=3, n=4)
+    T, mask = batch["response_mask"].shape[1], batch["response_mask"]
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(1)) * mask
+    grads = []
+    for shared in (False, True):
+        model = tiny("sdpa").train()
+        lp, ent = completion_logprobs(
+            model,
+            batch["input_ids"],
+            batch["attention_mask"],
+            T,
+            0.8,
+            True,
+            entropy_grad=entropy_grad,
+            shared_prompts=shared,
+        )
+        loss = torch.where(mask.bool(), lp * weights + (ent if entropy_grad else 0.0), 0.0).sum()
+        loss.backward()
+        grads.append({k: p.grad.clone() for k, p in model.named_parameters()})
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4), name
+
+
+def test_shared_prompts_forward_each_distinct_prompt_once_in_every_micro_batch():
+    model = tiny("sdpa")
+    batch = ragged_batch(2, P=4, n=4)
+    shapes = []
+    handle = model.model.register_forward_pre_hook(
+        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    T, mask = batch["response_mask"].shape[1], batch["response_mask"].bool()
+    with torch.no_grad():
+        want, _ = completion_logprobs(model, batch["input_ids"], batch["attention_mask"], T)
+        assert shares_prompts(model, True)  # the probe's forwards, once per model
+        shapes.clear()
+        got, _ = batched_completion_logprobs(
+            model, batch["input_ids"], batch["attention_mask"], T, batching=MicroBatching(shared_prompts=True)
+        )
+        assert [b for b, _ in shapes] == [4, 16]  # the 4 prompts, then the 16 completions on their keys and values
+        shapes.clear()
+        distinct = batch["input_ids"].clone()
+        distinct[:, 0] = torch.arange(16)  # no prompt repeats: still two forwards (ranks in step under FSDP)
+        completion_logprobs(model, distinct, torch.ones_like(distinct), T, shared_prompts=True)
+        assert [b for b, _ in shapes] == [16, 16]
+    handle.remove()
+    assert torch.allclose(got[mask], want[mask], atol=1e-5)
+
+
+def test_prompt_sharing_is_probed_and_refused_where_the_keys_and_values_cannot_be_shared(monkeypatch):
+    model = tiny("sdpa")
+    assert shares_prompts(model, True) and not shares_prompts(model, False)
+    assert policy_mod._SHARES[model] < 1e-5
+
+    class Forgetful(torch.nn.Module):  # drops the cache it is given: the completions would lose their prompt
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.config = inner, inner.config
+
+        def forward(self, past_key_values=None, **kwargs):
+            return self.inner(**kwargs)
+
+        def get_output_embeddings(self):
+            return self.inner.get_output_embeddings()
+
+    with pytest.raises(
+        ValueError, match=r"shared_prompts=true: Forgetful cannot share .*max \|log-prob difference\| .* on a probe"
+    ):
+        shares_prompts(Forgetful(tiny("sdpa")), True)
+    monkeypatch.setattr(policy_mod, "reusable", lambda cache: False)  # e.g. sliding-window or recurrent layers
+    with pytest.raises(ValueError, match=r"its cache DynamicCache does not keep every token's keys and values"):
+        shares_prompts(tiny("sdpa"), True)
+    checkpointed = tiny("sdpa")
+    checkpointed.gradient_checkpointing_enable()
+    with pytest.raises(ValueError, match="which gradient checkpointing drops"):
+        shares_prompts(checkpointed, True)
