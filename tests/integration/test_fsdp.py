@@ -115,7 +115,8 @@ def test_uneven_ranks_take_the_global_batchs_step(tiny_model_dir, tmp_path, scri
     """Ranks with different token counts and micro-batch counts (``tokens``), or one rank with no row
     left after dynamic sampling (``dropped``): DDP and FSDP2 end the step (nobody waits in a
     collective) with the update of one process on the whole global batch (token-mean over all ranks).
-    Both cases run in the same launch of each strategy, one after the other."""
+    Both cases run in the same launch of each strategy, one after the other; ``dropped`` with each
+    prompt forwarded once (``shared_prompts``: two forwards per pass, the rank without rows' too)."""
     cases = ("tokens", "dropped")
     single = run_uneven(tiny_model_dir, tmp_path / "single", "single", cases, in_process=script_in_process)
     for strategy in ("ddp", "fsdp2"):

@@ -72,7 +72,8 @@ def step(model_dir: str, out: str, strategy: str, case: str) -> None:
     module = RLVRModule(
         PolicyOptions(model_dir),
         sampling=SamplingParams(n=4, max_new_tokens=24),
-        batching=BatchingOptions(micro_batch_tokens=96, padding_free=False),
+        # "dropped" forwards each prompt once (shared_prompts): its filler passes keep two forwards too
+        batching=BatchingOptions(micro_batch_tokens=96, padding_free=False, shared_prompts=case == "dropped"),
         scoring=ScoringOptions(workers=0),
         max_grad_norm=None,
         dynamic_sampling=case == "dropped",
