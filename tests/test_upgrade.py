@@ -43,8 +43,9 @@ DEMO_REGIME_0_1 = {
         "--model.optimizer.init_args.lr=2.0e-4",
         "--trainer.max_steps=120",
         "--trainer.val_check_interval=30",
-        "--trainer.limit_val_batches=1.0",
-    ],  # Lightning's default, which the file no longer spells out
+        "--trainer.limit_val_batches=1.0",  # Lightning's default, which the file no longer spells out
+        "--model.batching.shared_prompts=false",  # the demo's fits forward each prompt once since (speed)
+    ],
     "demo/passk_then_pass1": [
         "--trainer.callbacks.init_args.phases=[{start_step: 0, advantage: passk, options: {k: 4}}, "
         "{start_step: 60, advantage: grpo, options: {std: population}}]"
