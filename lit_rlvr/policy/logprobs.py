@@ -144,9 +144,9 @@ def _shared_prompt_logprobs(model, input_ids, attention_mask, response_len, temp
     each row (an index, so every row's gradient reaches its prompt's one forward), and a second forward
     runs the B completions ``(B, T)`` on them, positions counting on from each prompt's length. The
     first completion token is predicted from the prompt's last position. Always two forwards, however
-    many prompts repeat, so data-parallel ranks stay in step. The G samples of a GRPO group share
-    their prompt: on the CPU demo's shapes (16 prompts × 16 samples, ~10 + 8 tokens) forward and
-    backward took ~0.6× the padded forward's time (docs/performance.md).
+    many prompts repeat, so data-parallel ranks stay in step. The G samples of a GRPO group share their
+    prompt: on the CPU demo's shapes (16 prompts × 16 samples, ~10 + 8 tokens) forward and backward
+    took ~0.5× the padded forward's time (docs/performance.md).
     """
     from transformers.cache_utils import DynamicCache
 
@@ -302,7 +302,7 @@ def reusable(cache) -> bool:
     return isinstance(cache, DynamicCache) and bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
-_SHARES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> max |Δ log-prob| on the probe
+_SHARES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> max |Δ log-prob| on the probe, or why not
 
 
 def shares_prompts(model: nn.Module, shared_prompts: bool) -> bool:
@@ -339,7 +339,7 @@ def shares_prompts(model: nn.Module, shared_prompts: bool) -> bool:
 
 @torch.no_grad()
 def _probe_sharing(model: nn.Module) -> float | str:
-    """Max |shared − padded| log-prob on two rows with one prompt, or why the model cannot share."""
+    """Max |shared − padded| log-prob on three rows, two of them with one prompt, or why the model cannot share."""
     was_training = model.training
     model.eval()
     try:
