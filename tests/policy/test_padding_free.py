@@ -32,6 +32,15 @@ def tiny(attn: str, seed: int = 0):
     return model
 
 
+def decoder_input_shapes(model) -> list[tuple[int, int]]:
+    """``input_ids.shape`` of every forward of ``model``'s decoder, appended as they run."""
+    shapes: list[tuple[int, int]] = []
+    model.model.register_forward_pre_hook(
+        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    return shapes
+
+
 def ragged_batch(seed: int, P: int = 3, n: int = 3, max_prompt: int = 9, max_completion: int = 14) -> dict:
     gen = torch.Generator().manual_seed(seed)
     prompts = [
@@ -112,10 +121,7 @@ def test_micro_batched_logprobs_equal_one_forward(batching, padding_free):
 def test_micro_batched_forwards_are_length_sorted_cropped_and_within_budget():
     model = tiny("sdpa")
     batch = ragged_batch(5, P=4, n=4)
-    shapes = []
-    handle = model.model.register_forward_pre_hook(
-        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
-    )
+    shapes = decoder_input_shapes(model)
     with torch.no_grad():
         batched_completion_logprobs(
             model,
@@ -124,7 +130,6 @@ def test_micro_batched_forwards_are_length_sorted_cropped_and_within_budget():
             batch["response_mask"].shape[1],
             batching=MicroBatching(max_tokens=60),
         )
-    handle.remove()
     assert len(shapes) > 1 and all(b * L <= 60 or b == 1 for b, L in shapes)
     assert all(L < batch["input_ids"].shape[1] for _, L in shapes[1:])  # later (shorter) micro-batches are cropped
     assert sum(b for b, _ in shapes) == 16
@@ -219,10 +224,7 @@ def test_shared_prompt_gradients_equal_the_padded_gradients(entropy_grad):
 def test_shared_prompts_forward_each_distinct_prompt_once_in_every_micro_batch():
     model = tiny("sdpa")
     batch = ragged_batch(2, P=4, n=4)
-    shapes = []
-    handle = model.model.register_forward_pre_hook(
-        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
-    )
+    shapes = decoder_input_shapes(model)
     T, mask = batch["response_mask"].shape[1], batch["response_mask"].bool()
     with torch.no_grad():
         want, _ = completion_logprobs(model, batch["input_ids"], batch["attention_mask"], T)
@@ -237,7 +239,6 @@ def test_shared_prompts_forward_each_distinct_prompt_once_in_every_micro_batch()
         distinct[:, 0] = torch.arange(16)  # no prompt repeats: still two forwards (ranks in step under FSDP)
         completion_logprobs(model, distinct, torch.ones_like(distinct), T, shared_prompts=True)
         assert [b for b, _ in shapes] == [16, 16]
-    handle.remove()
     assert torch.allclose(got[mask], want[mask], atol=1e-5)
 
 
