@@ -22,9 +22,10 @@ cap and a token budget (:class:`MicroBatching`), each cropped to its own longest
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -270,14 +271,28 @@ def packs_sequences(model: nn.Module, padding_free: bool | str) -> bool:
     return ok
 
 
-@torch.no_grad()
-def _probe_packing(model: nn.Module) -> float:
-    """Max |packed − separate| log-prob over two short sequences packed into one row."""
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode for the block (no dropout), its training flag restored after it."""
     was_training = model.training
     model.eval()
     try:
-        device = next(model.parameters()).device
-        vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else 8
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _probe_input(model: nn.Module) -> tuple[torch.device, int]:
+    """The device of ``model``'s parameters and its vocabulary size (8 if it has no output embeddings): a probe's ids."""
+    out = model.get_output_embeddings()
+    return next(model.parameters()).device, out.weight.shape[0] if out is not None else 8
+
+
+@torch.no_grad()
+def _probe_packing(model: nn.Module) -> float:
+    """Max |packed − separate| log-prob over two short sequences packed into one row."""
+    with eval_mode(model):
+        device, vocab = _probe_input(model)
         rows = [torch.arange(1, 6) % vocab, (torch.arange(3, 11) * 7) % vocab]  # 5 and 8 tokens, 2 of prompt each
         ids = torch.cat(rows)[None].to(device)
         positions = torch.cat([torch.arange(len(r)) for r in rows])[None].to(device)
@@ -289,8 +304,6 @@ def _probe_packing(model: nn.Module) -> float:
             err = max(err, float((packed.log_softmax(-1) - alone.log_softmax(-1)).abs().max()))
             offset += len(r)
         return err
-    finally:
-        model.train(was_training)
 
 
 def reusable(cache) -> bool:
@@ -340,26 +353,21 @@ def shares_prompts(model: nn.Module, shared_prompts: bool) -> bool:
 @torch.no_grad()
 def _probe_sharing(model: nn.Module) -> float | str:
     """Max |shared − padded| log-prob on three rows, two of them with one prompt, or why the model cannot share."""
-    was_training = model.training
-    model.eval()
     try:
-        device = next(model.parameters()).device
-        vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else 8
-        ids = torch.tensor(
-            [[0, 1, 2, 3, 4, 5, 6, 0], [0, 1, 2, 3, 7, 8, 0, 0], [4, 3, 2, 1, 9, 7, 5, 3]], device=device
-        )
-        mask = (torch.arange(8, device=device) >= 1) & (ids != 0)  # rows 0 and 1 share a left-padded prompt
-        ids, mask = ids % vocab, mask.long()
-        cache = model(input_ids=ids[:, :4], attention_mask=mask[:, :4], use_cache=True).past_key_values
-        if not reusable(cache):
-            return f"its cache {type(cache).__name__} does not keep every token's keys and values"
-        want, _ = completion_logprobs(model, ids, mask, 4)
-        got, _ = completion_logprobs(model, ids, mask, 4, shared_prompts=True)
-        return float((want - got)[mask[:, 4:].bool()].abs().max())
+        with eval_mode(model):
+            device, vocab = _probe_input(model)
+            ids = [[0, 1, 2, 3, 4, 5, 6, 0], [0, 1, 2, 3, 7, 8, 0, 0], [4, 3, 2, 1, 9, 7, 5, 3]]
+            ids = torch.tensor(ids, device=device)
+            mask = (torch.arange(8, device=device) >= 1) & (ids != 0)  # rows 0 and 1 share a left-padded prompt
+            ids, mask = ids % vocab, mask.long()
+            cache = model(input_ids=ids[:, :4], attention_mask=mask[:, :4], use_cache=True).past_key_values
+            if not reusable(cache):
+                return f"its cache {type(cache).__name__} does not keep every token's keys and values"
+            want, _ = completion_logprobs(model, ids, mask, 4)
+            got, _ = completion_logprobs(model, ids, mask, 4, shared_prompts=True)
     except Exception as err:  # a forward that does not take the cache back
         return f"{type(err).__name__}: {str(err)[:300]}"
-    finally:
-        model.train(was_training)
+    return float((want - got)[mask[:, 4:].bool()].abs().max())
 
 
 @dataclass(frozen=True)

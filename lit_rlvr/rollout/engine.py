@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_rlvr.policy import MicroBatching, batched_completion_logprobs, sequence_logprob
+from lit_rlvr.policy.logprobs import eval_mode
 from lit_rlvr.registry import Registry
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
 
@@ -379,12 +380,8 @@ def fingerprint_error(
     prompt, completion = probe
     atol = default_fingerprint_atol(model) if atol is None else atol
     engine_lp = torch.tensor(list(engine_logprobs), dtype=torch.float32)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         trainer_lp = sequence_logprob(model, prompt, completion).float().cpu()
-    finally:
-        model.train(was_training)
     err = (engine_lp - trainer_lp).abs().mean().item()
     if not err <= atol:  # also catches NaN
         raise WeightSyncError(
@@ -466,9 +463,7 @@ def policy_drift(
     """
     padded = rollouts.to_padded(pad_id)
     device = next(policy.parameters()).device
-    was_training = policy.training
-    policy.eval()
-    try:
+    with eval_mode(policy):
         lp, _ = batched_completion_logprobs(
             policy,
             padded["input_ids"].to(device),
@@ -478,8 +473,6 @@ def policy_drift(
             batching=batching,
             lockstep=lockstep,
         )
-    finally:
-        policy.train(was_training)
     model_tokens = padded.get(
         "loss_mask", padded["response_mask"]
     )  # 0 on padding too; environment tokens have no sampler log-prob

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_rlvr.policy.loading import base_model
-from lit_rlvr.policy.logprobs import reusable
+from lit_rlvr.policy.logprobs import eval_mode, reusable
 from lit_rlvr.rollout.engine import ENGINES, EngineBase, announce, chat_turn_end_ids
 from lit_rlvr.rollout.prefix import PrefixCache, RowKeeper, batch_past, weights_version
 from lit_rlvr.rollout.types import Rollouts, SamplingParams
@@ -432,7 +432,7 @@ class HFEngine(EngineBase):
         rows = [list(p) for p in prompt_ids for _ in range(params.n)]  # prompt-major
         step = self.max_batch_rows or len(rows)
         parts: list[tuple[list[list[int]], list[list[float]], list[str], list[str]]] = []
-        with _sampling_rng(params.seed, self.device), _eval_mode(self.model), torch.no_grad():
+        with _sampling_rng(params.seed, self.device), eval_mode(self.model), torch.no_grad():
             for i in range(0, len(rows), step):
                 parts.append(self._generate_rows(rows[i : i + step], params))
         return Rollouts(
@@ -535,7 +535,7 @@ class HFEngine(EngineBase):
         """Per-token log-probs at temperature 1 of ``completion_ids`` after ``prompt_ids``."""
         from lit_rlvr.policy import sequence_logprob
 
-        with _eval_mode(self.model):
+        with eval_mode(self.model):
             return sequence_logprob(self.model, prompt_ids, completion_ids).float().cpu().tolist()
 
     def _update_weights(self, model: nn.Module) -> None:
@@ -604,16 +604,6 @@ def _plain_generation_config(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         model.generation_config = saved
-
-
-@contextlib.contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
 
 
 @contextlib.contextmanager
