@@ -269,3 +269,15 @@ def test_prompt_sharing_is_probed_and_refused_where_the_keys_and_values_cannot_b
     checkpointed.gradient_checkpointing_enable()
     with pytest.raises(ValueError, match="which gradient checkpointing drops"):
         shares_prompts(checkpointed, True)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_eval_mode_turns_dropout_off_for_its_block_and_restores_the_flag_even_on_an_error(training):
+    model = torch.nn.Sequential(torch.nn.Dropout(0.5)).train(training)
+    x = torch.ones(1000)
+    with policy_mod.eval_mode(model):
+        assert not model.training and torch.equal(model(x), x)  # dropout off: the identity
+    assert model.training is training
+    with pytest.raises(RuntimeError, match="inside"), policy_mod.eval_mode(model):
+        raise RuntimeError("inside")
+    assert model.training is training
