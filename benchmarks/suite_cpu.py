@@ -70,13 +70,19 @@ if pytest is not None:
     def pytest_runtest_protocol(item, nextitem):
         """Times the test's own CPU in this process and appends it to the run's file."""
         folder = os.environ.get(OUT_DIR)
-        before = resource.getrusage(resource.RUSAGE_SELF)
+        before, start = resource.getrusage(resource.RUSAGE_SELF), _ticks()
         yield
         if folder:
             after = resource.getrusage(resource.RUSAGE_SELF)
             cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            row = {"test": item.nodeid, "cpu": cpu, "pid": os.getpid(), "start": start, "end": _ticks()}
             with open(Path(folder) / f"tests-{os.getpid()}.jsonl", "a") as f:
-                f.write(json.dumps({"test": item.nodeid, "cpu": cpu}) + "\n")
+                f.write(json.dumps(row) + "\n")
+
+
+def _ticks() -> float:
+    """Now, in the clock ``/proc/PID/stat``'s start time counts in: clock ticks since boot."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------------------------------- the census
@@ -102,7 +108,14 @@ def _processes(needle: bytes, seen: dict) -> None:
                 test = next((v[20:].decode(errors="replace") for v in env if v.startswith(b"PYTEST_CURRENT_TEST=")), "")
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-                seen[key] = {"command": command[:300], "test": test.rsplit(" (", 1)[0], "cpu": cpu}
+                seen[key] = {
+                    "command": command[:300],
+                    "test": test.rsplit(" (", 1)[0],
+                    "cpu": cpu,
+                    "pid": int(pid),
+                    "ppid": int(fields[1]),
+                    "start": int(fields[19]),
+                }
             elif seen[key] is not None:
                 seen[key]["cpu"] = max(seen[key]["cpu"], cpu)
         except (OSError, IndexError, ValueError):  # it ended between the listing and the read
@@ -114,7 +127,8 @@ def census(
 ) -> tuple[int, float, list[dict], dict[str, float]]:
     """Runs ``command`` marked (``env`` over this process's environment, over make test's settings unless
     ``make_settings`` is False: make sets them itself); ``(exit code, wall seconds, processes, each test's CPU
-    inside its worker)``."""
+    inside its worker)``. Each process is named by the test that ran in the worker it descends from when it
+    started (:func:`attribute`), else by the test its environment names."""
     name = uuid.uuid4().hex
     folder = Path(tempfile.mkdtemp(prefix="lit_rlvr_suite_cpu_"))
     # make test's settings: one torch thread per test, bytecode written (the Makefile says why); not for make
@@ -132,11 +146,48 @@ def census(
         time.sleep(interval)
     wall = time.perf_counter() - start
     own: dict[str, float] = collections.Counter()
+    runs: list[dict] = []
     for path in folder.glob("tests-*.jsonl"):
         for line in path.read_text().splitlines():
             row = json.loads(line)
             own[row["test"]] += row["cpu"]
-    return proc.returncode, wall, [p for p in seen.values() if p], dict(own)
+            runs.append(row)
+    processes = [p for p in seen.values() if p]
+    attribute(processes, runs)
+    return proc.returncode, wall, processes, dict(own)
+
+
+def attribute(processes: list[dict], runs: list[dict]) -> None:
+    """Names each process by the test that was running, when it started, in the pytest worker it descends from.
+
+    A process forked without ``exec`` (the tests' warm launcher's runs, reward workers, vLLM's forked engine
+    cores) keeps in ``/proc`` the environment of the process it was forked from, so its ``PYTEST_CURRENT_TEST``
+    names the test under which that launcher started, not its own. ``runs``: the plugin's rows (the worker's
+    pid, each test's start and end in clock ticks since boot). A process with no worker among its ancestors, or
+    started between two tests, keeps its environment's name."""
+    by_worker: dict[int, list[dict]] = collections.defaultdict(list)
+    for run in runs:
+        if "pid" in run:
+            by_worker[run["pid"]].append(run)
+    by_pid: dict[int, list[dict]] = collections.defaultdict(list)  # a pid the system reused: its every owner
+    for p in processes:
+        by_pid[p["pid"]].append(p)
+
+    def parent(p: dict) -> dict | None:
+        owners = [q for q in by_pid.get(p["ppid"], ()) if q["start"] <= p["start"]]
+        return max(owners, key=lambda q: q["start"]) if owners else None
+
+    for p in processes:
+        ancestor, hops = parent(p), 0
+        while ancestor is not None and ancestor["pid"] not in by_worker and hops < 64:
+            ancestor, hops = parent(ancestor), hops + 1
+        if ancestor is None or ancestor["pid"] not in by_worker:
+            continue
+        # /proc's start is whole ticks, rounded down: a process started in the tick a test began may read one less;
+        # of the tests that match, the one that began last
+        matching = [r for r in by_worker[ancestor["pid"]] if r["start"] - 1 < p["start"] <= r["end"]]
+        if matching:
+            p["test"] = max(matching, key=lambda r: r["start"])["test"]
 
 
 def kind(command: str) -> str:
