@@ -347,15 +347,18 @@ def _popen(args, *rest, **kwargs):
 
 
 def _route_rank_launches() -> None:
-    """Lightning's rank launcher and ``lit-rlvr cache``'s start their ranks through :func:`_popen`."""
+    """Lightning's rank launchers (the Trainer's and Fabric's: each module calls its own ``subprocess.Popen``)
+    and ``lit-rlvr cache``'s start their ranks through :func:`_popen`."""
     import types
 
-    import lightning.fabric.strategies.launchers.subprocess_script as lightning_launcher
+    import lightning.fabric.strategies.launchers.subprocess_script as fabric_launcher
+    import lightning.pytorch.strategies.launchers.subprocess_script as trainer_launcher
 
     import lit_rlvr.tools.cache as cache_tool
 
     routed = types.ModuleType("subprocess")
     routed.__dict__.update(vars(subprocess))
     routed.Popen = _popen
-    lightning_launcher.subprocess = routed
+    fabric_launcher.subprocess = routed
+    trainer_launcher.subprocess = routed
     cache_tool.subprocess = routed
