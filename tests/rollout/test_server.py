@@ -134,6 +134,7 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
     prompts = [tok(f"C{i}{i + 3}=0{i}:").input_ids for i in range(4)]
     params = SamplingParams(n=3, max_new_tokens=8, seed=11)
     shared_memory_before = _shared_memory()
+    server_pids: list[int] = []  # the server's processes, whose end the clean-up waits for
     engine = build_engine(
         "vllm_server",
         model=model,
@@ -280,6 +281,7 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
             for p in server_module._children(api_server)
             if "VLLM::EngineCore" in Path(f"/proc/{p}/cmdline").read_text()
         ]
+        server_pids += _descendants(guard.pid)
         monkeypatch.setattr(server_module, "_STOPPED_FOR_S", 3.0)
         os.kill(core, signal.SIGSTOP)
         t0 = time.perf_counter()
@@ -307,18 +309,48 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
         assert time.perf_counter() - t0 < 60
     finally:
         engine.close()
-        _remove_orphaned_shared_memory(shared_memory_before)
+        _remove_orphaned_shared_memory(shared_memory_before, server_pids)
+
+
+# vLLM's multiprocessing executor: its message queues (psm_*) and, spawned, its named semaphores (sem.mp-*), which
+# the resource tracker killed with the server's group can no longer remove
+_SHARED_MEMORY = ("psm_*", "sem.mp-*")
 
 
 def _shared_memory() -> set[str]:
-    return {str(p) for p in Path("/dev/shm").glob("psm_*")}
+    return {str(p) for pattern in _SHARED_MEMORY for p in Path("/dev/shm").glob(pattern)}
 
 
-def _remove_orphaned_shared_memory(before: set[str]) -> None:
+def _remove_orphaned_shared_memory(before: set[str], pids: list[int], wait_s: float = 10.0) -> None:
     """This test kills vLLM's engine core on purpose (as the OOM killer would): the message queues of its
-    multiprocessing executor (``/dev/shm/psm_*``, ~400 MB of RAM) then stay behind, which only a clean
-    stop removes. The segments that appeared during the test and that no process still maps go."""
-    processes.remove_unmapped_shared_memory("psm_*", keep=before)
+    multiprocessing executor (``/dev/shm/psm_*``, ~400 MB of RAM) and its semaphores (``sem.mp-*``) then
+    stay behind, which only a clean stop removes. Once the server's processes (``pids``) map nothing — a
+    killed process unmaps its memory a moment after the kill, and the core's orphaned worker ends on its
+    own — the segments that appeared during the test and that no process still maps go."""
+    deadline = time.monotonic() + wait_s
+    while any(_maps_memory(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pattern in _SHARED_MEMORY:
+        processes.remove_unmapped_shared_memory(pattern, keep=before)
+
+
+def _descendants(pid: int) -> list[int]:
+    from lit_rlvr.rollout import server_processes
+
+    found, todo = [], [pid]
+    while todo:
+        kids = server_processes._children(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
+def _maps_memory(pid: int) -> bool:
+    """Whether ``pid`` still maps memory (a zombie, or a process gone, maps none)."""
+    try:
+        return bool(Path(f"/proc/{pid}/maps").read_text())
+    except OSError:
+        return False
 
 
 def _gone(group: int) -> bool:
