@@ -106,6 +106,15 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it, each before its children."""
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += _children(tree[-1])
+    return tree
+
+
 def _label(pid: int) -> str:
     """A process's title (vLLM names its processes ``VLLM::EngineCore``, ``VLLM::Worker_TP0``, …)."""
     try:
@@ -167,10 +176,8 @@ class ServerProcesses:
             if stat is None or stat[1] != start or stat[0] in "ZX":
                 return f"is broken: {label} is gone (killed, e.g. by the OOM killer, which picks the engine core)"
         now = time.monotonic()
-        tree, stopped = [self.guard.pid], {}
-        while tree:
-            pid = tree.pop()
-            tree += _children(pid)
+        stopped = {}
+        for pid in _tree(self.guard.pid):
             if (stat := _stat(pid)) is not None and stat[0] in "Tt":
                 stopped[pid] = self._stopped_since.get(pid, now)
         self._stopped_since = stopped

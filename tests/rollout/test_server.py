@@ -281,7 +281,7 @@ def test_vllm_server_generates_syncs_and_trains_asynchronously(tiny_model_dir, t
             for p in server_module._children(api_server)
             if "VLLM::EngineCore" in Path(f"/proc/{p}/cmdline").read_text()
         ]
-        server_pids += _descendants(guard.pid)
+        server_pids += server_module._tree(guard.pid)
         monkeypatch.setattr(server_module, "_STOPPED_FOR_S", 3.0)
         os.kill(core, signal.SIGSTOP)
         t0 = time.perf_counter()
@@ -332,17 +332,6 @@ def _remove_orphaned_shared_memory(before: set[str], pids: list[int], wait_s: fl
         time.sleep(0.1)
     for pattern in _SHARED_MEMORY:
         processes.remove_unmapped_shared_memory(pattern, keep=before)
-
-
-def _descendants(pid: int) -> list[int]:
-    from lit_rlvr.rollout import server_processes
-
-    found, todo = [], [pid]
-    while todo:
-        kids = server_processes._children(todo.pop())
-        found += kids
-        todo += kids
-    return found
 
 
 def _maps_memory(pid: int) -> bool:
