@@ -26,6 +26,7 @@ EOF on their own sockets, as before.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import select
@@ -303,6 +304,7 @@ def _launcher_main(fd: int, preload: str) -> None:
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
     _resolve(preload)()
+    gc.freeze()  # what preload made stays out of the workers' collections: no pass over it, no page copied by one
     codes: dict[int, int] = {}
     while True:
         try:

@@ -37,6 +37,10 @@ def launcher_probe(completion, answer, **row):
         return 1.0
     if completion == "die":
         os._exit(3)
+    if completion == "frozen":  # what the launcher imported is out of the cyclic collector's walks
+        import gc
+
+        return float(gc.get_freeze_count() > int(answer))
     return 0.0
 '''
 
@@ -98,6 +102,14 @@ def test_a_start_request_larger_than_the_socket_buffer_arrives_whole(probe_modul
         monkeypatch.setenv(f"LIT_RLVR_LAUNCHER_PADDING_{i}", "y" * 100_000)
     with BatchScorer(workers=1, timeout_s=5.0) as pool:
         assert pool.score(["env"], [row("x" * 100_000)]) == [ScoreResult(1.0, "ok")]
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_starts_with_what_its_launcher_preloaded_frozen(probe_module):
+    """The launcher freezes its heap once its preload is imported (gc.freeze): the workers' full
+    collections do not walk those objects again, nor copy their pages by touching them."""
+    with BatchScorer(workers=1, timeout_s=5.0) as pool:
+        assert pool.score(["frozen"], [row("10000")]) == [ScoreResult(1.0, "ok")]
 
 
 @pytest.mark.timeout(120)
