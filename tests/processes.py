@@ -44,11 +44,21 @@ _LAUNCHER: Launcher | None = None
 
 
 def preload() -> None:
-    """What every `lit-rlvr` run imports, imported once in the launcher."""
+    """What every `lit-rlvr` run imports, imported once in the launcher; where vLLM is installed, also
+    what starting an in-process vLLM engine imports beyond ``import vllm`` (its ``LLM`` entry point, the
+    CPU worker, the tests' Llama architecture): ~3 s of CPU once per launcher instead of in every rank
+    and script of the vLLM tests."""
     import lightning.pytorch  # noqa: F401
     import transformers.models.llama.modeling_llama  # noqa: F401
 
     import lit_rlvr.cli.lightning_cli  # noqa: F401
+
+    try:
+        import vllm.entrypoints.llm  # noqa: F401
+        import vllm.model_executor.models.llama  # noqa: F401
+        import vllm.v1.worker.cpu_worker  # noqa: F401
+    except Exception:  # no (or a broken) vLLM: the tests that need it skip or report it themselves
+        pass
 
 
 def _launcher() -> Launcher:
