@@ -423,13 +423,13 @@ def alternate_in_workers(
 
     ``preload``: modules every contender imports anyway; the workers are then forked from one
     ``forkserver`` process that imported them once (it has run no torch op, so no thread pool is
-    forked) instead of each importing them (seconds each). The RSS figures then include those
-    modules for every contender: pass it only where every contender imports them or RSS is not
-    compared.
+    forked) and then froze its heap (``frozen_heap``), instead of each importing them (seconds each).
+    The RSS figures then include those modules for every contender: pass it only where every
+    contender imports them or RSS is not compared.
     """
     if preload:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(list(preload))
+        ctx.set_forkserver_preload([*preload, "frozen_heap"])
     else:
         ctx = multiprocessing.get_context("spawn")
     workers = {}
