@@ -47,9 +47,9 @@ MARK = "LIT_RLVR_SUITE_CPU"  # the marker's variable; its value names the run
 OUT_DIR = "LIT_RLVR_SUITE_CPU_DIR"  # where the plugin writes each worker's per-test CPU
 KINDS = (  # (kind, a piece of its command line), the first match wins
     ("pytest-xdist worker", "exec(eval(sys.stdin"),
+    ("multiprocessing worker", "from multiprocessing."),  # before the modules a forkserver's preload names
     ("vllm serve", "vllm.entrypoints"),
     ("lit-rlvr", "lit_rlvr.cli"),
-    ("multiprocessing worker", "multiprocessing."),
     ("torch inductor probe", "cdll.LoadLibrary"),
     ("reward launcher and its workers", "lit_rlvr.rewards.launcher"),
     ("benchmark script", "benchmarks/"),

@@ -101,3 +101,13 @@ def test_attribution_walks_up_to_the_worker_and_picks_the_test_running_when_the_
     runs = [{"pid": 10, "test": "t::a", "start": 0, "end": 10}, {"pid": 10, "test": "t::b", "start": 20, "end": 30}]
     suite_cpu.attribute([worker, launcher, run, stray], runs)
     assert (launcher["test"], run["test"], stray["test"]) == ("t::a", "t::b", "t::c")
+
+
+def test_a_forkserver_is_a_multiprocessing_worker_whatever_its_preload_names():
+    python = "/repo/.venv/bin/python"
+    forkserver = (
+        f"{python} -c from multiprocessing.forkserver import main; main(6, 8, ['common', 'vllm.entrypoints.llm'])"
+    )
+    assert suite_cpu.kind(forkserver) == "multiprocessing worker"
+    assert suite_cpu.kind(f"{python} -m vllm.entrypoints.openai.api_server --model m") == "vllm serve"
+    assert suite_cpu.kind(f"{python} -m lit_rlvr.cli fit --config c.yaml") == "lit-rlvr"
