@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     # every contender imports these (the RSS columns include them for each alike): imported once, then forked;
     # vLLM's LLM entry point, worker and model are what starting the engine imports beyond `import vllm`
     worker = "vllm.v1.worker.gpu_worker" if cfg.gpu else "vllm.v1.worker.cpu_worker"
-    preload = ["common", "peft", "transformers", "vllm.entrypoints.llm", "vllm.model_executor.models.llama", worker]
-    preload.append("lit_rlvr.rollout.vllm")
+    vllm_start = ["vllm.entrypoints.llm", "vllm.model_executor.models.llama", worker]
+    preload = ["common", "peft", "transformers", *vllm_start, "lit_rlvr.rollout.vllm"]
     runs, rss = common.alternate_in_workers(setups, plan["rounds"], cfg.threads, preload=preload)
     rows, medians = [], {}
     for name, r in runs.items():
